@@ -1,0 +1,57 @@
+//! Subcommands of the `deinsum` binary, one module each, and what they share.
+
+pub mod bound;
+pub mod parse;
+pub mod path;
+pub mod plan;
+pub mod run;
+
+use std::process::ExitCode;
+
+/// An error the user caused (bad expression, extents, flags): exit status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct InputError(pub String);
+
+/// A stage that is not built yet: says so, exit status 1.
+#[derive(Debug, thiserror::Error)]
+#[error("`deinsum {0}` is not implemented yet")]
+pub struct NotImplemented(pub &'static str);
+
+/// Prints an error and maps it to the exit status: 2 for input errors, 1 otherwise.
+pub fn report(e: &anyhow::Error) -> ExitCode {
+    eprintln!("error: {e}");
+    let input = e.chain().any(|c| {
+        c.downcast_ref::<InputError>().is_some()
+            || c.downcast_ref::<deinsum_expr::ExprError>().is_some()
+    });
+    if input {
+        ExitCode::from(2)
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// Output format of a subcommand.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Human-readable text.
+    #[default]
+    Text,
+    /// JSON on standard output.
+    Json,
+}
+
+/// The extent flags every subcommand takes.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ExtentArgs {
+    /// Extents by index, such as `i=64,j=32`.
+    #[arg(long, value_name = "I=N,...")]
+    pub sizes: Option<String>,
+    /// Extent of every index not named by --sizes.
+    #[arg(long, value_name = "N")]
+    pub size: Option<String>,
+    /// Per-operand shapes, such as `64x32,32x16` (the only way to give `...` dimensions).
+    #[arg(long, value_name = "AxB,...")]
+    pub shapes: Option<String>,
+}

@@ -1,0 +1,110 @@
+//! Einsum syntax and meaning: parse NumPy/opt_einsum einsum strings, resolve implicit output,
+//! ellipsis and extents, and validate them into an [`Einsum`].
+//!
+//! Downstream crates see only *distinct* index sets per operand ([`Einsum::input_indices`]);
+//! diagonals (an index repeated inside one operand) and broadcast dimensions live only in
+//! [`Operand::dims`], which the executor's loaders use to map storage coordinates.
+
+use std::collections::BTreeMap;
+
+mod error;
+pub use error::ExprError;
+
+/// An index label: any Unicode alphabetic character.
+pub type Index = char;
+
+/// One storage dimension of an operand as the user's data is laid out.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Dim {
+    /// The dimension is indexed by this label. A label repeated in one operand is a diagonal.
+    Index(Index),
+    /// An extent-1 dimension that broadcasts against a larger extent (from `...`): always
+    /// accessed at coordinate 0, and not an index of the operand.
+    Broadcast,
+}
+
+/// One input operand: its storage dimensions in order (C order, row-major).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Operand {
+    /// Storage dimensions, outermost first.
+    pub dims: Vec<Dim>,
+    /// Distinct indices in order of first appearance, broadcast dimensions excluded.
+    pub indices: Vec<Index>,
+}
+
+impl Operand {
+    /// Builds an operand from its storage dimensions, deriving the distinct index list.
+    pub fn new(dims: Vec<Dim>) -> Self {
+        let mut indices = Vec::new();
+        for d in &dims {
+            if let Dim::Index(c) = d {
+                if !indices.contains(c) {
+                    indices.push(*c);
+                }
+            }
+        }
+        Operand { dims, indices }
+    }
+
+    /// The storage shape of this operand given the einsum's extents (broadcast dims are 1).
+    pub fn shape(&self, extents: &BTreeMap<Index, usize>) -> Vec<usize> {
+        self.dims
+            .iter()
+            .map(|d| match d {
+                Dim::Index(c) => extents.get(c).copied().unwrap_or(1),
+                Dim::Broadcast => 1,
+            })
+            .collect()
+    }
+
+    /// True when some index occurs twice in this operand (a diagonal is taken on load).
+    pub fn has_diagonal(&self) -> bool {
+        self.dims.iter().filter(|d| matches!(d, Dim::Index(_))).count() != self.indices.len()
+    }
+}
+
+/// A validated einsum: operands, output, and the extent of every index.
+///
+/// Invariants: every output index occurs in some input and at most once in the output; every
+/// index has an extent >= 1; the product of the extents of every operand and of the output fits
+/// in `usize`. Ellipsis dimensions have been replaced by fresh labels (see [`Einsum::ellipsis`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Einsum {
+    /// The input operands in order.
+    pub inputs: Vec<Operand>,
+    /// The output indices in order (distinct).
+    pub output: Vec<Index>,
+    /// Extent of every index that occurs.
+    pub extents: BTreeMap<Index, usize>,
+    /// Whether the output was implicit (no `->` in the source).
+    pub implicit_output: bool,
+    /// The labels that stand for `...` dimensions, outermost first (empty without ellipsis).
+    pub ellipsis: Vec<Index>,
+}
+
+impl Einsum {
+    /// Number of input operands.
+    pub fn num_inputs(&self) -> usize {
+        self.inputs.len()
+    }
+
+    /// Distinct indices of input `k`, in order of first appearance.
+    pub fn input_indices(&self, k: usize) -> &[Index] {
+        &self.inputs[k].indices
+    }
+
+    /// The output indices.
+    pub fn output(&self) -> &[Index] {
+        &self.output
+    }
+
+    /// Extent of index `c` (1 for an unknown index, which a validated einsum never has).
+    pub fn extent(&self, c: Index) -> usize {
+        self.extents.get(&c).copied().unwrap_or(1)
+    }
+
+    /// All distinct indices of the einsum, sorted.
+    pub fn all_indices(&self) -> Vec<Index> {
+        self.extents.keys().copied().collect()
+    }
+}

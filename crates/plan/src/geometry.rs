@@ -1,0 +1,161 @@
+//! Grids, blocks and distributions: the shared geometry of planner and executor.
+
+use deinsum_expr::Index;
+use serde::{Deserialize, Serialize};
+
+/// One dimension of a Cartesian process grid.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GridDim {
+    /// The iteration index this dimension splits (a name; reduce-scatter helpers may reuse one).
+    pub index: Index,
+    /// Number of ranks along it (>= 1).
+    pub size: usize,
+}
+
+/// A Cartesian process grid. Ranks `0..size()` have coordinates in row-major order (the last
+/// dimension varies fastest, as MPI_Cart_create); ranks `>= size()` hold nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Grid {
+    /// Dimensions, outermost first.
+    pub dims: Vec<GridDim>,
+}
+
+impl Grid {
+    /// Number of ranks in the grid (1 for an empty grid: rank 0 alone).
+    pub fn size(&self) -> usize {
+        self.dims.iter().map(|d| d.size).product()
+    }
+
+    /// Coordinates of `rank`, or `None` when the rank is outside the grid.
+    pub fn coords(&self, rank: usize) -> Option<Vec<usize>> {
+        if rank >= self.size() {
+            return None;
+        }
+        let mut c = vec![0; self.dims.len()];
+        let mut r = rank;
+        for (k, d) in self.dims.iter().enumerate().rev() {
+            c[k] = r % d.size;
+            r /= d.size;
+        }
+        Some(c)
+    }
+
+    /// The rank at `coords` (row-major).
+    pub fn rank_of(&self, coords: &[usize]) -> usize {
+        coords
+            .iter()
+            .zip(&self.dims)
+            .fold(0, |acc, (&x, d)| acc * d.size + x)
+    }
+
+    /// Position of the grid dimension named `c`.
+    pub fn position(&self, c: Index) -> Option<usize> {
+        self.dims.iter().position(|d| d.index == c)
+    }
+}
+
+/// The `part`-th of `parts` ceil-sized blocks of `[lo, hi)`: `[lo + part*b, min(lo + (part+1)*b, hi))`
+/// with `b = ceil((hi-lo)/parts)`; the last blocks may be short or empty.
+pub fn block_range(lo: usize, hi: usize, parts: usize, part: usize) -> (usize, usize) {
+    let n = hi - lo;
+    let b = n.div_ceil(parts.max(1));
+    let s = (lo + part * b).min(hi);
+    let e = (lo + (part + 1) * b).min(hi);
+    (s, e)
+}
+
+/// A box of a tensor: one half-open global range per tensor index, in the tensor's order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Block {
+    /// `[start, end)` per index.
+    pub ranges: Vec<(usize, usize)>,
+}
+
+impl Block {
+    /// The whole tensor of this shape.
+    pub fn full(shape: &[usize]) -> Self {
+        Block {
+            ranges: shape.iter().map(|&n| (0, n)).collect(),
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> u64 {
+        self.ranges
+            .iter()
+            .map(|&(s, e)| (e - s) as u64)
+            .product()
+    }
+
+    /// True when the box has no element.
+    pub fn is_empty(&self) -> bool {
+        self.ranges.iter().any(|&(s, e)| e <= s)
+    }
+
+    /// Extent of the box along each index.
+    pub fn shape(&self) -> Vec<usize> {
+        self.ranges.iter().map(|&(s, e)| e - s).collect()
+    }
+
+    /// The intersection with `other`, `None` when empty.
+    pub fn intersect(&self, other: &Block) -> Option<Block> {
+        let ranges: Vec<(usize, usize)> = self
+            .ranges
+            .iter()
+            .zip(&other.ranges)
+            .map(|(&(a, b), &(c, d))| (a.max(c), b.min(d)))
+            .collect();
+        let blk = Block { ranges };
+        if blk.is_empty() {
+            None
+        } else {
+            Some(blk)
+        }
+    }
+}
+
+/// How a tensor is laid out over a grid: blocks along the grid dimensions that split its
+/// indices, replicated (or holding partial sums) along the others.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Distribution {
+    /// The grid the tensor lives on.
+    pub grid: Grid,
+    /// For each tensor index (tensor order), the grid dimensions (positions in `grid.dims`)
+    /// that split it, outermost first (nested ceil-blocking). Empty: not split.
+    pub split: Vec<Vec<usize>>,
+    /// Grid dimensions along which blocks are partial sums. Grid dimensions that neither split
+    /// nor are partial replicate the block.
+    pub partial: Vec<usize>,
+}
+
+impl Distribution {
+    /// The block `rank` holds of a tensor of `shape`, or `None` when the rank is outside the
+    /// grid. A rank inside the grid may hold an empty block (ceil-blocking of a short extent).
+    pub fn block(&self, rank: usize, shape: &[usize]) -> Option<Block> {
+        let coords = self.grid.coords(rank)?;
+        let ranges = shape
+            .iter()
+            .zip(&self.split)
+            .map(|(&n, dims)| {
+                dims.iter().fold((0, n), |(lo, hi), &g| {
+                    block_range(lo, hi, self.grid.dims[g].size, coords[g])
+                })
+            })
+            .collect();
+        Some(Block { ranges })
+    }
+
+    /// The distribution of a tensor held whole by rank 0 alone.
+    pub fn on_root(ndim: usize) -> Self {
+        Distribution {
+            grid: Grid::default(),
+            split: vec![Vec::new(); ndim],
+            partial: Vec::new(),
+        }
+    }
+
+    /// True when some grid dimension holds partial sums.
+    pub fn is_partial(&self) -> bool {
+        self.partial.iter().any(|&g| self.grid.dims[g].size > 1)
+    }
+}

@@ -1,0 +1,185 @@
+//! The distributed plan: Cartesian process grids, block distributions with replication,
+//! redistribution schedules and predicted volumes.
+//!
+//! A [`Plan`] is the only contract between compiler and executor. Its geometry is defined here
+//! once ([`Grid::coords`], [`Distribution::block`], [`block_range`]) and both the planner's
+//! predictions and the executor's packing use these same functions.
+
+use deinsum_expr::{Einsum, Index};
+use deinsum_path::ContractionTree;
+use deinsum_soap::FusedGroup;
+use serde::{Deserialize, Serialize};
+
+mod geometry;
+pub use geometry::*;
+
+/// Version of the plan JSON schema (docs/plan-schema.md).
+pub const PLAN_VERSION: u32 = 1;
+
+/// Identifies a tensor of the plan: the contraction tree's node id (inputs `0..n`, then one per
+/// step). Only inputs and the results of fused groups are materialized as distributed tensors.
+pub type TensorId = usize;
+
+/// What a distributed tensor is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TensorKind {
+    /// Input operand `k` of the einsum.
+    Input(usize),
+    /// The result of a fused group that a later group consumes.
+    Intermediate,
+    /// The einsum's output.
+    Output,
+}
+
+/// A tensor that lives distributed at some point of the plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tensor {
+    /// Its id (tree node id).
+    pub id: TensorId,
+    /// A display name (`T0`, `T1`, ... for inputs, `t5` for intermediates, `out`).
+    pub name: String,
+    /// Distinct indices in storage order (row-major local blocks use this order).
+    pub indices: Vec<Index>,
+    /// Extent per index, in the same order.
+    pub shape: Vec<usize>,
+    /// What it is.
+    pub kind: TensorKind,
+}
+
+/// Words sent and received per rank by one step (dense, one entry per rank `0..procs`).
+/// Self-transfers (a rank to itself) are local copies and not counted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Volume {
+    /// Words sent by each rank.
+    pub sent: Vec<u64>,
+    /// Words received by each rank.
+    pub received: Vec<u64>,
+    /// Max over ranks of words received (the figure held against the SOAP per-rank bound).
+    pub max_per_rank: u64,
+    /// Sum over ranks of words received (= words sent).
+    pub total: u64,
+}
+
+/// A message of a redistribution: boxes of the tensor that `src` sends to `dst`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transfer {
+    /// Sending rank.
+    pub src: usize,
+    /// Receiving rank.
+    pub dst: usize,
+    /// Global boxes of the tensor, packed in this order, each in row-major order.
+    pub boxes: Vec<Block>,
+}
+
+/// The plan of one fused group.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GroupPlan {
+    /// The fused group (steps of the tree, iteration space, bound).
+    pub group: FusedGroup,
+    /// The process grid over the group's iteration space (dims named by indices; an index
+    /// absent from the grid is not split).
+    pub grid: Grid,
+    /// The distribution each input tensor must be in when the group computes, by tensor id.
+    pub inputs: Vec<(TensorId, Distribution)>,
+    /// The distribution the group's result is produced in (partial over the grid dims of summed
+    /// indices).
+    pub output: (TensorId, Distribution),
+    /// Multiply-adds of the group's steps on the busiest rank.
+    pub max_flops_per_rank: f64,
+}
+
+/// One step of the plan, executed in order by every rank.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PlanStep {
+    /// Input tensor `tensor` is materialized in `dist` (its canonical distribution): each rank
+    /// generates or reads its own block. No communication.
+    Load {
+        /// The input tensor.
+        tensor: TensorId,
+        /// Its canonical distribution.
+        dist: Distribution,
+    },
+    /// Move `tensor` from distribution `from` to `to`. With `sum`, `from` holds partial sums
+    /// and each target block is the sum of what it receives (blocks start at zero); otherwise
+    /// every target element is received exactly once.
+    Redistribute {
+        /// The tensor moved.
+        tensor: TensorId,
+        /// Source distribution.
+        from: Distribution,
+        /// Target distribution.
+        to: Distribution,
+        /// Whether pieces are summed (a reduction folded into the move).
+        sum: bool,
+        /// Who sends which boxes to whom, one message per (src, dst) pair.
+        transfers: Vec<Transfer>,
+        /// Predicted words per rank.
+        volume: Volume,
+    },
+    /// Every rank holding a block of the group's output computes it from its input blocks.
+    Compute {
+        /// Index into [`Plan::groups`].
+        group: usize,
+    },
+    /// `tensor` is no longer needed; ranks free its blocks.
+    Free {
+        /// The tensor released.
+        tensor: TensorId,
+    },
+}
+
+/// Predicted totals of a plan.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// Words over all steps: max over ranks of words received (summed per rank first).
+    pub max_per_rank: u64,
+    /// Words received over all ranks and steps.
+    pub total: u64,
+    /// Peak memory of each rank, in words (blocks alive at once, including receive buffers).
+    pub peak_memory: Vec<u64>,
+    /// The SOAP per-rank lower bound on words received (the binding one of memory-independent
+    /// and memory-dependent, summed over groups).
+    pub bound_per_rank: f64,
+    /// `max_per_rank / bound_per_rank`.
+    pub ratio: f64,
+}
+
+/// A complete distributed execution plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Schema version, [`PLAN_VERSION`].
+    pub version: u32,
+    /// The einsum in canonical form.
+    pub expression: String,
+    /// The validated einsum (operands' storage dimensions, output, extents).
+    pub einsum: Einsum,
+    /// Number of ranks the plan is for.
+    pub procs: usize,
+    /// Per-rank memory budget in words (`None`: unlimited).
+    pub mem: Option<u64>,
+    /// The contraction tree.
+    pub tree: ContractionTree,
+    /// opt_einsum linear path of the tree.
+    pub path: Vec<Vec<usize>>,
+    /// The distributed tensors.
+    pub tensors: Vec<Tensor>,
+    /// Per fused group: grid and distributions.
+    pub groups: Vec<GroupPlan>,
+    /// The ordered steps.
+    pub steps: Vec<PlanStep>,
+    /// The output tensor's id and its final distribution.
+    pub output: (TensorId, Distribution),
+    /// Predicted figures.
+    pub prediction: Prediction,
+    /// Ranks that do no work and why (empty when all are used).
+    pub idle: Option<String>,
+}
+
+impl Plan {
+    /// The tensor with id `id`.
+    pub fn tensor(&self, id: TensorId) -> Option<&Tensor> {
+        self.tensors.iter().find(|t| t.id == id)
+    }
+}
