@@ -40,6 +40,8 @@ pub struct FusedGroup {
     pub inputs: Vec<Access>,
     /// The group's result (the last step's output).
     pub output: Access,
+    /// Extent of every index of `indices` (needed to re-solve the bound, e.g. per rank).
+    pub extents: BTreeMap<Index, usize>,
     /// |V|: the product of the extents of `indices` (multiply-adds).
     pub volume: f64,
     /// The bound and tile.
