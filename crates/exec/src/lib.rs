@@ -1,4 +1,28 @@
 //! Runs a [`deinsum_plan::Plan`] on P ranks over a [`Communicator`].
+//!
+//! - [`local::InProcess`]: P ranks as threads with message passing (the default backend);
+//! - [`execute`]: the executor, generic over the communicator, following the plan's step
+//!   semantics (Load / Redistribute / Compute / Free);
+//! - [`kernels`]: local contractions (transpose + GEMM through faer, tiled fused groups);
+//! - [`data`]: the seeded generator and caller-supplied inputs;
+//! - [`reference`]: serial evaluators for checks.
 
 pub mod comm;
+pub mod data;
+pub mod execute;
+pub mod kernels;
+pub mod local;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+pub mod npy;
+mod npy_input;
+pub mod reference;
+pub mod scalar;
 pub use comm::{CommError, Communicator, Traffic};
+pub use data::Inputs;
+pub use execute::{
+    execute, execute_measured, plan_hash, DistTensor, ExecError, ExecOptions, RunReport,
+    StepMeasure,
+};
+pub use local::{InProcess, LocalComm, RankFailure};
+pub use scalar::Scalar;

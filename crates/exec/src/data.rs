@@ -1,0 +1,206 @@
+//! Input data: the seeded generator, caller-supplied arrays and blocks, and box copies.
+
+use crate::kernels::LocalTensor;
+use crate::Scalar;
+use deinsum_expr::{Dim, Einsum};
+use deinsum_plan::Block;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Where the input operands come from.
+#[derive(Clone, Debug)]
+pub enum Inputs<T> {
+    /// Seeded pseudo-random values in [-1, 1): element `x` of operand `k`'s storage is
+    /// [`seeded_value`]`(seed, k, x)`, so results do not depend on the number of ranks.
+    Seeded {
+        /// The seed.
+        seed: u64,
+    },
+    /// Whole operands in storage layout (row-major over `Operand::dims`), one per operand;
+    /// each rank copies out only its own block.
+    Full(Vec<Vec<T>>),
+    /// This rank's own blocks: operand number to the row-major data of exactly the block the
+    /// rank holds in the plan's `Load` distribution (over `Operand::indices`).
+    Blocks(BTreeMap<usize, Vec<T>>),
+    /// `.npy` files, one per operand; each rank reads only its block.
+    Npy(Vec<PathBuf>),
+}
+
+/// splitmix64: a fast integer hash with full avalanche.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The generator's value of element `index` (storage order) of operand `operand`, in [-1, 1).
+pub fn seeded_value(seed: u64, operand: usize, index: u64) -> f64 {
+    let h = mix(mix(mix(seed) ^ operand as u64) ^ index);
+    // The top 53 bits give a uniform double in [0, 1).
+    ((h >> 11) as f64) * (1.0 / (1u64 << 53) as f64) * 2.0 - 1.0
+}
+
+/// Per distinct index of operand `k`, the stride of its storage (summed over the storage dims
+/// it labels, so a diagonal walks the diagonal; broadcast dims sit at coordinate 0).
+pub fn storage_strides(einsum: &Einsum, k: usize) -> Vec<u64> {
+    let op = &einsum.inputs[k];
+    let shape = op.shape(&einsum.extents);
+    let mut dim_stride = vec![0u64; shape.len()];
+    let mut s = 1u64;
+    for d in (0..shape.len()).rev() {
+        dim_stride[d] = s;
+        s = s.saturating_mul(shape[d] as u64);
+    }
+    op.indices
+        .iter()
+        .map(|c| {
+            op.dims
+                .iter()
+                .zip(&dim_stride)
+                .filter(|(d, _)| **d == Dim::Index(*c))
+                .map(|(_, &st)| st)
+                .sum()
+        })
+        .collect()
+}
+
+/// Calls `f(offset_in_block, storage_index)` for every element of `block`, with `strides` the
+/// per-index storage strides.
+fn for_each_storage(block: &Block, strides: &[u64], mut f: impl FnMut(usize, u64)) {
+    let shape = block.shape();
+    if shape.iter().any(|&n| n == 0) {
+        return;
+    }
+    let nd = shape.len();
+    let mut idx = vec![0usize; nd];
+    let base: u64 = block
+        .ranges
+        .iter()
+        .zip(strides)
+        .map(|(&(s, _), &st)| s as u64 * st)
+        .sum();
+    let total: usize = shape.iter().product();
+    let mut off = base;
+    for lin in 0..total {
+        f(lin, off);
+        // Increment the multi-index, last dim fastest.
+        let mut d = nd;
+        while d > 0 {
+            d -= 1;
+            idx[d] += 1;
+            off += strides[d];
+            if idx[d] < shape[d] {
+                break;
+            }
+            off -= strides[d] * shape[d] as u64;
+            idx[d] = 0;
+        }
+    }
+}
+
+/// The seeded generator's block of operand `k` (row-major over its distinct indices).
+pub fn seeded_block<T: Scalar>(einsum: &Einsum, k: usize, seed: u64, block: &Block) -> Vec<T> {
+    let strides = storage_strides(einsum, k);
+    let mut out = vec![T::default(); block.len() as usize];
+    for_each_storage(block, &strides, |lin, x| {
+        out[lin] = T::from_f64(seeded_value(seed, k, x));
+    });
+    out
+}
+
+/// Operand `k`'s block out of its whole storage array `full`.
+pub fn block_of_full<T: Scalar>(
+    einsum: &Einsum,
+    k: usize,
+    full: &[T],
+    block: &Block,
+) -> Result<Vec<T>, String> {
+    let shape = einsum.inputs[k].shape(&einsum.extents);
+    let want: usize = shape.iter().product();
+    if full.len() != want {
+        return Err(format!(
+            "operand {k}: {} elements given, its shape {:?} has {want}",
+            full.len(),
+            shape
+        ));
+    }
+    let strides = storage_strides(einsum, k);
+    let mut out = vec![T::default(); block.len() as usize];
+    for_each_storage(block, &strides, |lin, x| out[lin] = full[x as usize]);
+    Ok(out)
+}
+
+/// Row-major strides of `shape`.
+fn strides_of(shape: &[usize]) -> Vec<usize> {
+    let mut st = vec![1usize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        st[d] = st[d + 1] * shape[d + 1];
+    }
+    st
+}
+
+/// Calls `f(src_offset, dst_offset, run_len)` for the contiguous runs of `bx` (global) inside
+/// the blocks `src` and `dst` (global ranges), both row-major.
+fn for_each_run(
+    bx: &[(usize, usize)],
+    src: &[(usize, usize)],
+    dst: &[(usize, usize)],
+    mut f: impl FnMut(usize, usize, usize),
+) {
+    let shape: Vec<usize> = bx.iter().map(|&(s, e)| e - s).collect();
+    if shape.iter().any(|&n| n == 0) {
+        return;
+    }
+    let nd = shape.len();
+    if nd == 0 {
+        f(0, 0, 1);
+        return;
+    }
+    let ss = strides_of(&src.iter().map(|&(s, e)| e - s).collect::<Vec<_>>());
+    let ds = strides_of(&dst.iter().map(|&(s, e)| e - s).collect::<Vec<_>>());
+    let run = shape[nd - 1];
+    let outer: usize = shape[..nd - 1].iter().product();
+    let mut idx = vec![0usize; nd];
+    for _ in 0..outer {
+        let mut so = 0;
+        let mut dof = 0;
+        for d in 0..nd {
+            let g = bx[d].0 + idx[d];
+            so += (g - src[d].0) * ss[d];
+            dof += (g - dst[d].0) * ds[d];
+        }
+        f(so, dof, run);
+        let mut d = nd - 1;
+        while d > 0 {
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Appends box `bx` of block `t` to `out`, row-major.
+pub fn pack_box<T: Scalar>(t: &LocalTensor<T>, bx: &Block, out: &mut Vec<T>) {
+    for_each_run(&bx.ranges, &t.ranges, &bx.ranges, |so, _, n| {
+        out.extend_from_slice(&t.data[so..so + n]);
+    });
+}
+
+/// Copies (or adds, with `sum`) the row-major box `bx` held in `src` into block `t`.
+pub fn unpack_box<T: Scalar>(t: &mut LocalTensor<T>, bx: &Block, src: &[T], sum: bool) {
+    for_each_run(&bx.ranges, &bx.ranges, &t.ranges, |so, dof, n| {
+        let d = &mut t.data[dof..dof + n];
+        let s = &src[so..so + n];
+        if sum {
+            for (x, &y) in d.iter_mut().zip(s) {
+                *x += y;
+            }
+        } else {
+            d.copy_from_slice(s);
+        }
+    });
+}

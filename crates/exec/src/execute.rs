@@ -1,0 +1,623 @@
+//! The plan executor: runs [`Plan::steps`] in order on every rank of a communicator.
+
+use crate::data::{block_of_full, pack_box, seeded_block, unpack_box, Inputs};
+use crate::kernels::{eval_group, GroupStats, GroupSteps, LocalTensor};
+use crate::{CommError, Communicator, Scalar};
+use deinsum_plan::{block_range, Block, Distribution, Plan, PlanStep, Tensor, TensorId, TensorKind};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// Communication failed (or a peer failed).
+    #[error(transparent)]
+    Comm(#[from] CommError),
+    /// The ranks do not all hold the same plan.
+    #[error("rank {rank}: the ranks hold different plans (plan hash {hash:016x} differs)")]
+    PlanMismatch {
+        /// The detecting rank.
+        rank: usize,
+        /// Its plan hash.
+        hash: u64,
+    },
+    /// The plan is for a different number of ranks than the communicator has.
+    #[error("the plan is for {plan} ranks, the communicator has {world}")]
+    WorldSize {
+        /// Ranks of the plan.
+        plan: usize,
+        /// Ranks of the communicator.
+        world: usize,
+    },
+    /// The plan is inconsistent (a step that its semantics do not allow).
+    #[error("invalid plan at step {step}: {message}")]
+    InvalidPlan {
+        /// Step number.
+        step: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// Bad input data (wrong length, unreadable file).
+    #[error("rank {rank}: input operand {operand}: {message}")]
+    Input {
+        /// The rank that found it.
+        rank: usize,
+        /// The operand.
+        operand: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Executor settings.
+#[derive(Clone, Debug)]
+pub struct ExecOptions {
+    /// Largest intermediate of a fused group evaluated at once, in words (tiles are cut so
+    /// that none exceeds it).
+    pub tile_words: u64,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        ExecOptions { tile_words: 1 << 16 }
+    }
+}
+
+/// What one plan step did on this rank, beside the plan's prediction.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct StepMeasure {
+    /// Position in `Plan::steps`.
+    pub step: usize,
+    /// `load`, `redistribute`, `compute` or `free`.
+    pub kind: &'static str,
+    /// Tensor moved or produced.
+    pub tensor: Option<TensorId>,
+    /// Wall time in seconds.
+    pub seconds: f64,
+    /// Words sent to other ranks.
+    pub sent: u64,
+    /// Words received from other ranks.
+    pub received: u64,
+    /// The plan's predicted words sent by this rank.
+    pub predicted_sent: u64,
+    /// The plan's predicted words received by this rank.
+    pub predicted_received: u64,
+    /// Multiply-adds done by this rank.
+    pub madds: f64,
+}
+
+/// What a run did on this rank.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct RunReport {
+    /// This rank.
+    pub rank: usize,
+    /// Per step.
+    pub steps: Vec<StepMeasure>,
+    /// Wall time of the whole run, seconds.
+    pub seconds: f64,
+    /// Multiply-adds done by this rank.
+    pub madds: f64,
+    /// Peak words of tensor data held at once (blocks, buffers, intermediates).
+    pub peak_words: u64,
+    /// The plan's predicted peak for this rank, if it has one.
+    pub predicted_peak_words: Option<u64>,
+}
+
+/// A distributed tensor: this rank's block of it and the distribution.
+#[derive(Clone, Debug)]
+pub struct DistTensor<T> {
+    /// The tensor (indices, shape).
+    pub tensor: Tensor,
+    /// How it is distributed.
+    pub dist: Distribution,
+    /// This rank's block (`None` outside the distribution's grid).
+    pub local: Option<LocalTensor<T>>,
+    /// This rank.
+    pub rank: usize,
+}
+
+impl<T: Scalar> DistTensor<T> {
+    /// Gathers the whole tensor (row-major over its indices) to rank 0: `Some` there, `None`
+    /// elsewhere. Collective: every rank must call it.
+    pub fn gather<C: Communicator>(&self, comm: &C) -> Result<Option<Vec<T>>, ExecError> {
+        let p = comm.size();
+        let shape = &self.tensor.shape;
+        // One holder per block: coordinate 0 along every grid dim that does not split.
+        let splitting: Vec<usize> = self.dist.split.iter().flatten().copied().collect();
+        let primary = |r: usize| -> Option<Block> {
+            let c = self.dist.grid.coords(r)?;
+            let ok = c
+                .iter()
+                .enumerate()
+                .all(|(g, &x)| x == 0 || splitting.contains(&g));
+            if ok {
+                self.dist.block(r, shape)
+            } else {
+                None
+            }
+        };
+        let me = comm.rank();
+        let mut counts = vec![0usize; p];
+        let mut send = Vec::new();
+        if me != 0 && primary(me).is_some() {
+            if let Some(l) = &self.local {
+                T::extend_bytes(&l.data, &mut send);
+                counts[0] = send.len();
+            }
+        }
+        let (recv, rc) = comm.all_to_all_v(&send, &counts)?;
+        if me != 0 {
+            return Ok(None);
+        }
+        let mut full = LocalTensor::<T>::zeros(
+            self.tensor.indices.clone(),
+            shape.iter().map(|&n| (0, n)).collect(),
+        );
+        let mut off = 0;
+        for (r, &c) in rc.iter().enumerate() {
+            let Some(b) = primary(r) else { continue };
+            if r == 0 {
+                if let Some(l) = &self.local {
+                    unpack_box(&mut full, &b, &l.data, false);
+                }
+                continue;
+            }
+            let mut vals = Vec::new();
+            T::from_bytes(&recv[off..off + c], &mut vals);
+            off += c;
+            if vals.len() as u64 != b.len() {
+                return Err(CommError::Invalid(format!(
+                    "gather: rank {r} sent {} elements for a block of {}",
+                    vals.len(),
+                    b.len()
+                ))
+                .into());
+            }
+            unpack_box(&mut full, &b, &vals, false);
+        }
+        Ok(Some(full.data))
+    }
+}
+
+/// FNV-1a over the plan's canonical JSON: every rank must hold the same plan.
+pub fn plan_hash(plan: &Plan) -> u64 {
+    let json = serde_json::to_vec(plan).unwrap_or_default();
+    json.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Runs `plan` on `comm` and returns this rank's part of the distributed output.
+pub fn execute<T: Scalar, C: Communicator>(
+    plan: &Plan,
+    comm: &C,
+    inputs: &Inputs<T>,
+) -> Result<DistTensor<T>, ExecError> {
+    execute_measured(plan, comm, inputs, &ExecOptions::default()).map(|(t, _)| t)
+}
+
+struct Mem {
+    cur: u64,
+    peak: u64,
+}
+
+impl Mem {
+    fn add(&mut self, w: u64) {
+        self.cur += w;
+        self.peak = self.peak.max(self.cur);
+    }
+    fn sub(&mut self, w: u64) {
+        self.cur = self.cur.saturating_sub(w);
+    }
+    fn touch(&mut self, transient: u64) {
+        self.peak = self.peak.max(self.cur + transient);
+    }
+}
+
+fn words<T>(t: &Option<LocalTensor<T>>) -> u64 {
+    t.as_ref().map_or(0, |l| l.data.len() as u64)
+}
+
+/// Runs `plan` on `comm` and also returns what every step did on this rank.
+pub fn execute_measured<T: Scalar, C: Communicator>(
+    plan: &Plan,
+    comm: &C,
+    inputs: &Inputs<T>,
+    opts: &ExecOptions,
+) -> Result<(DistTensor<T>, RunReport), ExecError> {
+    let me = comm.rank();
+    if comm.size() != plan.procs {
+        return Err(ExecError::WorldSize {
+            plan: plan.procs,
+            world: comm.size(),
+        });
+    }
+    let h = plan_hash(plan);
+    let mut agree = [h, !h];
+    comm.all_reduce_max_u64(&mut agree)?;
+    if agree != [h, !h] {
+        return Err(ExecError::PlanMismatch { rank: me, hash: h });
+    }
+    let start = Instant::now();
+    let mut held: BTreeMap<TensorId, (Distribution, Option<LocalTensor<T>>)> = BTreeMap::new();
+    let mut mem = Mem { cur: 0, peak: 0 };
+    let mut report = RunReport {
+        rank: me,
+        predicted_peak_words: Some(deinsum_plan::lookup(&plan.prediction.peak_memory, me)),
+        ..RunReport::default()
+    };
+    for (i, step) in plan.steps.iter().enumerate() {
+        let bad = |message: String| ExecError::InvalidPlan { step: i, message };
+        let t0 = Instant::now();
+        let tr0 = comm.traffic();
+        let mut m = StepMeasure {
+            step: i,
+            kind: "",
+            tensor: None,
+            seconds: 0.0,
+            sent: 0,
+            received: 0,
+            predicted_sent: 0,
+            predicted_received: 0,
+            madds: 0.0,
+        };
+        match step {
+            PlanStep::Load { tensor, dist } => {
+                m.kind = "load";
+                m.tensor = Some(*tensor);
+                let t = plan
+                    .tensor(*tensor)
+                    .ok_or_else(|| bad(format!("unknown tensor {tensor}")))?;
+                let TensorKind::Input(k) = t.kind else {
+                    return Err(bad(format!("load of {} which is not an input", t.name)));
+                };
+                if k >= plan.einsum.inputs.len() || dist.split.len() != t.shape.len() {
+                    return Err(bad(format!("load of {} does not fit the einsum", t.name)));
+                }
+                let local = match dist.block(me, &t.shape) {
+                    None => None,
+                    Some(b) => {
+                        let data = load_block(plan, k, &b, inputs, me)?;
+                        Some(LocalTensor {
+                            indices: t.indices.clone(),
+                            ranges: b.ranges,
+                            data,
+                        })
+                    }
+                };
+                mem.add(words(&local));
+                held.insert(*tensor, (dist.clone(), local));
+            }
+            PlanStep::Redistribute {
+                tensor,
+                from,
+                to,
+                sum,
+                transfers,
+                volume,
+            } => {
+                m.kind = "redistribute";
+                m.tensor = Some(*tensor);
+                m.predicted_sent = volume.sent_by(me);
+                m.predicted_received = volume.received_by(me);
+                let t = plan
+                    .tensor(*tensor)
+                    .ok_or_else(|| bad(format!("unknown tensor {tensor}")))?;
+                let (cur_dist, cur) = held
+                    .remove(tensor)
+                    .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
+                if &cur_dist != from {
+                    return Err(bad(format!(
+                        "{} is not in the redistribution's source distribution",
+                        t.name
+                    )));
+                }
+                let new = redistribute(comm, t, &cur, to, *sum, transfers, &mut mem)
+                    .map_err(|e| match e {
+                        RedistError::Comm(c) => ExecError::Comm(c),
+                        RedistError::Plan(s) => bad(s),
+                    })?;
+                mem.sub(words(&cur));
+                drop(cur);
+                held.insert(*tensor, (to.clone(), new));
+            }
+            PlanStep::Compute { group } => {
+                m.kind = "compute";
+                let g = plan
+                    .groups
+                    .get(*group)
+                    .ok_or_else(|| bad(format!("unknown group {group}")))?;
+                let (out_id, out_dist) = &g.output;
+                m.tensor = Some(*out_id);
+                let out_t = plan
+                    .tensor(*out_id)
+                    .ok_or_else(|| bad(format!("unknown tensor {out_id}")))?;
+                let result = match g.grid.coords(me) {
+                    None => None,
+                    Some(coords) => {
+                        let box_idx = &g.group.indices;
+                        let box_ranges: Vec<(usize, usize)> = box_idx
+                            .iter()
+                            .map(|&c| {
+                                let n = plan.einsum.extent(c);
+                                match g.grid.position(c) {
+                                    Some(p) => block_range(0, n, g.grid.dims[p].size, coords[p]),
+                                    None => (0, n),
+                                }
+                            })
+                            .collect();
+                        let proj = |indices: &[char]| -> Vec<(usize, usize)> {
+                            indices
+                                .iter()
+                                .map(|c| {
+                                    box_idx
+                                        .iter()
+                                        .position(|d| d == c)
+                                        .map(|p| box_ranges[p])
+                                        .unwrap_or((0, 1))
+                                })
+                                .collect()
+                        };
+                        let mut ins: Vec<(usize, &LocalTensor<T>)> = Vec::new();
+                        for (tid, d) in &g.inputs {
+                            let (hd, blk) = held
+                                .get(tid)
+                                .ok_or_else(|| bad(format!("input tensor {tid} is not live")))?;
+                            if hd != d {
+                                return Err(bad(format!(
+                                    "input tensor {tid} is not in the group's distribution"
+                                )));
+                            }
+                            let blk = blk
+                                .as_ref()
+                                .ok_or_else(|| bad(format!("rank {me} holds no block of {tid}")))?;
+                            if blk.ranges != proj(&blk.indices) {
+                                return Err(bad(format!(
+                                    "rank {me}: block {:?} of tensor {tid} is not the projection of its iteration box",
+                                    blk.ranges
+                                )));
+                            }
+                            ins.push((*tid, blk));
+                        }
+                        let steps = GroupSteps {
+                            steps: g
+                                .group
+                                .steps
+                                .iter()
+                                .map(|&s| plan.tree.steps.get(s))
+                                .collect::<Option<Vec<_>>>()
+                                .ok_or_else(|| bad("group step out of the tree".into()))?,
+                            nodes: g
+                                .group
+                                .steps
+                                .iter()
+                                .map(|&s| plan.tree.num_inputs + s)
+                                .collect(),
+                        };
+                        if steps.steps.is_empty() {
+                            return Err(bad("a group without steps".into()));
+                        }
+                        let mut stats = GroupStats::default();
+                        let r = eval_group(
+                            &steps,
+                            box_idx,
+                            &box_ranges,
+                            &ins,
+                            opts.tile_words,
+                            &mut stats,
+                        );
+                        m.madds = stats.madds;
+                        let r = r.permute(&out_t.indices);
+                        mem.touch(stats.max_intermediate + r.data.len() as u64);
+                        if let Some(b) = out_dist.block(me, &out_t.shape) {
+                            if b.ranges != r.ranges {
+                                return Err(bad(format!(
+                                    "rank {me}: computed block {:?} of {} but its distribution gives {:?}",
+                                    r.ranges, out_t.name, b.ranges
+                                )));
+                            }
+                            Some(r)
+                        } else {
+                            None
+                        }
+                    }
+                };
+                mem.add(words(&result));
+                held.insert(*out_id, (out_dist.clone(), result));
+            }
+            PlanStep::Free { tensor } => {
+                m.kind = "free";
+                m.tensor = Some(*tensor);
+                if let Some((_, b)) = held.remove(tensor) {
+                    mem.sub(words(&b));
+                }
+            }
+        }
+        let tr1 = comm.traffic();
+        m.sent = (tr1.sent - tr0.sent) / T::BYTES as u64;
+        m.received = (tr1.received - tr0.received) / T::BYTES as u64;
+        m.seconds = t0.elapsed().as_secs_f64();
+        report.madds += m.madds;
+        report.steps.push(m);
+    }
+    let (out_id, out_dist) = &plan.output;
+    let out_t = plan.tensor(*out_id).ok_or_else(|| ExecError::InvalidPlan {
+        step: plan.steps.len(),
+        message: format!("unknown output tensor {out_id}"),
+    })?;
+    let (d, local) = held.remove(out_id).ok_or_else(|| ExecError::InvalidPlan {
+        step: plan.steps.len(),
+        message: "the output is not live at the end".into(),
+    })?;
+    if &d != out_dist {
+        return Err(ExecError::InvalidPlan {
+            step: plan.steps.len(),
+            message: "the output is not in the plan's final distribution".into(),
+        });
+    }
+    report.seconds = start.elapsed().as_secs_f64();
+    report.peak_words = mem.peak;
+    Ok((
+        DistTensor {
+            tensor: out_t.clone(),
+            dist: d,
+            local,
+            rank: me,
+        },
+        report,
+    ))
+}
+
+fn load_block<T: Scalar>(
+    plan: &Plan,
+    k: usize,
+    b: &Block,
+    inputs: &Inputs<T>,
+    me: usize,
+) -> Result<Vec<T>, ExecError> {
+    let err = |message: String| ExecError::Input {
+        rank: me,
+        operand: k,
+        message,
+    };
+    match inputs {
+        Inputs::Seeded { seed } => Ok(seeded_block(&plan.einsum, k, *seed, b)),
+        Inputs::Full(all) => {
+            let full = all
+                .get(k)
+                .ok_or_else(|| err(format!("{} operands given", all.len())))?;
+            block_of_full(&plan.einsum, k, full, b).map_err(err)
+        }
+        Inputs::Blocks(map) => {
+            let data = map
+                .get(&k)
+                .ok_or_else(|| err("no local block given".into()))?;
+            if data.len() as u64 != b.len() {
+                return Err(err(format!(
+                    "local block has {} elements, the plan's block {:?} has {}",
+                    data.len(),
+                    b.ranges,
+                    b.len()
+                )));
+            }
+            Ok(data.clone())
+        }
+        Inputs::Npy(paths) => {
+            let path = paths
+                .get(k)
+                .ok_or_else(|| err(format!("{} .npy files given", paths.len())))?;
+            crate::npy_input::read_block::<T>(path, &plan.einsum, k, b).map_err(err)
+        }
+    }
+}
+
+enum RedistError {
+    Comm(CommError),
+    Plan(String),
+}
+
+impl From<CommError> for RedistError {
+    fn from(e: CommError) -> Self {
+        RedistError::Comm(e)
+    }
+}
+
+fn redistribute<T: Scalar, C: Communicator>(
+    comm: &C,
+    t: &Tensor,
+    cur: &Option<LocalTensor<T>>,
+    to: &Distribution,
+    sum: bool,
+    transfers: &[deinsum_plan::Transfer],
+    mem: &mut Mem,
+) -> Result<Option<LocalTensor<T>>, RedistError> {
+    let me = comm.rank();
+    let p = comm.size();
+    let missing = || RedistError::Plan(format!("rank {me} sends from a block of {} it does not hold", t.name));
+    let outside = |b: &deinsum_plan::Block, blk: &LocalTensor<T>| {
+        b.ranges
+            .iter()
+            .zip(&blk.ranges)
+            .any(|(&(s, e), &(bs, be))| s < e && (s < bs || e > be))
+    };
+    // Pack, per destination rank, the boxes in transfer order.
+    let mut per_dst: Vec<Vec<T>> = vec![Vec::new(); p];
+    for tr in transfers.iter().filter(|tr| tr.src == me && tr.dst != me) {
+        if tr.dst >= p {
+            return Err(RedistError::Plan(format!("transfer to rank {} of {p}", tr.dst)));
+        }
+        let blk = cur.as_ref().ok_or_else(missing)?;
+        for b in &tr.boxes {
+            if outside(b, blk) {
+                return Err(missing());
+            }
+            pack_box(blk, b, &mut per_dst[tr.dst]);
+        }
+    }
+    let mut send = Vec::new();
+    let mut counts = vec![0usize; p];
+    for (r, v) in per_dst.iter().enumerate() {
+        let before = send.len();
+        T::extend_bytes(v, &mut send);
+        counts[r] = send.len() - before;
+    }
+    drop(per_dst);
+    let send_words = (send.len() / T::BYTES) as u64;
+    let mut new = to
+        .block(me, &t.shape)
+        .map(|b| LocalTensor::<T>::zeros(t.indices.clone(), b.ranges));
+    mem.touch(send_words + words(&new));
+    let (recv, rcounts) = comm.all_to_all_v(&send, &counts)?;
+    drop(send);
+    mem.touch(((recv.len() / T::BYTES) as u64) + words(&new));
+    mem.add(words(&new));
+    // Local part: src == dst == me.
+    for tr in transfers.iter().filter(|tr| tr.src == me && tr.dst == me) {
+        let blk = cur.as_ref().ok_or_else(missing)?;
+        let dst = new
+            .as_mut()
+            .ok_or_else(|| RedistError::Plan(format!("rank {me} receives into no block")))?;
+        for b in &tr.boxes {
+            if outside(b, blk) || outside(b, dst) {
+                return Err(missing());
+            }
+            let mut tmp = Vec::with_capacity(b.len() as usize);
+            pack_box(blk, b, &mut tmp);
+            unpack_box(dst, b, &tmp, sum);
+        }
+    }
+    let mut offs = vec![0usize; p + 1];
+    for r in 0..p {
+        offs[r + 1] = offs[r] + rcounts[r];
+    }
+    let mut vals: Vec<T> = Vec::new();
+    for src in (0..p).filter(|&s| s != me) {
+        let bytes = &recv[offs[src]..offs[src + 1]];
+        vals.clear();
+        T::from_bytes(bytes, &mut vals);
+        let mut pos = 0usize;
+        for tr in transfers.iter().filter(|tr| tr.src == src && tr.dst == me) {
+            let dst = new
+                .as_mut()
+                .ok_or_else(|| RedistError::Plan(format!("rank {me} receives into no block")))?;
+            for b in &tr.boxes {
+                let n = b.len() as usize;
+                if pos + n > vals.len() || outside(b, dst) {
+                    return Err(RedistError::Plan(format!(
+                        "rank {me}: message from rank {src} does not match its transfer"
+                    )));
+                }
+                unpack_box(dst, b, &vals[pos..pos + n], sum);
+                pos += n;
+            }
+        }
+        if pos != vals.len() {
+            return Err(RedistError::Plan(format!(
+                "rank {me}: message from rank {src} has {} elements, the transfers {}",
+                vals.len(),
+                pos
+            )));
+        }
+    }
+    Ok(new)
+}

@@ -1,0 +1,347 @@
+//! Local kernels: one rank's tensor blocks and the contractions over them.
+//!
+//! A [`LocalTensor`] is a dense row-major block of a tensor with its global ranges. A pairwise
+//! step is evaluated as transpose + GEMM (batched over the indices that stay on both sides);
+//! outer and Hadamard products are done directly; a fused group is evaluated tile by tile
+//! ([`eval_group`]) so that no intermediate exceeds the tile budget.
+
+use crate::Scalar;
+use deinsum_expr::Index;
+use deinsum_path::Step;
+use ndarray::{ArrayViewD, Axis, IxDyn};
+
+/// A dense row-major block of a tensor: its indices, the global range along each, the data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocalTensor<T> {
+    /// Indices in storage order.
+    pub indices: Vec<Index>,
+    /// Global `[start, end)` per index.
+    pub ranges: Vec<(usize, usize)>,
+    /// Row-major data, length the product of the range extents.
+    pub data: Vec<T>,
+}
+
+impl<T: Scalar> LocalTensor<T> {
+    /// A zero block over `ranges`.
+    pub fn zeros(indices: Vec<Index>, ranges: Vec<(usize, usize)>) -> Self {
+        let n = ranges.iter().map(|&(s, e)| e - s).product();
+        LocalTensor {
+            indices,
+            ranges,
+            data: vec![T::default(); n],
+        }
+    }
+
+    /// Extent along each index.
+    pub fn shape(&self) -> Vec<usize> {
+        self.ranges.iter().map(|&(s, e)| e - s).collect()
+    }
+
+    fn view(&self) -> ArrayViewD<'_, T> {
+        ArrayViewD::from_shape(IxDyn(&self.shape()), &self.data).expect("block length matches")
+    }
+
+    fn pos(&self, c: Index) -> usize {
+        self.indices
+            .iter()
+            .position(|&d| d == c)
+            .expect("index of the block")
+    }
+
+    /// The block with its indices in `order` (a permutation of its own).
+    pub fn permute(&self, order: &[Index]) -> Self {
+        if order == self.indices.as_slice() {
+            return self.clone();
+        }
+        let perm: Vec<usize> = order.iter().map(|&c| self.pos(c)).collect();
+        let v = self.view().permuted_axes(IxDyn(&perm));
+        LocalTensor {
+            indices: order.to_vec(),
+            ranges: perm.iter().map(|&p| self.ranges[p]).collect(),
+            data: v.iter().copied().collect(),
+        }
+    }
+
+    /// Sums out every index not in `keep`, keeping the others in their order.
+    pub fn sum_to(&self, keep: &[Index]) -> Self {
+        if self.indices.iter().all(|c| keep.contains(c)) {
+            return self.clone();
+        }
+        let mut arr = self.view().to_owned();
+        let mut indices = self.indices.clone();
+        let mut ranges = self.ranges.clone();
+        for ax in (0..indices.len()).rev() {
+            if !keep.contains(&indices[ax]) {
+                arr = arr.sum_axis(Axis(ax));
+                indices.remove(ax);
+                ranges.remove(ax);
+            }
+        }
+        LocalTensor {
+            indices,
+            ranges,
+            data: arr.iter().copied().collect(),
+        }
+    }
+
+    /// The sub-block over global `sub` ranges (per index of `sub_indices`; other indices whole).
+    pub fn slice(&self, sub_indices: &[Index], sub: &[(usize, usize)]) -> Self {
+        let mut v = self.view();
+        let mut ranges = self.ranges.clone();
+        for (c, &(s, e)) in sub_indices.iter().zip(sub) {
+            if let Some(ax) = self.indices.iter().position(|d| d == c) {
+                let (lo, _) = self.ranges[ax];
+                v.slice_axis_inplace(Axis(ax), ndarray::Slice::from(s - lo..e - lo));
+                ranges[ax] = (s, e);
+            }
+        }
+        LocalTensor {
+            indices: self.indices.clone(),
+            ranges,
+            data: v.iter().copied().collect(),
+        }
+    }
+
+    /// Adds `other` (same indices and ranges) into this block.
+    pub fn add_assign(&mut self, other: &Self) {
+        for (x, &y) in self.data.iter_mut().zip(&other.data) {
+            *x += y;
+        }
+    }
+}
+
+/// Multiply-adds of evaluating `step` over a box with extents `ext` (by index).
+pub fn step_madds(step: &Step, ext: &dyn Fn(Index) -> usize) -> f64 {
+    step.indices().iter().map(|&c| ext(c) as f64).product()
+}
+
+/// Evaluates one tree step locally: a unary step (sum and transpose) or a pairwise
+/// contraction into indices `out`.
+pub fn eval_step<T: Scalar>(operands: &[&LocalTensor<T>], out: &[Index]) -> LocalTensor<T> {
+    match operands {
+        [a] => a.sum_to(out).permute(out),
+        [a, b] => contract(a, b, out),
+        _ => {
+            // A tree step has one or two operands; fold longer lists pairwise for robustness.
+            let mut acc = (*operands[0]).clone();
+            for (i, b) in operands.iter().enumerate().skip(1) {
+                let keep: Vec<Index> = acc
+                    .indices
+                    .iter()
+                    .chain(b.indices.iter())
+                    .copied()
+                    .filter(|c| {
+                        out.contains(c) || operands[i + 1..].iter().any(|o| o.indices.contains(c))
+                    })
+                    .fold(Vec::new(), |mut v, c| {
+                        if !v.contains(&c) {
+                            v.push(c)
+                        }
+                        v
+                    });
+                acc = contract(&acc, b, &keep);
+            }
+            acc.permute(out)
+        }
+    }
+}
+
+/// Pairwise contraction `a, b -> out` as transpose + (batched) GEMM; Hadamard and outer
+/// products without GEMM.
+pub fn contract<T: Scalar>(a: &LocalTensor<T>, b: &LocalTensor<T>, out: &[Index]) -> LocalTensor<T> {
+    // Indices only one side has and the output lacks are summed before the product.
+    let a_keep: Vec<Index> = a
+        .indices
+        .iter()
+        .copied()
+        .filter(|c| out.contains(c) || b.indices.contains(c))
+        .collect();
+    let b_keep: Vec<Index> = b
+        .indices
+        .iter()
+        .copied()
+        .filter(|c| out.contains(c) || a.indices.contains(c))
+        .collect();
+    let a = a.sum_to(&a_keep);
+    let b = b.sum_to(&b_keep);
+    let batch: Vec<Index> = out
+        .iter()
+        .copied()
+        .filter(|c| a.indices.contains(c) && b.indices.contains(c))
+        .collect();
+    let left: Vec<Index> = out
+        .iter()
+        .copied()
+        .filter(|c| a.indices.contains(c) && !b.indices.contains(c))
+        .collect();
+    let right: Vec<Index> = out
+        .iter()
+        .copied()
+        .filter(|c| b.indices.contains(c) && !a.indices.contains(c))
+        .collect();
+    let summed: Vec<Index> = a
+        .indices
+        .iter()
+        .copied()
+        .filter(|c| !out.contains(c))
+        .collect();
+    let range_of = |c: Index| -> (usize, usize) {
+        if let Some(p) = a.indices.iter().position(|&d| d == c) {
+            a.ranges[p]
+        } else {
+            b.ranges[b.pos(c)]
+        }
+    };
+    let len = |v: &[Index]| -> usize { v.iter().map(|&c| range_of(c)).map(|(s, e)| e - s).product() };
+    let (nb, m, n, k) = (len(&batch), len(&left), len(&right), len(&summed));
+    let a_order: Vec<Index> = batch.iter().chain(&left).chain(&summed).copied().collect();
+    let b_order: Vec<Index> = batch.iter().chain(&summed).chain(&right).copied().collect();
+    let ap = a.permute(&a_order);
+    let bp = b.permute(&b_order);
+    let mut c = vec![T::default(); nb * m * n];
+    if summed.is_empty() {
+        // Outer product per batch (Hadamard when left and right are empty too).
+        for t in 0..nb {
+            let ab = &ap.data[t * m..(t + 1) * m];
+            let bb = &bp.data[t * n..(t + 1) * n];
+            let cb = &mut c[t * m * n..(t + 1) * m * n];
+            for (i, &x) in ab.iter().enumerate() {
+                for (y, z) in bb.iter().zip(&mut cb[i * n..(i + 1) * n]) {
+                    *z = x * *y;
+                }
+            }
+        }
+    } else if m * n * k > 0 {
+        for t in 0..nb {
+            T::gemm(
+                m,
+                n,
+                k,
+                &ap.data[t * m * k..(t + 1) * m * k],
+                &bp.data[t * k * n..(t + 1) * k * n],
+                &mut c[t * m * n..(t + 1) * m * n],
+                false,
+            );
+        }
+    }
+    let c_order: Vec<Index> = batch.iter().chain(&left).chain(&right).copied().collect();
+    let ct = LocalTensor {
+        ranges: c_order.iter().map(|&x| range_of(x)).collect(),
+        indices: c_order,
+        data: c,
+    };
+    ct.permute(out)
+}
+
+/// The steps of a fused group, as the local evaluator sees them.
+pub struct GroupSteps<'a> {
+    /// Tree steps in execution order.
+    pub steps: Vec<&'a Step>,
+    /// Node id each step produces.
+    pub nodes: Vec<usize>,
+}
+
+/// What evaluating a group over a box did: multiply-adds and the largest intermediate (words).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GroupStats {
+    /// Multiply-adds done.
+    pub madds: f64,
+    /// The largest intermediate held at once (words).
+    pub max_intermediate: u64,
+}
+
+/// Evaluates a fused group over the box `box_ranges` (per index of `box_indices`), from its
+/// external input blocks `inputs` (node id, block covering the box's projection). Returns the
+/// result (indices of the last step's output). Intermediates larger than `tile_words` are
+/// avoided by tiling an index that the group's output lacks and summing the tiles' results.
+pub fn eval_group<T: Scalar>(
+    group: &GroupSteps<'_>,
+    box_indices: &[Index],
+    box_ranges: &[(usize, usize)],
+    inputs: &[(usize, &LocalTensor<T>)],
+    tile_words: u64,
+    stats: &mut GroupStats,
+) -> LocalTensor<T> {
+    let last = group.steps.last().expect("a group has a step");
+    let out_indices = &last.output;
+    let ext = |c: Index, r: &[(usize, usize)]| -> u64 {
+        box_indices
+            .iter()
+            .position(|&d| d == c)
+            .map(|p| (r[p].1 - r[p].0) as u64)
+            .unwrap_or(1)
+    };
+    // The largest intermediate (any step output but the last) over this box.
+    let inter = |r: &[(usize, usize)]| -> (u64, Option<usize>) {
+        let mut best = (0u64, None);
+        for (s, st) in group.steps.iter().enumerate().take(group.steps.len() - 1) {
+            let sz: u64 = st.output.iter().map(|&c| ext(c, r)).product();
+            if sz > best.0 {
+                best = (sz, Some(s));
+            }
+        }
+        best
+    };
+    let (size, which) = inter(box_ranges);
+    if size > tile_words {
+        if let Some(s) = which {
+            // Tile the longest index of that intermediate that the group's output lacks.
+            let cand = group.steps[s]
+                .output
+                .iter()
+                .copied()
+                .filter(|c| !out_indices.contains(c) && ext(*c, box_ranges) > 1)
+                .max_by_key(|&c| ext(c, box_ranges));
+            if let Some(c) = cand {
+                let p = box_indices.iter().position(|&d| d == c).expect("box index");
+                let (lo, hi) = box_ranges[p];
+                let n = (hi - lo) as u64;
+                let t = ((n * tile_words) / size).max(1) as usize;
+                let mut acc: Option<LocalTensor<T>> = None;
+                let mut start = lo;
+                while start < hi {
+                    let end = (start + t).min(hi);
+                    let mut sub = box_ranges.to_vec();
+                    sub[p] = (start, end);
+                    let sliced: Vec<(usize, LocalTensor<T>)> = inputs
+                        .iter()
+                        .map(|(id, blk)| (*id, blk.slice(&[c], &[(start, end)])))
+                        .collect();
+                    let refs: Vec<(usize, &LocalTensor<T>)> =
+                        sliced.iter().map(|(id, b)| (*id, b)).collect();
+                    let part = eval_group(group, box_indices, &sub, &refs, tile_words, stats);
+                    match &mut acc {
+                        None => acc = Some(part),
+                        Some(a) => a.add_assign(&part),
+                    }
+                    start = end;
+                }
+                return acc.expect("a non-empty tiled range");
+            }
+        }
+    }
+    stats.max_intermediate = stats.max_intermediate.max(size);
+    let mut nodes: Vec<(usize, LocalTensor<T>)> = Vec::new();
+    for (st, &node) in group.steps.iter().zip(&group.nodes) {
+        let ops: Vec<&LocalTensor<T>> = st
+            .operands
+            .iter()
+            .map(|id| {
+                nodes
+                    .iter()
+                    .find(|(n, _)| n == id)
+                    .map(|(_, t)| t)
+                    .or_else(|| inputs.iter().find(|(n, _)| n == id).map(|(_, t)| *t))
+                    .expect("operand of the group")
+            })
+            .collect();
+        stats.madds += st
+            .indices()
+            .iter()
+            .map(|&c| ext(c, box_ranges) as f64)
+            .product::<f64>();
+        let r = eval_step(&ops, &st.output);
+        nodes.push((node, r));
+    }
+    nodes.pop().expect("a group has a step").1
+}

@@ -1,0 +1,114 @@
+//! Serial reference evaluators for checks and tests.
+
+use crate::data::seeded_value;
+use crate::kernels::{eval_step, LocalTensor};
+use crate::Scalar;
+use deinsum_expr::{Dim, Einsum, Index};
+use deinsum_path::ContractionTree;
+use deinsum_plan::Block;
+
+/// Number of points of the einsum's full iteration space (f64: it may not fit an integer).
+pub fn iteration_space(einsum: &Einsum) -> f64 {
+    einsum.extents.values().map(|&n| n as f64).product()
+}
+
+/// The einsum evaluated naively over its full iteration space, in f64, output row-major over
+/// `einsum.output`. `value(k, x)` is element `x` (storage order) of operand `k`.
+pub fn naive(einsum: &Einsum, value: &dyn Fn(usize, u64) -> f64) -> Vec<f64> {
+    let all: Vec<Index> = einsum.all_indices();
+    let ext: Vec<usize> = all.iter().map(|&c| einsum.extent(c)).collect();
+    let pos = |c: Index| all.iter().position(|&d| d == c).expect("index of the einsum");
+    // Per operand, per storage dim: (position in `all` or None for broadcast, stride).
+    let ops: Vec<Vec<(Option<usize>, u64)>> = einsum
+        .inputs
+        .iter()
+        .map(|op| {
+            let shape = op.shape(&einsum.extents);
+            let mut st = vec![0u64; shape.len()];
+            let mut s = 1u64;
+            for d in (0..shape.len()).rev() {
+                st[d] = s;
+                s *= shape[d] as u64;
+            }
+            op.dims
+                .iter()
+                .zip(st)
+                .map(|(d, s)| match d {
+                    Dim::Index(c) => (Some(pos(*c)), s),
+                    Dim::Broadcast => (None, s),
+                })
+                .collect()
+        })
+        .collect();
+    let out_pos: Vec<usize> = einsum.output.iter().map(|&c| pos(c)).collect();
+    let out_len: usize = out_pos.iter().map(|&p| ext[p]).product();
+    let mut out = vec![0.0f64; out_len];
+    if ext.iter().any(|&n| n == 0) {
+        return out;
+    }
+    let mut idx = vec![0usize; all.len()];
+    loop {
+        let mut prod = 1.0;
+        for (k, dims) in ops.iter().enumerate() {
+            let x: u64 = dims
+                .iter()
+                .map(|&(p, s)| p.map_or(0, |p| idx[p] as u64 * s))
+                .sum();
+            prod *= value(k, x);
+        }
+        let o = out_pos.iter().fold(0usize, |a, &p| a * ext[p] + idx[p]);
+        out[o] += prod;
+        let mut d = all.len();
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < ext[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// The naive reference for the seeded generator's inputs.
+pub fn naive_seeded(einsum: &Einsum, seed: u64) -> Vec<f64> {
+    naive(einsum, &|k, x| seeded_value(seed, k, x))
+}
+
+/// The einsum evaluated serially along `tree` (whole tensors, f64), for sizes where the naive
+/// loop is too slow. Output row-major over `einsum.output`.
+pub fn tree_seeded(einsum: &Einsum, tree: &ContractionTree, seed: u64) -> Vec<f64> {
+    let mut nodes: Vec<LocalTensor<f64>> = (0..einsum.inputs.len())
+        .map(|k| {
+            let idx = einsum.inputs[k].indices.clone();
+            let shape: Vec<usize> = idx.iter().map(|&c| einsum.extent(c)).collect();
+            let b = Block::full(&shape);
+            LocalTensor {
+                indices: idx,
+                data: crate::data::seeded_block::<f64>(einsum, k, seed, &b),
+                ranges: b.ranges,
+            }
+        })
+        .collect();
+    for st in &tree.steps {
+        let ops: Vec<&LocalTensor<f64>> = st.operands.iter().map(|&i| &nodes[i]).collect();
+        let r = eval_step(&ops, &st.output);
+        nodes.push(r);
+    }
+    let last = nodes.pop().expect("a tree has a step");
+    last.permute(&einsum.output).data
+}
+
+/// Largest absolute and relative (to the reference's largest magnitude) difference.
+pub fn max_error<T: Scalar>(got: &[T], want: &[f64]) -> (f64, f64) {
+    let scale = want.iter().fold(0.0f64, |a, &x| a.max(x.abs()));
+    let abs = got
+        .iter()
+        .zip(want)
+        .fold(0.0f64, |a, (&g, &w)| a.max((g.to_f64() - w).abs()));
+    let rel = if scale > 0.0 { abs / scale } else { abs };
+    (abs, if got.len() == want.len() { rel } else { f64::INFINITY })
+}

@@ -1,0 +1,101 @@
+//! The element types the executor computes in.
+
+use std::fmt::Debug;
+use std::ops::{Add, AddAssign, Mul};
+
+/// A floating-point element type of distributed tensors: f64 or f32.
+pub trait Scalar:
+    Copy
+    + Default
+    + Debug
+    + Send
+    + Sync
+    + PartialEq
+    + PartialOrd
+    + Add<Output = Self>
+    + AddAssign
+    + Mul<Output = Self>
+    + ndarray::LinalgScalar
+    + 'static
+{
+    /// The `.npy` dtype descriptor (little-endian), `<f8` or `<f4`.
+    const NPY_DTYPE: &'static str;
+    /// A short name, `f64` or `f32`.
+    const NAME: &'static str;
+    /// Size in bytes.
+    const BYTES: usize;
+    /// Converts from f64 (rounding for f32).
+    fn from_f64(x: f64) -> Self;
+    /// Converts to f64.
+    fn to_f64(self) -> f64;
+    /// Appends the little-endian bytes of `xs` to `out`.
+    fn extend_bytes(xs: &[Self], out: &mut Vec<u8>);
+    /// Reads little-endian values from `bytes` (length a multiple of [`Scalar::BYTES`]).
+    fn from_bytes(bytes: &[u8], out: &mut Vec<Self>);
+    /// Row-major GEMM `c (m x n) = a (m x k) * b (k x n)` (plus `c` when `accumulate`), one
+    /// thread, through faer.
+    fn gemm(m: usize, n: usize, k: usize, a: &[Self], b: &[Self], c: &mut [Self], accumulate: bool);
+    /// Element-wise sum over all ranks of `comm`, in place (dispatches to the typed collective).
+    fn all_reduce_sum<C: crate::Communicator>(
+        comm: &C,
+        buf: &mut [Self],
+    ) -> Result<(), crate::CommError>;
+}
+
+macro_rules! impl_scalar {
+    ($t:ty, $dtype:expr, $name:expr, $reduce:expr) => {
+        impl Scalar for $t {
+            const NPY_DTYPE: &'static str = $dtype;
+            const NAME: &'static str = $name;
+            const BYTES: usize = std::mem::size_of::<$t>();
+            fn from_f64(x: f64) -> Self {
+                x as $t
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn extend_bytes(xs: &[Self], out: &mut Vec<u8>) {
+                out.reserve(xs.len() * Self::BYTES);
+                for x in xs {
+                    out.extend_from_slice(&x.to_le_bytes());
+                }
+            }
+            fn from_bytes(bytes: &[u8], out: &mut Vec<Self>) {
+                out.reserve(bytes.len() / Self::BYTES);
+                for c in bytes.chunks_exact(Self::BYTES) {
+                    let mut a = [0u8; std::mem::size_of::<$t>()];
+                    a.copy_from_slice(c);
+                    out.push(<$t>::from_le_bytes(a));
+                }
+            }
+            fn gemm(
+                m: usize,
+                n: usize,
+                k: usize,
+                a: &[Self],
+                b: &[Self],
+                c: &mut [Self],
+                accumulate: bool,
+            ) {
+                let a = faer::MatRef::from_row_major_slice(&a[..m * k], m, k);
+                let b = faer::MatRef::from_row_major_slice(&b[..k * n], k, n);
+                let c = faer::MatMut::from_row_major_slice_mut(&mut c[..m * n], m, n);
+                let acc = if accumulate {
+                    faer::Accum::Add
+                } else {
+                    faer::Accum::Replace
+                };
+                faer::linalg::matmul::matmul(c, acc, a, b, 1.0, faer::Par::Seq);
+            }
+            fn all_reduce_sum<C: crate::Communicator>(
+                comm: &C,
+                buf: &mut [Self],
+            ) -> Result<(), crate::CommError> {
+                $reduce(comm, buf)
+            }
+        }
+    };
+}
+
+impl_scalar!(f64, "<f8", "f64", |c: &C, b: &mut [f64]| c.all_reduce_sum_f64(b));
+impl_scalar!(f32, "<f4", "f32", |c: &C, b: &mut [f32]| c.all_reduce_sum_f32(b));
