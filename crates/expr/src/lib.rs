@@ -8,7 +8,12 @@
 use std::collections::BTreeMap;
 
 mod error;
+mod flags;
+mod resolve;
+mod syntax;
 pub use error::ExprError;
+pub use flags::{parse_extent, parse_shapes, parse_sizes};
+pub use resolve::checked_product;
 
 /// An index label: any Unicode alphabetic character.
 pub type Index = char;
@@ -121,7 +126,64 @@ pub struct ExtentSpec {
 }
 
 /// Parses and validates `expr` with the extents of `spec` into an [`Einsum`].
+///
+/// The language is NumPy's (see grammar/einsum.pest): one Unicode letter per index, `,`
+/// between operands, an optional `->` and output, `...` for broadcast dimensions. Without
+/// `->` the output is implicit: the `...` dimensions, then the indices that occur exactly once,
+/// sorted. Extents come from `spec`: shapes (which alone size `...`), then named sizes (which
+/// must agree with the shapes), then the default for the indices left.
 pub fn parse(expr: &str, spec: &ExtentSpec) -> Result<Einsum, ExprError> {
-    let _ = (expr, spec);
-    Err(ExprError::Invalid("the einsum parser is not implemented yet".into()))
+    let ast = syntax::parse(expr)?;
+    resolve::resolve(expr, &ast, spec)
+}
+
+impl Einsum {
+    /// The canonical subscripts of input `k`: its storage dims, with the run of `...` dims
+    /// (ellipsis labels and broadcast dims) written as `...`.
+    pub fn input_subscripts(&self, k: usize) -> String {
+        let dims = self.inputs[k].dims.iter().map(|d| match d {
+            Dim::Index(c) => Some(*c),
+            Dim::Broadcast => None,
+        });
+        self.subscripts(dims)
+    }
+
+    /// The canonical subscripts of the output, with the `...` dims written as `...`.
+    pub fn output_subscripts(&self) -> String {
+        self.subscripts(self.output.iter().map(|c| Some(*c)))
+    }
+
+    fn subscripts(&self, dims: impl Iterator<Item = Option<Index>>) -> String {
+        let mut s = String::new();
+        let mut in_ellipsis = false;
+        for d in dims {
+            let ell = match d {
+                Some(c) => self.ellipsis.contains(&c),
+                None => true,
+            };
+            match (ell, d) {
+                (true, _) if in_ellipsis => {}
+                (true, _) => s.push_str("..."),
+                (false, Some(c)) => s.push(c),
+                (false, None) => unreachable!("a broadcast dim is an ellipsis dim"),
+            }
+            in_ellipsis = ell;
+        }
+        s
+    }
+}
+
+/// The canonical form: explicit output, no whitespace, `...` where the ellipsis dims are.
+/// Parsing it again with the same extents gives the same inputs, output, extents and ellipsis
+/// labels (the output is then explicit).
+impl std::fmt::Display for Einsum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for k in 0..self.inputs.len() {
+            if k > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(&self.input_subscripts(k))?;
+        }
+        write!(f, "->{}", self.output_subscripts())
+    }
 }

@@ -42,16 +42,34 @@ pub enum Format {
     Json,
 }
 
+/// The extent every index gets when none of --sizes, --size, --shapes is given (the
+/// Deinsum paper's example size), so that `deinsum plan "ijk,ja,ka,al->il" --procs 8` works.
+pub const DEFAULT_SIZE: usize = 10;
+
 /// The extent flags every subcommand takes.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ExtentArgs {
     /// Extents by index, such as `i=64,j=32`.
     #[arg(long, value_name = "I=N,...")]
     pub sizes: Option<String>,
-    /// Extent of every index not named by --sizes.
+    /// Extent of every index not named by --sizes [default: 10 when no extent flag is given].
     #[arg(long, value_name = "N")]
     pub size: Option<String>,
     /// Per-operand shapes, such as `64x32,32x16` (the only way to give `...` dimensions).
     #[arg(long, value_name = "AxB,...")]
     pub shapes: Option<String>,
+}
+
+/// Parses `expr` with the extent flags of `a`. With no extent flag at all every index gets
+/// [`DEFAULT_SIZE`]. Errors are [`deinsum_expr::ExprError`]s, which [`report`] maps to exit 2.
+pub fn einsum_from_args(expr: &str, a: &ExtentArgs) -> anyhow::Result<deinsum_expr::Einsum> {
+    let mut spec = deinsum_expr::ExtentSpec::from_flags(
+        a.sizes.as_deref(),
+        a.size.as_deref(),
+        a.shapes.as_deref(),
+    )?;
+    if a.sizes.is_none() && a.size.is_none() && a.shapes.is_none() {
+        spec.default = Some(DEFAULT_SIZE);
+    }
+    Ok(deinsum_expr::parse(expr, &spec)?)
 }
