@@ -47,18 +47,73 @@ pub struct Tensor {
     pub kind: TensorKind,
 }
 
-/// Words sent and received per rank by one step (dense, one entry per rank `0..procs`).
+/// Words sent and received per rank by one step, sparse: `(rank, words)` pairs in ascending rank
+/// order, listing only ranks with a nonzero count (so plans for 2^20 ranks stay small).
 /// Self-transfers (a rank to itself) are local copies and not counted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Volume {
-    /// Words sent by each rank.
-    pub sent: Vec<u64>,
-    /// Words received by each rank.
-    pub received: Vec<u64>,
+    /// Words sent, per rank that sends anything.
+    pub sent: Vec<(usize, u64)>,
+    /// Words received, per rank that receives anything.
+    pub received: Vec<(usize, u64)>,
     /// Max over ranks of words received (the figure held against the SOAP per-rank bound).
     pub max_per_rank: u64,
     /// Sum over ranks of words received (= words sent).
     pub total: u64,
+}
+
+impl Volume {
+    /// Counts the words of `transfers` (self-transfers excluded).
+    pub fn of_transfers(transfers: &[Transfer]) -> Volume {
+        let mut sent = std::collections::BTreeMap::<usize, u64>::new();
+        let mut received = std::collections::BTreeMap::<usize, u64>::new();
+        for t in transfers.iter().filter(|t| t.src != t.dst) {
+            let w: u64 = t.boxes.iter().map(Block::len).sum();
+            if w > 0 {
+                *sent.entry(t.src).or_default() += w;
+                *received.entry(t.dst).or_default() += w;
+            }
+        }
+        Volume::from_maps(sent, received)
+    }
+
+    /// Builds a volume from per-rank counts (zero entries dropped).
+    pub fn from_maps(
+        sent: std::collections::BTreeMap<usize, u64>,
+        received: std::collections::BTreeMap<usize, u64>,
+    ) -> Volume {
+        let sent: Vec<(usize, u64)> = sent.into_iter().filter(|&(_, w)| w > 0).collect();
+        let received: Vec<(usize, u64)> = received.into_iter().filter(|&(_, w)| w > 0).collect();
+        Volume {
+            max_per_rank: received.iter().map(|&(_, w)| w).max().unwrap_or(0),
+            total: received.iter().map(|&(_, w)| w).sum(),
+            sent,
+            received,
+        }
+    }
+
+    /// Words sent by `rank`.
+    pub fn sent_by(&self, rank: usize) -> u64 {
+        lookup(&self.sent, rank)
+    }
+
+    /// Words received by `rank`.
+    pub fn received_by(&self, rank: usize) -> u64 {
+        lookup(&self.received, rank)
+    }
+
+    /// Max over ranks of words sent.
+    pub fn max_sent(&self) -> u64 {
+        self.sent.iter().map(|&(_, w)| w).max().unwrap_or(0)
+    }
+}
+
+/// The count of `rank` in a sparse ascending `(rank, count)` list (0 when absent).
+pub fn lookup(sparse: &[(usize, u64)], rank: usize) -> u64 {
+    sparse
+        .binary_search_by_key(&rank, |&(r, _)| r)
+        .map(|i| sparse[i].1)
+        .unwrap_or(0)
 }
 
 /// A message of a redistribution: boxes of the tensor that `src` sends to `dst`.
@@ -87,6 +142,15 @@ pub struct GroupPlan {
     pub output: (TensorId, Distribution),
     /// Multiply-adds of the group's steps on the busiest rank.
     pub max_flops_per_rank: f64,
+    /// SOAP parallel bound of the group for P ranks: memory-independent, per rank.
+    pub bound_memory_independent: f64,
+    /// SOAP parallel bound of the group for P ranks and budget S: memory-dependent, per rank.
+    pub bound_memory_dependent: f64,
+    /// Words received by the busiest rank in the redistributions feeding this group plus the
+    /// reduction of its output (what the grid choice optimized).
+    pub predicted_max_per_rank: u64,
+    /// Grids considered for this group (admissible by load balance and memory).
+    pub candidates_considered: usize,
 }
 
 /// One step of the plan, executed in order by every rank.
@@ -137,13 +201,74 @@ pub struct Prediction {
     pub max_per_rank: u64,
     /// Words received over all ranks and steps.
     pub total: u64,
-    /// Peak memory of each rank, in words (blocks alive at once, including receive buffers).
-    pub peak_memory: Vec<u64>,
+    /// Max over ranks of words sent (summed per rank over the steps).
+    pub max_sent_per_rank: u64,
+    /// Words received per rank over all steps, sparse `(rank, words)` ascending.
+    pub received: Vec<(usize, u64)>,
+    /// Words sent per rank over all steps, sparse `(rank, words)` ascending.
+    pub sent: Vec<(usize, u64)>,
+    /// Peak memory of each rank, in words (blocks alive at once, including receive buffers and
+    /// the group-local intermediates of a Compute), sparse `(rank, words)` ascending; ranks
+    /// that never hold data are absent.
+    pub peak_memory: Vec<(usize, u64)>,
+    /// Max over ranks of `peak_memory`.
+    pub max_peak_memory: u64,
     /// The SOAP per-rank lower bound on words received (the binding one of memory-independent
     /// and memory-dependent, summed over groups).
     pub bound_per_rank: f64,
     /// `max_per_rank / bound_per_rank`.
     pub ratio: f64,
+}
+
+/// Options of [`build`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanOptions {
+    /// Number of ranks P (>= 1).
+    pub procs: usize,
+    /// Per-rank memory budget S in words (`None`: unlimited).
+    pub mem: Option<u64>,
+    /// When true, every input is loaded directly in the distribution its consuming group
+    /// needs (the caller's data already sits there) and moving it costs nothing; when false
+    /// (default) inputs start in the canonical distribution ([`canonical_distribution`]).
+    pub inputs_in_place: bool,
+    /// Load balance slack: a grid is admissible when its busiest rank's iteration box is at
+    /// most `1 + balance_tolerance` times the smallest achievable one (default 0.25).
+    pub balance_tolerance: f64,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            procs: 1,
+            mem: None,
+            inputs_in_place: false,
+            balance_tolerance: 0.25,
+        }
+    }
+}
+
+/// Why a plan cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// P = 0.
+    #[error("the number of ranks must be at least 1 (got --procs 0)")]
+    ZeroProcs,
+    /// The budget S is too small for every candidate plan.
+    #[error("memory budget of {budget} words per rank is too small: the best plan needs {needed} words per rank{detail}")]
+    MemoryTooSmall {
+        /// The budget given.
+        budget: u64,
+        /// The smallest peak per-rank memory of any plan considered.
+        needed: u64,
+        /// What needs it (such as ` (group 0 ijk,ja,ka->ia)`).
+        detail: String,
+    },
+    /// The tree or fusion handed in is inconsistent (an upstream bug, not user input).
+    #[error("inconsistent plan input: {0}")]
+    Inconsistent(String),
+    /// A size overflowed.
+    #[error("size overflow: {0}")]
+    Overflow(String),
 }
 
 /// A complete distributed execution plan.
@@ -175,6 +300,10 @@ pub struct Plan {
     pub prediction: Prediction,
     /// Ranks that do no work and why (empty when all are used).
     pub idle: Option<String>,
+    /// Number of ranks that compute in at least one group.
+    pub ranks_used: usize,
+    /// Whether inputs were planned as already sitting in their first group's distribution.
+    pub inputs_in_place: bool,
 }
 
 impl Plan {
@@ -183,3 +312,10 @@ impl Plan {
         self.tensors.iter().find(|t| t.id == id)
     }
 }
+
+mod builder;
+mod grids;
+mod redistribute;
+pub use builder::{build_from, canonical_distribution, reduced_distribution};
+pub use grids::{axis_candidates, enumerate as enumerate_grids, tight};
+pub use redistribute::{block_len, redistribute};

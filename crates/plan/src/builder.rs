@@ -1,0 +1,751 @@
+//! The planner: a grid per fused group, the moves between groups, and the predictions.
+
+use crate::grids;
+use crate::redistribute::{block_len, coord, redistribute};
+use crate::{
+    Distribution, Grid, GridDim, GroupPlan, Plan, PlanError, PlanOptions, PlanStep, Prediction,
+    Tensor, TensorId, TensorKind, Transfer, Volume, PLAN_VERSION,
+};
+use deinsum_expr::{Einsum, Index};
+use deinsum_path::ContractionTree;
+use deinsum_soap::{FusedGroup, Fusion};
+use std::collections::BTreeMap;
+
+/// How many of the best-modelled grids of a group are scheduled exactly before choosing.
+const EXACT_CANDIDATES: usize = 8;
+/// Exact evaluation is skipped for grids larger than this (the model ranks them alone).
+const EXACT_MAX_GRID: usize = 1 << 14;
+
+/// The canonical distribution of an input tensor of `shape` on `procs` ranks: a block
+/// distribution in C order. The first index is split over `p_0 = min(P, n_0)` ranks (rounded
+/// down to the number of nonempty ceil-blocks); when ranks remain, the second index is split
+/// over `min(P / p_0, n_1)` (same rounding), and so on. Grid dims are named by the tensor's
+/// indices, in tensor order. With `n_0 >= P` this is the usual 1-D row-block distribution.
+/// A tensor without indices lives on rank 0.
+pub fn canonical_distribution(indices: &[Index], shape: &[usize], procs: usize) -> Distribution {
+    if indices.is_empty() {
+        return Distribution::on_root(0);
+    }
+    let mut rem = procs.max(1);
+    let mut dims = Vec::with_capacity(indices.len());
+    for (&c, &n) in indices.iter().zip(shape) {
+        let mut p = rem.min(n.max(1));
+        if n > 0 {
+            p = n.div_ceil(n.div_ceil(p));
+        }
+        dims.push(GridDim { index: c, size: p });
+        rem /= p;
+    }
+    Distribution {
+        grid: Grid { dims },
+        split: (0..indices.len()).map(|k| vec![k]).collect(),
+        partial: Vec::new(),
+    }
+}
+
+/// `dist` with its partial sums reduced and scattered: each partial grid dim (of size > 1)
+/// nests into the split of the tensor index with the largest block so far. A tensor without
+/// indices is reduced onto rank 0.
+pub fn reduced_distribution(dist: &Distribution, shape: &[usize]) -> Distribution {
+    if !dist.is_partial() {
+        return dist.clone();
+    }
+    if shape.is_empty() {
+        return Distribution::on_root(0);
+    }
+    let mut split = dist.split.clone();
+    let mut blk: Vec<usize> = shape
+        .iter()
+        .zip(&split)
+        .map(|(&n, dims)| {
+            dims.iter()
+                .fold(n, |b, &g| b.div_ceil(dist.grid.dims[g].size.max(1)))
+        })
+        .collect();
+    for &g in &dist.partial {
+        let p = dist.grid.dims[g].size;
+        if p <= 1 {
+            continue;
+        }
+        let v = (0..blk.len()).max_by_key(|&v| (blk[v], usize::MAX - v)).unwrap_or(0);
+        split[v].push(g);
+        blk[v] = blk[v].div_ceil(p);
+    }
+    Distribution {
+        grid: dist.grid.clone(),
+        split,
+        partial: Vec::new(),
+    }
+}
+
+/// A planned Redistribute step.
+#[derive(Clone, Debug)]
+struct Move {
+    from: Distribution,
+    to: Distribution,
+    sum: bool,
+    transfers: Vec<Transfer>,
+    volume: Volume,
+}
+
+/// Adds `v`'s received words into `acc`.
+fn add_received(acc: &mut BTreeMap<usize, u64>, v: &Volume) {
+    for &(r, w) in &v.received {
+        *acc.entry(r).or_default() += w;
+    }
+}
+
+fn max_of(acc: &BTreeMap<usize, u64>) -> u64 {
+    acc.values().copied().max().unwrap_or(0)
+}
+
+/// The moves that bring a tensor of `shape` from `from` to `to`: nothing when equal; one
+/// Redistribute when `from` is complete; for partial sums, either one summing Redistribute
+/// straight into `to` or a reduce-scatter followed by a gather, whichever moves fewer words
+/// (busiest rank first, then total).
+fn plan_move(shape: &[usize], from: &Distribution, to: &Distribution, procs: usize) -> Vec<Move> {
+    if from == to {
+        return Vec::new();
+    }
+    let mk = |f: &Distribution, t: &Distribution, sum: bool| {
+        let (transfers, volume) = redistribute(shape, f, t, sum, procs);
+        Move {
+            from: f.clone(),
+            to: t.clone(),
+            sum,
+            transfers,
+            volume,
+        }
+    };
+    if !from.is_partial() {
+        return vec![mk(from, to, false)];
+    }
+    let direct = mk(from, to, true);
+    let rs = reduced_distribution(from, shape);
+    if &rs == to {
+        return vec![direct];
+    }
+    let a = mk(from, &rs, true);
+    let b = mk(&rs, to, false);
+    let mut acc = BTreeMap::new();
+    add_received(&mut acc, &a.volume);
+    add_received(&mut acc, &b.volume);
+    let two = (max_of(&acc), a.volume.total + b.volume.total);
+    let one = (direct.volume.max_per_rank, direct.volume.total);
+    if two < one {
+        vec![a, b]
+    } else {
+        vec![direct]
+    }
+}
+
+/// Where a tensor stands while planning.
+#[derive(Clone, Debug)]
+enum State {
+    /// An input not loaded yet.
+    Unloaded,
+    /// Held in this distribution.
+    At(Distribution),
+}
+
+/// A candidate grid of one group with its model figures.
+#[derive(Clone, Debug)]
+struct Candidate {
+    sizes: Vec<usize>,
+    model_comm: f64,
+    memory: u64,
+    work: u128,
+    tile_dist: f64,
+}
+
+/// The distribution a tensor is in before a group moves it to `target`.
+fn current(
+    state: &BTreeMap<TensorId, State>,
+    tensors: &[Tensor],
+    opts: &PlanOptions,
+    node: TensorId,
+    target: &Distribution,
+) -> Distribution {
+    match state.get(&node) {
+        Some(State::At(d)) => d.clone(),
+        _ if opts.inputs_in_place => target.clone(),
+        _ => {
+            let t = &tensors[node];
+            canonical_distribution(&t.indices, &t.shape, opts.procs)
+        }
+    }
+}
+
+/// Extents of `idx` in `ext`.
+fn shape_of(idx: &[Index], ext: &BTreeMap<Index, usize>) -> Vec<usize> {
+    idx.iter().map(|c| ext.get(c).copied().unwrap_or(1)).collect()
+}
+
+/// Builds the plan from an already chosen tree and fusion (what [`crate::build`] does after
+/// running the path optimizer and the SOAP analysis). `bound` returns the SOAP parallel bound
+/// (memory-independent, memory-dependent) of a group for P ranks.
+pub fn build_from(
+    einsum: &Einsum,
+    tree: &ContractionTree,
+    path: Vec<Vec<usize>>,
+    fusion: &Fusion,
+    opts: &PlanOptions,
+    bound: &dyn Fn(&FusedGroup) -> (f64, f64),
+) -> Result<Plan, PlanError> {
+    let procs = opts.procs;
+    if procs == 0 {
+        return Err(PlanError::ZeroProcs);
+    }
+    let ext = &einsum.extents;
+    let n_in = einsum.num_inputs();
+    if tree.num_inputs != n_in || tree.steps.is_empty() {
+        return Err(PlanError::Inconsistent(format!(
+            "tree has {} inputs and {} steps for an einsum of {} inputs",
+            tree.num_inputs,
+            tree.steps.len(),
+            n_in
+        )));
+    }
+    // Every size the plan multiplies must fit in u64.
+    for k in 0..n_in {
+        let s = shape_of(einsum.input_indices(k), ext);
+        s.iter()
+            .try_fold(1u64, |a, &n| a.checked_mul(n as u64))
+            .ok_or_else(|| PlanError::Overflow(format!("operand {k} has too many elements")))?;
+    }
+    let root = tree.root();
+    let mut tensors: Vec<Tensor> = (0..n_in)
+        .map(|k| Tensor {
+            id: k,
+            name: format!("T{k}"),
+            indices: einsum.input_indices(k).to_vec(),
+            shape: shape_of(einsum.input_indices(k), ext),
+            kind: TensorKind::Input(k),
+        })
+        .collect();
+    let mut state: BTreeMap<TensorId, State> = (0..n_in).map(|k| (k, State::Unloaded)).collect();
+    let mut steps: Vec<PlanStep> = Vec::new();
+    let mut groups: Vec<GroupPlan> = Vec::new();
+    let mut received_total: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut sent_total: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut idle_reasons: Vec<String> = Vec::new();
+
+    for (gi, group) in fusion.groups.iter().enumerate() {
+        let gidx = &group.indices;
+        let gext = shape_of(gidx, ext);
+        let out_node = group.output.node;
+        let out_idx = group.output.indices.clone();
+        if !tensors.iter().any(|t| t.id == out_node) {
+            tensors.push(Tensor {
+                id: out_node,
+                name: if out_node == root {
+                    "out".to_string()
+                } else {
+                    format!("t{out_node}")
+                },
+                indices: out_idx.clone(),
+                shape: shape_of(&out_idx, ext),
+                kind: if out_node == root {
+                    TensorKind::Output
+                } else {
+                    TensorKind::Intermediate
+                },
+            });
+        }
+        for a in &group.inputs {
+            if !state.contains_key(&a.node) {
+                return Err(PlanError::Inconsistent(format!(
+                    "group {gi} reads node {} before it is produced",
+                    a.node
+                )));
+            }
+        }
+        let pos = |c: Index| gidx.iter().position(|&x| x == c);
+        for a in group.inputs.iter().chain(std::iter::once(&group.output)) {
+            if a.indices.iter().any(|&c| pos(c).is_none()) {
+                return Err(PlanError::Inconsistent(format!(
+                    "group {gi} accesses an index outside its iteration space"
+                )));
+            }
+        }
+        let summed: Vec<usize> = (0..gidx.len())
+            .filter(|&v| !out_idx.contains(&gidx[v]))
+            .collect();
+        let inner_outputs: Vec<Vec<Index>> = group
+            .steps
+            .iter()
+            .take(group.steps.len().saturating_sub(1))
+            .map(|&s| tree.steps[s].output.clone())
+            .collect();
+        let make_grid = |sizes: &[usize]| Grid {
+            dims: gidx
+                .iter()
+                .zip(sizes)
+                .map(|(&c, &p)| GridDim { index: c, size: p })
+                .collect(),
+        };
+        let dist_for = |grid: &Grid, idx: &[Index], partial: bool| Distribution {
+            grid: grid.clone(),
+            split: idx.iter().map(|&c| vec![pos(c).unwrap_or(0)]).collect(),
+            partial: if partial {
+                summed
+                    .iter()
+                    .copied()
+                    .filter(|&v| grid.dims[v].size > 1)
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        };
+        // Model figures of every enumerated grid.
+        let blk = |sizes: &[usize], idx: &[Index]| -> u64 {
+            idx.iter()
+                .map(|&c| {
+                    let v = pos(c).unwrap_or(0);
+                    gext[v].div_ceil(sizes[v]) as u64
+                })
+                .product()
+        };
+        let tile = &group.bound.tile;
+        let all = grids::enumerate(&gext, procs, opts.balance_tolerance);
+        let mut cands: Vec<Candidate> = all
+            .into_iter()
+            .map(|sizes| {
+                let mut comm = 0f64;
+                let mut mem = 0u64;
+                for a in &group.inputs {
+                    let b = blk(&sizes, &a.indices);
+                    mem += b;
+                    let in_place = match &state[&a.node] {
+                        State::Unloaded => opts.inputs_in_place,
+                        State::At(d) => *d == dist_for(&make_grid(&sizes), &a.indices, false),
+                    };
+                    if !in_place {
+                        comm += b as f64;
+                        if let State::At(d) = &state[&a.node] {
+                            if d.is_partial() {
+                                let q: usize = d.partial.iter().map(|&g| d.grid.dims[g].size).product();
+                                let ob = block_len(d, 0, &shape_of(&a.indices, ext));
+                                comm += ob as f64 * (q - 1) as f64 / q as f64;
+                            }
+                        }
+                    }
+                }
+                let ob = blk(&sizes, &out_idx);
+                mem += ob;
+                let q: usize = summed.iter().map(|&v| sizes[v]).product();
+                comm += ob as f64 * (q - 1) as f64 / q as f64;
+                for o in &inner_outputs {
+                    mem += blk(&sizes, o);
+                }
+                let work: u128 = gext
+                    .iter()
+                    .zip(&sizes)
+                    .map(|(&n, &p)| n.div_ceil(p) as u128)
+                    .product();
+                let tile_dist = gidx
+                    .iter()
+                    .zip(&sizes)
+                    .zip(&gext)
+                    .map(|((c, &p), &n)| {
+                        let t = tile.get(c).copied().unwrap_or(n as f64).max(1.0);
+                        ((p as f64).ln() - (n as f64 / t).max(1.0).ln()).abs()
+                    })
+                    .sum();
+                Candidate {
+                    sizes,
+                    model_comm: comm,
+                    memory: mem,
+                    work,
+                    tile_dist,
+                }
+            })
+            .collect();
+        if cands.is_empty() {
+            return Err(PlanError::Inconsistent(format!("group {gi} has no grid")));
+        }
+        let w_min = cands.iter().map(|c| c.work).min().unwrap_or(1);
+        let limit = (w_min as f64) * (1.0 + opts.balance_tolerance.max(0.0));
+        cands.retain(|c| (c.work as f64) <= limit * (1.0 + 1e-12));
+        if let Some(s) = opts.mem {
+            let min_mem = cands.iter().map(|c| c.memory).min().unwrap_or(0);
+            cands.retain(|c| c.memory <= s);
+            if cands.is_empty() {
+                return Err(PlanError::MemoryTooSmall {
+                    budget: s,
+                    needed: min_mem,
+                    detail: format!(" (group {gi}: {})", group.einsum_string()),
+                });
+            }
+        }
+        let considered = cands.len();
+        cands.sort_by(|a, b| {
+            a.model_comm
+                .total_cmp(&b.model_comm)
+                .then(a.memory.cmp(&b.memory))
+                .then(a.work.cmp(&b.work))
+                .then(a.tile_dist.total_cmp(&b.tile_dist))
+                .then(b.sizes.iter().product::<usize>().cmp(&a.sizes.iter().product::<usize>()))
+                .then(a.sizes.cmp(&b.sizes))
+        });
+        let best_full_p = cands
+            .iter()
+            .find(|c| c.sizes.iter().product::<usize>() == procs)
+            .cloned();
+
+        // Exact schedules for the best few; the chosen one keeps its moves.
+        let mut best: Option<(u64, u64, usize, Vec<Vec<Move>>, Vec<Move>)> = None;
+        for (ci, c) in cands.iter().enumerate().take(EXACT_CANDIDATES) {
+            let size: usize = c.sizes.iter().product();
+            if ci > 0 && size > EXACT_MAX_GRID {
+                continue;
+            }
+            let grid = make_grid(&c.sizes);
+            let mut acc = BTreeMap::new();
+            let mut moves = Vec::new();
+            for a in &group.inputs {
+                let target = dist_for(&grid, &a.indices, false);
+                let from = current(&state, &tensors, opts, a.node, &target);
+                let shape = shape_of(&a.indices, ext);
+                let m = plan_move(&shape, &from, &target, procs);
+                for mv in &m {
+                    add_received(&mut acc, &mv.volume);
+                }
+                moves.push(m);
+            }
+            // The reduction of this group's output (scattered over its own grid).
+            let od = dist_for(&grid, &out_idx, true);
+            let oshape = shape_of(&out_idx, ext);
+            let mut red = Vec::new();
+            if od.is_partial() {
+                let rd = reduced_distribution(&od, &oshape);
+                red = plan_move(&oshape, &od, &rd, procs);
+                for mv in &red {
+                    add_received(&mut acc, &mv.volume);
+                }
+            }
+            let total: u64 = moves
+                .iter()
+                .flatten()
+                .chain(red.iter())
+                .map(|m| m.volume.total)
+                .sum();
+            let key = (max_of(&acc), total);
+            if best.as_ref().is_none_or(|b| key < (b.0, b.1)) {
+                best = Some((key.0, key.1, ci, moves, red));
+            }
+            if size > EXACT_MAX_GRID {
+                break;
+            }
+        }
+        let (pred_max, _, chosen, moves, _red) =
+            best.ok_or_else(|| PlanError::Inconsistent(format!("group {gi}: no grid scheduled")))?;
+        let c = cands[chosen].clone();
+        let grid = make_grid(&c.sizes);
+        let used: usize = c.sizes.iter().product();
+        if used < procs {
+            let max_possible: u128 = gext.iter().map(|&n| n as u128).product();
+            let why = if max_possible < procs as u128 {
+                format!(
+                    "the extents of group {gi} ({}) allow at most {} ranks",
+                    group.einsum_string(),
+                    max_possible
+                )
+            } else if let Some(f) = &best_full_p {
+                format!(
+                    "group {gi} ({}): the grid {:?} on {} ranks moves fewer words (model {:.0}) than the best {}-rank grid {:?} (model {:.0})",
+                    group.einsum_string(),
+                    c.sizes,
+                    used,
+                    c.model_comm,
+                    procs,
+                    f.sizes,
+                    f.model_comm
+                )
+            } else {
+                format!(
+                    "group {gi} ({}): no grid of {} ranks balances the work within {:.0}% (or fits the memory budget); {:?} uses {}",
+                    group.einsum_string(),
+                    procs,
+                    opts.balance_tolerance * 100.0,
+                    c.sizes,
+                    used
+                )
+            };
+            idle_reasons.push(why);
+        }
+        // Emit: loads, moves, compute, frees.
+        let mut inputs = Vec::new();
+        for (a, m) in group.inputs.iter().zip(moves) {
+            let target = dist_for(&grid, &a.indices, false);
+            if let State::Unloaded = state[&a.node] {
+                let d = current(&state, &tensors, opts, a.node, &target);
+                steps.push(PlanStep::Load {
+                    tensor: a.node,
+                    dist: d,
+                });
+            }
+            for mv in m {
+                for &(r, w) in &mv.volume.received {
+                    *received_total.entry(r).or_default() += w;
+                }
+                for &(r, w) in &mv.volume.sent {
+                    *sent_total.entry(r).or_default() += w;
+                }
+                steps.push(PlanStep::Redistribute {
+                    tensor: a.node,
+                    from: mv.from,
+                    to: mv.to,
+                    sum: mv.sum,
+                    transfers: mv.transfers,
+                    volume: mv.volume,
+                });
+            }
+            state.insert(a.node, State::At(target.clone()));
+            inputs.push((a.node, target));
+        }
+        let od = dist_for(&grid, &out_idx, true);
+        steps.push(PlanStep::Compute { group: gi });
+        for a in &group.inputs {
+            steps.push(PlanStep::Free { tensor: a.node });
+            state.remove(&a.node);
+        }
+        state.insert(out_node, State::At(od.clone()));
+        let box_ceil: BTreeMap<Index, usize> = gidx
+            .iter()
+            .zip(&gext)
+            .zip(&c.sizes)
+            .map(|((&i, &n), &p)| (i, n.div_ceil(p)))
+            .collect();
+        let flops: f64 = group
+            .steps
+            .iter()
+            .map(|&s| {
+                tree.steps[s]
+                    .indices()
+                    .iter()
+                    .map(|i| box_ceil.get(i).copied().unwrap_or(1) as f64)
+                    .product::<f64>()
+            })
+            .sum();
+        let (bi, bd) = bound(group);
+        groups.push(GroupPlan {
+            group: group.clone(),
+            grid,
+            inputs,
+            output: (out_node, od),
+            max_flops_per_rank: flops,
+            bound_memory_independent: bi,
+            bound_memory_dependent: bd,
+            predicted_max_per_rank: pred_max,
+            candidates_considered: considered,
+        });
+    }
+
+    // The output: reduce its partial sums over the last grid (scattered).
+    let out_id = root;
+    let out_dist = match state.get(&out_id) {
+        Some(State::At(d)) => d.clone(),
+        _ => {
+            return Err(PlanError::Inconsistent(
+                "no group produces the einsum's output".into(),
+            ))
+        }
+    };
+    let oshape = shape_of(&tree.steps[tree.steps.len() - 1].output, ext);
+    let final_dist = reduced_distribution(&out_dist, &oshape);
+    for mv in plan_move(&oshape, &out_dist, &final_dist, procs) {
+        for &(r, w) in &mv.volume.received {
+            *received_total.entry(r).or_default() += w;
+        }
+        for &(r, w) in &mv.volume.sent {
+            *sent_total.entry(r).or_default() += w;
+        }
+        steps.push(PlanStep::Redistribute {
+            tensor: out_id,
+            from: mv.from,
+            to: mv.to,
+            sum: mv.sum,
+            transfers: mv.transfers,
+            volume: mv.volume,
+        });
+    }
+
+    let tot = Volume::from_maps(sent_total, received_total);
+    let (peak, ranks_used) = simulate_memory(&steps, &tensors, &groups, tree, procs);
+    let max_peak = peak.iter().map(|&(_, w)| w).max().unwrap_or(0);
+    if let Some(s) = opts.mem {
+        if max_peak > s {
+            return Err(PlanError::MemoryTooSmall {
+                budget: s,
+                needed: max_peak,
+                detail: " (peak over the plan's steps, including input blocks in their starting distribution and receive buffers)".into(),
+            });
+        }
+    }
+    let bound_per_rank: f64 = groups
+        .iter()
+        .map(|g| g.bound_memory_independent.max(g.bound_memory_dependent))
+        .sum();
+    let ratio = if bound_per_rank > 0.0 {
+        tot.max_per_rank as f64 / bound_per_rank
+    } else {
+        f64::NAN
+    };
+    let idle = if ranks_used < procs {
+        Some(format!(
+            "{} of {} ranks idle: {}",
+            procs - ranks_used,
+            procs,
+            if idle_reasons.is_empty() {
+                "no group needs them".to_string()
+            } else {
+                idle_reasons.join("; ")
+            }
+        ))
+    } else {
+        None
+    };
+    let expression = format!(
+        "{}->{}",
+        (0..n_in)
+            .map(|k| einsum.input_indices(k).iter().collect::<String>())
+            .collect::<Vec<_>>()
+            .join(","),
+        einsum.output.iter().collect::<String>()
+    );
+    Ok(Plan {
+        version: PLAN_VERSION,
+        expression,
+        einsum: einsum.clone(),
+        procs,
+        mem: opts.mem,
+        tree: tree.clone(),
+        path,
+        tensors,
+        groups,
+        steps,
+        output: (out_id, final_dist),
+        prediction: Prediction {
+            max_per_rank: tot.max_per_rank,
+            total: tot.total,
+            max_sent_per_rank: tot.max_sent(),
+            received: tot.received,
+            sent: tot.sent,
+            peak_memory: peak,
+            max_peak_memory: max_peak,
+            bound_per_rank,
+            ratio,
+        },
+        idle,
+        ranks_used,
+        inputs_in_place: opts.inputs_in_place,
+    })
+}
+
+/// Peak words per rank over the steps, and the number of ranks that compute.
+fn simulate_memory(
+    steps: &[PlanStep],
+    tensors: &[Tensor],
+    groups: &[GroupPlan],
+    tree: &ContractionTree,
+    procs: usize,
+) -> (Vec<(usize, u64)>, usize) {
+    let shape = |id: TensorId| {
+        tensors
+            .iter()
+            .find(|t| t.id == id)
+            .map(|t| t.shape.clone())
+            .unwrap_or_default()
+    };
+    let mut active = groups.iter().map(|g| g.grid.size()).max().unwrap_or(1);
+    let ranks_used = active.min(procs);
+    for s in steps {
+        let m = match s {
+            PlanStep::Load { dist, .. } => dist.grid.size(),
+            PlanStep::Redistribute { from, to, .. } => from.grid.size().max(to.grid.size()),
+            _ => 0,
+        };
+        active = active.max(m);
+    }
+    let active = active.min(procs);
+    let mut peak = vec![0u64; active];
+    let mut live: BTreeMap<TensorId, Distribution> = BTreeMap::new();
+    let mut shapes: BTreeMap<TensorId, Vec<usize>> = BTreeMap::new();
+    let live_words = |live: &BTreeMap<TensorId, Distribution>,
+                      shapes: &BTreeMap<TensorId, Vec<usize>>,
+                      r: usize| {
+        live.iter()
+            .map(|(id, d)| block_len(d, r, &shapes[id]))
+            .sum::<u64>()
+    };
+    for s in steps {
+        match s {
+            PlanStep::Load { tensor, dist } => {
+                shapes.insert(*tensor, shape(*tensor));
+                live.insert(*tensor, dist.clone());
+                for (r, p) in peak.iter_mut().enumerate() {
+                    *p = (*p).max(live_words(&live, &shapes, r));
+                }
+            }
+            PlanStep::Redistribute { tensor, to, .. } => {
+                let sh = shapes.entry(*tensor).or_insert_with(|| shape(*tensor)).clone();
+                for (r, p) in peak.iter_mut().enumerate() {
+                    let w = live_words(&live, &shapes, r) + block_len(to, r, &sh);
+                    *p = (*p).max(w);
+                }
+                live.insert(*tensor, to.clone());
+            }
+            PlanStep::Compute { group } => {
+                let g = &groups[*group];
+                let (oid, od) = &g.output;
+                let osh = shape(*oid);
+                let inner: Vec<&Vec<Index>> = g
+                    .group
+                    .steps
+                    .iter()
+                    .take(g.group.steps.len().saturating_sub(1))
+                    .map(|&st| &tree.steps[st].output)
+                    .collect();
+                for (r, p) in peak.iter_mut().enumerate() {
+                    let mut w = live_words(&live, &shapes, r) + block_len(od, r, &osh);
+                    if r < g.grid.size() {
+                        for o in &inner {
+                            w += o
+                                .iter()
+                                .map(|&c| {
+                                    let k = g.grid.position(c);
+                                    let n = tree.extents.get(&c).copied().unwrap_or(1);
+                                    match k {
+                                        Some(k) => {
+                                            let (s, e) = crate::block_range(
+                                                0,
+                                                n,
+                                                g.grid.dims[k].size,
+                                                coord(&g.grid, r, k),
+                                            );
+                                            (e - s) as u64
+                                        }
+                                        None => n as u64,
+                                    }
+                                })
+                                .product::<u64>();
+                        }
+                    }
+                    *p = (*p).max(w);
+                }
+                shapes.insert(*oid, osh);
+                live.insert(*oid, od.clone());
+            }
+            PlanStep::Free { tensor } => {
+                live.remove(tensor);
+            }
+        }
+    }
+    let sparse = peak
+        .into_iter()
+        .enumerate()
+        .filter(|&(_, w)| w > 0)
+        .collect();
+    (sparse, ranks_used)
+}

@@ -1,0 +1,277 @@
+//! Redistribution schedules: who sends which box to whom when a tensor moves from one block
+//! distribution to another (optionally summing partial replicas on the way).
+
+use crate::{block_range, Block, Distribution, Grid, Transfer, Volume};
+
+/// A nonempty interval of one tensor index under a nested blocking, with the coordinates of
+/// the grid dimensions that produced it (in the order of the split list).
+#[derive(Clone, Debug)]
+struct Interval {
+    start: usize,
+    end: usize,
+    coords: Vec<usize>,
+}
+
+/// The nonempty intervals of `[0, n)` blocked by the grid dimensions `dims` (nested, outermost
+/// first), in increasing order.
+fn partition(n: usize, dims: &[usize], grid: &Grid) -> Vec<Interval> {
+    let mut cur = vec![Interval {
+        start: 0,
+        end: n,
+        coords: Vec::new(),
+    }];
+    for &g in dims {
+        let p = grid.dims[g].size;
+        let mut next = Vec::with_capacity(cur.len() * p.min(n.max(1)));
+        for iv in &cur {
+            for x in 0..p {
+                let (s, e) = block_range(iv.start, iv.end, p, x);
+                if s < e {
+                    let mut coords = iv.coords.clone();
+                    coords.push(x);
+                    next.push(Interval {
+                        start: s,
+                        end: e,
+                        coords,
+                    });
+                }
+            }
+        }
+        cur = next;
+    }
+    cur.retain(|iv| iv.start < iv.end);
+    cur
+}
+
+/// The schedule that moves a tensor of `shape` from `from` to `to` on `procs` ranks.
+///
+/// Without `sum`, every element of every nonempty target block is received exactly once, from a
+/// rank whose `from` block holds it; a rank that already holds a piece copies it to itself
+/// (listed as a transfer with `src == dst`, not counted in the volume). Among the replicas of a
+/// piece the sender is the least loaded so far (ties broken by rotating with the target rank),
+/// which spreads the sends over the replicas. `from` must not be partial when `sum` is false.
+///
+/// With `sum`, `from` holds partial sums along `from.partial`: every target element receives
+/// exactly one contribution from every partial replica (a rank's own contribution is a local
+/// transfer), and the executor adds them into a zeroed block.
+///
+/// One transfer per (src, dst) pair, sorted by (src, dst); each carries the one box where the
+/// source block meets the target block. Grids must fit in `procs` ranks (ranks beyond a grid
+/// hold nothing).
+pub fn redistribute(
+    shape: &[usize],
+    from: &Distribution,
+    to: &Distribution,
+    sum: bool,
+    procs: usize,
+) -> (Vec<Transfer>, Volume) {
+    let transfers = schedule(shape, from, to, sum, procs);
+    let volume = Volume::of_transfers(&transfers);
+    (transfers, volume)
+}
+
+fn schedule(
+    shape: &[usize],
+    from: &Distribution,
+    to: &Distribution,
+    sum: bool,
+    procs: usize,
+) -> Vec<Transfer> {
+    let fg = &from.grid;
+    let nd = shape.len();
+    let src_size = fg.size().min(procs.max(1));
+    let dst_size = to.grid.size().min(procs.max(1));
+    // Source partition per tensor index.
+    let parts: Vec<Vec<Interval>> = (0..nd)
+        .map(|v| partition(shape[v], &from.split[v], fg))
+        .collect();
+    let mut is_split = vec![false; fg.dims.len()];
+    for dims in &from.split {
+        for &g in dims {
+            is_split[g] = true;
+        }
+    }
+    let partial_dims: Vec<usize> = if sum {
+        from.partial
+            .iter()
+            .copied()
+            .filter(|&g| !is_split[g])
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut is_partial = vec![false; fg.dims.len()];
+    for &g in &partial_dims {
+        is_partial[g] = true;
+    }
+    // Dimensions whose coordinates only pick a replica of the same data.
+    let replica_dims: Vec<usize> = (0..fg.dims.len())
+        .filter(|&g| !is_split[g] && !is_partial[g])
+        .collect();
+    let replicas: usize = replica_dims.iter().map(|&g| fg.dims[g].size).product();
+    let partial_count: usize = partial_dims.iter().map(|&g| fg.dims[g].size).product();
+    let mut sent_load = vec![0u64; src_size];
+    let mut out: Vec<Transfer> = Vec::new();
+    let mut coords = vec![0usize; fg.dims.len()];
+    for d in 0..dst_size {
+        let Some(tb) = to.block(d, shape) else { continue };
+        if tb.is_empty() {
+            continue;
+        }
+        // The source intervals each target range meets.
+        let mut lists: Vec<&[Interval]> = Vec::with_capacity(nd);
+        for v in 0..nd {
+            let (s, e) = tb.ranges[v];
+            let p = &parts[v];
+            let lo = p.partition_point(|iv| iv.end <= s);
+            let hi = p.partition_point(|iv| iv.start < e);
+            lists.push(&p[lo..hi]);
+        }
+        if lists.iter().any(|l| l.is_empty()) {
+            continue;
+        }
+        let own = if d < src_size { fg.coords(d) } else { None };
+        let mut pos = vec![0usize; nd];
+        let mut counter = 0usize;
+        'pieces: loop {
+            let mut ranges = Vec::with_capacity(nd);
+            for v in 0..nd {
+                let iv = &lists[v][pos[v]];
+                let (s, e) = tb.ranges[v];
+                ranges.push((iv.start.max(s), iv.end.min(e)));
+                for (k, &g) in from.split[v].iter().enumerate() {
+                    coords[g] = iv.coords[k];
+                }
+            }
+            let piece = Block { ranges };
+            for q in 0..partial_count {
+                let mut r = q;
+                for &g in partial_dims.iter().rev() {
+                    coords[g] = r % fg.dims[g].size;
+                    r /= fg.dims[g].size;
+                }
+                let src = pick_source(
+                    fg,
+                    &mut coords,
+                    &replica_dims,
+                    replicas,
+                    own.as_deref(),
+                    d,
+                    counter,
+                    &sent_load,
+                );
+                counter += 1;
+                if src != d {
+                    sent_load[src] += piece.len();
+                }
+                out.push(Transfer {
+                    src,
+                    dst: d,
+                    boxes: vec![piece.clone()],
+                });
+            }
+            // Odometer over the pieces, last index fastest.
+            let mut v = nd;
+            loop {
+                if v == 0 {
+                    break 'pieces;
+                }
+                v -= 1;
+                pos[v] += 1;
+                if pos[v] < lists[v].len() {
+                    break;
+                }
+                pos[v] = 0;
+            }
+        }
+    }
+    merge_pairs(out)
+}
+
+/// The rank that sends one piece: `d` itself when it holds the piece, otherwise the least
+/// loaded replica (scanning from a rotation of `d` so ties spread).
+#[allow(clippy::too_many_arguments)]
+fn pick_source(
+    fg: &Grid,
+    coords: &mut [usize],
+    replica_dims: &[usize],
+    replicas: usize,
+    own: Option<&[usize]>,
+    d: usize,
+    counter: usize,
+    sent_load: &[u64],
+) -> usize {
+    if let Some(own) = own {
+        let holds = (0..coords.len())
+            .filter(|g| !replica_dims.contains(g))
+            .all(|g| coords[g] == own[g]);
+        if holds {
+            return d;
+        }
+    }
+    let set = |coords: &mut [usize], mut r: usize| {
+        for &g in replica_dims.iter().rev() {
+            coords[g] = r % fg.dims[g].size;
+            r /= fg.dims[g].size;
+        }
+    };
+    let start = (d + counter) % replicas;
+    // Scanning every replica is O(R); cap it so huge replication stays linear.
+    let scan = replicas.min(64);
+    let mut best = (u64::MAX, 0usize);
+    for k in 0..scan {
+        let r = (start + k) % replicas;
+        set(coords, r);
+        let rank = fg.rank_of(coords);
+        let load = sent_load.get(rank).copied().unwrap_or(0);
+        if load < best.0 {
+            best = (load, r);
+        }
+    }
+    set(coords, best.1);
+    fg.rank_of(coords)
+}
+
+/// Sorts transfers by (src, dst) and merges those of one pair into one message.
+fn merge_pairs(mut out: Vec<Transfer>) -> Vec<Transfer> {
+    // Stable sort keeps each pair's boxes in target row-major order.
+    out.sort_by_key(|t| (t.src, t.dst));
+    let mut merged: Vec<Transfer> = Vec::with_capacity(out.len());
+    for t in out {
+        match merged.last_mut() {
+            Some(m) if m.src == t.src && m.dst == t.dst => m.boxes.extend(t.boxes),
+            _ => merged.push(t),
+        }
+    }
+    merged
+}
+
+/// Number of elements of the block `rank` holds in `dist` (0 outside the grid), without
+/// allocating.
+pub fn block_len(dist: &Distribution, rank: usize, shape: &[usize]) -> u64 {
+    let g = &dist.grid;
+    if rank >= g.size() {
+        return 0;
+    }
+    let mut len = 1u64;
+    for (v, &n) in shape.iter().enumerate() {
+        let (mut lo, mut hi) = (0, n);
+        for &gd in &dist.split[v] {
+            let c = coord(g, rank, gd);
+            let r = block_range(lo, hi, g.dims[gd].size, c);
+            lo = r.0;
+            hi = r.1;
+        }
+        len *= (hi - lo) as u64;
+        if len == 0 {
+            return 0;
+        }
+    }
+    len
+}
+
+/// Coordinate of `rank` along grid dimension `k` (row-major, last fastest).
+pub fn coord(g: &Grid, rank: usize, k: usize) -> usize {
+    let inner: usize = g.dims[k + 1..].iter().map(|d| d.size).product();
+    (rank / inner) % g.dims[k].size
+}
