@@ -1,0 +1,130 @@
+//! The in-process world: collectives, sub-communicators, byte counting and failures.
+
+use deinsum_exec::{CommError, Communicator, InProcess, RankFailure};
+
+#[test]
+fn collectives_and_traffic() {
+    for p in [1usize, 2, 3, 5, 8] {
+        let world = InProcess::new(p).unwrap();
+        let out = world
+            .run(|c| {
+                let me = c.rank();
+                // all-to-all-v: rank r sends r+1 bytes of value `me` to every rank r.
+                let counts: Vec<usize> = (0..p).map(|r| r + 1).collect();
+                let send: Vec<u8> = (0..p).flat_map(|r| vec![me as u8; r + 1]).collect();
+                let (recv, rc) = c.all_to_all_v(&send, &counts)?;
+                assert_eq!(rc, vec![me + 1; p]);
+                let expect: Vec<u8> = (0..p).flat_map(|s| vec![s as u8; me + 1]).collect();
+                assert_eq!(recv, expect);
+                let t = c.traffic();
+                // Everything but the self-message is counted.
+                let sent_other: usize = (0..p).filter(|&r| r != me).map(|r| r + 1).sum();
+                assert_eq!(t.sent, sent_other as u64);
+                assert_eq!(t.received, ((me + 1) * (p - 1)) as u64);
+                let mut v = vec![me as f64, 1.0];
+                c.all_reduce_sum_f64(&mut v)?;
+                assert_eq!(v, vec![(p * (p - 1) / 2) as f64, p as f64]);
+                let mut w = vec![me as f32];
+                c.all_reduce_sum_f32(&mut w)?;
+                assert_eq!(w[0], (p * (p - 1) / 2) as f32);
+                let mut m = vec![me as u64, 100 - me as u64];
+                c.all_reduce_max_u64(&mut m)?;
+                assert_eq!(m, vec![p as u64 - 1, 100]);
+                // Reduce-scatter with variable counts: rank r gets r elements.
+                let counts: Vec<usize> = (0..p).collect();
+                let total: usize = counts.iter().sum();
+                let send: Vec<f64> = (0..total).map(|x| x as f64).collect();
+                let got = c.reduce_scatter_sum_f64(&send, &counts)?;
+                let off: usize = (0..me).sum();
+                let want: Vec<f64> = (off..off + me).map(|x| (x * p) as f64).collect();
+                assert_eq!(got, want);
+                let mut b = if me == p - 1 { b"plan".to_vec() } else { Vec::new() };
+                c.broadcast(&mut b, p - 1)?;
+                assert_eq!(b, b"plan".to_vec());
+                c.barrier()?;
+                Ok::<_, CommError>(me)
+            })
+            .unwrap();
+        assert_eq!(out, (0..p).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn split_forms_sub_communicators() {
+    let world = InProcess::new(6).unwrap();
+    world
+        .run(|c| {
+            let me = c.rank();
+            // Two colors by parity, ordered by descending key.
+            let sub = c.split(me % 2, 10 - me)?;
+            assert_eq!(sub.size(), 3);
+            let members: Vec<usize> = (0..6).filter(|r| r % 2 == me % 2).rev().collect();
+            assert_eq!(sub.rank(), members.iter().position(|&r| r == me).unwrap());
+            let mut v = vec![me as f64];
+            sub.all_reduce_sum_f64(&mut v)?;
+            assert_eq!(v[0], members.iter().sum::<usize>() as f64);
+            // A split of a split, and the world still works afterwards.
+            let subsub = sub.split(0, sub.rank())?;
+            assert_eq!(subsub.size(), 3);
+            let mut w = vec![1.0];
+            c.all_reduce_sum_f64(&mut w)?;
+            assert_eq!(w[0], 6.0);
+            Ok::<_, CommError>(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn failing_rank_fails_the_run_without_hanging() {
+    for p in [2usize, 3, 7] {
+        let world = InProcess::new(p).unwrap();
+        let r = world.run(|c| {
+            if c.rank() == p - 1 {
+                return Err(CommError::Invalid("bad block on the last rank".into()));
+            }
+            // The others block in a collective the failed rank never joins.
+            c.barrier()?;
+            Ok(())
+        });
+        match r {
+            Err(RankFailure::Error { rank, error }) => {
+                assert_eq!(rank, p - 1);
+                assert!(error.to_string().contains("bad block"));
+            }
+            other => panic!("expected the last rank's error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn panicking_rank_fails_the_run() {
+    let world = InProcess::new(4).unwrap();
+    let r = world.run(|c| {
+        if c.rank() == 2 {
+            panic!("kernel blew up");
+        }
+        let mut v = vec![1.0];
+        c.all_reduce_sum_f64(&mut v)?;
+        Ok::<_, CommError>(())
+    });
+    match r {
+        Err(RankFailure::Panic { rank, message }) => {
+            assert_eq!(rank, 2);
+            assert!(message.contains("kernel blew up"));
+        }
+        other => panic!("expected rank 2's panic, got {other:?}"),
+    }
+}
+
+#[test]
+fn rank_that_exits_early_does_not_hang_others() {
+    let world = InProcess::new(3).unwrap();
+    let r = world.run(|c| {
+        if c.rank() == 0 {
+            return Ok(());
+        }
+        c.barrier()
+    });
+    let e = r.unwrap_err();
+    assert!(e.to_string().contains("exited"), "{e}");
+}
