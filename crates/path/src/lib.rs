@@ -4,8 +4,23 @@
 //! steps. Node ids `0..num_inputs` are the einsum's inputs; step `s` produces node
 //! `num_inputs + s`. The last step's output indices equal the einsum's output, in order.
 
-use deinsum_expr::Index;
+//!
+//! [`optimize`] runs a search strategy chosen by name ([`strategy()`]: `greedy`, `optimal`,
+//! `branch`, `dp`, `auto`) under a pluggable [`CostModel`] (default: opt_einsum's FLOP count,
+//! [`Flops`]) and a memory limit, and reports the tree, opt_einsum's linear path and its costs.
+
+mod bits;
+pub mod cost;
+mod net;
+pub mod strategy;
+
+pub use cost::{BuiltinCost, CostModel, Count, Flops, MultiplyAdds, StepShape};
+pub use net::Problem;
+pub use strategy::{strategy, PathStrategy, SsaPath, STRATEGY_NAMES};
+
+use deinsum_expr::{Einsum, Index};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// One step of a contraction tree: a small einsum over one or two earlier nodes.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -26,13 +41,22 @@ impl Step {
             .iter()
             .map(|t| t.iter().collect())
             .collect();
-        format!("{}->{}", ins.join(","), self.output.iter().collect::<String>())
+        format!(
+            "{}->{}",
+            ins.join(","),
+            self.output.iter().collect::<String>()
+        )
     }
 
     /// All distinct indices of the step (its iteration space), in order of first appearance.
     pub fn indices(&self) -> Vec<Index> {
         let mut v = Vec::new();
-        for c in self.operand_indices.iter().flatten().chain(self.output.iter()) {
+        for c in self
+            .operand_indices
+            .iter()
+            .flatten()
+            .chain(self.output.iter())
+        {
             if !v.contains(c) {
                 v.push(*c);
             }
@@ -80,5 +104,413 @@ impl ContractionTree {
     /// The step that consumes node `id`, if any.
     pub fn consumer(&self, id: usize) -> Option<usize> {
         self.steps.iter().position(|s| s.operands.contains(&id))
+    }
+}
+
+impl ContractionTree {
+    /// The path in opt_einsum's linear format: each step names positions in the current operand
+    /// list, and its result goes to the end of the list.
+    pub fn to_linear(&self) -> Vec<Vec<usize>> {
+        let mut ids: Vec<usize> = (0..self.num_inputs).collect();
+        let mut path = Vec::with_capacity(self.steps.len());
+        for (s, step) in self.steps.iter().enumerate() {
+            let pos: Vec<usize> = step
+                .operands
+                .iter()
+                .map(|o| {
+                    ids.iter()
+                        .position(|x| x == o)
+                        .expect("tree operands are live")
+                })
+                .collect();
+            ids.retain(|x| !step.operands.contains(x));
+            ids.push(self.num_inputs + s);
+            path.push(pos);
+        }
+        path
+    }
+
+    /// The path in SSA form (node ids; empty for a single operand).
+    pub fn to_ssa(&self) -> SsaPath {
+        self.steps
+            .iter()
+            .filter(|s| s.operands.len() == 2)
+            .map(|s| (s.operands[0], s.operands[1]))
+            .collect()
+    }
+}
+
+/// Why no path could be produced.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// `--optimize NAME` named no registered strategy.
+    #[error("unknown path strategy `{name}` (known: {known})")]
+    UnknownStrategy {
+        /// The name given.
+        name: String,
+        /// The registered names.
+        known: String,
+    },
+    /// No path keeps every intermediate (and the output) within the memory limit.
+    #[error("no contraction path keeps every intermediate within the memory limit of {limit} elements: {detail}")]
+    MemoryLimit {
+        /// The limit, in elements.
+        limit: u128,
+        /// Which search said so and how sure it is.
+        detail: String,
+    },
+    /// The strategy does not handle this many operands.
+    #[error("the {strategy} strategy handles at most {max} operands, this einsum has {n}; use dp, branch or greedy")]
+    TooManyOperands {
+        /// Strategy name.
+        strategy: String,
+        /// Its limit.
+        max: usize,
+        /// Operands given.
+        n: usize,
+    },
+    /// More distinct indices than the searches represent.
+    #[error("too many distinct indices ({0}; at most {max})", max = strategy::MAX_INDICES)]
+    TooManyIndices(usize),
+    /// A given path (linear or SSA) does not describe a contraction of this einsum.
+    #[error("invalid contraction path: {0}")]
+    InvalidPath(String),
+    /// The einsum itself is malformed (only possible when built by hand).
+    #[error("invalid einsum: {0}")]
+    InvalidEinsum(String),
+}
+
+/// How to search: strategy name, memory limit and the cost to minimise.
+#[derive(Clone)]
+pub struct PathOptions {
+    /// Registry name of the strategy (see [`STRATEGY_NAMES`]); default `auto`.
+    pub strategy: String,
+    /// Largest allowed step result (intermediate or output), in elements.
+    pub memory_limit: Option<u128>,
+    /// The cost the search minimises; default [`Flops`].
+    pub cost: Arc<dyn CostModel>,
+}
+
+impl Default for PathOptions {
+    fn default() -> Self {
+        PathOptions {
+            strategy: "auto".into(),
+            memory_limit: None,
+            cost: Arc::new(Flops),
+        }
+    }
+}
+
+impl PathOptions {
+    /// Default options with strategy `name`.
+    pub fn with_strategy(name: &str) -> Self {
+        PathOptions {
+            strategy: name.into(),
+            ..Default::default()
+        }
+    }
+}
+
+impl std::fmt::Debug for PathOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PathOptions")
+            .field("strategy", &self.strategy)
+            .field("memory_limit", &self.memory_limit)
+            .field("cost", &self.cost.name())
+            .finish()
+    }
+}
+
+impl PartialEq for PathOptions {
+    fn eq(&self, o: &Self) -> bool {
+        self.strategy == o.strategy
+            && self.memory_limit == o.memory_limit
+            && self.cost.name() == o.cost.name()
+    }
+}
+
+/// One step of a reported path.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct StepInfo {
+    /// The step as an einsum, such as `ja,ka->jka`.
+    pub einsum: String,
+    /// opt_einsum's FLOP count of the step.
+    pub flops: Count,
+    /// Multiply-adds of the step (product of the extents of its indices).
+    pub multiply_adds: Count,
+    /// Elements of the step's result.
+    pub size: Count,
+    /// The step's cost under the search's cost model.
+    pub cost: f64,
+}
+
+/// A contraction path and what it costs.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct PathInfo {
+    /// The strategy that was asked for.
+    pub strategy: String,
+    /// Name of the cost model the search minimised.
+    pub cost_model: String,
+    /// The contraction tree.
+    pub tree: ContractionTree,
+    /// The same path in opt_einsum's linear format.
+    pub path: Vec<Vec<usize>>,
+    /// Total FLOPs, as `opt_einsum.contract_path(...)[1].opt_cost` counts them.
+    pub flops: Count,
+    /// Total multiply-adds.
+    pub multiply_adds: Count,
+    /// Largest step result, in elements (opt_einsum's `largest_intermediate`).
+    pub largest_intermediate: Count,
+    /// opt_einsum's naive FLOP count (one loop nest over every index).
+    pub naive_flops: Count,
+    /// Total cost under the cost model.
+    pub cost: f64,
+    /// Per step, in execution order.
+    pub steps: Vec<StepInfo>,
+}
+
+impl PathInfo {
+    /// Naive FLOPs over optimised FLOPs.
+    pub fn speedup(&self) -> f64 {
+        self.naive_flops.as_f64() / self.flops.as_f64().max(1.0)
+    }
+}
+
+/// Checks what a hand-built einsum could get wrong that the searches rely on.
+fn validate(e: &Einsum) -> Result<(), PathError> {
+    if e.inputs.is_empty() {
+        return Err(PathError::InvalidEinsum("no operands".into()));
+    }
+    for (i, c) in e.output.iter().enumerate() {
+        if e.output[..i].contains(c) {
+            return Err(PathError::InvalidEinsum(format!(
+                "index `{c}` twice in the output"
+            )));
+        }
+        if !e.inputs.iter().any(|o| o.indices.contains(c)) {
+            return Err(PathError::InvalidEinsum(format!(
+                "output index `{c}` is in no operand"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The search problem of `e` under `opts`.
+pub fn problem<'a>(e: &'a Einsum, opts: &'a PathOptions) -> Problem<'a> {
+    Problem::new(
+        e.inputs.iter().map(|o| o.indices.clone()).collect(),
+        e.output.clone(),
+        &e.extents,
+        opts.memory_limit,
+        opts.cost.as_ref(),
+    )
+}
+
+/// Finds a contraction path for `einsum` with the strategy, memory limit and cost of `opts`.
+pub fn optimize(einsum: &Einsum, opts: &PathOptions) -> Result<PathInfo, PathError> {
+    validate(einsum)?;
+    let strat = strategy(&opts.strategy)?;
+    let ssa = strat.search(&problem(einsum, opts))?;
+    let tree = tree_from_ssa(einsum, &ssa)?;
+    let info = evaluate(einsum, tree, opts.cost.as_ref(), &opts.strategy);
+    if let Some(limit) = opts.memory_limit {
+        // Every strategy promises this; a breach is a bug, reported rather than hidden.
+        if info.largest_intermediate.as_f64() > limit as f64 {
+            return Err(PathError::MemoryLimit {
+                limit,
+                detail: format!(
+                    "internal error: {} returned a path over the limit",
+                    opts.strategy
+                ),
+            });
+        }
+    }
+    Ok(info)
+}
+
+/// Builds the tree of an SSA path (pairs of node ids; inputs are `0..n`, step `s` makes
+/// `n + s`). Step results keep the indices that the output or a live node needs, in order of
+/// first appearance in the einsum; the last step yields the output in the einsum's order.
+pub fn tree_from_ssa(e: &Einsum, ssa: &[(usize, usize)]) -> Result<ContractionTree, PathError> {
+    validate(e)?;
+    let n = e.num_inputs();
+    let leaf_indices: Vec<Vec<Index>> = e.inputs.iter().map(|o| o.indices.clone()).collect();
+    let mut rank: BTreeMap<Index, usize> = BTreeMap::new();
+    for c in leaf_indices.iter().flatten() {
+        let r = rank.len();
+        rank.entry(*c).or_insert(r);
+    }
+    let mut steps = Vec::new();
+    if n == 1 {
+        if !ssa.is_empty() {
+            return Err(PathError::InvalidPath(
+                "a single operand takes no pairwise step".into(),
+            ));
+        }
+        steps.push(Step {
+            operands: vec![0],
+            operand_indices: vec![leaf_indices[0].clone()],
+            output: e.output.clone(),
+        });
+    } else {
+        let mut live: Vec<Option<Vec<Index>>> = leaf_indices.iter().cloned().map(Some).collect();
+        for (s, &(a, b)) in ssa.iter().enumerate() {
+            let bad = |what: String| PathError::InvalidPath(format!("step {s} ({a}, {b}): {what}"));
+            if a == b {
+                return Err(bad("an operand twice".into()));
+            }
+            let ka = live
+                .get_mut(a)
+                .and_then(|x| x.take())
+                .ok_or_else(|| bad(format!("node {a} is not available")))?;
+            let kb = match live.get_mut(b).and_then(|x| x.take()) {
+                Some(k) => k,
+                None => return Err(bad(format!("node {b} is not available"))),
+            };
+            let last = live.iter().all(|x| x.is_none());
+            let output = if last {
+                e.output.clone()
+            } else {
+                let mut out: Vec<Index> = Vec::new();
+                for c in ka.iter().chain(kb.iter()) {
+                    let needed =
+                        e.output.contains(c) || live.iter().flatten().any(|k| k.contains(c));
+                    if needed && !out.contains(c) {
+                        out.push(*c);
+                    }
+                }
+                out.sort_by_key(|c| rank[c]);
+                out
+            };
+            steps.push(Step {
+                operands: vec![a, b],
+                operand_indices: vec![ka, kb],
+                output: output.clone(),
+            });
+            live.push(Some(output));
+        }
+        let left = live.iter().filter(|x| x.is_some()).count();
+        if left != 1 {
+            return Err(PathError::InvalidPath(format!(
+                "the path leaves {left} operands uncontracted"
+            )));
+        }
+    }
+    Ok(ContractionTree {
+        num_inputs: n,
+        leaf_indices,
+        steps,
+        extents: e.extents.clone(),
+    })
+}
+
+/// Builds the tree of a path in opt_einsum's linear format (each entry: positions of two
+/// operands in the current list; `[[0]]` for a single operand).
+pub fn tree_from_linear(e: &Einsum, path: &[Vec<usize>]) -> Result<ContractionTree, PathError> {
+    let n = e.num_inputs();
+    if n == 1 {
+        return match path {
+            [] => tree_from_ssa(e, &[]),
+            [p] if p.as_slice() == [0] => tree_from_ssa(e, &[]),
+            _ => Err(PathError::InvalidPath(
+                "a single operand takes the path [[0]]".into(),
+            )),
+        };
+    }
+    let mut ids: Vec<usize> = (0..n).collect();
+    let mut ssa = Vec::with_capacity(path.len());
+    for (s, p) in path.iter().enumerate() {
+        if p.len() != 2 {
+            return Err(PathError::InvalidPath(format!(
+                "step {s} names {} operands; only pairwise steps are supported",
+                p.len()
+            )));
+        }
+        let (x, y) = (p[0], p[1]);
+        if x == y || x >= ids.len() || y >= ids.len() {
+            return Err(PathError::InvalidPath(format!(
+                "step {s} ({x}, {y}) does not name two of the {} current operands",
+                ids.len()
+            )));
+        }
+        ssa.push((ids[x], ids[y]));
+        let (hi, lo) = (x.max(y), x.min(y));
+        ids.remove(hi);
+        ids.remove(lo);
+        ids.push(n + s);
+    }
+    tree_from_ssa(e, &ssa)
+}
+
+/// Costs of a tree: opt_einsum's FLOPs, multiply-adds, sizes, naive FLOPs and the model's cost.
+pub fn evaluate(
+    e: &Einsum,
+    tree: ContractionTree,
+    model: &dyn CostModel,
+    strategy: &str,
+) -> PathInfo {
+    let mut flops = Count::Exact(0);
+    let mut madds = Count::Exact(0);
+    let mut largest = Count::Exact(1);
+    let mut cost = 0.0;
+    let mut steps = Vec::with_capacity(tree.steps.len());
+    for step in &tree.steps {
+        let shape = StepShape {
+            inputs: &step.operand_indices,
+            output: &step.output,
+            extents: &tree.extents,
+        };
+        let all = Count::size(&step.indices(), &tree.extents);
+        let factor = step.operands.len().saturating_sub(1).max(1) + usize::from(shape.sums());
+        let f = all.times(factor as u128);
+        let size = Count::size(&step.output, &tree.extents);
+        let c = model.step_cost(&shape);
+        flops = flops.plus(f);
+        madds = madds.plus(all);
+        largest = largest.max(size);
+        cost += c;
+        steps.push(StepInfo {
+            einsum: step.einsum_string(),
+            flops: f,
+            multiply_adds: all,
+            size,
+            cost: c,
+        });
+    }
+    // opt_einsum: one loop nest over every index, (n - 1) multiplies, +1 if anything is shared.
+    let all = e.all_indices_of_inputs();
+    let total_len: usize = e.inputs.iter().map(|o| o.indices.len()).sum();
+    let inner = total_len > all.len();
+    let naive = Count::size(&all, &tree.extents)
+        .times((e.num_inputs().saturating_sub(1).max(1) + usize::from(inner)) as u128);
+    PathInfo {
+        strategy: strategy.to_string(),
+        cost_model: model.name().to_string(),
+        path: tree.to_linear(),
+        tree,
+        flops,
+        multiply_adds: madds,
+        largest_intermediate: largest,
+        naive_flops: naive,
+        cost,
+        steps,
+    }
+}
+
+/// Distinct input indices of an einsum.
+trait InputIndices {
+    fn all_indices_of_inputs(&self) -> Vec<Index>;
+}
+
+impl InputIndices for Einsum {
+    fn all_indices_of_inputs(&self) -> Vec<Index> {
+        let mut v: Vec<Index> = Vec::new();
+        for c in self.inputs.iter().flat_map(|o| o.indices.iter()) {
+            if !v.contains(c) {
+                v.push(*c);
+            }
+        }
+        v
     }
 }

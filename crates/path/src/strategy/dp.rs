@@ -1,0 +1,293 @@
+//! Dynamic programming over connected subgraphs (as opt_einsum's `dp` and cotengra's
+//! `optimal`): subtrees over connected sets of operands, built by size, keeping only those
+//! whose cost is within a cap that rises until the whole network is reached. Two sets that do
+//! not share an index may also be joined (an outer product) when they meet a common neighbour
+//! no smaller than their product, which is when an outer product can pay.
+//! Disconnected parts are solved apart and joined smallest first.
+
+use super::SsaPath;
+use crate::bits::Bits;
+use crate::net::Net;
+use std::collections::HashMap;
+
+/// Largest operand count (operand sets are 128-bit masks).
+pub(crate) const MAX_OPERANDS: usize = 128;
+
+/// Cap raises tried before the cap is lifted altogether.
+const MAX_ROUNDS: usize = 256;
+
+struct Entry<const W: usize> {
+    set: u128,
+    ind: Bits<W>,
+    cost: f64,
+    nbr: u128,
+    left: u128,
+}
+
+struct Level<const W: usize> {
+    entries: Vec<Entry<W>>,
+    pos: HashMap<u128, usize>,
+    by_tensor: Vec<Vec<usize>>,
+}
+
+impl<const W: usize> Level<W> {
+    fn new(n: usize) -> Self {
+        Level {
+            entries: Vec::new(),
+            pos: HashMap::new(),
+            by_tensor: vec![Vec::new(); n],
+        }
+    }
+}
+
+fn ones(mut m: u128) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        if m == 0 {
+            None
+        } else {
+            let t = m.trailing_zeros() as usize;
+            m &= m - 1;
+            Some(t)
+        }
+    })
+}
+
+struct Dp<'n, 'p, 'a, const W: usize> {
+    net: &'n Net<'p, 'a, W>,
+    /// Operands holding each index.
+    holders: Vec<u128>,
+    /// Operands sharing a non-output index with each operand.
+    nbr_leaf: Vec<u128>,
+    leaf_size: Vec<f64>,
+}
+
+impl<const W: usize> Dp<'_, '_, '_, W> {
+    /// Indices of the result over operand set `s`, from the union of its two parts.
+    fn result(&self, s: u128, u: Bits<W>) -> Bits<W> {
+        let mut r = u;
+        for d in u.minus(self.net.output).ones() {
+            if self.holders[d] & !s == 0 {
+                r = r.minus(single(d));
+            }
+        }
+        r
+    }
+
+    /// Solves one connected component; returns its levels (for rebuilding the tree).
+    fn component(&self, g: u128) -> Option<Vec<Level<W>>> {
+        let n = self.net.n();
+        let size = g.count_ones() as usize;
+        let mut levels: Vec<Level<W>> = (0..=size).map(|_| Level::new(n)).collect();
+        for t in ones(g) {
+            let l = &mut levels[1];
+            l.pos.insert(1u128 << t, l.entries.len());
+            l.by_tensor[t].push(l.entries.len());
+            l.entries.push(Entry {
+                set: 1u128 << t,
+                ind: self.net.inputs[t],
+                cost: 0.0,
+                nbr: self.nbr_leaf[t],
+                left: 0,
+            });
+        }
+        if size == 1 {
+            return Some(levels);
+        }
+        let all = ones(g).fold(Bits::<W>::EMPTY, |b, t| b | self.net.inputs[t]);
+        let mut cap = self.net.size(all & self.net.output).max(1.0);
+        let increment = all
+            .ones()
+            .map(|d| self.net.ext[d])
+            .fold(f64::INFINITY, f64::min)
+            .max(2.0);
+        // With a built-in model no tree costs more than 2 * (operands) * size(all indices), so a
+        // cap above that is no cap: one unbounded round settles it.
+        let ceiling = match self.net.builtin() {
+            Some(_) => 2.0 * size as f64 * self.net.size(all),
+            None => f64::INFINITY,
+        };
+        let mut rounds = 0;
+        loop {
+            for total in 2..=size {
+                let (lower, upper) = levels.split_at_mut(total);
+                let target = &mut upper[0];
+                for m in 1..=total / 2 {
+                    let k = total - m;
+                    for e1 in &lower[m].entries {
+                        let s1 = e1.set;
+                        // Connected partners: sets that hold a neighbour of s1.
+                        for t in ones(e1.nbr) {
+                            for &i2 in &lower[k].by_tensor[t] {
+                                let e2 = &lower[k].entries[i2];
+                                let s2 = e2.set;
+                                if s1 & s2 != 0 || (m == k && s1 > s2) {
+                                    continue;
+                                }
+                                if (s2 & e1.nbr).trailing_zeros() as usize != t {
+                                    continue; // counted under its lowest neighbour
+                                }
+                                self.combine(e1, e2, cap, target);
+                            }
+                        }
+                        // Outer-product partners: sets two hops away that meet a common
+                        // neighbour at least as large as the product.
+                        let mut two_hops = 0u128;
+                        for u in ones(e1.nbr) {
+                            two_hops |= self.nbr_leaf[u];
+                        }
+                        two_hops &= !(s1 | e1.nbr) & g;
+                        for t in ones(two_hops) {
+                            for &i2 in &lower[k].by_tensor[t] {
+                                let e2 = &lower[k].entries[i2];
+                                let s2 = e2.set;
+                                if s1 & s2 != 0 || s2 & e1.nbr != 0 || (m == k && s1 > s2) {
+                                    continue;
+                                }
+                                if (s2 & two_hops).trailing_zeros() as usize != t {
+                                    continue;
+                                }
+                                let common = e1.nbr & e2.nbr;
+                                let meet =
+                                    ones(common).map(|c| self.leaf_size[c]).fold(0.0, f64::max);
+                                if self.net.size(e1.ind | e2.ind) <= meet {
+                                    self.combine(e1, e2, cap, target);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            if !levels[size].entries.is_empty() {
+                return Some(levels);
+            }
+            if cap == f64::INFINITY {
+                return None;
+            }
+            rounds += 1;
+            cap *= increment;
+            if rounds >= MAX_ROUNDS || !cap.is_finite() || cap >= ceiling {
+                cap = f64::INFINITY;
+            }
+        }
+    }
+
+    fn combine(&self, e1: &Entry<W>, e2: &Entry<W>, cap: f64, target: &mut Level<W>) {
+        let s = e1.set | e2.set;
+        let ind = self.result(s, e1.ind | e2.ind);
+        let cost = e1.cost + e2.cost + self.net.step_cost(e1.ind, e2.ind, ind);
+        if cost > cap {
+            return;
+        }
+        if let Some(&p) = target.pos.get(&s) {
+            let e = &mut target.entries[p];
+            if cost < e.cost {
+                e.cost = cost;
+                e.left = e1.set;
+            }
+            return;
+        }
+        if !self.net.fits(ind) {
+            return;
+        }
+        let p = target.entries.len();
+        target.pos.insert(s, p);
+        for t in ones(s) {
+            target.by_tensor[t].push(p);
+        }
+        target.entries.push(Entry {
+            set: s,
+            ind,
+            cost,
+            nbr: (e1.nbr | e2.nbr) & !s,
+            left: e1.set,
+        });
+    }
+}
+
+fn single<const W: usize>(d: usize) -> Bits<W> {
+    let mut b = Bits::EMPTY;
+    b.insert(d);
+    b
+}
+
+/// Appends the steps of set `s`'s tree; returns its node id.
+fn emit<const W: usize>(s: u128, levels: &[Level<W>], n: usize, path: &mut SsaPath) -> usize {
+    if s.count_ones() == 1 {
+        return s.trailing_zeros() as usize;
+    }
+    let level = &levels[s.count_ones() as usize];
+    let left = level.entries[level.pos[&s]].left;
+    let x = emit(left, levels, n, path);
+    let y = emit(s ^ left, levels, n, path);
+    path.push((x, y));
+    n + path.len() - 1
+}
+
+/// The dp path, or `None` when it finds none within the memory limit.
+pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>) -> Option<SsaPath> {
+    let n = net.n();
+    if n <= 1 {
+        return Some(SsaPath::new());
+    }
+    assert!(n <= MAX_OPERANDS, "caller checks the operand count");
+    let mut holders = vec![0u128; net.ext.len()];
+    for (t, k) in net.inputs.iter().enumerate() {
+        for d in k.ones() {
+            holders[d] |= 1u128 << t;
+        }
+    }
+    let nbr_leaf: Vec<u128> = (0..n)
+        .map(|t| {
+            net.inputs[t]
+                .minus(net.output)
+                .ones()
+                .fold(0u128, |m, d| m | holders[d])
+                & !(1u128 << t)
+        })
+        .collect();
+    let d = Dp {
+        net,
+        holders,
+        nbr_leaf,
+        leaf_size: net.inputs.iter().map(|k| net.size(*k)).collect(),
+    };
+    // Connected components, in order of their lowest operand.
+    let mut seen = 0u128;
+    let mut parts: Vec<(usize, Bits<W>)> = Vec::new();
+    let mut path = SsaPath::new();
+    for start in 0..n {
+        if seen >> start & 1 == 1 {
+            continue;
+        }
+        let mut comp = 1u128 << start;
+        let mut frontier = comp;
+        while frontier != 0 {
+            let mut next = 0u128;
+            for t in ones(frontier) {
+                next |= d.nbr_leaf[t];
+            }
+            frontier = next & !comp;
+            comp |= next;
+        }
+        seen |= comp;
+        let levels = d.component(comp)?;
+        let top = &levels[comp.count_ones() as usize];
+        let ind = top.entries[top.pos[&comp]].ind;
+        let id = emit(comp, &levels, n, &mut path);
+        parts.push((id, ind));
+    }
+    // Join the parts pairwise, the two smallest first.
+    while parts.len() > 1 {
+        parts.sort_by(|a, b| net.size(a.1).total_cmp(&net.size(b.1)).then(a.0.cmp(&b.0)));
+        let (ia, ka) = parts.remove(0);
+        let (ib, kb) = parts.remove(0);
+        let keep = parts.iter().fold(net.output, |m, p| m | p.1);
+        let k12 = (ka | kb) & keep;
+        if !net.fits(k12) {
+            return None;
+        }
+        path.push((ia.min(ib), ia.max(ib)));
+        parts.push((n + path.len() - 1, k12));
+    }
+    Some(path)
+}

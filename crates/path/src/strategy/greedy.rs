@@ -1,0 +1,242 @@
+//! opt_einsum's greedy heuristic: Hadamard merges first, then the connected pair with the
+//! smallest `size(out) - size(a) - size(b)`, then outer products smallest first.
+
+use super::SsaPath;
+use crate::bits::Bits;
+use crate::net::Net;
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap};
+
+/// A candidate pair; ordered by (cost, larger id, smaller id) as opt_einsum breaks ties.
+struct Cand<const W: usize> {
+    cost: f64,
+    id2: usize,
+    id1: usize,
+    k1: Bits<W>,
+    k2: Bits<W>,
+    k12: Bits<W>,
+}
+
+impl<const W: usize> Cand<W> {
+    fn key(&self) -> (f64, usize, usize) {
+        (self.cost, self.id2, self.id1)
+    }
+}
+
+impl<const W: usize> PartialEq for Cand<W> {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl<const W: usize> Eq for Cand<W> {}
+impl<const W: usize> PartialOrd for Cand<W> {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl<const W: usize> Ord for Cand<W> {
+    fn cmp(&self, o: &Self) -> Ordering {
+        let (a, b) = (self.key(), o.key());
+        a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
+    }
+}
+
+struct State<'n, 'p, 'a, const W: usize> {
+    net: &'n Net<'p, 'a, W>,
+    output: Bits<W>,
+    remaining: HashMap<Bits<W>, usize>,
+    footprint: HashMap<Bits<W>, f64>,
+    dim_to_ids: Vec<Vec<usize>>,
+    rc2: Bits<W>,
+    rc3: Bits<W>,
+}
+
+impl<const W: usize> State<'_, '_, '_, W> {
+    fn candidate(&self, k1: Bits<W>, k2: Bits<W>) -> Cand<W> {
+        let either = k1 | k2;
+        let two = k1 & k2;
+        let one = either.minus(two);
+        let k12 = (either & self.output) | (two & self.rc3) | (one & self.rc2);
+        let cost = self.net.size(k12) - self.footprint[&k1] - self.footprint[&k2];
+        let (mut id1, mut id2) = (self.remaining[&k1], self.remaining[&k2]);
+        let (mut k1, mut k2) = (k1, k2);
+        if id1 > id2 {
+            std::mem::swap(&mut id1, &mut id2);
+            std::mem::swap(&mut k1, &mut k2);
+        }
+        Cand {
+            cost,
+            id2,
+            id1,
+            k1,
+            k2,
+            k12,
+        }
+    }
+
+    fn push_best(&self, k1: Bits<W>, k2s: &[Bits<W>], queue: &mut BinaryHeap<Reverse<Cand<W>>>) {
+        if let Some(best) = k2s.iter().map(|k2| self.candidate(k1, *k2)).min() {
+            queue.push(Reverse(best));
+        }
+    }
+
+    fn update_ref_counts(&mut self, dims: Bits<W>) {
+        for d in dims.ones() {
+            let count = self.dim_to_ids[d].len();
+            let mut only = Bits::<W>::EMPTY;
+            only.insert(d);
+            self.rc2 = self.rc2.minus(only);
+            self.rc3 = self.rc3.minus(only);
+            if count >= 2 {
+                self.rc2 = self.rc2 | only;
+            }
+            if count >= 3 {
+                self.rc3 = self.rc3 | only;
+            }
+        }
+    }
+}
+
+/// The greedy path (no memory limit: the caller routes limited searches to branch-1).
+pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> SsaPath {
+    let n = net.n();
+    let mut path = SsaPath::new();
+    if n <= 1 {
+        return path;
+    }
+    // An index every operand has can only go at the last step, so treat it as output.
+    let common = net.inputs.iter().fold(!Bits::<W>::EMPTY, |a, b| a & *b);
+    let output = net.output | common;
+    let mut st = State {
+        net,
+        output,
+        remaining: HashMap::new(),
+        footprint: HashMap::new(),
+        dim_to_ids: vec![Vec::new(); net.ext.len()],
+        rc2: Bits::EMPTY,
+        rc3: Bits::EMPTY,
+    };
+    let mut next_id = n;
+    // Index set of every SSA id ever created.
+    let mut keys: Vec<Bits<W>> = net.inputs.clone();
+    // Insertion order of the live keys, for deterministic iteration.
+    let mut order: Vec<Bits<W>> = Vec::new();
+    for (id, key) in net.inputs.iter().enumerate() {
+        if let Some(&old) = st.remaining.get(key) {
+            path.push((old, id));
+            st.remaining.insert(*key, next_id);
+            keys.push(*key);
+            next_id += 1;
+        } else {
+            st.remaining.insert(*key, id);
+            order.push(*key);
+        }
+    }
+    for key in &order {
+        let id = st.remaining[key];
+        for d in key.minus(output).ones() {
+            st.dim_to_ids[d].push(id);
+        }
+        st.footprint.insert(*key, net.size(*key));
+    }
+    let all: Bits<W> = (0..net.ext.len()).fold(Bits::EMPTY, |mut b, i| {
+        b.insert(i);
+        b
+    });
+    st.update_ref_counts(all.minus(output));
+    let mut queue: BinaryHeap<Reverse<Cand<W>>> = BinaryHeap::new();
+    for d in 0..st.dim_to_ids.len() {
+        let mut ids = st.dim_to_ids[d].clone();
+        ids.sort_unstable();
+        let ks: Vec<Bits<W>> = ids.iter().map(|id| keys[*id]).collect();
+        for i in 0..ks.len().saturating_sub(1) {
+            st.push_best(ks[i], &ks[i + 1..], &mut queue);
+        }
+    }
+    while let Some(Reverse(c)) = queue.pop() {
+        if !st.remaining.contains_key(&c.k1) || !st.remaining.contains_key(&c.k2) {
+            continue; // obsolete
+        }
+        let (k1, k2, k12) = (c.k1, c.k2, c.k12);
+        let id1 = st.remaining.remove(&k1).expect("live");
+        let id2 = st.remaining.remove(&k2).expect("live");
+        for d in k1.minus(output).ones() {
+            st.dim_to_ids[d].retain(|x| *x != id1);
+        }
+        for d in k2.minus(output).ones() {
+            st.dim_to_ids[d].retain(|x| *x != id2);
+        }
+        path.push((id1, id2));
+        let mut new_id = next_id;
+        keys.push(k12);
+        next_id += 1;
+        if let Some(&old) = st.remaining.get(&k12) {
+            // Same index set as a live tensor: take the Hadamard product at once.
+            path.push((old, new_id));
+            let merged = next_id;
+            keys.push(k12);
+            next_id += 1;
+            for d in k12.minus(output).ones() {
+                for x in st.dim_to_ids[d].iter_mut() {
+                    if *x == old {
+                        *x = merged;
+                    }
+                }
+            }
+            new_id = merged;
+        } else {
+            for d in k12.minus(output).ones() {
+                st.dim_to_ids[d].push(new_id);
+            }
+        }
+        st.remaining.insert(k12, new_id);
+        st.update_ref_counts(k1 | k2.minus(output));
+        st.footprint.insert(k12, net.size(k12));
+        let mut k2ids: Vec<usize> = k12
+            .ones()
+            .flat_map(|d| st.dim_to_ids[d].iter().copied())
+            .filter(|x| *x != new_id)
+            .collect();
+        k2ids.sort_unstable();
+        k2ids.dedup();
+        if !k2ids.is_empty() {
+            let k2s: Vec<Bits<W>> = k2ids.iter().map(|id| keys[*id]).collect();
+            st.push_best(k12, &k2s, &mut queue);
+        }
+    }
+    // Outer products of what is left, smallest first.
+    let mut live: Vec<(Bits<W>, usize)> = st.remaining.iter().map(|(k, v)| (*k, *v)).collect();
+    live.sort_by_key(|x| x.1);
+    let mut fq: BinaryHeap<Reverse<(OrdF64, usize, Bits<W>)>> = live
+        .into_iter()
+        .map(|(k, id)| Reverse((OrdF64(net.size(k & output)), id, k)))
+        .collect();
+    if let Some(Reverse((_, mut id1, mut k1))) = fq.pop() {
+        while let Some(Reverse((_, id2, k2))) = fq.pop() {
+            path.push((id1.min(id2), id1.max(id2)));
+            let k12 = (k1 | k2) & output;
+            let id12 = next_id;
+            next_id += 1;
+            fq.push(Reverse((OrdF64(net.size(k12)), id12, k12)));
+            let Reverse((_, a, b)) = fq.pop().expect("just pushed");
+            id1 = a;
+            k1 = b;
+        }
+    }
+    path
+}
+
+/// An f64 with a total order, for heaps.
+#[derive(Clone, Copy, PartialEq)]
+struct OrdF64(f64);
+impl Eq for OrdF64 {}
+impl PartialOrd for OrdF64 {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for OrdF64 {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.0.total_cmp(&o.0)
+    }
+}

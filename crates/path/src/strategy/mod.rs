@@ -1,0 +1,242 @@
+//! The search strategies: one trait, one registry selected by name.
+
+mod branch;
+mod dp;
+mod greedy;
+mod optimal;
+
+use crate::net::{Net, Problem};
+use crate::PathError;
+
+/// A contraction path in SSA form: each pair names two nodes (inputs `0..n`, then step
+/// results `n, n+1, ...` in order); a single-operand problem has the empty path.
+pub type SsaPath = Vec<(usize, usize)>;
+
+/// A path search strategy. Every strategy gets the same [`Problem`] and must keep every step
+/// result within `problem.memory_limit`, or fail with [`PathError::MemoryLimit`].
+pub trait PathStrategy: Send + Sync {
+    /// The registry name (`greedy`, `optimal`, ...).
+    fn name(&self) -> &str;
+    /// Finds a path.
+    fn search(&self, problem: &Problem<'_>) -> Result<SsaPath, PathError>;
+}
+
+/// Most distinct indices a problem may have (the widest bit set is 64 words).
+pub const MAX_INDICES: usize = 64 * 64;
+
+/// Runs `$f::<W>(&Net::<W>::new($p) $(, $arg)*)` with the narrowest bit-set width that fits.
+macro_rules! with_width {
+    ($p:expr, $f:ident $(, $arg:expr)*) => {{
+        let p: &Problem<'_> = $p;
+        match p.order.len() {
+            0..=64 => $f::<1>(&Net::<1>::new(p) $(, $arg)*),
+            65..=128 => $f::<2>(&Net::<2>::new(p) $(, $arg)*),
+            129..=256 => $f::<4>(&Net::<4>::new(p) $(, $arg)*),
+            257..=1024 => $f::<16>(&Net::<16>::new(p) $(, $arg)*),
+            1025..=4096 => $f::<64>(&Net::<64>::new(p) $(, $arg)*),
+            n => Err(PathError::TooManyIndices(n)),
+        }
+    }};
+}
+
+/// The error for a search that found nothing within the memory limit.
+pub(crate) fn memory_error(p: &Problem<'_>, strategy: &str, exact: bool) -> PathError {
+    PathError::MemoryLimit {
+        limit: p.memory_limit.unwrap_or(u128::MAX),
+        detail: if exact {
+            format!("no such path exists ({strategy} search is exhaustive)")
+        } else {
+            format!("the {strategy} search found none")
+        },
+    }
+}
+
+/// opt_einsum's greedy heuristic (with a memory limit it runs `branch-1`, as opt_einsum does).
+pub struct Greedy;
+/// Exact minimum over all binary trees: subset dynamic programming with sound pruning.
+pub struct Optimal;
+/// Branch and bound with `width` candidates per step (`None`: all), as opt_einsum's branch.
+pub struct Branch {
+    /// Candidates explored per step.
+    pub width: Option<usize>,
+    /// Registry name.
+    pub name: &'static str,
+}
+/// Dynamic programming over connected subgraphs with a rising cost cap, plus outer products
+/// where they pay.
+pub struct Dp;
+/// Chooses by operand count as opt_einsum's `auto` does, and keeps greedy's path if cheaper.
+pub struct Auto;
+
+impl PathStrategy for Greedy {
+    fn name(&self) -> &str {
+        "greedy"
+    }
+    fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
+        if p.memory_limit.is_some() {
+            return with_width!(p, run_branch, Some(1), "greedy");
+        }
+        with_width!(p, run_greedy)
+    }
+}
+
+impl PathStrategy for Optimal {
+    fn name(&self) -> &str {
+        "optimal"
+    }
+    fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
+        if p.num_inputs() > optimal::MAX_OPERANDS {
+            return Err(PathError::TooManyOperands {
+                strategy: "optimal".into(),
+                max: optimal::MAX_OPERANDS,
+                n: p.num_inputs(),
+            });
+        }
+        // A feasible path bounds the exact search; without one the search is unbounded.
+        let ub = Greedy.search(p).ok().and_then(|s| path_cost(p, &s));
+        with_width!(p, run_optimal, ub)
+    }
+}
+
+impl PathStrategy for Branch {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
+        with_width!(p, run_branch, self.width, self.name)
+    }
+}
+
+impl PathStrategy for Dp {
+    fn name(&self) -> &str {
+        "dp"
+    }
+    fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
+        if p.num_inputs() > dp::MAX_OPERANDS {
+            return Err(PathError::TooManyOperands {
+                strategy: "dp".into(),
+                max: dp::MAX_OPERANDS,
+                n: p.num_inputs(),
+            });
+        }
+        with_width!(p, run_dp)
+    }
+}
+
+impl Auto {
+    /// The strategy `auto` runs for `n` operands (before comparing with greedy).
+    pub fn choice(n: usize) -> Box<dyn PathStrategy> {
+        match n {
+            0..=12 => Box::new(Optimal),
+            13..=14 => Box::new(Branch {
+                width: Some(2),
+                name: "branch-2",
+            }),
+            15..=32 => Box::new(Branch {
+                width: Some(1),
+                name: "branch-1",
+            }),
+            _ => Box::new(Greedy),
+        }
+    }
+}
+
+impl PathStrategy for Auto {
+    fn name(&self) -> &str {
+        "auto"
+    }
+    fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
+        let chosen = Auto::choice(p.num_inputs());
+        let first = chosen.search(p);
+        if chosen.name() == "greedy" {
+            return first;
+        }
+        let greedy = Greedy.search(p);
+        match (first, greedy) {
+            (Ok(a), Ok(g)) => {
+                let ca = path_cost(p, &a);
+                let cg = path_cost(p, &g);
+                match (ca, cg) {
+                    (Some(x), Some(y)) if y < x => Ok(g),
+                    (None, Some(_)) => Ok(g),
+                    _ => Ok(a),
+                }
+            }
+            (Ok(a), Err(_)) => Ok(a),
+            (Err(_), Ok(g)) => Ok(g),
+            (Err(e), Err(_)) => Err(e),
+        }
+    }
+}
+
+/// Every registered strategy name, in a fixed order.
+pub const STRATEGY_NAMES: &[&str] = &[
+    "auto",
+    "greedy",
+    "optimal",
+    "branch",
+    "branch-all",
+    "branch-2",
+    "branch-1",
+    "dp",
+];
+
+/// The strategy registered under `name`.
+pub fn strategy(name: &str) -> Result<Box<dyn PathStrategy>, PathError> {
+    Ok(match name {
+        "auto" => Box::new(Auto),
+        "greedy" => Box::new(Greedy),
+        "optimal" => Box::new(Optimal),
+        "branch" | "branch-2" => Box::new(Branch {
+            width: Some(2),
+            name: "branch-2",
+        }),
+        "branch-all" => Box::new(Branch {
+            width: None,
+            name: "branch-all",
+        }),
+        "branch-1" => Box::new(Branch {
+            width: Some(1),
+            name: "branch-1",
+        }),
+        "dp" | "dynamic-programming" => Box::new(Dp),
+        other => {
+            return Err(PathError::UnknownStrategy {
+                name: other.to_string(),
+                known: STRATEGY_NAMES.join(", "),
+            })
+        }
+    })
+}
+
+fn cost_of<const W: usize>(net: &Net<'_, '_, W>, ssa: &SsaPath) -> Result<Option<f64>, PathError> {
+    Ok(net.path_cost(ssa))
+}
+
+/// Cost of `ssa` under the problem's model (`None` if it breaks the limit).
+pub(crate) fn path_cost(p: &Problem<'_>, ssa: &SsaPath) -> Option<f64> {
+    with_width!(p, cost_of, ssa).ok().flatten()
+}
+
+fn run_greedy<const W: usize>(net: &Net<'_, '_, W>) -> Result<SsaPath, PathError> {
+    Ok(greedy::greedy(net))
+}
+
+fn run_branch<const W: usize>(
+    net: &Net<'_, '_, W>,
+    width: Option<usize>,
+    name: &str,
+) -> Result<SsaPath, PathError> {
+    branch::branch(net, width).ok_or_else(|| memory_error(net.p, name, false))
+}
+
+fn run_optimal<const W: usize>(
+    net: &Net<'_, '_, W>,
+    ub: Option<f64>,
+) -> Result<SsaPath, PathError> {
+    optimal::optimal(net, ub).ok_or_else(|| memory_error(net.p, "optimal", true))
+}
+
+fn run_dp<const W: usize>(net: &Net<'_, '_, W>) -> Result<SsaPath, PathError> {
+    dp::dp(net).ok_or_else(|| memory_error(net.p, "dp", false))
+}

@@ -1,0 +1,91 @@
+//! The exact search: dynamic programming over all subsets of operands. The best tree over a
+//! subset depends only on the subset (its result's indices are fixed by what lies outside), so
+//! `best[S] = min over splits S = A + B of best[A] + best[B] + cost(A, B)` is exact over all
+//! binary trees, outer products included. Pruning is sound: a partial sum that already exceeds
+//! the best known complete path (costs are non-negative) cannot be part of a better one.
+
+use super::SsaPath;
+use crate::bits::Bits;
+use crate::net::Net;
+
+/// Largest operand count (2^n table entries, up to 3^n splits).
+pub(crate) const MAX_OPERANDS: usize = 20;
+
+/// The cheapest path, or `None` when no tree keeps every step result within the limit.
+/// `upper` is the cost of some feasible path, if known.
+pub(crate) fn optimal<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Option<SsaPath> {
+    let n = net.n();
+    if n <= 1 {
+        return Some(SsaPath::new());
+    }
+    assert!(n <= MAX_OPERANDS, "caller checks the operand count");
+    let full: u32 = (1u32 << n) - 1;
+    let states = 1usize << n;
+    // Leaf-index union of every subset.
+    let mut union = vec![Bits::<W>::EMPTY; states];
+    for s in 1..states {
+        let low = s.trailing_zeros() as usize;
+        union[s] = union[s & (s - 1)] | net.inputs[low];
+    }
+    // Slack so that rounding in a different summation order never prunes the optimum.
+    let bound = upper
+        .map(|u| u * (1.0 + 1e-9) + 1e-9)
+        .unwrap_or(f64::INFINITY);
+    let mut ind = vec![Bits::<W>::EMPTY; states];
+    let mut best = vec![f64::INFINITY; states];
+    let mut split = vec![0u32; states];
+    for s in 1..=full {
+        let su = s as usize;
+        if s.count_ones() == 1 {
+            ind[su] = net.inputs[s.trailing_zeros() as usize];
+            best[su] = 0.0;
+            continue;
+        }
+        // A subset's result keeps the indices that the output or the rest of the network needs.
+        ind[su] = union[su] & (net.output | union[(full ^ s) as usize]);
+        if !net.fits(ind[su]) {
+            continue;
+        }
+        let low = s & s.wrapping_neg();
+        let rest = s ^ low;
+        let mut t = (rest - 1) & rest;
+        let mut cur = f64::INFINITY;
+        let mut cur_split = 0u32;
+        loop {
+            let a = low | t;
+            let b = s ^ a;
+            let partial = best[a as usize] + best[b as usize];
+            if partial < cur && partial <= bound {
+                let total = partial + net.step_cost(ind[a as usize], ind[b as usize], ind[su]);
+                if total < cur && total <= bound {
+                    cur = total;
+                    cur_split = a;
+                }
+            }
+            if t == 0 {
+                break;
+            }
+            t = (t - 1) & rest;
+        }
+        best[su] = cur;
+        split[su] = cur_split;
+    }
+    if !best[full as usize].is_finite() {
+        return None;
+    }
+    let mut path = SsaPath::new();
+    emit(full, &split, n, &mut path);
+    Some(path)
+}
+
+/// Appends the steps of subset `s`'s best tree (left part first); returns its node id.
+fn emit(s: u32, split: &[u32], n: usize, path: &mut SsaPath) -> usize {
+    if s.count_ones() == 1 {
+        return s.trailing_zeros() as usize;
+    }
+    let a = split[s as usize];
+    let x = emit(a, split, n, path);
+    let y = emit(s ^ a, split, n, path);
+    path.push((x, y));
+    n + path.len() - 1
+}

@@ -1,0 +1,111 @@
+//! Test helpers: einsums by struct literal, and a brute-force optimum.
+
+#![allow(dead_code)]
+
+use deinsum_expr::{Dim, Einsum, Index, Operand};
+use std::collections::BTreeMap;
+
+/// `es("ab,bc->ac", &[('a', 2), ...], d)`: the einsum with the listed extents, `d` elsewhere.
+pub fn es(expr: &str, sizes: &[(char, usize)], default: usize) -> Einsum {
+    let (ins, out) = expr.split_once("->").expect("explicit output");
+    let inputs: Vec<Operand> = if ins.is_empty() {
+        vec![]
+    } else {
+        ins.split(',')
+            .map(|t| Operand::new(t.chars().map(Dim::Index).collect()))
+            .collect()
+    };
+    let mut extents = BTreeMap::new();
+    for c in ins.chars().filter(|c| *c != ',') {
+        let e = sizes
+            .iter()
+            .find(|(x, _)| *x == c)
+            .map(|p| p.1)
+            .unwrap_or(default);
+        extents.insert(c, e);
+    }
+    Einsum {
+        inputs,
+        output: out.chars().collect(),
+        extents,
+        implicit_output: false,
+        ellipsis: vec![],
+    }
+}
+
+/// opt_einsum's FLOP count of contracting positions `i < j` of `live`, and the result indices.
+fn pair_cost(
+    live: &[Vec<Index>],
+    i: usize,
+    j: usize,
+    out: &[Index],
+    ext: &BTreeMap<Index, usize>,
+) -> (u128, Vec<Index>) {
+    let mut all: Vec<Index> = live[i].clone();
+    for c in &live[j] {
+        if !all.contains(c) {
+            all.push(*c);
+        }
+    }
+    let keep: Vec<Index> = all
+        .iter()
+        .copied()
+        .filter(|c| {
+            out.contains(c)
+                || live
+                    .iter()
+                    .enumerate()
+                    .any(|(k, t)| k != i && k != j && t.contains(c))
+        })
+        .collect();
+    let size: u128 = all.iter().map(|c| ext[c] as u128).product();
+    let factor = if keep.len() < all.len() { 2 } else { 1 };
+    (size * factor, keep)
+}
+
+/// The cheapest total cost over every sequence of pairwise contractions (so every binary
+/// tree), with each result at most `limit` elements; `None` if no sequence fits.
+pub fn brute_force(e: &Einsum, limit: Option<u128>) -> Option<u128> {
+    let live: Vec<Vec<Index>> = e.inputs.iter().map(|o| o.indices.clone()).collect();
+    fn go(
+        live: Vec<Vec<Index>>,
+        out: &[Index],
+        ext: &BTreeMap<Index, usize>,
+        limit: Option<u128>,
+        acc: u128,
+        best: &mut Option<u128>,
+    ) {
+        if live.len() == 1 {
+            if best.is_none_or(|b| acc < b) {
+                *best = Some(acc);
+            }
+            return;
+        }
+        for i in 0..live.len() {
+            for j in i + 1..live.len() {
+                let (c, mut k) = pair_cost(&live, i, j, out, ext);
+                let size: u128 = k.iter().map(|x| ext[x] as u128).product();
+                if limit.is_some_and(|l| size > l) {
+                    continue;
+                }
+                let mut next: Vec<Vec<Index>> = live
+                    .iter()
+                    .enumerate()
+                    .filter(|(x, _)| *x != i && *x != j)
+                    .map(|(_, t)| t.clone())
+                    .collect();
+                if next.is_empty() {
+                    k = out.to_vec();
+                }
+                next.push(k);
+                go(next, out, ext, limit, acc + c, best);
+            }
+        }
+    }
+    let mut best = None;
+    if live.len() == 1 {
+        return None; // unary einsums are not searched
+    }
+    go(live, &e.output, &e.extents, limit, 0, &mut best);
+    best
+}
