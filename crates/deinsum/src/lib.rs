@@ -1,11 +1,164 @@
 //! deinsum: compile an einsum into a distributed, communication-optimal execution plan and run
 //! it, on in-process ranks or on MPI.
 //!
-//! The facade re-exports the pipeline's crates; [`Einsum::compile`] and `.run(&world, inputs)`
-//! are the library entry points.
+//! [`Einsum::compile`] parses the expression, finds a contraction path, fuses and bounds it
+//! (SOAP) and plans it for P ranks; [`Einsum::run`] executes the plan on any
+//! [`Communicator`] and returns this rank's part of the distributed output;
+//! [`Einsum::run_local`] runs it on P in-process ranks and gathers the result.
+//!
+//! ```
+//! use deinsum::{Einsum, Options, Inputs};
+//! use deinsum::expr::ExtentSpec;
+//!
+//! // C[i,k] = sum_j A[i,j] B[j,k], 3 ranks, every extent 6.
+//! let spec = ExtentSpec { default: Some(6), ..ExtentSpec::default() };
+//! let mm = Einsum::compile("ij,jk->ik", &spec, &Options::procs(3)).unwrap();
+//! let a: Vec<f64> = (0..36).map(|x| x as f64).collect();
+//! let id: Vec<f64> = (0..36).map(|x| if x % 7 == 0 { 1.0 } else { 0.0 }).collect();
+//! let c = mm.run_local(&Inputs::Full(vec![a.clone(), id])).unwrap();
+//! assert_eq!(c, a); // A times the identity
+//! ```
 
 pub use deinsum_exec as exec;
 pub use deinsum_expr as expr;
 pub use deinsum_path as path;
 pub use deinsum_plan as plan;
 pub use deinsum_soap as soap;
+
+pub use deinsum_exec::{
+    Communicator, DistTensor, ExecError, ExecOptions, InProcess, Inputs, RunReport, Scalar,
+};
+
+use deinsum_plan::Plan;
+
+/// What can go wrong compiling or running an einsum.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The expression or its extents are invalid.
+    #[error(transparent)]
+    Expr(#[from] deinsum_expr::ExprError),
+    /// No plan could be built (for instance the memory budget is too small).
+    #[error("planning failed: {0}")]
+    Plan(String),
+    /// The run failed.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// A rank of an in-process run failed (its error, or its panic).
+    #[error("{0}")]
+    Rank(String),
+}
+
+/// Compilation options.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Number of ranks P.
+    pub procs: usize,
+    /// Per-rank memory budget S in words (`None`: unlimited).
+    pub mem: Option<u64>,
+    /// Path search options.
+    pub path: deinsum_path::PathOptions,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            procs: 1,
+            mem: None,
+            path: deinsum_path::PathOptions::default(),
+        }
+    }
+}
+
+impl Options {
+    /// Default options for `p` ranks.
+    pub fn procs(p: usize) -> Self {
+        Options {
+            procs: p,
+            ..Options::default()
+        }
+    }
+}
+
+/// A compiled einsum: the distributed plan, ready to run.
+#[derive(Clone, Debug)]
+pub struct Einsum {
+    plan: Plan,
+}
+
+/// Builds the plan: path search, SOAP fusion, then the planner.
+fn build_plan(einsum: &deinsum_expr::Einsum, o: &Options) -> Result<Plan, Error> {
+    let opts = deinsum_plan::PlanOptions {
+        procs: o.procs,
+        mem: o.mem,
+        path: o.path.clone(),
+        ..deinsum_plan::PlanOptions::default()
+    };
+    deinsum_plan::build(einsum, &opts).map_err(|e| Error::Plan(e.to_string()))
+}
+
+impl Einsum {
+    /// Parses `expr` with the extents of `extents` and plans it with `options`.
+    pub fn compile(
+        expr: &str,
+        extents: &deinsum_expr::ExtentSpec,
+        options: &Options,
+    ) -> Result<Self, Error> {
+        let e = deinsum_expr::parse(expr, extents)?;
+        Self::compile_parsed(&e, options)
+    }
+
+    /// Plans an already parsed einsum.
+    pub fn compile_parsed(einsum: &deinsum_expr::Einsum, options: &Options) -> Result<Self, Error> {
+        Ok(Einsum {
+            plan: build_plan(einsum, options)?,
+        })
+    }
+
+    /// Wraps an existing plan (one read from JSON, or built by hand).
+    pub fn from_plan(plan: Plan) -> Self {
+        Einsum { plan }
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Runs the plan on `world` (every rank calls it) and returns this rank's part of the
+    /// distributed output.
+    pub fn run<T: Scalar, C: Communicator>(
+        &self,
+        world: &C,
+        inputs: &Inputs<T>,
+    ) -> Result<DistTensor<T>, Error> {
+        Ok(deinsum_exec::execute(&self.plan, world, inputs)?)
+    }
+
+    /// [`Einsum::run`] that also reports each step's time and measured volume.
+    pub fn run_measured<T: Scalar, C: Communicator>(
+        &self,
+        world: &C,
+        inputs: &Inputs<T>,
+        options: &ExecOptions,
+    ) -> Result<(DistTensor<T>, RunReport), Error> {
+        Ok(deinsum_exec::execute_measured(
+            &self.plan, world, inputs, options,
+        )?)
+    }
+
+    /// Runs on the plan's P ranks as threads of this process and returns the whole output,
+    /// row-major over the output indices.
+    pub fn run_local<T: Scalar>(&self, inputs: &Inputs<T>) -> Result<Vec<T>, Error> {
+        let world = InProcess::new(self.plan.procs).map_err(|e| Error::Exec(ExecError::Comm(e)))?;
+        let out = world
+            .run(|comm| {
+                let t = deinsum_exec::execute(&self.plan, comm, inputs)?;
+                t.gather(comm)
+            })
+            .map_err(|e| Error::Rank(e.to_string()))?;
+        out.into_iter()
+            .flatten()
+            .next()
+            .ok_or_else(|| Error::Rank("rank 0 returned no output".into()))
+    }
+}

@@ -69,7 +69,7 @@ pub fn storage_strides(einsum: &Einsum, k: usize) -> Vec<u64> {
 /// per-index storage strides.
 fn for_each_storage(block: &Block, strides: &[u64], mut f: impl FnMut(usize, u64)) {
     let shape = block.shape();
-    if shape.iter().any(|&n| n == 0) {
+    if shape.contains(&0) {
         return;
     }
     let nd = shape.len();
@@ -149,7 +149,7 @@ fn for_each_run(
     mut f: impl FnMut(usize, usize, usize),
 ) {
     let shape: Vec<usize> = bx.iter().map(|&(s, e)| e - s).collect();
-    if shape.iter().any(|&n| n == 0) {
+    if shape.contains(&0) {
         return;
     }
     let nd = shape.len();

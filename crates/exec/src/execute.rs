@@ -3,7 +3,9 @@
 use crate::data::{block_of_full, pack_box, seeded_block, unpack_box, Inputs};
 use crate::kernels::{eval_group, GroupStats, GroupSteps, LocalTensor};
 use crate::{CommError, Communicator, Scalar};
-use deinsum_plan::{block_range, Block, Distribution, Plan, PlanStep, Tensor, TensorId, TensorKind};
+use deinsum_plan::{
+    block_range, Block, Distribution, Plan, PlanStep, Tensor, TensorId, TensorKind,
+};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -59,17 +61,19 @@ pub struct ExecOptions {
 
 impl Default for ExecOptions {
     fn default() -> Self {
-        ExecOptions { tile_words: 1 << 16 }
+        ExecOptions {
+            tile_words: 1 << 16,
+        }
     }
 }
 
 /// What one plan step did on this rank, beside the plan's prediction.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepMeasure {
     /// Position in `Plan::steps`.
     pub step: usize,
     /// `load`, `redistribute`, `compute` or `free`.
-    pub kind: &'static str,
+    pub kind: String,
     /// Tensor moved or produced.
     pub tensor: Option<TensorId>,
     /// Wall time in seconds.
@@ -87,7 +91,7 @@ pub struct StepMeasure {
 }
 
 /// What a run did on this rank.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunReport {
     /// This rank.
     pub rank: usize,
@@ -252,7 +256,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
         let tr0 = comm.traffic();
         let mut m = StepMeasure {
             step: i,
-            kind: "",
+            kind: String::new(),
             tensor: None,
             seconds: 0.0,
             sent: 0,
@@ -263,7 +267,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
         };
         match step {
             PlanStep::Load { tensor, dist } => {
-                m.kind = "load";
+                m.kind = "load".into();
                 m.tensor = Some(*tensor);
                 let t = plan
                     .tensor(*tensor)
@@ -296,7 +300,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                 transfers,
                 volume,
             } => {
-                m.kind = "redistribute";
+                m.kind = "redistribute".into();
                 m.tensor = Some(*tensor);
                 m.predicted_sent = volume.sent_by(me);
                 m.predicted_received = volume.received_by(me);
@@ -312,17 +316,18 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                         t.name
                     )));
                 }
-                let new = redistribute(comm, t, &cur, to, *sum, transfers, &mut mem)
-                    .map_err(|e| match e {
+                let new = redistribute(comm, t, &cur, to, *sum, transfers, &mut mem).map_err(
+                    |e| match e {
                         RedistError::Comm(c) => ExecError::Comm(c),
                         RedistError::Plan(s) => bad(s),
-                    })?;
+                    },
+                )?;
                 mem.sub(words(&cur));
                 drop(cur);
                 held.insert(*tensor, (to.clone(), new));
             }
             PlanStep::Compute { group } => {
-                m.kind = "compute";
+                m.kind = "compute".into();
                 let g = plan
                     .groups
                     .get(*group)
@@ -426,7 +431,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                 held.insert(*out_id, (out_dist.clone(), result));
             }
             PlanStep::Free { tensor } => {
-                m.kind = "free";
+                m.kind = "free".into();
                 m.tensor = Some(*tensor);
                 if let Some((_, b)) = held.remove(tensor) {
                     mem.sub(words(&b));
@@ -533,7 +538,12 @@ fn redistribute<T: Scalar, C: Communicator>(
 ) -> Result<Option<LocalTensor<T>>, RedistError> {
     let me = comm.rank();
     let p = comm.size();
-    let missing = || RedistError::Plan(format!("rank {me} sends from a block of {} it does not hold", t.name));
+    let missing = || {
+        RedistError::Plan(format!(
+            "rank {me} sends from a block of {} it does not hold",
+            t.name
+        ))
+    };
     let outside = |b: &deinsum_plan::Block, blk: &LocalTensor<T>| {
         b.ranges
             .iter()
@@ -544,7 +554,10 @@ fn redistribute<T: Scalar, C: Communicator>(
     let mut per_dst: Vec<Vec<T>> = vec![Vec::new(); p];
     for tr in transfers.iter().filter(|tr| tr.src == me && tr.dst != me) {
         if tr.dst >= p {
-            return Err(RedistError::Plan(format!("transfer to rank {} of {p}", tr.dst)));
+            return Err(RedistError::Plan(format!(
+                "transfer to rank {} of {p}",
+                tr.dst
+            )));
         }
         let blk = cur.as_ref().ok_or_else(missing)?;
         for b in &tr.boxes {
@@ -620,4 +633,31 @@ fn redistribute<T: Scalar, C: Communicator>(
         }
     }
     Ok(new)
+}
+
+/// Collects every rank's report on rank 0 (`Some` there, in rank order; `None` elsewhere).
+/// Collective. The bytes it moves are not part of any step's measurement.
+pub fn gather_reports<C: Communicator>(
+    comm: &C,
+    report: &RunReport,
+) -> Result<Option<Vec<RunReport>>, ExecError> {
+    let p = comm.size();
+    let mut counts = vec![0usize; p];
+    let mine = serde_json::to_vec(report)
+        .map_err(|e| CommError::Invalid(format!("report does not serialize: {e}")))?;
+    let send = if comm.rank() == 0 { Vec::new() } else { mine };
+    counts[0] = send.len();
+    let (recv, rc) = comm.all_to_all_v(&send, &counts)?;
+    if comm.rank() != 0 {
+        return Ok(None);
+    }
+    let mut out = vec![report.clone()];
+    let mut off = 0;
+    for &c in rc.iter().skip(1) {
+        let r: RunReport = serde_json::from_slice(&recv[off..off + c])
+            .map_err(|e| CommError::Invalid(format!("report does not parse: {e}")))?;
+        off += c;
+        out.push(r);
+    }
+    Ok(Some(out))
 }

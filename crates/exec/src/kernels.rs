@@ -148,7 +148,11 @@ pub fn eval_step<T: Scalar>(operands: &[&LocalTensor<T>], out: &[Index]) -> Loca
 
 /// Pairwise contraction `a, b -> out` as transpose + (batched) GEMM; Hadamard and outer
 /// products without GEMM.
-pub fn contract<T: Scalar>(a: &LocalTensor<T>, b: &LocalTensor<T>, out: &[Index]) -> LocalTensor<T> {
+pub fn contract<T: Scalar>(
+    a: &LocalTensor<T>,
+    b: &LocalTensor<T>,
+    out: &[Index],
+) -> LocalTensor<T> {
     // Indices only one side has and the output lacks are summed before the product.
     let a_keep: Vec<Index> = a
         .indices
@@ -192,7 +196,8 @@ pub fn contract<T: Scalar>(a: &LocalTensor<T>, b: &LocalTensor<T>, out: &[Index]
             b.ranges[b.pos(c)]
         }
     };
-    let len = |v: &[Index]| -> usize { v.iter().map(|&c| range_of(c)).map(|(s, e)| e - s).product() };
+    let len =
+        |v: &[Index]| -> usize { v.iter().map(|&c| range_of(c)).map(|(s, e)| e - s).product() };
     let (nb, m, n, k) = (len(&batch), len(&left), len(&right), len(&summed));
     let a_order: Vec<Index> = batch.iter().chain(&left).chain(&summed).copied().collect();
     let b_order: Vec<Index> = batch.iter().chain(&summed).chain(&right).copied().collect();

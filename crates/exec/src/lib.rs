@@ -21,8 +21,8 @@ pub mod scalar;
 pub use comm::{CommError, Communicator, Traffic};
 pub use data::Inputs;
 pub use execute::{
-    execute, execute_measured, plan_hash, DistTensor, ExecError, ExecOptions, RunReport,
-    StepMeasure,
+    execute, execute_measured, gather_reports, plan_hash, DistTensor, ExecError, ExecOptions,
+    RunReport, StepMeasure,
 };
 pub use local::{InProcess, LocalComm, RankFailure};
 pub use scalar::Scalar;

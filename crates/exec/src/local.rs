@@ -150,7 +150,9 @@ macro_rules! sum_into {
         }
         for part in &$parts {
             if part.len() != $buf.len() * $n {
-                return Err(CommError::Invalid("reduction lengths differ between ranks".into()));
+                return Err(CommError::Invalid(
+                    "reduction lengths differ between ranks".into(),
+                ));
             }
             for (x, c) in $buf.iter_mut().zip(part.chunks_exact($n)) {
                 *x += <$t>::from_le_bytes(c.try_into().expect("chunk size"));
@@ -251,7 +253,9 @@ impl Communicator for LocalComm {
         let parts = self.all_gather(bytes)?;
         for part in &parts {
             if part.len() != buf.len() * 8 {
-                return Err(CommError::Invalid("reduction lengths differ between ranks".into()));
+                return Err(CommError::Invalid(
+                    "reduction lengths differ between ranks".into(),
+                ));
             }
             for (x, c) in buf.iter_mut().zip(part.chunks_exact(8)) {
                 *x = (*x).max(u64::from_le_bytes(c.try_into().expect("8 bytes")));
@@ -446,7 +450,10 @@ impl InProcess {
             }
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|e| Outcome::Panic(panic_message(e.as_ref()))))
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|e| Outcome::Panic(panic_message(e.as_ref())))
+                })
                 .collect()
         });
         let first = shared.lock().failed.clone();
@@ -458,7 +465,10 @@ impl InProcess {
             let mut outcomes = outcomes;
             return Err(match outcomes.swap_remove(frank) {
                 Outcome::Err(error) => RankFailure::Error { rank: frank, error },
-                Outcome::Panic(message) => RankFailure::Panic { rank: frank, message },
+                Outcome::Panic(message) => RankFailure::Panic {
+                    rank: frank,
+                    message,
+                },
                 Outcome::Ok(_) => RankFailure::World(format!("rank {frank} failed")),
             });
         }

@@ -17,7 +17,11 @@ pub fn iteration_space(einsum: &Einsum) -> f64 {
 pub fn naive(einsum: &Einsum, value: &dyn Fn(usize, u64) -> f64) -> Vec<f64> {
     let all: Vec<Index> = einsum.all_indices();
     let ext: Vec<usize> = all.iter().map(|&c| einsum.extent(c)).collect();
-    let pos = |c: Index| all.iter().position(|&d| d == c).expect("index of the einsum");
+    let pos = |c: Index| {
+        all.iter()
+            .position(|&d| d == c)
+            .expect("index of the einsum")
+    };
     // Per operand, per storage dim: (position in `all` or None for broadcast, stride).
     let ops: Vec<Vec<(Option<usize>, u64)>> = einsum
         .inputs
@@ -43,7 +47,7 @@ pub fn naive(einsum: &Einsum, value: &dyn Fn(usize, u64) -> f64) -> Vec<f64> {
     let out_pos: Vec<usize> = einsum.output.iter().map(|&c| pos(c)).collect();
     let out_len: usize = out_pos.iter().map(|&p| ext[p]).product();
     let mut out = vec![0.0f64; out_len];
-    if ext.iter().any(|&n| n == 0) {
+    if ext.contains(&0) {
         return out;
     }
     let mut idx = vec![0usize; all.len()];
@@ -78,28 +82,43 @@ pub fn naive_seeded(einsum: &Einsum, seed: u64) -> Vec<f64> {
     naive(einsum, &|k, x| seeded_value(seed, k, x))
 }
 
-/// The einsum evaluated serially along `tree` (whole tensors, f64), for sizes where the naive
-/// loop is too slow. Output row-major over `einsum.output`.
-pub fn tree_seeded(einsum: &Einsum, tree: &ContractionTree, seed: u64) -> Vec<f64> {
-    let mut nodes: Vec<LocalTensor<f64>> = (0..einsum.inputs.len())
-        .map(|k| {
-            let idx = einsum.inputs[k].indices.clone();
-            let shape: Vec<usize> = idx.iter().map(|&c| einsum.extent(c)).collect();
-            let b = Block::full(&shape);
-            LocalTensor {
-                indices: idx,
-                data: crate::data::seeded_block::<f64>(einsum, k, seed, &b),
-                ranges: b.ranges,
-            }
-        })
-        .collect();
+/// Operand `k` of the seeded generator as a whole tensor over its distinct indices (f64).
+pub fn seeded_leaf(einsum: &Einsum, k: usize, seed: u64) -> LocalTensor<f64> {
+    let idx = einsum.inputs[k].indices.clone();
+    let shape: Vec<usize> = idx.iter().map(|&c| einsum.extent(c)).collect();
+    let b = Block::full(&shape);
+    LocalTensor {
+        indices: idx,
+        data: crate::data::seeded_block::<f64>(einsum, k, seed, &b),
+        ranges: b.ranges,
+    }
+}
+
+/// The einsum evaluated serially along `tree` from whole operands `leaves` (f64), for sizes
+/// where the naive loop is too slow. Output row-major over `einsum.output`.
+pub fn tree_reference(
+    einsum: &Einsum,
+    tree: &ContractionTree,
+    leaves: Vec<LocalTensor<f64>>,
+) -> Vec<f64> {
+    let mut nodes = leaves;
     for st in &tree.steps {
         let ops: Vec<&LocalTensor<f64>> = st.operands.iter().map(|&i| &nodes[i]).collect();
         let r = eval_step(&ops, &st.output);
         nodes.push(r);
     }
-    let last = nodes.pop().expect("a tree has a step");
-    last.permute(&einsum.output).data
+    match nodes.pop() {
+        Some(last) => last.permute(&einsum.output).data,
+        None => Vec::new(),
+    }
+}
+
+/// [`tree_reference`] for the seeded generator's inputs.
+pub fn tree_seeded(einsum: &Einsum, tree: &ContractionTree, seed: u64) -> Vec<f64> {
+    let leaves = (0..einsum.inputs.len())
+        .map(|k| seeded_leaf(einsum, k, seed))
+        .collect();
+    tree_reference(einsum, tree, leaves)
 }
 
 /// Largest absolute and relative (to the reference's largest magnitude) difference.
@@ -110,5 +129,12 @@ pub fn max_error<T: Scalar>(got: &[T], want: &[f64]) -> (f64, f64) {
         .zip(want)
         .fold(0.0f64, |a, (&g, &w)| a.max((g.to_f64() - w).abs()));
     let rel = if scale > 0.0 { abs / scale } else { abs };
-    (abs, if got.len() == want.len() { rel } else { f64::INFINITY })
+    (
+        abs,
+        if got.len() == want.len() {
+            rel
+        } else {
+            f64::INFINITY
+        },
+    )
 }

@@ -97,5 +97,7 @@ macro_rules! impl_scalar {
     };
 }
 
-impl_scalar!(f64, "<f8", "f64", |c: &C, b: &mut [f64]| c.all_reduce_sum_f64(b));
-impl_scalar!(f32, "<f4", "f32", |c: &C, b: &mut [f32]| c.all_reduce_sum_f32(b));
+impl_scalar!(f64, "<f8", "f64", |c: &C, b: &mut [f64]| c
+    .all_reduce_sum_f64(b));
+impl_scalar!(f32, "<f4", "f32", |c: &C, b: &mut [f32]| c
+    .all_reduce_sum_f32(b));

@@ -77,7 +77,10 @@ fn mttkrp(order: usize, mode: usize, p: usize) {
         cur = n + steps.len() - 1;
     }
     steps.push((vec![0, cur], format!("{}a", letters[mode])));
-    let st: Vec<(&[usize], &str)> = steps.iter().map(|(a, b)| (a.as_slice(), b.as_str())).collect();
+    let st: Vec<(&[usize], &str)> = steps
+        .iter()
+        .map(|(a, b)| (a.as_slice(), b.as_str()))
+        .collect();
     let t = tree(&e, &st);
     let all: Vec<usize> = (0..t.steps.len()).collect();
     check(&e, &t, &fusion(&t, &[all]), p, 5);
@@ -159,7 +162,10 @@ fn plans_really_move_data_and_f32_agrees() {
     let pl = plan(&e, &t, &unfused(&t), 4);
     let (got, reps) = run::<f32>(&pl, 3, 1 << 16);
     let moved: u64 = reps.iter().flat_map(|r| &r.steps).map(|m| m.received).sum();
-    assert!(moved > 0, "a 4-rank matmul from canonical distributions moves data");
+    assert!(
+        moved > 0,
+        "a 4-rank matmul from canonical distributions moves data"
+    );
     assert_volume(&pl, &reps);
     let want = deinsum_exec::reference::naive_seeded(&e, 3);
     let (_, rel) = deinsum_exec::reference::max_error(&got, &want);
@@ -192,13 +198,20 @@ fn bad_local_block_fails_the_run_with_that_ranks_error() {
                 })
                 .map_or(0, |b| b.len() as usize);
             // Rank 1 hands over one element too few for operand 0.
-            let n = if comm.rank() == 1 && k == 0 { n.saturating_sub(1) } else { n };
+            let n = if comm.rank() == 1 && k == 0 {
+                n.saturating_sub(1)
+            } else {
+                n
+            };
             blocks.insert(k, vec![1.0f64; n]);
         }
         execute(&pl, comm, &Inputs::Blocks(blocks)).map(|_| ())
     });
     match r {
-        Err(RankFailure::Error { rank: 1, error: ExecError::Input { operand: 0, .. } }) => {}
+        Err(RankFailure::Error {
+            rank: 1,
+            error: ExecError::Input { operand: 0, .. },
+        }) => {}
         other => panic!("expected rank 1's input error, got {other:?}"),
     }
 }
@@ -217,7 +230,13 @@ fn ranks_with_different_plans_refuse_to_run() {
         execute::<f64, _>(p, comm, &Inputs::Seeded { seed: 1 }).map(|_| ())
     });
     assert!(
-        matches!(r, Err(RankFailure::Error { error: ExecError::PlanMismatch { .. }, .. })),
+        matches!(
+            r,
+            Err(RankFailure::Error {
+                error: ExecError::PlanMismatch { .. },
+                ..
+            })
+        ),
         "{r:?}"
     );
 }

@@ -38,7 +38,11 @@ fn collectives_and_traffic() {
                 let off: usize = (0..me).sum();
                 let want: Vec<f64> = (off..off + me).map(|x| (x * p) as f64).collect();
                 assert_eq!(got, want);
-                let mut b = if me == p - 1 { b"plan".to_vec() } else { Vec::new() };
+                let mut b = if me == p - 1 {
+                    b"plan".to_vec()
+                } else {
+                    Vec::new()
+                };
                 c.broadcast(&mut b, p - 1)?;
                 assert_eq!(b, b"plan".to_vec());
                 c.barrier()?;

@@ -1,6 +1,34 @@
-//! `deinsum run`.
+//! `deinsum run`: plan an einsum, run it on P ranks, report measured against predicted.
 
+use super::{Format, InputError};
+use anyhow::Context;
+use deinsum_exec::reference::{iteration_space, max_error, naive_seeded, tree_reference};
+use deinsum_exec::{
+    execute_measured, gather_reports, Communicator, ExecError, ExecOptions, Inputs, RunReport,
+    Scalar,
+};
+use deinsum_plan::{Plan, PlanStep};
+use serde_json::json;
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// Element type of the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Dtype {
+    /// Double precision.
+    F64,
+    /// Single precision.
+    F32,
+}
+
+/// Where the ranks run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// P ranks as threads of this process.
+    Local,
+    /// The MPI ranks this process is one of (build with `--features mpi`, start with mpirun).
+    Mpi,
+}
 
 /// Arguments of `deinsum run`.
 #[derive(clap::Args, Debug)]
@@ -9,12 +37,431 @@ pub struct Args {
     pub expr: String,
     #[command(flatten)]
     pub extents: super::ExtentArgs,
+    /// Number of ranks (with --backend mpi: must equal the MPI world size).
+    #[arg(long, default_value_t = 1)]
+    pub procs: usize,
+    /// Per-rank memory budget in words.
+    #[arg(long)]
+    pub mem: Option<u64>,
+    /// Seed of the generated inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Also compute the result serially and compare (exit 1 above 1e-10 relative for f64,
+    /// 1e-4 for f32).
+    #[arg(long)]
+    pub check: bool,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = super::Format::Text)]
-    pub format: super::Format,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Element type.
+    #[arg(long, value_enum, default_value_t = Dtype::F64)]
+    pub dtype: Dtype,
+    /// Backend.
+    #[arg(long, value_enum, default_value_t = Backend::Local)]
+    pub backend: Backend,
+    /// Input operands as .npy files, comma-separated, one per operand (default: generated).
+    #[arg(long, value_delimiter = ',')]
+    pub inputs: Option<Vec<PathBuf>>,
+    /// Write the output to this .npy file.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+}
+
+/// What rank 0 knows at the end of a run.
+struct Outcome {
+    reports: Vec<RunReport>,
+    /// The gathered output, as f64 (only with --check).
+    gathered: Option<Vec<f64>>,
+}
+
+/// The work of one rank, generic over the backend.
+fn rank_main<T: Scalar, C: Communicator>(
+    plan: &Plan,
+    comm: &C,
+    inputs: &Inputs<T>,
+    gather: bool,
+    output: Option<&PathBuf>,
+) -> anyhow::Result<Option<Outcome>> {
+    let (t, rep) = execute_measured(plan, comm, inputs, &ExecOptions::default())?;
+    if let Some(path) = output {
+        let local: &[T] = t.local.as_ref().map_or(&[], |l| &l.data);
+        deinsum_exec::npy::write_distributed(path, comm, &t.tensor.shape, &t.dist, local)?;
+    }
+    let g = if gather { t.gather(comm)? } else { None };
+    let reports = gather_reports(comm, &rep)?;
+    Ok(reports.map(|reports| Outcome {
+        reports,
+        gathered: g.map(|v| v.iter().map(|x| x.to_f64()).collect()),
+    }))
+}
+
+fn run_local<T: Scalar>(plan: &Plan, args: &Args) -> anyhow::Result<Outcome> {
+    let inputs = inputs_of::<T>(args);
+    let world = deinsum_exec::InProcess::new(plan.procs).map_err(ExecError::from)?;
+    let outs = world
+        .run(|comm| rank_main(plan, comm, &inputs, args.check, args.output.as_ref()))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    outs.into_iter()
+        .flatten()
+        .next()
+        .context("rank 0 returned no report")
+}
+
+#[cfg(feature = "mpi")]
+fn run_mpi<T: Scalar>(plan: &Plan, args: &Args) -> anyhow::Result<Option<Outcome>> {
+    let universe = mpi::initialize().context("MPI initialization failed")?;
+    let comm = deinsum_exec::mpi::MpiComm::world(&universe);
+    if comm.size() != plan.procs {
+        return Err(InputError(format!(
+            "--procs {} but the MPI world has {} ranks",
+            plan.procs,
+            comm.size()
+        ))
+        .into());
+    }
+    let inputs = inputs_of::<T>(args);
+    rank_main(plan, &comm, &inputs, args.check, args.output.as_ref())
+}
+
+#[cfg(not(feature = "mpi"))]
+#[allow(clippy::extra_unused_type_parameters)] // Same signature as the MPI build's.
+fn run_mpi<T: Scalar>(_plan: &Plan, _args: &Args) -> anyhow::Result<Option<Outcome>> {
+    Err(InputError(
+        "--backend mpi needs a build with the `mpi` feature (cargo build --features mpi)".into(),
+    )
+    .into())
+}
+
+fn inputs_of<T>(args: &Args) -> Inputs<T> {
+    match &args.inputs {
+        Some(paths) => Inputs::Npy(paths.clone()),
+        None => Inputs::Seeded { seed: args.seed },
+    }
 }
 
 /// Runs the subcommand.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    Err(super::NotImplemented("run").into())
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.procs == 0 {
+        return Err(InputError("--procs must be at least 1".into()).into());
+    }
+    let einsum = super::einsum_from_args(&args.expr, &args.extents)?;
+    if let Some(paths) = &args.inputs {
+        if paths.len() != einsum.inputs.len() {
+            return Err(InputError(format!(
+                "--inputs names {} files for {} operands",
+                paths.len(),
+                einsum.inputs.len()
+            ))
+            .into());
+        }
+    }
+    let opts = deinsum::Options {
+        procs: args.procs,
+        mem: args.mem,
+        ..deinsum::Options::default()
+    };
+    let compiled = deinsum::Einsum::compile_parsed(&einsum, &opts).map_err(|e| match e {
+        deinsum::Error::Plan(m) => anyhow::Error::new(InputError(m)),
+        other => other.into(),
+    })?;
+    let plan = compiled.plan();
+    let outcome = match (args.backend, args.dtype) {
+        (Backend::Local, Dtype::F64) => Some(run_local::<f64>(plan, &args)?),
+        (Backend::Local, Dtype::F32) => Some(run_local::<f32>(plan, &args)?),
+        (Backend::Mpi, Dtype::F64) => run_mpi::<f64>(plan, &args)?,
+        (Backend::Mpi, Dtype::F32) => run_mpi::<f32>(plan, &args)?,
+    };
+    // Only rank 0 reports.
+    let Some(outcome) = outcome else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let check = if args.check {
+        let got = outcome.gathered.as_deref().context("no gathered output")?;
+        Some(check_result(plan, &args, got)?)
+    } else {
+        None
+    };
+    let summary = Summary::new(plan, &outcome.reports, args.dtype);
+    match args.format {
+        Format::Text => print_text(plan, &summary, &args, check.as_ref()),
+        Format::Json => print_json(plan, &summary, &args, check.as_ref())?,
+    }
+    if let Some(c) = &check {
+        if !c.pass {
+            return Ok(ExitCode::from(1));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The serial comparison.
+struct Check {
+    method: &'static str,
+    max_abs: f64,
+    max_rel: f64,
+    tolerance: f64,
+    pass: bool,
+}
+
+/// Iteration spaces up to this size are checked with the naive loop nest.
+const NAIVE_MAX_POINTS: f64 = 2e7;
+
+fn check_result(plan: &Plan, args: &Args, got: &[f64]) -> anyhow::Result<Check> {
+    let e = &plan.einsum;
+    let (method, want) = match &args.inputs {
+        None if iteration_space(e) <= NAIVE_MAX_POINTS => {
+            ("naive loop nest", naive_seeded(e, args.seed))
+        }
+        None => {
+            let leaves = (0..e.inputs.len())
+                .map(|k| deinsum_exec::reference::seeded_leaf(e, k, args.seed))
+                .collect();
+            (
+                "serial contraction tree",
+                tree_reference(e, &plan.tree, leaves),
+            )
+        }
+        Some(paths) => {
+            let mut leaves = Vec::new();
+            for (k, p) in paths.iter().enumerate() {
+                leaves.push(read_leaf(e, k, p, args.dtype)?);
+            }
+            (
+                "serial contraction tree",
+                tree_reference(e, &plan.tree, leaves),
+            )
+        }
+    };
+    let (max_abs, max_rel) = max_error(got, &want);
+    let tolerance = match args.dtype {
+        Dtype::F64 => 1e-10,
+        Dtype::F32 => 1e-4,
+    };
+    Ok(Check {
+        method,
+        max_abs,
+        max_rel,
+        tolerance,
+        pass: max_rel <= tolerance,
+    })
+}
+
+fn read_leaf(
+    e: &deinsum_expr::Einsum,
+    k: usize,
+    path: &std::path::Path,
+    dtype: Dtype,
+) -> anyhow::Result<deinsum_exec::kernels::LocalTensor<f64>> {
+    let op = &e.inputs[k];
+    let shape: Vec<usize> = op.indices.iter().map(|&c| e.extent(c)).collect();
+    let b = deinsum_plan::Block::full(&shape);
+    let data: Vec<f64> = match dtype {
+        Dtype::F64 => deinsum_exec::npy::read_operand_block::<f64>(path, op, &e.extents, &b)?,
+        Dtype::F32 => deinsum_exec::npy::read_operand_block::<f32>(path, op, &e.extents, &b)?
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+    };
+    Ok(deinsum_exec::kernels::LocalTensor {
+        indices: op.indices.clone(),
+        ranges: b.ranges,
+        data,
+    })
+}
+
+/// One plan step over all ranks: measured beside predicted.
+struct StepRow {
+    step: usize,
+    kind: String,
+    tensor: String,
+    seconds: f64,
+    measured_max: u64,
+    measured_total: u64,
+    predicted_max: u64,
+    predicted_total: u64,
+    exact: bool,
+}
+
+/// Figures over all ranks.
+struct Summary {
+    rows: Vec<StepRow>,
+    seconds: f64,
+    madds: f64,
+    gflops: f64,
+    measured_total: u64,
+    predicted_total: u64,
+    measured_max_per_rank: u64,
+    predicted_max_per_rank: u64,
+    exact: bool,
+    peak_words: u64,
+    predicted_peak_words: u64,
+    dtype: Dtype,
+}
+
+impl Summary {
+    fn new(plan: &Plan, reports: &[RunReport], dtype: Dtype) -> Self {
+        let mut rows = Vec::new();
+        let mut exact_all = true;
+        for (i, step) in plan.steps.iter().enumerate() {
+            let ms: Vec<_> = reports.iter().filter_map(|r| r.steps.get(i)).collect();
+            let seconds = ms.iter().map(|m| m.seconds).fold(0.0, f64::max);
+            let measured_max = ms.iter().map(|m| m.received).max().unwrap_or(0);
+            let measured_total = ms.iter().map(|m| m.received).sum();
+            let (predicted_max, predicted_total) = match step {
+                PlanStep::Redistribute { volume, .. } => (volume.max_per_rank, volume.total),
+                _ => (0, 0),
+            };
+            let exact = ms
+                .iter()
+                .all(|m| m.sent == m.predicted_sent && m.received == m.predicted_received);
+            exact_all &= exact;
+            let tid = ms.first().and_then(|m| m.tensor);
+            rows.push(StepRow {
+                step: i,
+                kind: ms.first().map(|m| m.kind.clone()).unwrap_or_default(),
+                tensor: tid
+                    .and_then(|t| plan.tensor(t))
+                    .map(|t| t.name.clone())
+                    .unwrap_or_default(),
+                seconds,
+                measured_max,
+                measured_total,
+                predicted_max,
+                predicted_total,
+                exact,
+            });
+        }
+        let seconds = reports.iter().map(|r| r.seconds).fold(0.0, f64::max);
+        let madds: f64 = reports.iter().map(|r| r.madds).sum();
+        let per_rank_received = |r: &RunReport| r.steps.iter().map(|m| m.received).sum::<u64>();
+        Summary {
+            seconds,
+            madds,
+            gflops: if seconds > 0.0 {
+                2.0 * madds / seconds / 1e9
+            } else {
+                0.0
+            },
+            measured_total: rows.iter().map(|r| r.measured_total).sum(),
+            predicted_total: rows.iter().map(|r| r.predicted_total).sum(),
+            measured_max_per_rank: reports.iter().map(per_rank_received).max().unwrap_or(0),
+            predicted_max_per_rank: plan.prediction.max_per_rank,
+            exact: exact_all,
+            peak_words: reports.iter().map(|r| r.peak_words).max().unwrap_or(0),
+            predicted_peak_words: plan.prediction.max_peak_memory,
+            rows,
+            dtype,
+        }
+    }
+}
+
+fn print_text(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) {
+    println!(
+        "{}  extents {}  on {} ranks ({}, {:?})",
+        plan.expression,
+        plan.einsum
+            .extents
+            .iter()
+            .map(|(c, n)| format!("{c}={n}"))
+            .collect::<Vec<_>>()
+            .join(","),
+        plan.procs,
+        match args.backend {
+            Backend::Local => "in-process",
+            Backend::Mpi => "MPI",
+        },
+        s.dtype
+    );
+    println!(
+        "{:>4}  {:<12} {:<8} {:>10}  {:>24}  {:>24}",
+        "step", "kind", "tensor", "time [ms]", "words max/rank meas/pred", "words total meas/pred"
+    );
+    for r in &s.rows {
+        let moved = r.kind == "redistribute";
+        println!(
+            "{:>4}  {:<12} {:<8} {:>10.3}  {:>24}  {:>24}  {}",
+            r.step,
+            r.kind,
+            r.tensor,
+            r.seconds * 1e3,
+            if moved {
+                format!("{} / {}", r.measured_max, r.predicted_max)
+            } else {
+                String::new()
+            },
+            if moved {
+                format!("{} / {}", r.measured_total, r.predicted_total)
+            } else {
+                String::new()
+            },
+            if r.exact { "" } else { "DIFFERS from the plan" }
+        );
+    }
+    println!(
+        "total: {:.3} ms, {:.3} GFLOP/s ({:.3e} multiply-adds), words moved {} (predicted {}), max per rank {} (predicted {}){}",
+        s.seconds * 1e3,
+        s.gflops,
+        s.madds,
+        s.measured_total,
+        s.predicted_total,
+        s.measured_max_per_rank,
+        s.predicted_max_per_rank,
+        if s.exact { ", every rank exactly as planned" } else { ", MEASURED VOLUME DIFFERS FROM THE PLAN" }
+    );
+    println!(
+        "peak memory per rank: {} words measured, {} predicted{}",
+        s.peak_words,
+        s.predicted_peak_words,
+        plan.mem
+            .map(|m| format!(", budget {m}"))
+            .unwrap_or_default()
+    );
+    if let Some(c) = check {
+        println!(
+            "check ({}): max abs error {:.3e}, max rel error {:.3e} (tolerance {:.0e}): {}",
+            c.method,
+            c.max_abs,
+            c.max_rel,
+            c.tolerance,
+            if c.pass { "ok" } else { "FAILED" }
+        );
+    }
+}
+
+fn print_json(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) -> anyhow::Result<()> {
+    let steps: Vec<_> = s
+        .rows
+        .iter()
+        .map(|r| {
+            json!({
+                "step": r.step, "kind": r.kind, "tensor": r.tensor, "seconds": r.seconds,
+                "words_max_per_rank": r.measured_max, "predicted_max_per_rank": r.predicted_max,
+                "words_total": r.measured_total, "predicted_total": r.predicted_total,
+                "exact": r.exact,
+            })
+        })
+        .collect();
+    let v = json!({
+        "expression": plan.expression,
+        "procs": plan.procs,
+        "backend": match args.backend { Backend::Local => "local", Backend::Mpi => "mpi" },
+        "dtype": match s.dtype { Dtype::F64 => "f64", Dtype::F32 => "f32" },
+        "steps": steps,
+        "seconds": s.seconds,
+        "multiply_adds": s.madds,
+        "gflops": s.gflops,
+        "words_total": s.measured_total,
+        "predicted_total": s.predicted_total,
+        "words_max_per_rank": s.measured_max_per_rank,
+        "predicted_max_per_rank": s.predicted_max_per_rank,
+        "volume_exact": s.exact,
+        "peak_words": s.peak_words,
+        "predicted_peak_words": s.predicted_peak_words,
+        "check": check.map(|c| json!({
+            "method": c.method, "max_abs_error": c.max_abs, "max_rel_error": c.max_rel,
+            "tolerance": c.tolerance, "pass": c.pass,
+        })),
+    });
+    println!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(())
 }

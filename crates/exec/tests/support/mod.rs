@@ -7,7 +7,7 @@ use deinsum_exec::{execute_measured, ExecOptions, InProcess, Inputs, RunReport, 
 use deinsum_expr::{Dim, Einsum, Index, Operand};
 use deinsum_path::{ContractionTree, Step};
 use deinsum_plan::{build_from, Plan, PlanOptions, PlanStep};
-use deinsum_soap::{Access, Fusion, FusedGroup, IoBound};
+use deinsum_soap::{Access, FusedGroup, Fusion, IoBound};
 use std::collections::BTreeMap;
 
 /// A minimal einsum reader for tests: letters, `,`, `->`, `.` for a broadcast dim (`1`).
@@ -18,7 +18,13 @@ pub fn einsum(expr: &str, ext: &[(char, usize)]) -> Einsum {
         .map(|s| {
             Operand::new(
                 s.chars()
-                    .map(|c| if c == '1' { Dim::Broadcast } else { Dim::Index(c) })
+                    .map(|c| {
+                        if c == '1' {
+                            Dim::Broadcast
+                        } else {
+                            Dim::Index(c)
+                        }
+                    })
                     .collect(),
             )
         })
@@ -199,10 +205,28 @@ pub fn assert_volume(plan: &Plan, reps: &[RunReport]) {
     for rep in reps {
         for m in &rep.steps {
             if let PlanStep::Redistribute { volume, .. } = &plan.steps[m.step] {
-                assert_eq!(m.sent, volume.sent_by(rep.rank), "step {} rank {}", m.step, rep.rank);
-                assert_eq!(m.received, volume.received_by(rep.rank), "step {} rank {}", m.step, rep.rank);
+                assert_eq!(
+                    m.sent,
+                    volume.sent_by(rep.rank),
+                    "step {} rank {}",
+                    m.step,
+                    rep.rank
+                );
+                assert_eq!(
+                    m.received,
+                    volume.received_by(rep.rank),
+                    "step {} rank {}",
+                    m.step,
+                    rep.rank
+                );
             } else {
-                assert_eq!((m.sent, m.received), (0, 0), "step {} ({}) moved data", m.step, m.kind);
+                assert_eq!(
+                    (m.sent, m.received),
+                    (0, 0),
+                    "step {} ({}) moved data",
+                    m.step,
+                    m.kind
+                );
             }
         }
     }
