@@ -12,7 +12,7 @@ use deinsum_soap::{FusedGroup, Fusion};
 use std::collections::BTreeMap;
 
 /// How many of the best-modelled grids of a group are scheduled exactly before choosing.
-const EXACT_CANDIDATES: usize = 8;
+const EXACT_CANDIDATES: usize = 24;
 /// Exact evaluation is skipped for grids larger than this (the model ranks them alone).
 const EXACT_MAX_GRID: usize = 1 << 14;
 
@@ -138,6 +138,9 @@ fn plan_move(shape: &[usize], from: &Distribution, to: &Distribution, procs: usi
         vec![direct]
     }
 }
+
+/// An exactly scheduled candidate: (busiest rank's words, total, candidate, input moves, output reduction).
+type Scheduled = (u64, u64, usize, Vec<Vec<Move>>, Vec<Move>);
 
 /// Where a tensor stands while planning.
 #[derive(Clone, Debug)]
@@ -313,22 +316,41 @@ pub fn build_from(
             .map(|sizes| {
                 let mut comm = 0f64;
                 let mut mem = 0u64;
+                let grid = make_grid(&sizes);
+                let last = grid.size().saturating_sub(1);
                 for a in &group.inputs {
                     let b = blk(&sizes, &a.indices);
                     mem += b;
-                    let in_place = match &state[&a.node] {
-                        State::Unloaded => opts.inputs_in_place,
-                        State::At(d) => *d == dist_for(&make_grid(&sizes), &a.indices, false),
+                    let target = dist_for(&grid, &a.indices, false);
+                    let from = match &state[&a.node] {
+                        State::Unloaded if opts.inputs_in_place => continue,
+                        _ => current(&state, &tensors, opts, a.node, &target),
                     };
-                    if !in_place {
-                        comm += b as f64;
-                        if let State::At(d) = &state[&a.node] {
-                            if d.is_partial() {
-                                let q: usize = d.partial.iter().map(|&g| d.grid.dims[g].size).product();
-                                let ob = block_len(d, 0, &shape_of(&a.indices, ext));
-                                comm += ob as f64 * (q - 1) as f64 / q as f64;
+                    if from == target {
+                        continue;
+                    }
+                    // What ranks 0 and size-1 lack of their target block (a sample of the grid).
+                    let sh = shape_of(&a.indices, ext);
+                    let lack = [0, last]
+                        .iter()
+                        .map(|&r| {
+                            let t = target.block(r, &sh);
+                            let have = from.block(r, &sh);
+                            match (t, have) {
+                                (Some(t), Some(h)) => {
+                                    t.len() - t.intersect(&h).map_or(0, |x| x.len())
+                                }
+                                (Some(t), None) => t.len(),
+                                _ => 0,
                             }
-                        }
+                        })
+                        .max()
+                        .unwrap_or(b);
+                    comm += lack as f64;
+                    if from.is_partial() {
+                        let q: usize = from.partial.iter().map(|&g| from.grid.dims[g].size).product();
+                        let ob = block_len(&from, 0, &sh);
+                        comm += ob as f64 * (q - 1) as f64 / q as f64;
                     }
                 }
                 let ob = blk(&sizes, &out_idx);
@@ -394,7 +416,7 @@ pub fn build_from(
             .cloned();
 
         // Exact schedules for the best few; the chosen one keeps its moves.
-        let mut best: Option<(u64, u64, usize, Vec<Vec<Move>>, Vec<Move>)> = None;
+        let mut best: Option<Scheduled> = None;
         for (ci, c) in cands.iter().enumerate().take(EXACT_CANDIDATES) {
             let size: usize = c.sizes.iter().product();
             if ci > 0 && size > EXACT_MAX_GRID {

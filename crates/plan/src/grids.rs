@@ -9,7 +9,7 @@ pub fn tight(n: usize, p: usize) -> bool {
 /// True when every prime factor of `p` is at most 7.
 fn smooth7(mut p: usize) -> bool {
     for f in [2, 3, 5, 7] {
-        while p > 1 && p % f == 0 {
+        while p > 1 && p.is_multiple_of(f) {
             p /= f;
         }
     }
@@ -21,7 +21,7 @@ fn smooth7(mut p: usize) -> bool {
 /// are always reachable).
 pub fn axis_candidates(n: usize, procs: usize) -> Vec<usize> {
     (1..=n.min(procs))
-        .filter(|&p| tight(n, p) && (p <= 64 || smooth7(p) || procs % p == 0))
+        .filter(|&p| tight(n, p) && (p <= 64 || smooth7(p) || procs.is_multiple_of(p)))
         .collect()
 }
 

@@ -221,12 +221,14 @@ pub struct Prediction {
 }
 
 /// Options of [`build`].
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone)]
 pub struct PlanOptions {
     /// Number of ranks P (>= 1).
     pub procs: usize,
     /// Per-rank memory budget S in words (`None`: unlimited).
     pub mem: Option<u64>,
+    /// How [`build`] finds the contraction tree.
+    pub path: deinsum_path::PathOptions,
     /// When true, every input is loaded directly in the distribution its consuming group
     /// needs (the caller's data already sits there) and moving it costs nothing; when false
     /// (default) inputs start in the canonical distribution ([`canonical_distribution`]).
@@ -236,15 +238,74 @@ pub struct PlanOptions {
     pub balance_tolerance: f64,
 }
 
+impl std::fmt::Debug for PlanOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlanOptions")
+            .field("procs", &self.procs)
+            .field("mem", &self.mem)
+            .field("path.strategy", &self.path.strategy)
+            .field("inputs_in_place", &self.inputs_in_place)
+            .field("balance_tolerance", &self.balance_tolerance)
+            .finish()
+    }
+}
+
 impl Default for PlanOptions {
     fn default() -> Self {
         PlanOptions {
             procs: 1,
             mem: None,
+            path: deinsum_path::PathOptions::default(),
             inputs_in_place: false,
             balance_tolerance: 0.25,
         }
     }
+}
+
+/// Plans `einsum` for `opts.procs` ranks: finds the contraction tree
+/// ([`deinsum_path::optimize`]), the fusion groups and their SOAP bounds
+/// ([`deinsum_soap::analyze`]), then a grid per group, the moves between groups and the
+/// predicted volumes ([`build_from`]). The SOAP analysis uses the budget S when given, else an
+/// even share of the data (`(inputs + output) / P` words, at least 1); the per-rank bound
+/// beside the prediction uses S, or without a budget the plan's own peak memory per rank.
+pub fn build(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
+    if opts.procs == 0 {
+        return Err(PlanError::ZeroProcs);
+    }
+    let info = deinsum_path::optimize(einsum, &opts.path)?;
+    let data: f64 = (0..einsum.num_inputs())
+        .map(|k| einsum.input_indices(k))
+        .chain(std::iter::once(einsum.output()))
+        .map(|idx| idx.iter().map(|&c| einsum.extent(c) as f64).product::<f64>())
+        .sum();
+    let s_analysis = match opts.mem {
+        Some(s) => s as f64,
+        None => (data / opts.procs as f64).max(1.0),
+    };
+    let fusion = deinsum_soap::analyze(&info.tree, s_analysis)?;
+    let procs = opts.procs;
+    let mem = opts.mem;
+    // First pass without the bound to learn the plan's own memory, then the bound for it.
+    let plan = build_from(einsum, &info.tree, info.path.clone(), &fusion, opts, &|_| (0.0, 0.0))?;
+    let s_bound = match mem {
+        Some(s) => s as f64,
+        None => (plan.prediction.max_peak_memory as f64).max(1.0),
+    };
+    let mut plan = plan;
+    let mut bound_total = 0.0;
+    for g in &mut plan.groups {
+        let b = deinsum_soap::parallel_bound(&g.group, procs, s_bound);
+        g.bound_memory_independent = b.memory_independent;
+        g.bound_memory_dependent = b.memory_dependent;
+        bound_total += b.binding();
+    }
+    plan.prediction.bound_per_rank = bound_total;
+    plan.prediction.ratio = if bound_total > 0.0 {
+        plan.prediction.max_per_rank as f64 / bound_total
+    } else {
+        f64::NAN
+    };
+    Ok(plan)
 }
 
 /// Why a plan cannot be built.
@@ -266,6 +327,12 @@ pub enum PlanError {
     /// The tree or fusion handed in is inconsistent (an upstream bug, not user input).
     #[error("inconsistent plan input: {0}")]
     Inconsistent(String),
+    /// The path optimizer failed.
+    #[error(transparent)]
+    Path(#[from] deinsum_path::PathError),
+    /// The SOAP analysis failed.
+    #[error(transparent)]
+    Soap(#[from] deinsum_soap::SoapError),
     /// A size overflowed.
     #[error("size overflow: {0}")]
     Overflow(String),

@@ -120,9 +120,7 @@ fn schedule(
         }
         // The source intervals each target range meets.
         let mut lists: Vec<&[Interval]> = Vec::with_capacity(nd);
-        for v in 0..nd {
-            let (s, e) = tb.ranges[v];
-            let p = &parts[v];
+        for (p, &(s, e)) in parts.iter().zip(&tb.ranges) {
             let lo = p.partition_point(|iv| iv.end <= s);
             let hi = p.partition_point(|iv| iv.start < e);
             lists.push(&p[lo..hi]);

@@ -1,5 +1,7 @@
-//! `deinsum plan`.
+//! `deinsum plan`: build the distributed plan for P ranks and print it (text or JSON).
 
+use deinsum_plan::{build, Distribution, Plan, PlanError, PlanOptions, PlanStep};
+use std::fmt::Write as _;
 use std::process::ExitCode;
 
 /// Arguments of `deinsum plan`.
@@ -9,12 +11,245 @@ pub struct Args {
     pub expr: String,
     #[command(flatten)]
     pub extents: super::ExtentArgs,
+    /// Number of ranks P.
+    #[arg(long, value_name = "P")]
+    pub procs: usize,
+    /// Per-rank memory budget S, in words (elements); unlimited when absent.
+    #[arg(long, value_name = "S")]
+    pub mem: Option<u64>,
+    /// Path search strategy (as `deinsum path --optimize`).
+    #[arg(long = "optimize", value_name = "NAME", default_value = "auto")]
+    pub optimize: String,
+    /// Plan as if every input already sits in the distribution its group needs (no input moves).
+    #[arg(long)]
+    pub inputs_in_place: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = super::Format::Text)]
     pub format: super::Format,
+    /// Also write the plan JSON to this file.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
 }
 
 /// Runs the subcommand.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    Err(super::NotImplemented("plan").into())
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let einsum = super::einsum_from_args(&args.expr, &args.extents)?;
+    let opts = PlanOptions {
+        procs: args.procs,
+        mem: args.mem,
+        path: deinsum_path::PathOptions::with_strategy(&args.optimize),
+        inputs_in_place: args.inputs_in_place,
+        ..PlanOptions::default()
+    };
+    let plan = build(&einsum, &opts).map_err(|e| match e {
+        PlanError::ZeroProcs | PlanError::MemoryTooSmall { .. } => {
+            anyhow::Error::new(super::InputError(e.to_string()))
+        }
+        // A bad strategy name or an einsum the search cannot take is the caller's.
+        PlanError::Path(ref p) if !matches!(p, deinsum_path::PathError::InvalidPath(_)) => {
+            anyhow::Error::new(super::InputError(e.to_string()))
+        }
+        other => anyhow::Error::new(other),
+    })?;
+    let json = serde_json::to_string_pretty(&plan)?;
+    if let Some(path) = &args.output {
+        std::fs::write(path, format!("{json}\n"))
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    match args.format {
+        super::Format::Json => println!("{json}"),
+        super::Format::Text => print!("{}", render_text(&plan, &args.optimize)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A distribution in one line: `[i/2 k/2] rep j2` (split sizes per tensor index, then the
+/// replicating and partial grid dims).
+pub fn describe(d: &Distribution, indices: &[char]) -> String {
+    if d.grid.dims.is_empty() {
+        return "whole on rank 0".to_string();
+    }
+    let mut used = vec![false; d.grid.dims.len()];
+    let parts: Vec<String> = indices
+        .iter()
+        .zip(&d.split)
+        .map(|(c, dims)| {
+            for &g in dims {
+                used[g] = true;
+            }
+            let sizes: Vec<String> = dims
+                .iter()
+                .filter(|&&g| d.grid.dims[g].size > 1)
+                .map(|&g| d.grid.dims[g].size.to_string())
+                .collect();
+            match sizes.len() {
+                0 => c.to_string(),
+                1 => format!("{c}/{}", sizes[0]),
+                _ => format!("{c}/({})", sizes.join("*")),
+            }
+        })
+        .collect();
+    let mut s = format!("[{}]", parts.join(" "));
+    for &g in &d.partial {
+        used[g] = true;
+    }
+    let rep: Vec<String> = (0..d.grid.dims.len())
+        .filter(|&g| !used[g] && d.grid.dims[g].size > 1)
+        .map(|g| format!("{}{}", d.grid.dims[g].index, d.grid.dims[g].size))
+        .collect();
+    if !rep.is_empty() {
+        let _ = write!(s, " rep {}", rep.join(" "));
+    }
+    let par: Vec<String> = d
+        .partial
+        .iter()
+        .filter(|&&g| d.grid.dims[g].size > 1)
+        .map(|&g| format!("{}{}", d.grid.dims[g].index, d.grid.dims[g].size))
+        .collect();
+    if !par.is_empty() {
+        let _ = write!(s, " partial {}", par.join(" "));
+    }
+    let _ = write!(s, " on {} ranks", d.grid.size());
+    s
+}
+
+/// The human-readable plan.
+pub fn render_text(plan: &Plan, strategy: &str) -> String {
+    let mut o = String::new();
+    let ext: Vec<String> = plan
+        .einsum
+        .extents
+        .iter()
+        .map(|(c, n)| format!("{c}={n}"))
+        .collect();
+    let _ = writeln!(
+        o,
+        "plan for {}   extents {}",
+        plan.expression,
+        ext.join(",")
+    );
+    let _ = writeln!(
+        o,
+        "ranks P = {}, memory per rank {}, inputs {}",
+        plan.procs,
+        plan.mem
+            .map(|s| format!("{s} words"))
+            .unwrap_or_else(|| "unlimited".into()),
+        if plan.inputs_in_place {
+            "in place (already in their groups' distributions)"
+        } else {
+            "in the canonical distribution (C-order blocks, first index over the ranks)"
+        }
+    );
+    let _ = writeln!(o, "path ({strategy}): {:?}", plan.path);
+    for (gi, g) in plan.groups.iter().enumerate() {
+        let steps: Vec<String> = g
+            .group
+            .steps
+            .iter()
+            .map(|&s| plan.tree.steps[s].einsum_string())
+            .collect();
+        let grid: Vec<String> = g
+            .grid
+            .dims
+            .iter()
+            .map(|d| format!("{}={}", d.index, d.size))
+            .collect();
+        let _ = writeln!(
+            o,
+            "group {gi}: {}  (steps {})",
+            g.group.einsum_string(),
+            steps.join("; ")
+        );
+        let _ = writeln!(
+            o,
+            "  grid ({}) on {} ranks; {} admissible grids considered; max multiply-adds/rank {:.0}",
+            grid.join(", "),
+            g.grid.size(),
+            g.candidates_considered,
+            g.max_flops_per_rank
+        );
+        let _ = writeln!(
+            o,
+            "  SOAP bound/rank {:.1} (memory-independent {:.1}, memory-dependent {:.1}); predicted moves in and reduction out: {} words on the busiest rank",
+            g.bound_memory_independent.max(g.bound_memory_dependent),
+            g.bound_memory_independent,
+            g.bound_memory_dependent,
+            g.predicted_max_per_rank
+        );
+    }
+    let _ = writeln!(o, "steps:");
+    let name = |id: usize| {
+        plan.tensor(id)
+            .map(|t| format!("{} ({})", t.name, t.indices.iter().collect::<String>()))
+            .unwrap_or_else(|| format!("#{id}"))
+    };
+    let idx = |id: usize| {
+        plan.tensor(id)
+            .map(|t| t.indices.clone())
+            .unwrap_or_default()
+    };
+    for (k, s) in plan.steps.iter().enumerate() {
+        match s {
+            PlanStep::Load { tensor, dist } => {
+                let _ = writeln!(
+                    o,
+                    "  {k:>3} load {}  {}",
+                    name(*tensor),
+                    describe(dist, &idx(*tensor))
+                );
+            }
+            PlanStep::Redistribute {
+                tensor,
+                from,
+                to,
+                sum,
+                transfers,
+                volume,
+            } => {
+                let msgs = transfers.iter().filter(|t| t.src != t.dst).count();
+                let _ = writeln!(
+                    o,
+                    "  {k:>3} {} {}  {}  ->  {}\n        {} messages, words received: max/rank {}, total {}",
+                    if *sum { "reduce" } else { "move" },
+                    name(*tensor),
+                    describe(from, &idx(*tensor)),
+                    describe(to, &idx(*tensor)),
+                    msgs,
+                    volume.max_per_rank,
+                    volume.total
+                );
+            }
+            PlanStep::Compute { group } => {
+                let _ = writeln!(o, "  {k:>3} compute group {group}");
+            }
+            PlanStep::Free { tensor } => {
+                let _ = writeln!(o, "  {k:>3} free {}", name(*tensor));
+            }
+        }
+    }
+    let p = &plan.prediction;
+    let _ = writeln!(
+        o,
+        "predicted words received: max/rank {}, total {} (max sent/rank {})",
+        p.max_per_rank, p.total, p.max_sent_per_rank
+    );
+    let _ = writeln!(
+        o,
+        "SOAP per-rank bound {:.1}   predicted/bound {:.3}",
+        p.bound_per_rank, p.ratio
+    );
+    let _ = writeln!(o, "peak memory: max {} words per rank", p.max_peak_memory);
+    let _ = writeln!(
+        o,
+        "output {}: {}",
+        name(plan.output.0),
+        describe(&plan.output.1, &idx(plan.output.0))
+    );
+    let _ = writeln!(
+        o,
+        "idle ranks: {}",
+        plan.idle.clone().unwrap_or_else(|| "none".into())
+    );
+    o
 }

@@ -1,0 +1,59 @@
+//! Plans built end to end (parser, path, SOAP) against the SOAP parallel bound.
+//!
+//! The bound (deinsum_soap::parallel_bound, summed over groups, the binding one of
+//! memory-independent and memory-dependent) counts every word a rank must touch; the
+//! prediction counts words received, including the move out of the canonical input
+//! distribution and every reduction.
+
+use deinsum_expr::{parse, ExtentSpec};
+use deinsum_plan::{build, Plan, PlanOptions};
+
+fn plan_sizes(expr: &str, sizes: &str, procs: usize, in_place: bool) -> Plan {
+    let spec = ExtentSpec::from_flags(Some(sizes), None, None).expect("sizes");
+    let e = parse(expr, &spec).expect("parses");
+    build(
+        &e,
+        &PlanOptions {
+            procs,
+            inputs_in_place: in_place,
+            ..Default::default()
+        },
+    )
+    .expect("plans")
+}
+
+const PS: [usize; 11] = [2, 3, 4, 6, 7, 8, 12, 16, 27, 64, 512];
+
+fn check(expr: &str, sizes: &str) {
+    let mut worst: f64 = 0.0;
+    for p in PS {
+        let pl = plan_sizes(expr, sizes, p, false);
+        let r = pl.prediction.ratio;
+        println!(
+            "{expr} {sizes} P={p}: max/rank {} bound {:.1} ratio {r:.3} ranks {} grids {:?}",
+            pl.prediction.max_per_rank,
+            pl.prediction.bound_per_rank,
+            pl.ranks_used,
+            pl.groups
+                .iter()
+                .map(|g| g.grid.dims.iter().map(|d| (d.index, d.size)).collect::<Vec<_>>())
+                .collect::<Vec<_>>()
+        );
+        assert!(pl.prediction.bound_per_rank > 0.0);
+        assert!(r <= 1.25, "{expr} {sizes} P={p}: ratio {r}");
+        worst = worst.max(r);
+    }
+    println!("{expr} {sizes}: worst ratio {worst:.3}");
+}
+
+#[test]
+fn mm_within_bound() {
+    check("ij,jk->ik", "i=64,j=64,k=64");
+    check("ij,jk->ik", "i=30,j=30,k=30");
+}
+
+#[test]
+fn mttkrp_within_bound() {
+    check("ijk,ja,ka->ia", "i=24,j=24,k=24,a=24");
+    check("ijk,ja,ka->ia", "i=20,j=20,k=20,a=12");
+}
