@@ -64,7 +64,11 @@ impl Operand {
 
     /// True when some index occurs twice in this operand (a diagonal is taken on load).
     pub fn has_diagonal(&self) -> bool {
-        self.dims.iter().filter(|d| matches!(d, Dim::Index(_))).count() != self.indices.len()
+        self.dims
+            .iter()
+            .filter(|d| matches!(d, Dim::Index(_)))
+            .count()
+            != self.indices.len()
     }
 }
 

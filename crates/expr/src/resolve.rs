@@ -287,8 +287,15 @@ fn set_extent(
 ) -> Result<(), ExprError> {
     match extents.get(&c) {
         Some(&prev) if prev != n => Err(ExprError::invalid(format!(
-            "two different extents for index '{c}': {prev} ({}) and {n} ({src})",
-            sources[&c]
+            "two different extents for index '{c}': {prev} ({}) and {n} ({src}){}",
+            sources
+                .get(&c)
+                .map_or("'...'".to_string(), |s| s.to_string()),
+            if prev == 1 || n == 1 {
+                " (extent-1 broadcasting applies only to '...' dimensions)"
+            } else {
+                ""
+            }
         ))),
         Some(_) => Ok(()),
         None => {
@@ -361,6 +368,9 @@ fn shape_str(s: &[usize]) -> String {
     if s.is_empty() {
         "() (a scalar)".to_string()
     } else {
-        s.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("x")
+        s.iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join("x")
     }
 }

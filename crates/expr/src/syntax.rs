@@ -65,7 +65,8 @@ impl CharPos {
 /// Parses `expr` into its syntax tree; syntax errors carry a caret.
 pub(crate) fn parse(expr: &str) -> Result<Ast, ExprError> {
     let pos = CharPos::new(expr);
-    let mut pairs = EinsumParser::parse(Rule::einsum, expr).map_err(|e| syntax_error(expr, &pos, &e))?;
+    let mut pairs =
+        EinsumParser::parse(Rule::einsum, expr).map_err(|e| syntax_error(expr, &pos, &e))?;
     let einsum = pairs.next().expect("the einsum rule matched");
     let mut ast = Ast {
         inputs: Vec::new(),
