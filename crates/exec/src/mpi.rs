@@ -1,0 +1,487 @@
+//! The MPI backend: [`MpiComm`] implements [`Communicator`] over an rsmpi communicator.
+//!
+//! MPI counts and displacements are 32-bit (`int`). Every collective here checks its sizes
+//! against [`MpiComm::max_count`] (by default `i32::MAX`) and splits a larger exchange into
+//! several calls, so nothing is ever truncated.
+//!
+//! Traffic is counted per rank with the same message model as the in-process backend
+//! ([`crate::local`]): each collective is counted as the direct messages it logically needs
+//! (all-reduce and split as an all-gather, reduce-scatter as one segment to each owner,
+//! broadcast as root-to-each), messages to self are not counted, and the size exchanges MPI
+//! needs before a variable all-to-all are protocol, not payload. So a run on MPI reports the
+//! same bytes as the same run in-process, and both can be held against the plan's volume.
+
+use std::ffi::{c_int, c_void};
+use std::fmt::Display;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use mpi::collective::SystemOperation;
+use mpi::datatype::{Partition, PartitionMut};
+use mpi::topology::{Color, SimpleCommunicator};
+use mpi::traits::{AsRaw, Communicator as _, CommunicatorCollectives, Equivalence, Root};
+
+use crate::comm::{CommError, Communicator, Traffic};
+
+/// Byte counters shared by a world communicator and everything split from it.
+#[derive(Debug, Default)]
+struct Counters {
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
+/// A [`Communicator`] over an MPI communicator (rsmpi).
+///
+/// Build it from the world (`MpiComm::world(&universe)`) or from any rsmpi communicator the
+/// caller owns ([`MpiComm::new`], [`MpiComm::duplicate_of`]). Communicators obtained by
+/// [`Communicator::split`] share the byte counters of their parent.
+pub struct MpiComm {
+    comm: SimpleCommunicator,
+    counters: Arc<Counters>,
+    max_count: usize,
+}
+
+impl std::fmt::Debug for MpiComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpiComm")
+            .field("rank", &self.comm.rank())
+            .field("size", &self.comm.size())
+            .field("max_count", &self.max_count)
+            .finish()
+    }
+}
+
+/// The largest count one MPI call takes (`int`).
+const MPI_MAX_COUNT: usize = i32::MAX as usize;
+
+fn to_count(n: usize, what: &str) -> Result<c_int, CommError> {
+    c_int::try_from(n).map_err(|_| CommError::Invalid(format!("{what} {n} does not fit MPI's int")))
+}
+
+impl MpiComm {
+    /// Wraps an rsmpi communicator (takes ownership; it is freed when the `MpiComm` drops).
+    pub fn new(comm: SimpleCommunicator) -> Self {
+        MpiComm {
+            comm,
+            counters: Arc::new(Counters::default()),
+            max_count: MPI_MAX_COUNT,
+        }
+    }
+
+    /// The world communicator of `universe` (from `mpi::initialize()`).
+    pub fn world(universe: &mpi::environment::Universe) -> Self {
+        MpiComm::new(universe.world())
+    }
+
+    /// A private duplicate (MPI_Comm_dup) of the caller's communicator, so deinsum's messages
+    /// never mix with the caller's.
+    pub fn duplicate_of<C: mpi::traits::Communicator>(comm: &C) -> Self {
+        MpiComm::new(comm.duplicate())
+    }
+
+    /// Caps the elements one MPI call moves (default `i32::MAX`). Larger exchanges are split
+    /// into several calls; a small cap exercises that path in tests. Values below 1 are 1.
+    pub fn with_max_count(mut self, max_count: usize) -> Self {
+        self.max_count = max_count.clamp(1, MPI_MAX_COUNT);
+        self
+    }
+
+    /// The cap on elements per MPI call.
+    pub fn max_count(&self) -> usize {
+        self.max_count
+    }
+
+    /// The underlying rsmpi communicator.
+    pub fn raw(&self) -> &SimpleCommunicator {
+        &self.comm
+    }
+
+    /// Prints `deinsum: rank R: message` to stderr and aborts the whole MPI job (MPI_Abort with
+    /// `code`), so that one rank's error never leaves the others waiting in a collective.
+    pub fn abort(&self, message: &str, code: i32) -> ! {
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "deinsum: rank {}: {message}", self.comm.rank());
+        let _ = err.flush();
+        drop(err);
+        self.comm.abort(code)
+    }
+
+    /// The value of `r`, or [`MpiComm::abort`] with its error (exit code 1).
+    pub fn or_abort<T, E: Display>(&self, r: Result<T, E>) -> T {
+        match r {
+            Ok(v) => v,
+            Err(e) => self.abort(&e.to_string(), 1),
+        }
+    }
+
+    fn count_sent(&self, bytes: u64) {
+        self.counters.sent.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn count_received(&self, bytes: u64) {
+        self.counters.received.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn peers(&self) -> u64 {
+        self.size() as u64 - 1
+    }
+
+    /// Max over ranks of each entry (no traffic counted: internal agreement).
+    fn agree_max(&self, vals: &[u64]) -> Vec<u64> {
+        let mut out = vec![0u64; vals.len()];
+        self.comm
+            .all_reduce_into(vals, &mut out[..], SystemOperation::max());
+        out
+    }
+
+    /// Checks that every rank passed the same `value` (a length, a hash of counts).
+    fn check_same(&self, value: u64, what: &str) -> Result<(), CommError> {
+        let got = self.agree_max(&[value, !value]);
+        if got[0] != value || got[1] != !value {
+            return Err(CommError::Invalid(format!(
+                "{what} differs between ranks (rank {} has {value})",
+                self.rank()
+            )));
+        }
+        Ok(())
+    }
+
+    /// In-place sum over all ranks of an `Equivalence` slice, `max_count` elements per call.
+    fn all_reduce_in_place<T: Equivalence + Copy>(
+        &self,
+        buf: &mut [T],
+        op: SystemOperation,
+    ) -> Result<(), CommError> {
+        self.check_same(buf.len() as u64, "all-reduce length")?;
+        let mut tmp: Vec<T> = Vec::new();
+        for chunk in buf.chunks_mut(self.max_count) {
+            tmp.clear();
+            tmp.extend_from_slice(chunk);
+            self.comm.all_reduce_into(&tmp[..], chunk, op);
+        }
+        Ok(())
+    }
+}
+
+impl Communicator for MpiComm {
+    fn rank(&self) -> usize {
+        self.comm.rank() as usize
+    }
+
+    fn size(&self) -> usize {
+        self.comm.size() as usize
+    }
+
+    fn split(&self, color: usize, key: usize) -> Result<Self, CommError> {
+        let c = to_count(color, "split color")?;
+        let k = to_count(key, "split key")?;
+        let sub = self
+            .comm
+            .split_by_color_with_key(Color::with_value(c), k)
+            .ok_or_else(|| CommError::Backend("MPI_Comm_split returned no communicator".into()))?;
+        // Modelled as an all-gather of (color, key), two u64 per peer, as the in-process backend.
+        self.count_sent(16 * self.peers());
+        self.count_received(16 * self.peers());
+        Ok(MpiComm {
+            comm: sub,
+            counters: self.counters.clone(),
+            max_count: self.max_count,
+        })
+    }
+
+    fn all_to_all_v(
+        &self,
+        send: &[u8],
+        send_counts: &[usize],
+    ) -> Result<(Vec<u8>, Vec<usize>), CommError> {
+        let p = self.size();
+        let me = self.rank();
+        if send_counts.len() != p {
+            return Err(CommError::Invalid(format!(
+                "{} send counts for {p} ranks",
+                send_counts.len()
+            )));
+        }
+        let total = send_counts
+            .iter()
+            .try_fold(0usize, |a, &c| a.checked_add(c))
+            .ok_or_else(|| CommError::Invalid("send counts overflow".into()))?;
+        if total != send.len() {
+            return Err(CommError::Invalid(format!(
+                "send counts add up to {total}, buffer has {} bytes",
+                send.len()
+            )));
+        }
+        // Every rank learns what it receives from each peer.
+        let sc: Vec<u64> = send_counts.iter().map(|&c| c as u64).collect();
+        let mut rc = vec![0u64; p];
+        self.comm.all_to_all_into(&sc[..], &mut rc[..]);
+        let recv_counts: Vec<usize> = rc
+            .iter()
+            .map(|&c| usize::try_from(c))
+            .collect::<Result<_, _>>()
+            .map_err(|_| CommError::Invalid("a receive count does not fit usize".into()))?;
+        let recv_total = recv_counts
+            .iter()
+            .try_fold(0usize, |a, &c| a.checked_add(c))
+            .ok_or_else(|| CommError::Invalid("receive counts overflow".into()))?;
+
+        // Rounds: one call when every rank's totals fit; else each pair moves at most
+        // `chunk` bytes per call, so a call's totals and displacements stay <= max_count.
+        let chunk = (self.max_count / p).max(1);
+        let fits = total <= self.max_count && recv_total <= self.max_count;
+        let local_rounds = if fits {
+            1
+        } else {
+            send_counts
+                .iter()
+                .chain(&recv_counts)
+                .map(|&c| c.div_ceil(chunk))
+                .max()
+                .unwrap_or(1)
+        };
+        let rounds = self.agree_max(&[local_rounds as u64])[0] as usize;
+
+        let mut recv = vec![0u8; recv_total];
+        if rounds <= 1 {
+            let counts = send_counts
+                .iter()
+                .map(|&c| to_count(c, "send count"))
+                .collect::<Result<Vec<_>, _>>()?;
+            let displs = exclusive_prefix(&counts)?;
+            let rcounts = recv_counts
+                .iter()
+                .map(|&c| to_count(c, "receive count"))
+                .collect::<Result<Vec<_>, _>>()?;
+            let rdispls = exclusive_prefix(&rcounts)?;
+            let sp = Partition::new(send, &counts[..], &displs[..]);
+            let mut rp = PartitionMut::new(&mut recv[..], &rcounts[..], &rdispls[..]);
+            self.comm.all_to_all_varcount_into(&sp, &mut rp);
+        } else {
+            let soff = exclusive_prefix_usize(send_counts);
+            let roff = exclusive_prefix_usize(&recv_counts);
+            let piece = |n: usize, k: usize| {
+                let s = (k * chunk).min(n);
+                (s, (s + chunk).min(n))
+            };
+            let mut sbuf: Vec<u8> = Vec::new();
+            let mut rbuf: Vec<u8> = Vec::new();
+            for k in 0..rounds {
+                sbuf.clear();
+                let mut counts = Vec::with_capacity(p);
+                for r in 0..p {
+                    let (s, e) = piece(send_counts[r], k);
+                    sbuf.extend_from_slice(&send[soff[r] + s..soff[r] + e]);
+                    counts.push(to_count(e - s, "send count")?);
+                }
+                let displs = exclusive_prefix(&counts)?;
+                let mut rcounts = Vec::with_capacity(p);
+                for &n in &recv_counts {
+                    let (s, e) = piece(n, k);
+                    rcounts.push(to_count(e - s, "receive count")?);
+                }
+                let rdispls = exclusive_prefix(&rcounts)?;
+                let rlen: usize = rcounts.iter().map(|&c| c as usize).sum();
+                rbuf.clear();
+                rbuf.resize(rlen, 0);
+                {
+                    let sp = Partition::new(&sbuf[..], &counts[..], &displs[..]);
+                    let mut rp = PartitionMut::new(&mut rbuf[..], &rcounts[..], &rdispls[..]);
+                    self.comm.all_to_all_varcount_into(&sp, &mut rp);
+                }
+                for r in 0..p {
+                    let (s, e) = piece(recv_counts[r], k);
+                    let d = rdispls[r] as usize;
+                    recv[roff[r] + s..roff[r] + e].copy_from_slice(&rbuf[d..d + (e - s)]);
+                }
+            }
+        }
+        let others = |c: &[usize]| -> u64 {
+            c.iter()
+                .enumerate()
+                .filter(|&(r, _)| r != me)
+                .map(|(_, &n)| n as u64)
+                .sum()
+        };
+        self.count_sent(others(send_counts));
+        self.count_received(others(&recv_counts));
+        Ok((recv, recv_counts))
+    }
+
+    fn all_reduce_sum_f64(&self, buf: &mut [f64]) -> Result<(), CommError> {
+        self.all_reduce_in_place(buf, SystemOperation::sum())?;
+        let b = 8 * buf.len() as u64 * self.peers();
+        self.count_sent(b);
+        self.count_received(b);
+        Ok(())
+    }
+
+    fn all_reduce_sum_f32(&self, buf: &mut [f32]) -> Result<(), CommError> {
+        self.all_reduce_in_place(buf, SystemOperation::sum())?;
+        let b = 4 * buf.len() as u64 * self.peers();
+        self.count_sent(b);
+        self.count_received(b);
+        Ok(())
+    }
+
+    fn all_reduce_max_u64(&self, buf: &mut [u64]) -> Result<(), CommError> {
+        self.all_reduce_in_place(buf, SystemOperation::max())?;
+        let b = 8 * buf.len() as u64 * self.peers();
+        self.count_sent(b);
+        self.count_received(b);
+        Ok(())
+    }
+
+    fn reduce_scatter_sum_f64(
+        &self,
+        send: &[f64],
+        recv_counts: &[usize],
+    ) -> Result<Vec<f64>, CommError> {
+        let p = self.size();
+        let me = self.rank();
+        let total = recv_counts
+            .iter()
+            .try_fold(0usize, |a, &c| a.checked_add(c))
+            .ok_or_else(|| CommError::Invalid("receive counts overflow".into()))?;
+        if recv_counts.len() != p || total != send.len() {
+            return Err(CommError::Invalid(format!(
+                "reduce-scatter of {} elements with {} counts adding up to {total} on {p} ranks",
+                send.len(),
+                recv_counts.len()
+            )));
+        }
+        // MPI requires identical counts on all ranks; a mismatch would hang, so check.
+        let h = recv_counts.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
+            (h ^ c as u64).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        self.check_same(h, "reduce-scatter counts")?;
+
+        let chunk = (self.max_count / p).max(1);
+        let rounds = if total <= self.max_count {
+            1
+        } else {
+            recv_counts
+                .iter()
+                .map(|&c| c.div_ceil(chunk))
+                .max()
+                .unwrap_or(1)
+        };
+        let off = exclusive_prefix_usize(recv_counts);
+        let mut out = vec![0f64; recv_counts[me]];
+        let mut sbuf: Vec<f64> = Vec::new();
+        let mut rbuf: Vec<f64> = Vec::new();
+        for k in 0..rounds {
+            let piece = |n: usize| {
+                if rounds == 1 {
+                    (0, n)
+                } else {
+                    let s = (k * chunk).min(n);
+                    (s, (s + chunk).min(n))
+                }
+            };
+            sbuf.clear();
+            let mut counts: Vec<c_int> = Vec::with_capacity(p);
+            for r in 0..p {
+                let (s, e) = piece(recv_counts[r]);
+                sbuf.extend_from_slice(&send[off[r] + s..off[r] + e]);
+                counts.push(to_count(e - s, "reduce-scatter count")?);
+            }
+            let (s, e) = piece(recv_counts[me]);
+            rbuf.clear();
+            rbuf.resize(e - s, 0.0);
+            let dt = f64::equivalent_datatype();
+            let op = SystemOperation::sum();
+            // SAFETY: `sbuf` holds sum(counts) f64 and `rbuf` holds counts[me] f64, both live
+            // and unaliased for the call; `counts` has `size()` entries (MPI reads that many);
+            // datatype, op and communicator are valid handles owned by rsmpi for the call.
+            let rc = unsafe {
+                mpi::ffi::MPI_Reduce_scatter(
+                    sbuf.as_ptr() as *const c_void,
+                    rbuf.as_mut_ptr() as *mut c_void,
+                    counts.as_ptr(),
+                    dt.as_raw(),
+                    op.as_raw(),
+                    self.comm.as_raw(),
+                )
+            };
+            if rc != mpi::ffi::MPI_SUCCESS as c_int {
+                return Err(CommError::Backend(format!(
+                    "MPI_Reduce_scatter returned error code {rc}"
+                )));
+            }
+            out[s..e].copy_from_slice(&rbuf);
+        }
+        let others: u64 = recv_counts
+            .iter()
+            .enumerate()
+            .filter(|&(r, _)| r != me)
+            .map(|(_, &n)| n as u64)
+            .sum();
+        self.count_sent(8 * others);
+        self.count_received(8 * recv_counts[me] as u64 * self.peers());
+        Ok(out)
+    }
+
+    fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
+        let p = self.size();
+        if root >= p {
+            return Err(CommError::Invalid(format!(
+                "broadcast root {root} of {p} ranks"
+            )));
+        }
+        let r = self.comm.process_at_rank(root as i32);
+        let mut len = buf.len() as u64;
+        r.broadcast_into(&mut len);
+        let n = usize::try_from(len)
+            .map_err(|_| CommError::Invalid(format!("broadcast of {len} bytes")))?;
+        if self.rank() != root {
+            buf.clear();
+            buf.resize(n, 0);
+        }
+        for chunk in buf.chunks_mut(self.max_count) {
+            r.broadcast_into(chunk);
+        }
+        if self.rank() == root {
+            self.count_sent(len * self.peers());
+        } else {
+            self.count_received(len);
+        }
+        Ok(())
+    }
+
+    fn barrier(&self) -> Result<(), CommError> {
+        self.comm.barrier();
+        Ok(())
+    }
+
+    fn traffic(&self) -> Traffic {
+        Traffic {
+            sent: self.counters.sent.load(Ordering::Relaxed),
+            received: self.counters.received.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Exclusive prefix sums of MPI counts (displacements), checked against `int`.
+fn exclusive_prefix(counts: &[c_int]) -> Result<Vec<c_int>, CommError> {
+    let mut out = Vec::with_capacity(counts.len());
+    let mut acc: c_int = 0;
+    for &c in counts {
+        out.push(acc);
+        acc = acc
+            .checked_add(c)
+            .ok_or_else(|| CommError::Invalid("displacements do not fit MPI's int".into()))?;
+    }
+    Ok(out)
+}
+
+fn exclusive_prefix_usize(counts: &[usize]) -> Vec<usize> {
+    let mut out = Vec::with_capacity(counts.len());
+    let mut acc = 0usize;
+    for &c in counts {
+        out.push(acc);
+        acc += c;
+    }
+    out
+}
