@@ -230,14 +230,6 @@ pub(crate) fn build_group(
     s: f64,
 ) -> Result<FusedGroup, SoapError> {
     let internal: Vec<usize> = steps.iter().map(|&st| tree.num_inputs + st).collect();
-    let mut indices: Vec<Index> = Vec::new();
-    for &st in steps {
-        for c in tree.steps[st].indices() {
-            if !indices.contains(&c) {
-                indices.push(c);
-            }
-        }
-    }
     // External inputs in the order the group reads them: the root's operands in order, an
     // internal operand expanded in place (so the MTTKRP group reads `ijk,ja,ka`).
     let mut inputs: Vec<Access> = Vec::new();
@@ -257,6 +249,21 @@ pub(crate) fn build_group(
         }
     }
     let root = last;
+    // Iteration indices in first appearance along the group's einsum (inputs, then output);
+    // every step index occurs in some external input.
+    let mut indices: Vec<Index> = Vec::new();
+    for c in inputs.iter().flat_map(|a| a.indices.iter()).chain(&tree.steps[root].output) {
+        if !indices.contains(c) {
+            indices.push(*c);
+        }
+    }
+    for &st in steps {
+        for c in tree.steps[st].indices() {
+            if !indices.contains(&c) {
+                indices.push(c);
+            }
+        }
+    }
     let output = Access { node: tree.num_inputs + root, indices: tree.steps[root].output.clone() };
     let extents: BTreeMap<Index, usize> = indices
         .iter()

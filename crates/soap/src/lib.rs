@@ -17,10 +17,12 @@
 use deinsum_expr::Index;
 use std::collections::BTreeMap;
 
+mod cost;
 mod fusion;
 mod sdg;
 mod solver;
 
+pub use cost::IoCost;
 pub use fusion::{analyze, analyze_with, Partition, SearchMode};
 pub use sdg::{Sdg, SdgEdge, SdgNode};
 
@@ -51,7 +53,8 @@ pub struct IoBound {
 pub struct FusedGroup {
     /// Indices into the tree's steps, in execution order.
     pub steps: Vec<usize>,
-    /// The group's iteration space: union of its steps' indices, in first-appearance order.
+    /// The group's iteration space: union of its steps' indices, in first-appearance order
+    /// along the group's einsum ([`FusedGroup::einsum_string`]: inputs, then output).
     pub indices: Vec<Index>,
     /// Tensors read from outside the group.
     pub inputs: Vec<Access>,
@@ -208,8 +211,11 @@ impl Statement {
     fn tile_of(&self, vars: &[Index], y: &[f64]) -> BTreeMap<Index, f64> {
         let mut t: BTreeMap<Index, f64> = self.indices.iter().map(|&c| (c, 1.0)).collect();
         for (c, v) in vars.iter().zip(y) {
-            // Clamp the exp round-off so a saturated side equals its extent exactly.
-            t.insert(*c, v.exp().min(self.extents[c] as f64).max(1.0));
+            // Snap sides within the solver's tolerance (the 1e-9 proximal term) onto their
+            // extent, so a saturated side equals its extent exactly.
+            let n = self.extents[c] as f64;
+            let side = v.exp();
+            t.insert(*c, if side >= n * (1.0 - 1e-7) { n } else { side.max(1.0) });
         }
         t
     }

@@ -249,7 +249,7 @@ impl Program {
         let top = &pts[0];
         if top.x <= s {
             // The whole statement fits in fast memory: no X > S exists.
-            return Solution { x0: top.x, y: top.y.clone(), rho: f64::INFINITY };
+            return Solution { x0: self.dominator(&self.hi), y: self.hi.clone(), rho: f64::INFINITY };
         }
         let k = |p: &PathPoint| (p.x - s).ln() - p.lnchi;
         // r > 0: k decreases with X here; r < 0: k increases with X.
