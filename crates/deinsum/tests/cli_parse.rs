@@ -28,8 +28,14 @@ fn text_output_with_default_size() {
     // Without extent flags every index is 10 (documented default).
     assert!(lines.contains(&"0        ijk         10x10x10"), "{out}");
     assert!(lines.contains(&"output   il          10x10"), "{out}");
-    assert!(lines.contains(&"a      10      summed  1[1] 2[1] 3[0]"), "{out}");
-    assert!(lines.contains(&"i      10      free    0[0] out[0]"), "{out}");
+    assert!(
+        lines.contains(&"a      10      summed  1[1] 2[1] 3[0]"),
+        "{out}"
+    );
+    assert!(
+        lines.contains(&"i      10      free    0[0] out[0]"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -37,23 +43,40 @@ fn implicit_output_and_sizes() {
     let o = deinsum(&["parse", "ij,jk", "--sizes", "i=64,j=32", "--size", "16"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.starts_with("einsum    ij,jk->ik\noutput    implicit"), "{out}");
+    assert!(
+        out.starts_with("einsum    ij,jk->ik\noutput    implicit"),
+        "{out}"
+    );
     assert!(out.contains("\noutput   ik          64x16\n"), "{out}");
-    assert!(out.contains("\nj      32      summed  0[1] 1[0]\n"), "{out}");
+    assert!(
+        out.contains("\nj      32      summed  0[1] 1[0]\n"),
+        "{out}"
+    );
 }
 
 #[test]
 fn json_shape() {
     let o = deinsum(&[
-        "parse", "...ij,...jk->...ik", "--shapes", "2x1x3x4,5x4x6", "--format", "json",
+        "parse",
+        "...ij,...jk->...ik",
+        "--shapes",
+        "2x1x3x4,5x4x6",
+        "--format",
+        "json",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["einsum"], "...ij,...jk->...ik");
     assert_eq!(v["implicit_output"], false);
     assert_eq!(v["ellipsis"], serde_json::json!(["α", "β"]));
-    assert_eq!(v["inputs"][0]["dims"], serde_json::json!(["α", "1", "i", "j"]));
-    assert_eq!(v["inputs"][0]["indices"], serde_json::json!(["α", "i", "j"]));
+    assert_eq!(
+        v["inputs"][0]["dims"],
+        serde_json::json!(["α", "1", "i", "j"])
+    );
+    assert_eq!(
+        v["inputs"][0]["indices"],
+        serde_json::json!(["α", "i", "j"])
+    );
     assert_eq!(v["inputs"][0]["shape"], serde_json::json!([2, 1, 3, 4]));
     assert_eq!(v["output"]["subscripts"], "...ik");
     assert_eq!(v["output"]["shape"], serde_json::json!([2, 5, 3, 6]));

@@ -132,7 +132,11 @@ impl Report {
             "shape".to_string(),
         ]];
         for (k, t) in self.inputs.iter().enumerate() {
-            terms.push(vec![k.to_string(), t.subscripts.clone(), shape_str(&t.shape)]);
+            terms.push(vec![
+                k.to_string(),
+                t.subscripts.clone(),
+                shape_str(&t.shape),
+            ]);
         }
         terms.push(vec![
             "output".to_string(),
@@ -164,7 +168,12 @@ impl Report {
             } else {
                 r.index.clone()
             };
-            rows.push(vec![name, r.extent.to_string(), r.role.to_string(), occ.join(" ")]);
+            rows.push(vec![
+                name,
+                r.extent.to_string(),
+                r.role.to_string(),
+                occ.join(" "),
+            ]);
         }
         s.push_str(&table(&rows));
         s
@@ -202,7 +211,10 @@ fn shape_str(s: &[usize]) -> String {
     if s.is_empty() {
         "scalar".to_string()
     } else {
-        s.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("x")
+        s.iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join("x")
     }
 }
 
