@@ -101,8 +101,11 @@ pub struct RunReport {
     pub seconds: f64,
     /// Multiply-adds done by this rank.
     pub madds: f64,
-    /// Peak words of tensor data held at once (blocks, buffers, intermediates).
+    /// Peak words of tensor data held at once: blocks, the new block of a redistribution and
+    /// a group's intermediates (what the plan's prediction counts).
     pub peak_words: u64,
+    /// The same peak with the message buffers of redistributions (packed and received) added.
+    pub peak_words_with_buffers: u64,
     /// The plan's predicted peak for this rank, if it has one.
     pub predicted_peak_words: Option<u64>,
 }
@@ -200,21 +203,29 @@ pub fn execute<T: Scalar, C: Communicator>(
     execute_measured(plan, comm, inputs, &ExecOptions::default()).map(|(t, _)| t)
 }
 
+/// Words of tensor data held: `peak` counts blocks, the new block of a redistribution and a
+/// group's intermediates (the plan's memory model); `peak_buffers` adds the message buffers.
 struct Mem {
     cur: u64,
     peak: u64,
+    peak_buffers: u64,
 }
 
 impl Mem {
     fn add(&mut self, w: u64) {
         self.cur += w;
         self.peak = self.peak.max(self.cur);
+        self.peak_buffers = self.peak_buffers.max(self.cur);
     }
     fn sub(&mut self, w: u64) {
         self.cur = self.cur.saturating_sub(w);
     }
     fn touch(&mut self, transient: u64) {
         self.peak = self.peak.max(self.cur + transient);
+        self.peak_buffers = self.peak_buffers.max(self.cur + transient);
+    }
+    fn touch_buffers(&mut self, transient: u64) {
+        self.peak_buffers = self.peak_buffers.max(self.cur + transient);
     }
 }
 
@@ -244,7 +255,11 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     }
     let start = Instant::now();
     let mut held: BTreeMap<TensorId, (Distribution, Option<LocalTensor<T>>)> = BTreeMap::new();
-    let mut mem = Mem { cur: 0, peak: 0 };
+    let mut mem = Mem {
+        cur: 0,
+        peak: 0,
+        peak_buffers: 0,
+    };
     let mut report = RunReport {
         rank: me,
         predicted_peak_words: Some(deinsum_plan::lookup(&plan.prediction.peak_memory, me)),
@@ -462,6 +477,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     }
     report.seconds = start.elapsed().as_secs_f64();
     report.peak_words = mem.peak;
+    report.peak_words_with_buffers = mem.peak_buffers;
     Ok((
         DistTensor {
             tensor: out_t.clone(),
@@ -579,10 +595,10 @@ fn redistribute<T: Scalar, C: Communicator>(
     let mut new = to
         .block(me, &t.shape)
         .map(|b| LocalTensor::<T>::zeros(t.indices.clone(), b.ranges));
-    mem.touch(send_words + words(&new));
+    mem.touch_buffers(send_words + words(&new));
     let (recv, rcounts) = comm.all_to_all_v(&send, &counts)?;
     drop(send);
-    mem.touch(((recv.len() / T::BYTES) as u64) + words(&new));
+    mem.touch_buffers(((recv.len() / T::BYTES) as u64) + words(&new));
     mem.add(words(&new));
     // Local part: src == dst == me.
     for tr in transfers.iter().filter(|tr| tr.src == me && tr.dst == me) {

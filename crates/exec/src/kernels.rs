@@ -251,7 +251,8 @@ pub struct GroupSteps<'a> {
 pub struct GroupStats {
     /// Multiply-adds done.
     pub madds: f64,
-    /// The largest intermediate held at once (words).
+    /// The most words of intermediates held at once: the group's step results (but the last)
+    /// of one tile, plus the partial sum of the output while tiles are accumulated.
     pub max_intermediate: u64,
 }
 
@@ -265,6 +266,19 @@ pub fn eval_group<T: Scalar>(
     box_ranges: &[(usize, usize)],
     inputs: &[(usize, &LocalTensor<T>)],
     tile_words: u64,
+    stats: &mut GroupStats,
+) -> LocalTensor<T> {
+    eval_group_held(group, box_indices, box_ranges, inputs, tile_words, 0, stats)
+}
+
+/// [`eval_group`] while the caller holds `held` words of accumulated output.
+fn eval_group_held<T: Scalar>(
+    group: &GroupSteps<'_>,
+    box_indices: &[Index],
+    box_ranges: &[(usize, usize)],
+    inputs: &[(usize, &LocalTensor<T>)],
+    tile_words: u64,
+    held: u64,
     stats: &mut GroupStats,
 ) -> LocalTensor<T> {
     let last = group.steps.last().expect("a group has a step");
@@ -314,7 +328,16 @@ pub fn eval_group<T: Scalar>(
                         .collect();
                     let refs: Vec<(usize, &LocalTensor<T>)> =
                         sliced.iter().map(|(id, b)| (*id, b)).collect();
-                    let part = eval_group(group, box_indices, &sub, &refs, tile_words, stats);
+                    let out_words: u64 = out_indices.iter().map(|&c| ext(c, &sub)).product();
+                    let part = eval_group_held(
+                        group,
+                        box_indices,
+                        &sub,
+                        &refs,
+                        tile_words,
+                        held + if acc.is_some() { out_words } else { 0 },
+                        stats,
+                    );
                     match &mut acc {
                         None => acc = Some(part),
                         Some(a) => a.add_assign(&part),
@@ -325,7 +348,18 @@ pub fn eval_group<T: Scalar>(
             }
         }
     }
-    stats.max_intermediate = stats.max_intermediate.max(size);
+    let all_inter: u64 = group
+        .steps
+        .iter()
+        .take(group.steps.len() - 1)
+        .map(|st| {
+            st.output
+                .iter()
+                .map(|&c| ext(c, box_ranges))
+                .product::<u64>()
+        })
+        .sum();
+    stats.max_intermediate = stats.max_intermediate.max(held + all_inter);
     let mut nodes: Vec<(usize, LocalTensor<T>)> = Vec::new();
     for (st, &node) in group.steps.iter().zip(&group.nodes) {
         let ops: Vec<&LocalTensor<T>> = st

@@ -44,6 +44,7 @@ fn paper_example_fused_and_unfused() {
     for p in PS {
         check(&e, &t, &unfused(&t), p, 1 << 16);
         check(&e, &t, &fusion(&t, &[vec![0, 1], vec![2]]), p, 4);
+        check(&e, &t, &fusion(&t, &[vec![0, 1], vec![2]]), p, 1 << 16);
     }
 }
 
@@ -83,7 +84,8 @@ fn mttkrp(order: usize, mode: usize, p: usize) {
         .collect();
     let t = tree(&e, &st);
     let all: Vec<usize> = (0..t.steps.len()).collect();
-    check(&e, &t, &fusion(&t, &[all]), p, 5);
+    check(&e, &t, &fusion(&t, &[all.clone()]), p, 5);
+    check(&e, &t, &fusion(&t, &[all]), p, 1 << 16);
 }
 
 #[test]

@@ -294,6 +294,7 @@ struct Summary {
     predicted_max_per_rank: u64,
     exact: bool,
     peak_words: u64,
+    peak_words_with_buffers: u64,
     predicted_peak_words: u64,
     dtype: Dtype,
 }
@@ -348,6 +349,11 @@ impl Summary {
             predicted_max_per_rank: plan.prediction.max_per_rank,
             exact: exact_all,
             peak_words: reports.iter().map(|r| r.peak_words).max().unwrap_or(0),
+            peak_words_with_buffers: reports
+                .iter()
+                .map(|r| r.peak_words_with_buffers)
+                .max()
+                .unwrap_or(0),
             predicted_peak_words: plan.prediction.max_peak_memory,
             rows,
             dtype,
@@ -409,8 +415,9 @@ fn print_text(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) {
         if s.exact { ", every rank exactly as planned" } else { ", MEASURED VOLUME DIFFERS FROM THE PLAN" }
     );
     println!(
-        "peak memory per rank: {} words measured, {} predicted{}",
+        "peak memory per rank: {} words measured ({} with message buffers), {} predicted{}",
         s.peak_words,
+        s.peak_words_with_buffers,
         s.predicted_peak_words,
         plan.mem
             .map(|m| format!(", budget {m}"))
@@ -456,6 +463,7 @@ fn print_json(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) -> a
         "predicted_max_per_rank": s.predicted_max_per_rank,
         "volume_exact": s.exact,
         "peak_words": s.peak_words,
+        "peak_words_with_buffers": s.peak_words_with_buffers,
         "predicted_peak_words": s.predicted_peak_words,
         "check": check.map(|c| json!({
             "method": c.method, "max_abs_error": c.max_abs, "max_rel_error": c.max_rel,
