@@ -13,11 +13,6 @@ use std::process::ExitCode;
 #[error("{0}")]
 pub struct InputError(pub String);
 
-/// A stage that is not built yet: says so, exit status 1.
-#[derive(Debug, thiserror::Error)]
-#[error("`deinsum {0}` is not implemented yet")]
-pub struct NotImplemented(pub &'static str);
-
 /// Prints an error and maps it to the exit status: 2 for input errors, 1 otherwise.
 pub fn report(e: &anyhow::Error) -> ExitCode {
     eprintln!("error: {e}");
