@@ -4,6 +4,34 @@
 //! Downstream crates see only *distinct* index sets per operand ([`Einsum::input_indices`]);
 //! diagonals (an index repeated inside one operand) and broadcast dimensions live only in
 //! [`Operand::dims`], which the executor's loaders use to map storage coordinates.
+//!
+//! # The language (grammar/einsum.pest)
+//!
+//! - An index is one Unicode alphabetic character (`i`, `A`, `α`, `名`); operands are separated
+//!   by `,`; an optional `->` is followed by the output term; whitespace may separate tokens.
+//! - Without `->` the output is implicit (NumPy's rule): the `...` dims, then the indices that
+//!   occur exactly once over all inputs, sorted by code point (`A` before `a`).
+//! - An index repeated in one operand is a diagonal (`ii->i`); an index missing from the output
+//!   is summed; an empty term is a scalar operand (`,ij->ij`); an empty output is a scalar.
+//! - `...` (at most once per term) stands for dims given only by [`ExtentSpec::shapes`]. They
+//!   are right-aligned across operands and broadcast as NumPy does: at each position the
+//!   extents must be equal or 1, and an extent-1 dim against a larger one is
+//!   [`Dim::Broadcast`]. Each position becomes a fresh label, disjoint from the expression's
+//!   labels and deterministic: Greek small letters (`α`, `β`, ...), then Greek capitals, then
+//!   CJK ideographs. An explicit output without `...` sums those dims (as opt_einsum does;
+//!   NumPy refuses). Outside `...`, extent 1 does not broadcast: it is an extent like any other.
+//! - Extents: shapes first, then [`ExtentSpec::sizes`] (which must agree with the shapes and
+//!   name only indices of the einsum), then [`ExtentSpec::default`] for the indices left.
+//!   Extents are at least 1; element counts of every operand and of the output fit in `usize`.
+//!
+//! ```
+//! use deinsum_expr::{parse, ExtentSpec};
+//! let spec = ExtentSpec::from_flags(Some("i=64,j=32"), Some("16"), None).unwrap();
+//! let e = parse("ij,jk", &spec).unwrap();
+//! assert_eq!(e.output(), &['i', 'k']);
+//! assert_eq!(e.to_string(), "ij,jk->ik");
+//! assert_eq!(e.extent('k'), 16);
+//! ```
 
 use std::collections::BTreeMap;
 
