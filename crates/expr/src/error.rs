@@ -16,7 +16,7 @@ pub enum ExprError {
         expr: String,
         /// Character offset of the offending position.
         position: usize,
-        /// A line with a caret under the offending position.
+        /// A line with a caret under the offending position (wide chars count two columns).
         caret: String,
     },
     /// Any semantic problem (extents, shapes, output indices), with a one-line message.
@@ -32,7 +32,7 @@ pub enum ExprError {
         expr: String,
         /// Character offset of the offending position.
         position: usize,
-        /// A line with a caret under the offending position.
+        /// A line with a caret under the offending position (wide chars count two columns).
         caret: String,
     },
 }
@@ -62,7 +62,7 @@ impl ExprError {
             message: message.into(),
             expr: printable(expr),
             position,
-            caret: caret(position),
+            caret: caret(expr, position),
         }
     }
 
@@ -72,7 +72,7 @@ impl ExprError {
             message: message.into(),
             expr: printable(expr),
             position,
-            caret: caret(position),
+            caret: caret(expr, position),
         }
     }
 
@@ -94,8 +94,32 @@ fn printable(expr: &str) -> String {
         .collect()
 }
 
-fn caret(position: usize) -> String {
-    let mut s = " ".repeat(position);
+/// Spaces up to the char at `position`, then `^`; wide (East Asian) chars take two columns so
+/// the caret lines up in a terminal.
+fn caret(expr: &str, position: usize) -> String {
+    let cols: usize = expr
+        .chars()
+        .take(position)
+        .map(|c| if wide(c) { 2 } else { 1 })
+        .sum();
+    let mut s = " ".repeat(cols);
     s.push('^');
     s
+}
+
+/// East Asian Wide and Fullwidth blocks (Hangul, CJK, kana, fullwidth forms).
+fn wide(c: char) -> bool {
+    matches!(c as u32,
+        0x1100..=0x115F
+        | 0x2E80..=0x303E
+        | 0x3041..=0x33FF
+        | 0x3400..=0x4DBF
+        | 0x4E00..=0x9FFF
+        | 0xA000..=0xA4CF
+        | 0xAC00..=0xD7A3
+        | 0xF900..=0xFAFF
+        | 0xFE30..=0xFE4F
+        | 0xFF00..=0xFF60
+        | 0xFFE0..=0xFFE6
+        | 0x20000..=0x3FFFD)
 }

@@ -19,6 +19,7 @@ fn err(expr: &str, spec: &ExtentSpec) -> ExprError {
 }
 
 /// Checks the message, the position, and that the displayed caret sits under that char.
+/// (Expressions here have no wide chars, so the caret column is the char position.)
 fn located(e: &ExprError, expr: &str, message: &str, position: usize) {
     assert_eq!(e.message(), message, "{e}");
     assert_eq!(e.position(), Some(position), "{e}");
@@ -145,6 +146,13 @@ fn non_letter_character() {
         "αβ,β1",
         "'1' is not a valid index (indices are letters)",
         4,
+    );
+    // Wide CJK chars take two terminal columns: the caret moves, the position does not.
+    let e = err("名名,名1", &size(2));
+    assert_eq!(e.position(), Some(4));
+    assert_eq!(
+        e.to_string().lines().nth(2),
+        Some(format!("  {}^", " ".repeat(7)).as_str())
     );
     // A control character is shown as '?' so the caret stays aligned.
     let e = err("i\u{7}j", &size(2));
