@@ -84,7 +84,7 @@ fn mttkrp(order: usize, mode: usize, p: usize) {
         .collect();
     let t = tree(&e, &st);
     let all: Vec<usize> = (0..t.steps.len()).collect();
-    check(&e, &t, &fusion(&t, &[all.clone()]), p, 5);
+    check(&e, &t, &fusion(&t, std::slice::from_ref(&all)), p, 5);
     check(&e, &t, &fusion(&t, &[all]), p, 1 << 16);
 }
 
