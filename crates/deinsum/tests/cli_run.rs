@@ -1,0 +1,129 @@
+//! `deinsum run` end to end (in-process backend).
+
+use std::process::Command;
+
+fn deinsum(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_deinsum"))
+        .args(args)
+        .output()
+        .expect("binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn readme_command_checks_and_matches_the_plan() {
+    let (code, out, err) = deinsum(&[
+        "run",
+        "ijk,ja,ka,al->il",
+        "--size",
+        "12",
+        "--procs",
+        "8",
+        "--check",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("every rank exactly as planned"), "{out}");
+    assert!(
+        out.contains("check (naive loop nest)") && out.contains(": ok"),
+        "{out}"
+    );
+    assert!(out.contains("redistribute"), "{out}");
+}
+
+#[test]
+fn json_and_f32() {
+    let (code, out, err) = deinsum(&[
+        "run",
+        "ij,jk->ik",
+        "--sizes",
+        "i=9,j=7,k=5",
+        "--procs",
+        "5",
+        "--check",
+        "--format",
+        "json",
+        "--dtype",
+        "f32",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["volume_exact"], true);
+    assert_eq!(v["check"]["pass"], true);
+    assert_eq!(v["dtype"], "f32");
+    assert!(v["check"]["max_rel_error"].as_f64().unwrap() < 1e-4);
+    assert_eq!(v["procs"], 5);
+}
+
+#[test]
+fn bad_input_exits_2() {
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--size", "4", "--procs", "0"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = deinsum(&["run", "ij,jk->iq", "--size", "4"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--size", "4", "--inputs", "a.npy"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("2 operands"), "{err}");
+}
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn mpi_backend_without_feature_is_a_clear_error() {
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--size", "4", "--backend", "mpi"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("mpi` feature"), "{err}");
+}
+
+#[test]
+fn output_npy_holds_the_result_and_reads_back_as_input() {
+    let dir = std::env::temp_dir().join(format!("deinsum-cli-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("c.npy");
+    let o = out.to_str().unwrap();
+    let (code, s, err) = deinsum(&[
+        "run",
+        "ij,jk->ik",
+        "--sizes",
+        "i=6,j=4,k=5",
+        "--procs",
+        "3",
+        "--seed",
+        "5",
+        "--output",
+        o,
+    ]);
+    assert_eq!(code, 0, "{s}{err}");
+    // The file holds the seeded product.
+    let e = deinsum::expr::parse(
+        "ij,jk->ik",
+        &deinsum::expr::ExtentSpec {
+            sizes: [('i', 6), ('j', 4), ('k', 5)].into_iter().collect(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let want = deinsum::exec::reference::naive_seeded(&e, 5);
+    let c = deinsum::expr::Operand::new(vec![
+        deinsum::expr::Dim::Index('i'),
+        deinsum::expr::Dim::Index('k'),
+    ]);
+    let got: Vec<f64> = deinsum::exec::npy::read_operand_block(
+        &out,
+        &c,
+        &[('i', 6), ('k', 5)].into_iter().collect(),
+        &deinsum::plan::Block::full(&[6, 5]),
+    )
+    .unwrap();
+    let (_, rel) = deinsum::exec::reference::max_error(&got, &want);
+    assert!(rel < 1e-14, "{rel}");
+    // Read back as the input of a transpose, distributed over 4 ranks, and checked serially.
+    let (code, s, err) = deinsum(&[
+        "run", "ik->ki", "--sizes", "i=6,k=5", "--procs", "4", "--inputs", o, "--check",
+    ]);
+    assert_eq!(code, 0, "{s}{err}");
+    assert!(s.contains(": ok"), "{s}");
+    std::fs::remove_dir_all(&dir).ok();
+}
