@@ -243,7 +243,12 @@ impl Communicator for MpiComm {
         };
         let rounds = self.agree_max(&[local_rounds as u64])[0] as usize;
 
-        let mut recv = vec![0u8; recv_total];
+        // An empty Vec<u8> points at address 1, which is Open MPI's MPI_IN_PLACE: every buffer
+        // handed to MPI gets at least one real byte behind it.
+        let mut recv = Vec::with_capacity(recv_total.max(1));
+        recv.resize(recv_total, 0u8);
+        let one = [0u8; 1];
+        let send = if send.is_empty() { &one[..0] } else { send };
         if rounds <= 1 {
             let counts = send_counts
                 .iter()
@@ -265,8 +270,8 @@ impl Communicator for MpiComm {
                 let s = (k * chunk).min(n);
                 (s, (s + chunk).min(n))
             };
-            let mut sbuf: Vec<u8> = Vec::new();
-            let mut rbuf: Vec<u8> = Vec::new();
+            let mut sbuf: Vec<u8> = Vec::with_capacity(1);
+            let mut rbuf: Vec<u8> = Vec::with_capacity(1);
             for k in 0..rounds {
                 sbuf.clear();
                 let mut counts = Vec::with_capacity(p);

@@ -201,7 +201,10 @@ fn read_header_from(path: &Path, f: &mut File) -> Result<NpyHeader, NpyError> {
         }
     };
     if len > MAX_HEADER {
-        return Err(format_err(path, format!("header of {len} bytes is too long")));
+        return Err(format_err(
+            path,
+            format!("header of {len} bytes is too long"),
+        ));
     }
     let mut raw = vec![0u8; len];
     f.read_exact(&mut raw)
@@ -317,7 +320,12 @@ impl LitParser<'_> {
     fn value(&mut self) -> Result<Literal, String> {
         match self.peek() {
             Some(b'{') => self.seq(b'}').map(|items| {
-                Literal::Dict(items.into_iter().map(|(k, v)| (k.unwrap_or_default(), v)).collect())
+                Literal::Dict(
+                    items
+                        .into_iter()
+                        .map(|(k, v)| (k.unwrap_or_default(), v))
+                        .collect(),
+                )
             }),
             Some(b'(') => self
                 .seq(b')')
@@ -347,7 +355,12 @@ impl LitParser<'_> {
             let key = if is_dict {
                 let k = match self.value()? {
                     Literal::Str(k) => k,
-                    _ => return Err(format!("dictionary key is not a string at byte {}", self.pos)),
+                    _ => {
+                        return Err(format!(
+                            "dictionary key is not a string at byte {}",
+                            self.pos
+                        ))
+                    }
                 };
                 if self.peek() != Some(b':') {
                     return Err(format!("expected ':' at byte {}", self.pos));
@@ -362,7 +375,12 @@ impl LitParser<'_> {
             match self.peek() {
                 Some(b',') => self.pos += 1,
                 Some(c) if c == close => {}
-                _ => return Err(format!("expected ',' or '{}' at byte {}", close as char, self.pos)),
+                _ => {
+                    return Err(format!(
+                        "expected ',' or '{}' at byte {}",
+                        close as char, self.pos
+                    ))
+                }
             }
         }
     }
@@ -494,6 +512,54 @@ fn for_each_run<E>(
     }
 }
 
+/// Checks, without reading any data, that the `.npy` file at `path` can hold input operand
+/// `operand`: dtype `T`, C order, the operand's storage shape, and a file long enough. Ranks
+/// that hold no block of an operand call this so that a bad file is reported on every rank.
+pub fn check_operand_file<T: Scalar>(
+    path: &Path,
+    operand: &Operand,
+    extents: &BTreeMap<Index, usize>,
+) -> Result<NpyHeader, NpyError> {
+    let mut f = File::open(path).map_err(io_err(path))?;
+    check_open::<T>(path, &mut f, operand, extents).map(|(h, _)| h)
+}
+
+/// Header, dtype, shape and length checks of an open file; returns the header and the
+/// operand's storage shape.
+fn check_open<T: Scalar>(
+    path: &Path,
+    f: &mut File,
+    operand: &Operand,
+    extents: &BTreeMap<Index, usize>,
+) -> Result<(NpyHeader, Vec<usize>), NpyError> {
+    let mut expected = Vec::with_capacity(operand.dims.len());
+    for d in &operand.dims {
+        expected.push(match d {
+            Dim::Index(c) => *extents
+                .get(c)
+                .ok_or_else(|| invalid(path, format!("no extent for index '{c}'")))?,
+            Dim::Broadcast => 1,
+        });
+    }
+    let h = read_header_from(path, f)?;
+    check_header::<T>(path, &h, &expected)?;
+    let total = h
+        .len()
+        .ok_or_else(|| invalid(path, "element count overflows u64"))?;
+    let need = total
+        .checked_mul(T::BYTES as u64)
+        .and_then(|b| b.checked_add(h.data_offset))
+        .ok_or_else(|| invalid(path, "file size overflows u64"))?;
+    let have = f.metadata().map_err(io_err(path))?.len();
+    if have < need {
+        return Err(format_err(
+            path,
+            format!("file is truncated: {have} bytes, the header promises {need}"),
+        ));
+    }
+    Ok((h, expected))
+}
+
 /// Reads the block `block` (ranges over `operand.indices`, global coordinates) of input operand
 /// `operand` from the `.npy` file at `path`, row-major over `operand.indices`.
 ///
@@ -507,15 +573,6 @@ pub fn read_operand_block<T: Scalar>(
     extents: &BTreeMap<Index, usize>,
     block: &Block,
 ) -> Result<Vec<T>, NpyError> {
-    let mut expected = Vec::with_capacity(operand.dims.len());
-    for d in &operand.dims {
-        expected.push(match d {
-            Dim::Index(c) => *extents
-                .get(c)
-                .ok_or_else(|| invalid(path, format!("no extent for index '{c}'")))?,
-            Dim::Broadcast => 1,
-        });
-    }
     if block.ranges.len() != operand.indices.len() {
         return Err(invalid(
             path,
@@ -535,24 +592,8 @@ pub fn read_operand_block<T: Scalar>(
             ));
         }
     }
-
     let mut f = File::open(path).map_err(io_err(path))?;
-    let h = read_header_from(path, &mut f)?;
-    check_header::<T>(path, &h, &expected)?;
-    let total = h
-        .len()
-        .ok_or_else(|| invalid(path, "element count overflows u64"))?;
-    let need = total
-        .checked_mul(T::BYTES as u64)
-        .and_then(|b| b.checked_add(h.data_offset))
-        .ok_or_else(|| invalid(path, "file size overflows u64"))?;
-    let have = f.metadata().map_err(io_err(path))?.len();
-    if have < need {
-        return Err(format_err(
-            path,
-            format!("file is truncated: {have} bytes, the header promises {need}"),
-        ));
-    }
+    let (h, expected) = check_open::<T>(path, &mut f, operand, extents)?;
 
     // Storage stride of each distinct index: a diagonal index advances all its storage dims.
     let sstride = strides(&expected).ok_or_else(|| invalid(path, "shape overflows u64"))?;
@@ -664,7 +705,10 @@ pub fn write_distributed<T: Scalar, C: Communicator>(
         ));
     }
     if dist.is_partial() {
-        return Err(invalid(path, "cannot write a tensor that holds partial sums"));
+        return Err(invalid(
+            path,
+            "cannot write a tensor that holds partial sums",
+        ));
     }
     if dist.grid.size() > comm.size() {
         return Err(invalid(
@@ -765,8 +809,13 @@ fn agree<C: Communicator>(
     comm: &C,
     mine: &Result<(), NpyError>,
 ) -> Result<(), Agreement> {
-    let mut flag = [if mine.is_err() { comm.rank() as u64 + 1 } else { 0 }];
-    comm.all_reduce_max_u64(&mut flag).map_err(Agreement::Comm)?;
+    let mut flag = [if mine.is_err() {
+        comm.rank() as u64 + 1
+    } else {
+        0
+    }];
+    comm.all_reduce_max_u64(&mut flag)
+        .map_err(Agreement::Comm)?;
     if flag[0] > 0 && mine.is_ok() {
         return Err(Agreement::Peer(flag[0] as usize - 1));
     }
@@ -788,10 +837,8 @@ mod tests {
     impl Tmp {
         fn new(tag: &str) -> Tmp {
             let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-            let p = std::env::temp_dir().join(format!(
-                "deinsum-npy-{}-{n}-{tag}.npy",
-                std::process::id()
-            ));
+            let p = std::env::temp_dir()
+                .join(format!("deinsum-npy-{}-{n}-{tag}.npy", std::process::id()));
             Tmp(p)
         }
     }
@@ -859,7 +906,10 @@ mod tests {
         let a32 = ramp(&[4, 2]).mapv(|x| x as f32);
         ndarray_npy::write_npy(&t.0, &a32).unwrap();
         let h = read_header(&t.0).unwrap();
-        assert_eq!((h.descr.as_str(), h.shape.as_slice()), ("<f4", &[4usize, 2][..]));
+        assert_eq!(
+            (h.descr.as_str(), h.shape.as_slice()),
+            ("<f4", &[4usize, 2][..])
+        );
     }
 
     #[test]
@@ -897,8 +947,8 @@ mod tests {
             let blk = Block {
                 ranges: vec![(1, 2), (0, 3)],
             };
-            let got: Vec<f64> = read_operand_block(&t.0, &plain("ij"), &ext(&[('i', 2), ('j', 3)]), &blk)
-                .unwrap();
+            let got: Vec<f64> =
+                read_operand_block(&t.0, &plain("ij"), &ext(&[('i', 2), ('j', 3)]), &blk).unwrap();
             assert_eq!(got, slice_of(&a, &blk));
         }
     }
@@ -913,7 +963,10 @@ mod tests {
         let op = plain("ijk");
         let e = ext(&[('i', 5), ('j', 7), ('k', 3)]);
         let splits = [
-            dist(vec![vec![0], vec![1], vec![2]], &[('i', 2), ('j', 3), ('k', 2)]),
+            dist(
+                vec![vec![0], vec![1], vec![2]],
+                &[('i', 2), ('j', 3), ('k', 2)],
+            ),
             dist(vec![vec![0], vec![], vec![1]], &[('i', 3), ('k', 4)]),
             dist(vec![vec![], vec![0, 1], vec![]], &[('j', 2), ('x', 3)]),
             dist(vec![vec![], vec![], vec![0]], &[('k', 3)]),
@@ -983,7 +1036,14 @@ mod tests {
             ranges: vec![(2, 5)],
         };
         let got: Vec<f64> = read_operand_block(&t.0, &op, &e, &blk).unwrap();
-        assert_eq!(got, vec![a[[0, 2, 0].as_slice()], a[[0, 3, 0].as_slice()], a[[0, 4, 0].as_slice()]]);
+        assert_eq!(
+            got,
+            vec![
+                a[[0, 2, 0].as_slice()],
+                a[[0, 3, 0].as_slice()],
+                a[[0, 4, 0].as_slice()]
+            ]
+        );
 
         // A scalar operand.
         let a = ramp(&[]);
@@ -1007,12 +1067,20 @@ mod tests {
             .unwrap_err();
         let msg = err.to_string();
         assert!(matches!(err, NpyError::Shape { .. }));
-        assert!(msg.contains(&name) && msg.contains("expected shape (3, 5)") && msg.contains("found (3, 4)"), "{msg}");
+        assert!(
+            msg.contains(&name)
+                && msg.contains("expected shape (3, 5)")
+                && msg.contains("found (3, 4)"),
+            "{msg}"
+        );
 
         let err = read_operand_block::<f32>(&t.0, &plain("ij"), &ext(&[('i', 3), ('j', 4)]), &blk)
             .unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains(&name) && msg.contains("expected dtype <f4, found <f8"), "{msg}");
+        assert!(
+            msg.contains(&name) && msg.contains("expected dtype <f4, found <f8"),
+            "{msg}"
+        );
 
         // Fortran order: ndarray-npy writes a transposed view as fortran_order True.
         let tf = Tmp::new("fortran");
@@ -1056,7 +1124,10 @@ mod tests {
             Literal::Dict(vec![
                 ("descr".into(), Literal::Str("<f8".into())),
                 ("fortran_order".into(), Literal::Bool(false)),
-                ("shape".into(), Literal::Tuple(vec![Literal::Int(3), Literal::Int(4)])),
+                (
+                    "shape".into(),
+                    Literal::Tuple(vec![Literal::Int(3), Literal::Int(4)])
+                ),
             ])
         );
         assert!(Literal::parse("{'descr': '<f8'").is_err());
@@ -1088,7 +1159,9 @@ mod tests {
     }
 
     fn unsupported<T>() -> Result<T, CommError> {
-        Err(CommError::Invalid("not supported by the npy test communicator".into()))
+        Err(CommError::Invalid(
+            "not supported by the npy test communicator".into(),
+        ))
     }
 
     impl Communicator for ThreadComm {
@@ -1134,7 +1207,12 @@ mod tests {
     }
 
     /// Every rank writes its block of `a` in `d`; returns each rank's result.
-    fn write_all(path: &Path, procs: usize, a: &ArrayD<f64>, d: &Distribution) -> Vec<Result<(), String>> {
+    fn write_all(
+        path: &Path,
+        procs: usize,
+        a: &ArrayD<f64>,
+        d: &Distribution,
+    ) -> Vec<Result<(), String>> {
         let shape = a.shape().to_vec();
         std::thread::scope(|s| {
             let hs: Vec<_> = ThreadComm::world(procs)
@@ -1158,12 +1236,24 @@ mod tests {
     fn distributed_write_matches_ndarray_npy_reader() {
         let cases: Vec<(Vec<usize>, Distribution, usize)> = vec![
             // Uneven blocks with a replicated grid dim (only coordinate 0 writes).
-            (vec![5, 7], dist(vec![vec![0], vec![2]], &[('i', 2), ('k', 2), ('j', 3)]), 13),
-            (vec![7, 3, 4], dist(vec![vec![1], vec![], vec![0]], &[('k', 3), ('i', 2)]), 6),
+            (
+                vec![5, 7],
+                dist(vec![vec![0], vec![2]], &[('i', 2), ('k', 2), ('j', 3)]),
+                13,
+            ),
+            (
+                vec![7, 3, 4],
+                dist(vec![vec![1], vec![], vec![0]], &[('k', 3), ('i', 2)]),
+                6,
+            ),
             (vec![9], dist(vec![vec![0, 1]], &[('i', 2), ('x', 2)]), 5),
             (vec![4, 4], Distribution::on_root(2), 3),
             (vec![], Distribution::on_root(0), 2),
-            (vec![2, 3], dist(vec![vec![0], vec![1]], &[('i', 3), ('j', 4)]), 12),
+            (
+                vec![2, 3],
+                dist(vec![vec![0], vec![1]], &[('i', 3), ('j', 4)]),
+                12,
+            ),
         ];
         for (shape, d, procs) in cases {
             let a = ramp(&shape);
@@ -1182,10 +1272,14 @@ mod tests {
         d.partial = vec![1];
         let t = Tmp::new("partial");
         let res = write_all(&t.0, 4, &a, &d);
-        assert!(res.iter().all(|r| r.as_ref().unwrap_err().contains("partial sums")));
+        assert!(res
+            .iter()
+            .all(|r| r.as_ref().unwrap_err().contains("partial sums")));
 
         // An unwritable path: rank 0 fails creating it, the others hear of it.
-        let bad = std::env::temp_dir().join("deinsum-no-such-dir").join("x.npy");
+        let bad = std::env::temp_dir()
+            .join("deinsum-no-such-dir")
+            .join("x.npy");
         let d = dist(vec![vec![0], vec![]], &[('i', 2)]);
         let res = write_all(&bad, 3, &a, &d);
         assert!(res[0].as_ref().unwrap_err().contains("x.npy"));

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The MPI suite of deinsum (called by .ci/run): installs Open MPI when missing, builds with
+# `--features mpi`, runs the MPI test programs and the examples under mpirun -n 1,2,3,4,8,
+# and ends with the line "N passed, M failed". Exit status non-zero on any failure.
+#
+# Environment: DEINSUM_MPI_NPS (default "1 2 3 4 8"), CARGO_TARGET_DIR (shared with the
+# feature-less build so dependencies are reused), DEINSUM_MPI_TIMEOUT seconds per run (300).
+set -u
+cd "$(dirname "$0")/.."
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok     $*"; }
+bad() { failed=$((failed + 1)); echo "FAILED $*"; }
+finish() {
+    echo "$passed passed, $failed failed"
+    if [ "$failed" -eq 0 ]; then exit 0; else exit 1; fi
+}
+
+# --- Open MPI ----------------------------------------------------------------------------
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else "$@"; fi; }
+have_pkgs() { dpkg -s libopenmpi-dev openmpi-bin libclang-dev >/dev/null 2>&1; }
+if ! command -v mpirun >/dev/null 2>&1 || ! have_pkgs; then
+    echo "installing Open MPI (libopenmpi-dev openmpi-bin libclang-dev)"
+    as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq \
+        libopenmpi-dev openmpi-bin libclang-dev >/dev/null
+    if ! command -v mpirun >/dev/null 2>&1; then
+        bad "install Open MPI"
+        finish
+    fi
+fi
+# Where MPICH is installed too, pin Open MPI's wrapper and launcher.
+MPIRUN=mpirun
+if command -v mpirun.openmpi >/dev/null 2>&1; then
+    MPIRUN=mpirun.openmpi
+    export MPICC=mpicc.openmpi
+fi
+export DEINSUM_MPIRUN="$MPIRUN"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+# Containers often lack the shared-memory size and ptrace settings vader's CMA wants.
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+"$MPIRUN" --version | head -1
+
+NPS="${DEINSUM_MPI_NPS:-1 2 3 4 8}"
+TIMEOUT="${DEINSUM_MPI_TIMEOUT:-300}"
+
+# --- build -------------------------------------------------------------------------------
+build_log=$(mktemp)
+if cargo test -p deinsum --features mpi --test mpi_collectives --test mpi_kernels --no-run \
+    --message-format=json >"$build_log" 2>"$build_log.err" \
+    && cargo build -p deinsum --features mpi --examples 2>>"$build_log.err"; then
+    ok "build --features mpi"
+else
+    tail -40 "$build_log.err"
+    bad "build --features mpi"
+    finish
+fi
+exe_of() { grep -o "\"executable\":\"[^\"]*/$1-[^\"]*\"" "$build_log" | head -1 | sed 's/.*:"\(.*\)"/\1/'; }
+target_dir="${CARGO_TARGET_DIR:-target}"
+
+# run NAME EXPECTED_STATUS(0|nonzero) -- mpirun args...
+run() {
+    local name=$1 want=$2
+    shift 3
+    local out
+    out=$(timeout "$TIMEOUT" "$MPIRUN" "$@" 2>&1)
+    local st=$?
+    if { [ "$want" = 0 ] && [ $st -eq 0 ]; } || { [ "$want" = nonzero ] && [ $st -ne 0 ] && [ $st -ne 124 ]; }; then
+        ok "$name"
+    else
+        echo "$out" | tail -30
+        bad "$name (exit $st)"
+    fi
+}
+
+# --- MPI test programs -------------------------------------------------------------------
+for t in mpi_collectives mpi_kernels; do
+    exe=$(exe_of "$t")
+    if [ -z "$exe" ]; then
+        bad "$t: executable not found"
+        continue
+    fi
+    for n in $NPS; do
+        DEINSUM_MPI_EXPECT=$n run "$t -n $n" 0 -- -n "$n" "$exe"
+    done
+done
+# The world-size assertion fires: a program told to expect 3 ranks but started on 2 fails.
+exe=$(exe_of mpi_collectives)
+[ -n "$exe" ] && DEINSUM_MPI_EXPECT=3 run "world-size assertion (expect 3, run 2) fails" nonzero -- -n 2 "$exe"
+
+# --- examples ----------------------------------------------------------------------------
+for ex in mttkrp ttmc matrix_chain; do
+    for n in $NPS; do
+        run "example $ex -n $n" 0 -- -n "$n" "$target_dir/debug/examples/$ex"
+    done
+done
+# The examples' check can fail: a perturbed serial reference must give a non-zero exit.
+DEINSUM_EXAMPLE_PERTURB=1 run "example mttkrp with a wrong reference fails" nonzero -- -n 2 "$target_dir/debug/examples/mttkrp"
+
+rm -f "$build_log" "$build_log.err"
+finish

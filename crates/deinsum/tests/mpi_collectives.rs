@@ -1,0 +1,201 @@
+//! MpiComm's collectives under mpirun: contents, uneven and empty counts, calls split by a
+//! small count cap, sub-communicators, errors, and traffic equal to the in-process backend's.
+//!
+//! `cargo test -p deinsum --features mpi --test mpi_collectives` (relaunches under mpirun).
+
+mod mpi_support;
+
+use deinsum::exec::mpi::MpiComm;
+use deinsum::{Communicator, InProcess};
+use mpi_support::Checks;
+use std::process::ExitCode;
+
+/// Length of the message from `s` to `d` (uneven, some empty, self included).
+fn msg_len(s: usize, d: usize) -> usize {
+    (3 * s + 5 * d + 1) % 13 + if s == d + 1 { 20 } else { 0 }
+}
+
+fn msg_byte(s: usize, d: usize, i: usize) -> u8 {
+    ((s * 31 + d * 17 + i) % 251) as u8
+}
+
+/// Reduce-scatter segment length of rank `r` (uneven, one empty at r = 5).
+fn seg_len(r: usize) -> usize {
+    (r * 5 + 3) % 7
+}
+
+/// Runs every collective once on `comm`, recording checks on the results (not the traffic).
+fn sequence<C: Communicator>(comm: &C, c: &mut Checks, tag: &str) {
+    let p = comm.size();
+    let me = comm.rank();
+
+    // all-to-all-v
+    let counts: Vec<usize> = (0..p).map(|d| msg_len(me, d)).collect();
+    let send: Vec<u8> = (0..p)
+        .flat_map(|d| (0..msg_len(me, d)).map(move |i| msg_byte(me, d, i)))
+        .collect();
+    match comm.all_to_all_v(&send, &counts) {
+        Ok((recv, rc)) => {
+            let want_counts: Vec<usize> = (0..p).map(|s| msg_len(s, me)).collect();
+            c.eq(&rc, &want_counts, &format!("{tag} alltoallv counts"));
+            let want: Vec<u8> = (0..p)
+                .flat_map(|s| (0..msg_len(s, me)).map(move |i| msg_byte(s, me, i)))
+                .collect();
+            c.check(recv == want, || format!("{tag} alltoallv contents differ"));
+        }
+        Err(e) => c.check(false, || format!("{tag} alltoallv: {e}")),
+    }
+    // Bad arguments are refused on every rank alike, without communicating.
+    let bad = comm.all_to_all_v(&send, &counts[..p - 1]);
+    c.check(bad.is_err(), || format!("{tag} alltoallv accepted {} counts", p - 1));
+    let mut more = send.clone();
+    more.push(0);
+    c.check(comm.all_to_all_v(&more, &counts).is_err(), || {
+        format!("{tag} alltoallv accepted a buffer longer than its counts")
+    });
+
+    // all-reduce f64 / f32 / max u64
+    let mut b64: Vec<f64> = (0..37).map(|i| me as f64 * 1000.0 + i as f64 * 0.25).collect();
+    let rsum = (p * (p - 1) / 2) as f64;
+    match comm.all_reduce_sum_f64(&mut b64) {
+        Ok(()) => {
+            let want: Vec<f64> = (0..37).map(|i| rsum * 1000.0 + p as f64 * i as f64 * 0.25).collect();
+            c.check(b64 == want, || format!("{tag} allreduce f64 {b64:?}"));
+        }
+        Err(e) => c.check(false, || format!("{tag} allreduce f64: {e}")),
+    }
+    let mut b32: Vec<f32> = (0..11).map(|i| (me * 3 + i) as f32).collect();
+    match comm.all_reduce_sum_f32(&mut b32) {
+        Ok(()) => {
+            let want: Vec<f32> = (0..11).map(|i| (3.0 * rsum) as f32 + (p * i) as f32).collect();
+            c.check(b32 == want, || format!("{tag} allreduce f32 {b32:?}"));
+        }
+        Err(e) => c.check(false, || format!("{tag} allreduce f32: {e}")),
+    }
+    let mut bm: Vec<u64> = (0..9).map(|i| ((me * 7 + i) % (p + 2)) as u64).collect();
+    match comm.all_reduce_max_u64(&mut bm) {
+        Ok(()) => {
+            let want: Vec<u64> = (0..9)
+                .map(|i| (0..p).map(|r| ((r * 7 + i) % (p + 2)) as u64).max().unwrap_or(0))
+                .collect();
+            c.eq(&bm, &want, &format!("{tag} allreduce max u64"));
+        }
+        Err(e) => c.check(false, || format!("{tag} allreduce max: {e}")),
+    }
+
+    // reduce-scatter with uneven counts
+    let rcounts: Vec<usize> = (0..p).map(seg_len).collect();
+    let total: usize = rcounts.iter().sum();
+    let off: usize = rcounts[..me].iter().sum();
+    let send: Vec<f64> = (0..total).map(|j| me as f64 + j as f64 * 0.5).collect();
+    match comm.reduce_scatter_sum_f64(&send, &rcounts) {
+        Ok(got) => {
+            let want: Vec<f64> = (0..rcounts[me])
+                .map(|t| rsum + p as f64 * (off + t) as f64 * 0.5)
+                .collect();
+            c.check(got == want, || format!("{tag} reduce-scatter {got:?} want {want:?}"));
+        }
+        Err(e) => c.check(false, || format!("{tag} reduce-scatter: {e}")),
+    }
+    c.check(total == 0 || comm.reduce_scatter_sum_f64(&send[1..], &rcounts).is_err(), || {
+        format!("{tag} reduce-scatter accepted a short buffer")
+    });
+
+    // broadcast from the last rank, a payload and an empty one
+    let root = p - 1;
+    let payload: Vec<u8> = (0..1000).map(|i| (i * 7 % 256) as u8).collect();
+    let mut buf = if me == root { payload.clone() } else { vec![9u8; 3] };
+    match comm.broadcast(&mut buf, root) {
+        Ok(()) => c.check(buf == payload, || format!("{tag} broadcast contents differ")),
+        Err(e) => c.check(false, || format!("{tag} broadcast: {e}")),
+    }
+    let mut empty = if me == 0 { Vec::new() } else { vec![1u8; 5] };
+    match comm.broadcast(&mut empty, 0) {
+        Ok(()) => c.check(empty.is_empty(), || format!("{tag} empty broadcast left {empty:?}")),
+        Err(e) => c.check(false, || format!("{tag} empty broadcast: {e}")),
+    }
+    c.check(comm.broadcast(&mut buf, p).is_err(), || format!("{tag} broadcast accepted root {p}"));
+
+    // split: parity colors, reversed keys
+    match comm.split(me % 2, p - me) {
+        Ok(sub) => {
+            let same: Vec<usize> = (0..p).filter(|r| r % 2 == me % 2).collect();
+            c.eq(sub.size(), same.len(), &format!("{tag} split size"));
+            let want_rank = same.iter().filter(|&&r| r > me).count();
+            c.eq(sub.rank(), want_rank, &format!("{tag} split rank (ordered by key)"));
+            let mut v = [me as f64];
+            match sub.all_reduce_sum_f64(&mut v) {
+                Ok(()) => c.eq(v[0], same.iter().sum::<usize>() as f64, &format!("{tag} sub allreduce")),
+                Err(e) => c.check(false, || format!("{tag} sub allreduce: {e}")),
+            }
+        }
+        Err(e) => c.check(false, || format!("{tag} split: {e}")),
+    }
+    c.check(comm.barrier().is_ok(), || format!("{tag} barrier"));
+}
+
+/// Words each rank should have moved in [`sequence`], by the shared message model.
+fn model_traffic(p: usize, me: usize) -> (u64, u64) {
+    let peers = (p - 1) as u64;
+    let mut sent = 0u64;
+    let mut recv = 0u64;
+    for r in (0..p).filter(|&r| r != me) {
+        sent += msg_len(me, r) as u64;
+        recv += msg_len(r, me) as u64;
+    }
+    let ar = (37 * 8 + 11 * 4 + 9 * 8) as u64 * peers;
+    sent += ar;
+    recv += ar;
+    sent += 8 * (0..p).filter(|&r| r != me).map(|r| seg_len(r) as u64).sum::<u64>();
+    recv += 8 * seg_len(me) as u64 * peers;
+    if me == p - 1 {
+        sent += 1000 * peers;
+    } else {
+        recv += 1000;
+    }
+    let same = (0..p).filter(|r| r % 2 == me % 2).count() as u64;
+    sent += 16 * peers + 8 * (same - 1);
+    recv += 16 * peers + 8 * (same - 1);
+    (sent, recv)
+}
+
+fn body(world: &MpiComm, c: &mut Checks) {
+    let p = world.size();
+    let me = world.rank();
+    // Default cap (one MPI call each), then caps that split every exchange into many calls.
+    for cap in [usize::MAX, 64, 5, 1] {
+        let comm = MpiComm::duplicate_of(world.raw()).with_max_count(cap);
+        let tag = format!("cap {}", comm.max_count());
+        sequence(&comm, c, &tag);
+        let t = comm.traffic();
+        let (s, r) = model_traffic(p, me);
+        c.eq((t.sent, t.received), (s, r), &format!("{tag} traffic (sent, received) bytes"));
+    }
+    // The in-process backend counts the same bytes for the same sequence.
+    let local = InProcess::new(p).expect("world");
+    let got = local.run(|lc| {
+        let mut lcheck = Checks::default();
+        sequence(lc, &mut lcheck, "in-process");
+        let t = lc.traffic();
+        Ok::<_, String>((lcheck.failed, t.sent, t.received))
+    });
+    match got {
+        Ok(v) => {
+            let (fails, s, r) = &v[me];
+            c.check(fails.is_empty(), || format!("in-process sequence: {fails:?}"));
+            c.eq((*s, *r), model_traffic(p, me), "in-process traffic equals the MPI model");
+        }
+        Err(e) => c.check(false, || format!("in-process run: {e}")),
+    }
+    // A length mismatch between ranks is an error on every rank, not a hang.
+    if p > 1 {
+        let mut v = vec![1.0f64; 3 + me % 2];
+        c.check(world.all_reduce_sum_f64(&mut v).is_err(), || {
+            "allreduce with lengths differing between ranks returned Ok".into()
+        });
+    }
+}
+
+fn main() -> ExitCode {
+    mpi_support::main_with("mpi_collectives", body)
+}

@@ -1,0 +1,201 @@
+//! Shared driver of the examples: pick the backend, run the compiled einsum, check the
+//! distributed result against a serial evaluation and the measured volume against the plan.
+//!
+//! Without the `mpi` feature the example runs on `--procs P` in-process ranks (default 4); with
+//! it, on the MPI world it was started in (`mpirun -n P`). Exit status 0 only when every check
+//! passes on every rank.
+
+#![allow(dead_code)]
+
+use deinsum::exec::data::seeded_value;
+use deinsum::expr::ExtentSpec;
+use deinsum::{Communicator, Einsum, ExecOptions, Inputs, Options};
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+/// One example: an einsum with extents and its own serial evaluation.
+pub trait Example: Sync {
+    /// Display name.
+    fn name(&self) -> &str;
+    /// The einsum expression.
+    fn expr(&self) -> &str;
+    /// Extent of every index.
+    fn sizes(&self) -> BTreeMap<char, usize>;
+    /// The output row-major, computed serially from `input(k, x)` (element `x` of operand `k`
+    /// in storage order).
+    fn serial(&self, input: &dyn Fn(usize, usize) -> f64) -> Vec<f64>;
+    /// What to do with the gathered output on rank 0 after the check (the rest of a
+    /// workflow, like the CP-ALS update); returns lines to print, or an error.
+    fn after(
+        &self,
+        _out: &[f64],
+        _input: &dyn Fn(usize, usize) -> f64,
+    ) -> Result<Vec<String>, String> {
+        Ok(Vec::new())
+    }
+}
+
+/// The seed of every example's inputs.
+pub const SEED: u64 = 2026;
+
+/// Relative tolerance of the f64 check.
+const TOL: f64 = 1e-10;
+
+/// Reads `--NAME VALUE` from the command line.
+pub fn arg(name: &str) -> Option<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    let flag = format!("--{name}");
+    let i = args.iter().position(|a| *a == flag)?;
+    match args.get(i + 1).map(|v| v.parse::<usize>()) {
+        Some(Ok(v)) if v > 0 => Some(v),
+        _ => {
+            eprintln!("error: {flag} needs a positive integer");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Runs `ex` on every rank of `comm`; `Ok(true)` when all checks passed everywhere.
+pub fn run_on<C: Communicator, E: Example>(
+    comm: &C,
+    ex: &E,
+    backend: &str,
+) -> Result<bool, String> {
+    let me = comm.rank();
+    let p = comm.size();
+    let spec = ExtentSpec {
+        sizes: ex.sizes(),
+        ..ExtentSpec::default()
+    };
+    let compiled =
+        Einsum::compile(ex.expr(), &spec, &Options::procs(p)).map_err(|e| e.to_string())?;
+    let inputs = Inputs::<f64>::Seeded { seed: SEED };
+    let (out, report) = compiled
+        .run_measured(comm, &inputs, &ExecOptions::default())
+        .map_err(|e| e.to_string())?;
+    let full = out.gather(comm).map_err(|e| e.to_string())?;
+
+    // Measured words against the plan, per rank and step.
+    let (mut recv, mut precv) = (0u64, 0u64);
+    let mut step_mismatch = 0u64;
+    for s in &report.steps {
+        recv += s.received;
+        precv += s.predicted_received;
+        if s.sent != s.predicted_sent || s.received != s.predicted_received {
+            step_mismatch += 1;
+        }
+    }
+    let mut figures = [step_mismatch, recv, precv, report.madds as u64];
+    comm.all_reduce_max_u64(&mut figures)
+        .map_err(|e| e.to_string())?;
+
+    let mut ok = true;
+    if let Some(got) = full {
+        let input = |k: usize, x: usize| seeded_value(SEED, k, x as u64);
+        let mut want = ex.serial(&input);
+        // A deliberate wrong reference, to show that the check can fail (used by .ci/mpi.sh).
+        if std::env::var_os("DEINSUM_EXAMPLE_PERTURB").is_some() {
+            if let Some(w) = want.first_mut() {
+                *w += 1.0;
+            }
+        }
+        let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+        let err = if got.len() == want.len() {
+            got.iter()
+                .zip(&want)
+                .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()))
+                / scale
+        } else {
+            f64::INFINITY
+        };
+        let pass = err <= TOL;
+        ok &= pass;
+        println!("{}: {}  ({} ranks, {backend})", ex.name(), ex.expr(), p);
+        println!(
+            "  check vs serial: max relative error {err:.3e} over {} elements -> {}",
+            want.len(),
+            if pass { "OK" } else { "MISMATCH" }
+        );
+        let pred = compiled.plan().prediction.clone();
+        println!(
+            "  words received, busiest rank: measured {} / plan {} (SOAP bound {:.0}); \
+             steps off plan on some rank: {} -> {}",
+            figures[1],
+            figures[2],
+            pred.bound_per_rank,
+            figures[0],
+            if figures[0] == 0 { "OK" } else { "MISMATCH" }
+        );
+        ok &= figures[0] == 0;
+        match ex.after(&got, &input) {
+            Ok(lines) => lines.iter().for_each(|l| println!("  {l}")),
+            Err(e) => {
+                println!("  {e}");
+                ok = false;
+            }
+        }
+    } else {
+        ok &= figures[0] == 0;
+    }
+    let mut verdict = [u64::from(!ok)];
+    comm.all_reduce_max_u64(&mut verdict)
+        .map_err(|e| e.to_string())?;
+    if me == 0 {
+        println!(
+            "{}: {}",
+            ex.name(),
+            if verdict[0] == 0 { "PASS" } else { "FAIL" }
+        );
+    }
+    Ok(verdict[0] == 0)
+}
+
+/// Runs `ex` on the backend this build has and turns the outcome into the exit status.
+pub fn main_for<E: Example>(ex: E) -> ExitCode {
+    #[cfg(feature = "mpi")]
+    {
+        use deinsum::exec::mpi::MpiComm;
+        let Some(universe) = mpi::initialize() else {
+            eprintln!("error: MPI was already initialized");
+            return ExitCode::FAILURE;
+        };
+        let world = MpiComm::world(&universe);
+        if let Some(want) = arg("procs") {
+            if want != world.size() {
+                world.abort(
+                    &format!(
+                        "--procs {want} but the MPI world has {} ranks",
+                        world.size()
+                    ),
+                    2,
+                );
+            }
+        }
+        // One rank's error aborts the job with its message instead of leaving the others waiting.
+        let ok = world.or_abort(run_on(&world, &ex, "MPI"));
+        if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    }
+    #[cfg(not(feature = "mpi"))]
+    {
+        let p = arg("procs").unwrap_or(4);
+        let world = match deinsum::InProcess::new(p) {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        match world.run(|comm| run_on(comm, &ex, "in-process")) {
+            Ok(v) if v.iter().all(|&ok| ok) => ExitCode::SUCCESS,
+            Ok(_) => ExitCode::FAILURE,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
