@@ -1,0 +1,186 @@
+//! Whole plans: JSON round trip, errors, budgets, inputs in place, primes, 2^20 ranks, and
+//! every step's volume against a per-element brute-force count.
+
+use deinsum_expr::{parse, Einsum, ExtentSpec};
+use deinsum_plan::{build, Distribution, Plan, PlanError, PlanOptions, PlanStep};
+use std::collections::BTreeMap;
+
+fn einsum(expr: &str, sizes: Option<&str>, size: usize) -> Einsum {
+    let spec = match sizes {
+        Some(s) => ExtentSpec::from_flags(Some(s), None, None).unwrap(),
+        None => ExtentSpec { default: Some(size), ..Default::default() },
+    };
+    parse(expr, &spec).unwrap()
+}
+
+fn opts(procs: usize) -> PlanOptions {
+    PlanOptions { procs, ..Default::default() }
+}
+
+fn grid_of(p: &Plan, g: usize) -> BTreeMap<char, usize> {
+    p.groups[g].grid.dims.iter().map(|d| (d.index, d.size)).collect()
+}
+
+#[test]
+fn json_round_trip() {
+    let e = einsum("ijk,ja,ka,al->il", None, 7);
+    let p = build(&e, &opts(6)).unwrap();
+    let s = serde_json::to_string(&p).unwrap();
+    assert!(s.starts_with("{\"version\":1,"));
+    let q: Plan = serde_json::from_str(&s).unwrap();
+    assert_eq!(p, q);
+    // Same input, same bytes.
+    let again = serde_json::to_string(&build(&e, &opts(6)).unwrap()).unwrap();
+    assert_eq!(s, again);
+}
+
+#[test]
+fn zero_procs_is_an_error() {
+    let e = einsum("ij,jk->ik", None, 4);
+    assert!(matches!(build(&e, &opts(0)), Err(PlanError::ZeroProcs)));
+}
+
+#[test]
+fn paper_example_end_to_end() {
+    let e = einsum("ijk,ja,ka,al->il", None, 10);
+    let p = build(&e, &opts(8)).unwrap();
+    assert_eq!(p.groups.len(), 2, "MTTKRP fused, then the MM");
+    let g0 = grid_of(&p, 0);
+    assert_eq!(g0, [('a', 1), ('i', 2), ('j', 2), ('k', 2)].into_iter().collect());
+    assert_eq!(p.groups[1].grid.size(), 8);
+    assert!(p.idle.is_none());
+    assert_eq!(p.ranks_used, 8);
+}
+
+#[test]
+fn memory_budget_is_respected_or_reported() {
+    let e = einsum("ij,jk->ik", None, 64);
+    let free = build(&e, &opts(8)).unwrap();
+    let need = free.prediction.max_peak_memory;
+    let tight = build(&e, &PlanOptions { procs: 8, mem: Some(need), ..Default::default() }).unwrap();
+    assert!(tight.prediction.max_peak_memory <= need);
+    match build(&e, &PlanOptions { procs: 8, mem: Some(100), ..Default::default() }) {
+        Err(PlanError::MemoryTooSmall { budget, needed, .. }) => {
+            assert_eq!(budget, 100);
+            assert!(needed > 100);
+            // The message says how much is needed.
+            let err = build(&e, &PlanOptions { procs: 8, mem: Some(100), ..Default::default() })
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&needed.to_string()), "{err}");
+        }
+        other => panic!("expected MemoryTooSmall, got {other:?}"),
+    }
+}
+
+#[test]
+fn inputs_in_place_move_nothing_in() {
+    let e = einsum("ij,jk->ik", None, 32);
+    let p = build(&e, &PlanOptions { procs: 8, inputs_in_place: true, ..Default::default() }).unwrap();
+    for s in &p.steps {
+        if let PlanStep::Redistribute { tensor, .. } = s {
+            assert!(*tensor >= 2, "no input is redistributed");
+        }
+        if let PlanStep::Load { tensor, dist } = s {
+            let want: &Distribution = &p.groups[0].inputs.iter().find(|x| x.0 == *tensor).unwrap().1;
+            assert_eq!(dist, want);
+        }
+    }
+    // With inputs in place a grid that does not split j needs no communication at all.
+    assert_eq!(p.prediction.max_per_rank, 0);
+    assert_eq!(p.groups[0].grid.dims[1].size, 1, "j not split");
+    let canon = build(&e, &opts(8)).unwrap();
+    assert!(canon.prediction.max_per_rank > p.prediction.max_per_rank);
+}
+
+#[test]
+fn prime_procs_use_ranks_well() {
+    let e = einsum("ij,jk->ik", None, 60);
+    for procs in [7, 11, 13] {
+        let p = build(&e, &opts(procs)).unwrap();
+        assert!(p.ranks_used * 4 >= procs * 3, "P={procs}: {} ranks used", p.ranks_used);
+        assert!(p.ranks_used <= procs);
+        if p.ranks_used < procs {
+            let idle = p.idle.as_deref().unwrap();
+            assert!(idle.starts_with(&format!("{} of {procs} ranks idle", procs - p.ranks_used)), "{idle}");
+        }
+    }
+}
+
+#[test]
+fn two_to_the_twenty_ranks_with_small_extents() {
+    let e = einsum("ijk,ja,ka,al->il", None, 10);
+    let p = build(&e, &opts(1 << 20)).unwrap();
+    assert!(p.ranks_used <= 10_000);
+    let idle = p.idle.as_deref().unwrap();
+    assert!(idle.contains("allow at most"), "{idle}");
+    // Sparse volumes stay small.
+    assert!(p.prediction.received.len() <= p.ranks_used);
+}
+
+/// Per-element count of what each target rank receives in one step (the brute force).
+fn brute_received(shape: &[usize], from: &Distribution, to: &Distribution, sum: bool) -> BTreeMap<usize, u64> {
+    let partials: u64 = if sum {
+        from.partial.iter().map(|&g| from.grid.dims[g].size as u64).product()
+    } else {
+        1
+    };
+    let mut out = BTreeMap::new();
+    for d in 0..to.grid.size() {
+        let tb = to.block(d, shape).unwrap();
+        let own = if d < from.grid.size() { from.block(d, shape) } else { None };
+        let mut elems: Vec<Vec<usize>> = vec![Vec::new()];
+        for &(s, e) in &tb.ranges {
+            elems = elems
+                .into_iter()
+                .flat_map(|p| (s..e).map(move |x| [p.clone(), vec![x]].concat()))
+                .collect();
+        }
+        if tb.is_empty() {
+            continue;
+        }
+        let mut n = 0u64;
+        for x in elems {
+            let local = own
+                .as_ref()
+                .is_some_and(|o| o.ranges.iter().zip(&x).all(|(&(s, e), &v)| s <= v && v < e));
+            n += partials - u64::from(local);
+        }
+        if n > 0 {
+            out.insert(d, n);
+        }
+    }
+    out
+}
+
+#[test]
+fn predicted_volumes_equal_brute_force() {
+    for (expr, sizes, procs) in [
+        ("ij,jk->ik", "i=5,j=7,k=3", 6),
+        ("ijk,ja,ka,al->il", "i=4,j=5,k=3,a=2,l=3", 5),
+        ("ijk,ja,ka->ia", "i=3,j=4,k=5,a=3", 8),
+        ("ij,jk,kl->il", "i=6,j=2,k=5,l=4", 7),
+        ("ij->", "i=5,j=4", 3),
+    ] {
+        let e = einsum(expr, Some(sizes), 0);
+        let p = build(&e, &opts(procs)).unwrap();
+        let mut total: BTreeMap<usize, u64> = BTreeMap::new();
+        for s in &p.steps {
+            if let PlanStep::Redistribute { tensor, from, to, sum, volume, .. } = s {
+                let shape = &p.tensor(*tensor).unwrap().shape;
+                let b = brute_received(shape, from, to, *sum);
+                let got: BTreeMap<usize, u64> = volume.received.iter().copied().collect();
+                assert_eq!(got, b, "{expr} P={procs}: step on tensor {tensor}");
+                for (r, w) in b {
+                    *total.entry(r).or_default() += w;
+                }
+            }
+        }
+        let pred: BTreeMap<usize, u64> = p.prediction.received.iter().copied().collect();
+        assert_eq!(pred, total, "{expr}: totals");
+        assert_eq!(p.prediction.max_per_rank, total.values().copied().max().unwrap_or(0));
+        assert_eq!(p.prediction.total, total.values().sum::<u64>());
+        // The output ends complete (not partial).
+        assert!(!p.output.1.is_partial());
+    }
+}
