@@ -47,7 +47,9 @@ fn sequence<C: Communicator>(comm: &C, c: &mut Checks, tag: &str) {
     }
     // Bad arguments are refused on every rank alike, without communicating.
     let bad = comm.all_to_all_v(&send, &counts[..p - 1]);
-    c.check(bad.is_err(), || format!("{tag} alltoallv accepted {} counts", p - 1));
+    c.check(bad.is_err(), || {
+        format!("{tag} alltoallv accepted {} counts", p - 1)
+    });
     let mut more = send.clone();
     more.push(0);
     c.check(comm.all_to_all_v(&more, &counts).is_err(), || {
@@ -55,11 +57,15 @@ fn sequence<C: Communicator>(comm: &C, c: &mut Checks, tag: &str) {
     });
 
     // all-reduce f64 / f32 / max u64
-    let mut b64: Vec<f64> = (0..37).map(|i| me as f64 * 1000.0 + i as f64 * 0.25).collect();
+    let mut b64: Vec<f64> = (0..37)
+        .map(|i| me as f64 * 1000.0 + i as f64 * 0.25)
+        .collect();
     let rsum = (p * (p - 1) / 2) as f64;
     match comm.all_reduce_sum_f64(&mut b64) {
         Ok(()) => {
-            let want: Vec<f64> = (0..37).map(|i| rsum * 1000.0 + p as f64 * i as f64 * 0.25).collect();
+            let want: Vec<f64> = (0..37)
+                .map(|i| rsum * 1000.0 + p as f64 * i as f64 * 0.25)
+                .collect();
             c.check(b64 == want, || format!("{tag} allreduce f64 {b64:?}"));
         }
         Err(e) => c.check(false, || format!("{tag} allreduce f64: {e}")),
@@ -67,7 +73,9 @@ fn sequence<C: Communicator>(comm: &C, c: &mut Checks, tag: &str) {
     let mut b32: Vec<f32> = (0..11).map(|i| (me * 3 + i) as f32).collect();
     match comm.all_reduce_sum_f32(&mut b32) {
         Ok(()) => {
-            let want: Vec<f32> = (0..11).map(|i| (3.0 * rsum) as f32 + (p * i) as f32).collect();
+            let want: Vec<f32> = (0..11)
+                .map(|i| (3.0 * rsum) as f32 + (p * i) as f32)
+                .collect();
             c.check(b32 == want, || format!("{tag} allreduce f32 {b32:?}"));
         }
         Err(e) => c.check(false, || format!("{tag} allreduce f32: {e}")),
@@ -76,7 +84,12 @@ fn sequence<C: Communicator>(comm: &C, c: &mut Checks, tag: &str) {
     match comm.all_reduce_max_u64(&mut bm) {
         Ok(()) => {
             let want: Vec<u64> = (0..9)
-                .map(|i| (0..p).map(|r| ((r * 7 + i) % (p + 2)) as u64).max().unwrap_or(0))
+                .map(|i| {
+                    (0..p)
+                        .map(|r| ((r * 7 + i) % (p + 2)) as u64)
+                        .max()
+                        .unwrap_or(0)
+                })
                 .collect();
             c.eq(&bm, &want, &format!("{tag} allreduce max u64"));
         }
@@ -93,28 +106,41 @@ fn sequence<C: Communicator>(comm: &C, c: &mut Checks, tag: &str) {
             let want: Vec<f64> = (0..rcounts[me])
                 .map(|t| rsum + p as f64 * (off + t) as f64 * 0.5)
                 .collect();
-            c.check(got == want, || format!("{tag} reduce-scatter {got:?} want {want:?}"));
+            c.check(got == want, || {
+                format!("{tag} reduce-scatter {got:?} want {want:?}")
+            });
         }
         Err(e) => c.check(false, || format!("{tag} reduce-scatter: {e}")),
     }
-    c.check(total == 0 || comm.reduce_scatter_sum_f64(&send[1..], &rcounts).is_err(), || {
-        format!("{tag} reduce-scatter accepted a short buffer")
-    });
+    c.check(
+        total == 0 || comm.reduce_scatter_sum_f64(&send[1..], &rcounts).is_err(),
+        || format!("{tag} reduce-scatter accepted a short buffer"),
+    );
 
     // broadcast from the last rank, a payload and an empty one
     let root = p - 1;
     let payload: Vec<u8> = (0..1000).map(|i| (i * 7 % 256) as u8).collect();
-    let mut buf = if me == root { payload.clone() } else { vec![9u8; 3] };
+    let mut buf = if me == root {
+        payload.clone()
+    } else {
+        vec![9u8; 3]
+    };
     match comm.broadcast(&mut buf, root) {
-        Ok(()) => c.check(buf == payload, || format!("{tag} broadcast contents differ")),
+        Ok(()) => c.check(buf == payload, || {
+            format!("{tag} broadcast contents differ")
+        }),
         Err(e) => c.check(false, || format!("{tag} broadcast: {e}")),
     }
     let mut empty = if me == 0 { Vec::new() } else { vec![1u8; 5] };
     match comm.broadcast(&mut empty, 0) {
-        Ok(()) => c.check(empty.is_empty(), || format!("{tag} empty broadcast left {empty:?}")),
+        Ok(()) => c.check(empty.is_empty(), || {
+            format!("{tag} empty broadcast left {empty:?}")
+        }),
         Err(e) => c.check(false, || format!("{tag} empty broadcast: {e}")),
     }
-    c.check(comm.broadcast(&mut buf, p).is_err(), || format!("{tag} broadcast accepted root {p}"));
+    c.check(comm.broadcast(&mut buf, p).is_err(), || {
+        format!("{tag} broadcast accepted root {p}")
+    });
 
     // split: parity colors, reversed keys
     match comm.split(me % 2, p - me) {
@@ -122,10 +148,18 @@ fn sequence<C: Communicator>(comm: &C, c: &mut Checks, tag: &str) {
             let same: Vec<usize> = (0..p).filter(|r| r % 2 == me % 2).collect();
             c.eq(sub.size(), same.len(), &format!("{tag} split size"));
             let want_rank = same.iter().filter(|&&r| r > me).count();
-            c.eq(sub.rank(), want_rank, &format!("{tag} split rank (ordered by key)"));
+            c.eq(
+                sub.rank(),
+                want_rank,
+                &format!("{tag} split rank (ordered by key)"),
+            );
             let mut v = [me as f64];
             match sub.all_reduce_sum_f64(&mut v) {
-                Ok(()) => c.eq(v[0], same.iter().sum::<usize>() as f64, &format!("{tag} sub allreduce")),
+                Ok(()) => c.eq(
+                    v[0],
+                    same.iter().sum::<usize>() as f64,
+                    &format!("{tag} sub allreduce"),
+                ),
                 Err(e) => c.check(false, || format!("{tag} sub allreduce: {e}")),
             }
         }
@@ -146,7 +180,11 @@ fn model_traffic(p: usize, me: usize) -> (u64, u64) {
     let ar = (37 * 8 + 11 * 4 + 9 * 8) as u64 * peers;
     sent += ar;
     recv += ar;
-    sent += 8 * (0..p).filter(|&r| r != me).map(|r| seg_len(r) as u64).sum::<u64>();
+    sent += 8
+        * (0..p)
+            .filter(|&r| r != me)
+            .map(|r| seg_len(r) as u64)
+            .sum::<u64>();
     recv += 8 * seg_len(me) as u64 * peers;
     if me == p - 1 {
         sent += 1000 * peers;
@@ -169,7 +207,11 @@ fn body(world: &MpiComm, c: &mut Checks) {
         sequence(&comm, c, &tag);
         let t = comm.traffic();
         let (s, r) = model_traffic(p, me);
-        c.eq((t.sent, t.received), (s, r), &format!("{tag} traffic (sent, received) bytes"));
+        c.eq(
+            (t.sent, t.received),
+            (s, r),
+            &format!("{tag} traffic (sent, received) bytes"),
+        );
     }
     // The in-process backend counts the same bytes for the same sequence.
     let local = InProcess::new(p).expect("world");
@@ -182,8 +224,14 @@ fn body(world: &MpiComm, c: &mut Checks) {
     match got {
         Ok(v) => {
             let (fails, s, r) = &v[me];
-            c.check(fails.is_empty(), || format!("in-process sequence: {fails:?}"));
-            c.eq((*s, *r), model_traffic(p, me), "in-process traffic equals the MPI model");
+            c.check(fails.is_empty(), || {
+                format!("in-process sequence: {fails:?}")
+            });
+            c.eq(
+                (*s, *r),
+                model_traffic(p, me),
+                "in-process traffic equals the MPI model",
+            );
         }
         Err(e) => c.check(false, || format!("in-process run: {e}")),
     }

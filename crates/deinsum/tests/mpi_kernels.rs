@@ -18,19 +18,42 @@ use std::process::ExitCode;
 
 const SEED: u64 = 7;
 
-/// (name, expression, extents): the kernels of the Deinsum paper at small, uneven sizes.
-const KERNELS: &[(&str, &str, &[(char, usize)])] = &[
+/// A kernel: name, expression, extents.
+type Kernel = (&'static str, &'static str, &'static [(char, usize)]);
+
+/// The kernels of the Deinsum paper at small, uneven sizes.
+const KERNELS: &[Kernel] = &[
     ("1MM", "ij,jk->ik", &[('i', 13), ('j', 11), ('k', 9)]),
-    ("2MM", "ij,jk,kl->il", &[('i', 12), ('j', 7), ('k', 10), ('l', 9)]),
-    ("3MM", "ij,jk,kl,lm->im", &[('i', 9), ('j', 11), ('k', 6), ('l', 10), ('m', 7)]),
-    ("MTTKRP-3", "ijk,ja,ka->ia", &[('i', 9), ('j', 7), ('k', 8), ('a', 5)]),
+    (
+        "2MM",
+        "ij,jk,kl->il",
+        &[('i', 12), ('j', 7), ('k', 10), ('l', 9)],
+    ),
+    (
+        "3MM",
+        "ij,jk,kl,lm->im",
+        &[('i', 9), ('j', 11), ('k', 6), ('l', 10), ('m', 7)],
+    ),
+    (
+        "MTTKRP-3",
+        "ijk,ja,ka->ia",
+        &[('i', 9), ('j', 7), ('k', 8), ('a', 5)],
+    ),
     (
         "MTTKRP-5",
         "ijklm,ja,ka,la,ma->ia",
         &[('i', 5), ('j', 4), ('k', 3), ('l', 4), ('m', 3), ('a', 3)],
     ),
-    ("TTMc", "ijk,jb,kc->ibc", &[('i', 8), ('j', 9), ('k', 7), ('b', 4), ('c', 3)]),
-    ("paper", "ijk,ja,ka,al->il", &[('i', 7), ('j', 6), ('k', 8), ('a', 5), ('l', 9)]),
+    (
+        "TTMc",
+        "ijk,jb,kc->ibc",
+        &[('i', 8), ('j', 9), ('k', 7), ('b', 4), ('c', 3)],
+    ),
+    (
+        "paper",
+        "ijk,ja,ka,al->il",
+        &[('i', 7), ('j', 6), ('k', 8), ('a', 5), ('l', 9)],
+    ),
 ];
 
 fn rel_err(got: &[f64], want: &[f64]) -> f64 {
@@ -38,7 +61,10 @@ fn rel_err(got: &[f64], want: &[f64]) -> f64 {
         return f64::INFINITY;
     }
     let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-    got.iter().zip(want).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())) / scale
+    got.iter()
+        .zip(want)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()))
+        / scale
 }
 
 /// A directory every rank sees (same node) and that rank 0 cleans up.
@@ -77,13 +103,18 @@ fn body(world: &MpiComm, c: &mut Checks) {
             c.eq(
                 (s.sent, s.received),
                 (s.predicted_sent, s.predicted_received),
-                &format!("{name} step {} ({}) words (sent, received) vs plan", s.step, s.kind),
+                &format!(
+                    "{name} step {} ({}) words (sent, received) vs plan",
+                    s.step, s.kind
+                ),
             );
         }
         let gathered = world.or_abort(out.gather(world));
         if let Some(got) = &gathered {
             let e = rel_err(got, &want);
-            c.check(e <= 1e-10, || format!("{name}: relative error {e:.3e} vs naive serial"));
+            c.check(e <= 1e-10, || {
+                format!("{name}: relative error {e:.3e} vs naive serial")
+            });
         }
 
         // The same inputs from .npy files: rank 0 writes them (a root distribution), every
@@ -94,7 +125,9 @@ fn body(world: &MpiComm, c: &mut Checks) {
             let path = dir.join(format!("{name}-in{k}.npy"));
             let n: usize = shape.iter().product();
             let full: Vec<f64> = if me == 0 {
-                (0..n as u64).map(|x| deinsum::exec::data::seeded_value(SEED, k, x)).collect()
+                (0..n as u64)
+                    .map(|x| deinsum::exec::data::seeded_value(SEED, k, x))
+                    .collect()
             } else {
                 Vec::new()
             };
@@ -105,7 +138,11 @@ fn body(world: &MpiComm, c: &mut Checks) {
         let from_files = world.or_abort(compiled.run(world, &Inputs::<f64>::Npy(paths.clone())));
         // Every rank writes its own part of the output file.
         let out_path = dir.join(format!("{name}-out.npy"));
-        let local = from_files.local.as_ref().map(|l| l.data.clone()).unwrap_or_default();
+        let local = from_files
+            .local
+            .as_ref()
+            .map(|l| l.data.clone())
+            .unwrap_or_default();
         world.or_abort(npy::write_distributed(
             &out_path,
             world,
@@ -115,10 +152,19 @@ fn body(world: &MpiComm, c: &mut Checks) {
         ));
         if me == 0 {
             let h = world.or_abort(npy::read_header(&out_path));
-            c.eq(&h.shape, &from_files.tensor.shape, &format!("{name}: output .npy shape"));
+            c.eq(
+                &h.shape,
+                &from_files.tensor.shape,
+                &format!("{name}: output .npy shape"),
+            );
             let whole = deinsum::plan::Block::full(&from_files.tensor.shape);
             let op = deinsum::expr::Operand::new(
-                from_files.tensor.indices.iter().map(|&i| deinsum::expr::Dim::Index(i)).collect(),
+                from_files
+                    .tensor
+                    .indices
+                    .iter()
+                    .map(|&i| deinsum::expr::Dim::Index(i))
+                    .collect(),
             );
             let back: Vec<f64> = world.or_abort(npy::read_operand_block(
                 &out_path,
@@ -127,7 +173,9 @@ fn body(world: &MpiComm, c: &mut Checks) {
                 &whole,
             ));
             let e = rel_err(&back, &want);
-            c.check(e <= 1e-10, || format!("{name}: .npy in/out relative error {e:.3e}"));
+            c.check(e <= 1e-10, || {
+                format!("{name}: .npy in/out relative error {e:.3e}")
+            });
         }
         world.or_abort(world.barrier());
     }
@@ -135,16 +183,33 @@ fn body(world: &MpiComm, c: &mut Checks) {
     // A wrong shape in an input file is reported on every rank, naming the file and both
     // shapes (ranks without a block check the header alone).
     let bad = dir.join("bad-A.npy");
-    let zeros = if me == 0 { vec![0.0f64; 30] } else { Vec::new() };
-    world.or_abort(npy::write_distributed(&bad, world, &[5, 6], &Distribution::on_root(2), &zeros));
-    let op = deinsum::expr::Operand::new(vec![deinsum::expr::Dim::Index('i'), deinsum::expr::Dim::Index('j')]);
+    let zeros = if me == 0 {
+        vec![0.0f64; 30]
+    } else {
+        Vec::new()
+    };
+    world.or_abort(npy::write_distributed(
+        &bad,
+        world,
+        &[5, 6],
+        &Distribution::on_root(2),
+        &zeros,
+    ));
+    let op = deinsum::expr::Operand::new(vec![
+        deinsum::expr::Dim::Index('i'),
+        deinsum::expr::Dim::Index('j'),
+    ]);
     let ext = [('i', 6), ('j', 5)].into_iter().collect();
     match npy::check_operand_file::<f64>(&bad, &op, &ext) {
-        Ok(_) => c.check(false, || "a (5, 6) file for a (6, 5) operand was accepted".into()),
+        Ok(_) => c.check(false, || {
+            "a (5, 6) file for a (6, 5) operand was accepted".into()
+        }),
         Err(e) => {
             let m = e.to_string();
             c.check(
-                m.contains("bad-A.npy") && m.contains("expected shape (6, 5)") && m.contains("found (5, 6)"),
+                m.contains("bad-A.npy")
+                    && m.contains("expected shape (6, 5)")
+                    && m.contains("found (5, 6)"),
                 || format!("shape error does not name file and shapes: {m}"),
             );
         }
