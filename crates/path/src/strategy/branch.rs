@@ -69,7 +69,9 @@ impl<const W: usize> Search<'_, '_, '_, W> {
                     let size12 = self.net.size(k12);
                     let new_cost = cost + step_cost;
                     let new_size = size.max(size12);
-                    if !((new_cost, new_size) < (self.best_cost, self.best_size)) {
+                    let better = new_cost < self.best_cost
+                        || (new_cost == self.best_cost && new_size < self.best_size);
+                    if !better {
                         continue;
                     }
                     // Over the limit: never taken, so it must not set the pace either.

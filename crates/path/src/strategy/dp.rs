@@ -9,12 +9,33 @@ use super::SsaPath;
 use crate::bits::Bits;
 use crate::net::Net;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A multiplicative hash for operand masks (SipHash dominates the lookups otherwise).
+#[derive(Default)]
+struct SetHasher(u64);
+
+impl Hasher for SetHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        let x = (v as u64) ^ ((v >> 64) as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+        self.0 = (x ^ (x >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 ^= self.0 >> 32;
+    }
+}
 
 /// Largest operand count (operand sets are 128-bit masks).
 pub(crate) const MAX_OPERANDS: usize = 128;
 
 /// Cap raises tried before the cap is lifted altogether.
-const MAX_ROUNDS: usize = 256;
+const MAX_ROUNDS: usize = 1024;
 
 struct Entry<const W: usize> {
     set: u128,
@@ -26,16 +47,35 @@ struct Entry<const W: usize> {
 
 struct Level<const W: usize> {
     entries: Vec<Entry<W>>,
-    pos: HashMap<u128, usize>,
-    by_tensor: Vec<Vec<usize>>,
+    pos: HashMap<u128, usize, BuildHasherDefault<SetHasher>>,
+    /// Per operand, (set, cost + size, cost, entry) of the entries holding it, by increasing
+    /// cost + size: a compact copy taken once the level is complete, so partner scans are
+    /// sequential and stop early (a step costs at least the size of either operand).
+    by_tensor: Vec<Vec<(u128, f64, f64, u32)>>,
 }
 
 impl<const W: usize> Level<W> {
     fn new(n: usize) -> Self {
         Level {
             entries: Vec::new(),
-            pos: HashMap::new(),
+            pos: HashMap::default(),
             by_tensor: vec![Vec::new(); n],
+        }
+    }
+
+    /// Rebuilds `by_tensor` from the entries; `size` gives an entry's result size (or 0).
+    fn freeze(&mut self, size: impl Fn(Bits<W>) -> f64) {
+        for l in self.by_tensor.iter_mut() {
+            l.clear();
+        }
+        for (i, e) in self.entries.iter().enumerate() {
+            let key = e.cost + size(e.ind);
+            for t in ones(e.set) {
+                self.by_tensor[t].push((e.set, key, e.cost, i as u32));
+            }
+        }
+        for l in self.by_tensor.iter_mut() {
+            l.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.3.cmp(&b.3)));
         }
     }
 }
@@ -75,13 +115,13 @@ impl<const W: usize> Dp<'_, '_, '_, W> {
 
     /// Solves one connected component; returns its levels (for rebuilding the tree).
     fn component(&self, g: u128) -> Option<Vec<Level<W>>> {
+        let builtin = self.net.builtin().is_some();
         let n = self.net.n();
         let size = g.count_ones() as usize;
         let mut levels: Vec<Level<W>> = (0..=size).map(|_| Level::new(n)).collect();
         for t in ones(g) {
             let l = &mut levels[1];
             l.pos.insert(1u128 << t, l.entries.len());
-            l.by_tensor[t].push(l.entries.len());
             l.entries.push(Entry {
                 set: 1u128 << t,
                 ind: self.net.inputs[t],
@@ -90,16 +130,25 @@ impl<const W: usize> Dp<'_, '_, '_, W> {
                 left: 0,
             });
         }
+        levels[1].freeze(|b| if builtin { self.net.size(b) } else { 0.0 });
         if size == 1 {
             return Some(levels);
         }
         let all = ones(g).fold(Bits::<W>::EMPTY, |b, t| b | self.net.inputs[t]);
-        let mut cap = self.net.size(all & self.net.output).max(1.0);
-        let increment = all
-            .ones()
-            .map(|d| self.net.ext[d])
-            .fold(f64::INFINITY, f64::min)
-            .max(2.0);
+        // Every operand takes part in a step that costs at least its size (built-in models).
+        let widest_leaf = if builtin {
+            ones(g).map(|t| self.leaf_size[t]).fold(0.0, f64::max)
+        } else {
+            0.0
+        };
+        let mut cap = self
+            .net
+            .size(all & self.net.output)
+            .max(widest_leaf)
+            .max(1.0);
+        // The first round whose cap reaches the optimum finds it, whatever the step; a fine
+        // step keeps that last round (by far the costliest) close to the optimum.
+        let increment = std::f64::consts::SQRT_2;
         // With a built-in model no tree costs more than 2 * (operands) * size(all indices), so a
         // cap above that is no cap: one unbounded round settles it.
         let ceiling = match self.net.builtin() {
@@ -113,49 +162,71 @@ impl<const W: usize> Dp<'_, '_, '_, W> {
                 let target = &mut upper[0];
                 for m in 1..=total / 2 {
                     let k = total - m;
-                    for e1 in &lower[m].entries {
-                        let s1 = e1.set;
-                        // Connected partners: sets that hold a neighbour of s1.
-                        for t in ones(e1.nbr) {
-                            for &i2 in &lower[k].by_tensor[t] {
-                                let e2 = &lower[k].entries[i2];
-                                let s2 = e2.set;
-                                if s1 & s2 != 0 || (m == k && s1 > s2) {
+                    // Scan the larger part's entries and look its partners up in the smaller
+                    // part's per-operand lists: fewer of those overlap, so fewer are wasted.
+                    for big in &lower[k].entries {
+                        let sb = big.set;
+                        let big_size = self.net.size(big.ind);
+                        // A built-in step costs at least the size of its larger operand.
+                        let floor = if builtin { big_size } else { 0.0 };
+                        let budget = cap - big.cost - floor;
+                        let key_budget = cap - big.cost;
+                        if budget < 0.0 {
+                            continue;
+                        }
+                        // Connected partners: sets that hold a neighbour of the larger part.
+                        for t in ones(big.nbr) {
+                            for &(ss, key, cs, is) in &lower[m].by_tensor[t] {
+                                if key > key_budget {
+                                    break;
+                                }
+                                if cs > budget || ss & sb != 0 || (m == k && ss > sb) {
                                     continue;
                                 }
-                                if (s2 & e1.nbr).trailing_zeros() as usize != t {
+                                if (ss & big.nbr).trailing_zeros() as usize != t {
                                     continue; // counted under its lowest neighbour
                                 }
-                                self.combine(e1, e2, cap, target);
+                                self.combine(&lower[m].entries[is as usize], big, cap, target);
                             }
                         }
                         // Outer-product partners: sets two hops away that meet a common
                         // neighbour at least as large as the product.
+                        let widest = ones(big.nbr).map(|u| self.leaf_size[u]).fold(0.0, f64::max);
+                        if big_size > widest {
+                            continue; // any product with this part outgrows every neighbour
+                        }
                         let mut two_hops = 0u128;
-                        for u in ones(e1.nbr) {
+                        for u in ones(big.nbr) {
                             two_hops |= self.nbr_leaf[u];
                         }
-                        two_hops &= !(s1 | e1.nbr) & g;
+                        two_hops &= !(sb | big.nbr) & g;
                         for t in ones(two_hops) {
-                            for &i2 in &lower[k].by_tensor[t] {
-                                let e2 = &lower[k].entries[i2];
-                                let s2 = e2.set;
-                                if s1 & s2 != 0 || s2 & e1.nbr != 0 || (m == k && s1 > s2) {
+                            for &(ss, key, cs, is) in &lower[m].by_tensor[t] {
+                                if key > key_budget {
+                                    break;
+                                }
+                                if cs > budget
+                                    || ss & sb != 0
+                                    || ss & big.nbr != 0
+                                    || (m == k && ss > sb)
+                                {
                                     continue;
                                 }
-                                if (s2 & two_hops).trailing_zeros() as usize != t {
+                                if (ss & two_hops).trailing_zeros() as usize != t {
                                     continue;
                                 }
-                                let common = e1.nbr & e2.nbr;
+                                let small = &lower[m].entries[is as usize];
+                                let common = small.nbr & big.nbr;
                                 let meet =
                                     ones(common).map(|c| self.leaf_size[c]).fold(0.0, f64::max);
-                                if self.net.size(e1.ind | e2.ind) <= meet {
-                                    self.combine(e1, e2, cap, target);
+                                if self.net.size(small.ind | big.ind) <= meet {
+                                    self.combine(small, big, cap, target);
                                 }
                             }
                         }
                     }
                 }
+                target.freeze(|b| if builtin { self.net.size(b) } else { 0.0 });
             }
             if !levels[size].entries.is_empty() {
                 return Some(levels);
@@ -173,8 +244,12 @@ impl<const W: usize> Dp<'_, '_, '_, W> {
 
     fn combine(&self, e1: &Entry<W>, e2: &Entry<W>, cap: f64, target: &mut Level<W>) {
         let s = e1.set | e2.set;
+        let base = e1.cost + e2.cost;
+        if self.net.builtin().is_some() && base + self.net.size(e1.ind | e2.ind) > cap {
+            return; // every built-in step costs at least the size of its iteration space
+        }
         let ind = self.result(s, e1.ind | e2.ind);
-        let cost = e1.cost + e2.cost + self.net.step_cost(e1.ind, e2.ind, ind);
+        let cost = base + self.net.step_cost(e1.ind, e2.ind, ind);
         if cost > cap {
             return;
         }
@@ -191,9 +266,6 @@ impl<const W: usize> Dp<'_, '_, '_, W> {
         }
         let p = target.entries.len();
         target.pos.insert(s, p);
-        for t in ones(s) {
-            target.by_tensor[t].push(p);
-        }
         target.entries.push(Entry {
             set: s,
             ind,
