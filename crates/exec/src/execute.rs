@@ -427,7 +427,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                             &mut stats,
                         );
                         m.madds = stats.madds;
-                        let r = r.permute(&out_t.indices);
+                        let r = r.into_order(&out_t.indices);
                         mem.touch(stats.max_intermediate + r.data.len() as u64);
                         if let Some(b) = out_dist.block(me, &out_t.shape) {
                             if b.ranges != r.ranges {

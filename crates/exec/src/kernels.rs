@@ -9,6 +9,7 @@ use crate::Scalar;
 use deinsum_expr::Index;
 use deinsum_path::Step;
 use ndarray::{ArrayViewD, Axis, IxDyn};
+use std::borrow::Cow;
 
 /// A dense row-major block of a tensor: its indices, the global range along each, the data.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,9 +51,26 @@ impl<T: Scalar> LocalTensor<T> {
 
     /// The block with its indices in `order` (a permutation of its own).
     pub fn permute(&self, order: &[Index]) -> Self {
+        self.permute_cow(order).into_owned()
+    }
+
+    /// [`LocalTensor::permute`], borrowing when the order is already right.
+    pub fn permute_cow(&self, order: &[Index]) -> Cow<'_, Self> {
         if order == self.indices.as_slice() {
-            return self.clone();
+            return Cow::Borrowed(self);
         }
+        Cow::Owned(self.permute_owned(order))
+    }
+
+    /// Consumes the block and returns it in `order`.
+    pub fn into_order(self, order: &[Index]) -> Self {
+        if order == self.indices.as_slice() {
+            return self;
+        }
+        self.permute_owned(order)
+    }
+
+    fn permute_owned(&self, order: &[Index]) -> Self {
         let perm: Vec<usize> = order.iter().map(|&c| self.pos(c)).collect();
         let v = self.view().permuted_axes(IxDyn(&perm));
         LocalTensor {
@@ -64,9 +82,18 @@ impl<T: Scalar> LocalTensor<T> {
 
     /// Sums out every index not in `keep`, keeping the others in their order.
     pub fn sum_to(&self, keep: &[Index]) -> Self {
+        self.sum_cow(keep).into_owned()
+    }
+
+    /// [`LocalTensor::sum_to`], borrowing when nothing is summed.
+    pub fn sum_cow(&self, keep: &[Index]) -> Cow<'_, Self> {
         if self.indices.iter().all(|c| keep.contains(c)) {
-            return self.clone();
+            return Cow::Borrowed(self);
         }
+        Cow::Owned(self.sum_owned(keep))
+    }
+
+    fn sum_owned(&self, keep: &[Index]) -> Self {
         let mut arr = self.view().to_owned();
         let mut indices = self.indices.clone();
         let mut ranges = self.ranges.clone();
@@ -119,7 +146,7 @@ pub fn step_madds(step: &Step, ext: &dyn Fn(Index) -> usize) -> f64 {
 /// contraction into indices `out`.
 pub fn eval_step<T: Scalar>(operands: &[&LocalTensor<T>], out: &[Index]) -> LocalTensor<T> {
     match operands {
-        [a] => a.sum_to(out).permute(out),
+        [a] => a.sum_cow(out).permute_cow(out).into_owned(),
         [a, b] => contract(a, b, out),
         _ => {
             // A tree step has one or two operands; fold longer lists pairwise for robustness.
@@ -166,8 +193,8 @@ pub fn contract<T: Scalar>(
         .copied()
         .filter(|c| out.contains(c) || a.indices.contains(c))
         .collect();
-    let a = a.sum_to(&a_keep);
-    let b = b.sum_to(&b_keep);
+    let a = a.sum_cow(&a_keep);
+    let b = b.sum_cow(&b_keep);
     let batch: Vec<Index> = out
         .iter()
         .copied()
@@ -201,8 +228,8 @@ pub fn contract<T: Scalar>(
     let (nb, m, n, k) = (len(&batch), len(&left), len(&right), len(&summed));
     let a_order: Vec<Index> = batch.iter().chain(&left).chain(&summed).copied().collect();
     let b_order: Vec<Index> = batch.iter().chain(&summed).chain(&right).copied().collect();
-    let ap = a.permute(&a_order);
-    let bp = b.permute(&b_order);
+    let ap = a.permute_cow(&a_order);
+    let bp = b.permute_cow(&b_order);
     let mut c = vec![T::default(); nb * m * n];
     if summed.is_empty() {
         // Outer product per batch (Hadamard when left and right are empty too).
@@ -235,7 +262,7 @@ pub fn contract<T: Scalar>(
         indices: c_order,
         data: c,
     };
-    ct.permute(out)
+    ct.into_order(out)
 }
 
 /// The steps of a fused group, as the local evaluator sees them.
@@ -322,12 +349,19 @@ fn eval_group_held<T: Scalar>(
                     let end = (start + t).min(hi);
                     let mut sub = box_ranges.to_vec();
                     sub[p] = (start, end);
-                    let sliced: Vec<(usize, LocalTensor<T>)> = inputs
+                    // Only the blocks that carry the tiled index are cut; the others are shared.
+                    let sliced: Vec<(usize, Cow<'_, LocalTensor<T>>)> = inputs
                         .iter()
-                        .map(|(id, blk)| (*id, blk.slice(&[c], &[(start, end)])))
+                        .map(|(id, blk)| {
+                            if blk.indices.contains(&c) {
+                                (*id, Cow::Owned(blk.slice(&[c], &[(start, end)])))
+                            } else {
+                                (*id, Cow::Borrowed(*blk))
+                            }
+                        })
                         .collect();
                     let refs: Vec<(usize, &LocalTensor<T>)> =
-                        sliced.iter().map(|(id, b)| (*id, b)).collect();
+                        sliced.iter().map(|(id, b)| (*id, b.as_ref())).collect();
                     let out_words: u64 = out_indices.iter().map(|&c| ext(c, &sub)).product();
                     let part = eval_group_held(
                         group,

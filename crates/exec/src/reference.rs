@@ -108,7 +108,7 @@ pub fn tree_reference(
         nodes.push(r);
     }
     match nodes.pop() {
-        Some(last) => last.permute(&einsum.output).data,
+        Some(last) => last.into_order(&einsum.output).data,
         None => Vec::new(),
     }
 }
