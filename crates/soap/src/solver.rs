@@ -14,17 +14,22 @@
 //! variables, solved by projected Newton (Bertsekas) warm-started from its neighbour.
 //!
 //! The I/O bound maximises `k(X) = ln(X - S) - ln chi(X)` over `S < X <= D(extents)`. `k` need
-//! not be unimodal once sides saturate, so the path is sampled densely in `ln X` and every local
-//! maximum is refined by a root search on the stationarity condition `lambda (X - S) = 1`
-//! (`lambda = exp(-l)`); the best candidate (endpoints included) wins.
+//! not be unimodal once sides saturate, so the search is global: a coarse sample of the path,
+//! then branch and bound over the intervals between samples. Because `ln chi` is concave in
+//! `ln X`, the chord between two samples is a lower bound of `ln chi` on their interval, which
+//! bounds `k` there from above in closed form; intervals whose bound cannot beat the incumbent
+//! by `K_TOL` are dropped, the others split. A bracket of the stationarity condition
+//! `lambda (X - S) = 1` (`lambda = exp(-l)`) is split at its exact root (regula falsi).
 
 /// Tiny proximal weight: makes every inner problem strictly convex (flat directions, such as
 /// two indices that always occur together, get the balanced split) at a relative cost ~1e-9.
 const EPS: f64 = 1e-9;
 /// Largest exponent evaluated; keeps far-off warm starts finite.
 const EXP_CAP: f64 = 700.0;
-/// Largest step in `ln X` between path samples (resolution of the global search).
-const MAX_LNX_GAP: f64 = 0.3;
+/// Largest step in `ln X` between the samples of the coarse path.
+const MAX_LNX_GAP: f64 = 1.0;
+/// Global optimality tolerance on `k = ln(X - S) - ln chi(X)`: Q is within 0.01% of the best.
+const K_TOL: f64 = 1e-4;
 
 /// A statement's geometric program over its non-trivial indices (extent > 1).
 #[derive(Clone, Debug)]
@@ -243,56 +248,117 @@ impl Program {
         pts
     }
 
+    /// The two ends of the search: full saturation and a point with `X <= S` (or the
+    /// all-ones tile). Since `X = (dln chi/dln X) e^l` and the elasticity is at most the
+    /// number of variables, `l = ln(S / n)` is already at or below S; it is lowered until so.
+    fn ends(&self, s: f64) -> Vec<PathPoint> {
+        let n = self.len();
+        let top = self.point(self.l_saturated(), &self.hi);
+        if n == 0 || top.x <= s {
+            return vec![top];
+        }
+        let mut l = (s / n as f64).ln().min(top.l - 1.0);
+        let mut bottom = self.point(l, &vec![0.0; n]);
+        // Stops once X <= S or X no longer falls (sides in no access set stay at their extent).
+        for _ in 0..1000 {
+            if bottom.x <= s {
+                break;
+            }
+            l -= 2.0;
+            let next = self.point(l, &bottom.y);
+            let stalled = next.x >= bottom.x * (1.0 - 1e-12);
+            bottom = next;
+            if stalled {
+                break;
+            }
+        }
+        vec![top, bottom]
+    }
+
     /// Maximises `ln(X - S) - ln chi(X)` over `S < X <= D(extents)`.
     pub fn solve(&self, s: f64) -> Solution {
-        let pts = self.path(s);
+        let mut pts = self.ends(s);
         let top = &pts[0];
         if top.x <= s {
             // The whole statement fits in fast memory: no X > S exists.
             return Solution { x0: self.dominator(&self.hi), y: self.hi.clone(), rho: f64::INFINITY };
         }
-        let k = |p: &PathPoint| (p.x - s).ln() - p.lnchi;
+        let k = |p: &PathPoint| if p.x > s { (p.x - s).ln() - p.lnchi } else { f64::NEG_INFINITY };
         // r > 0: k decreases with X here; r < 0: k increases with X.
         let r = |p: &PathPoint| (-p.l).exp() * (p.x - s) - 1.0;
-        let mut best = top.clone();
-        let mut best_k = k(top);
-        let valid: Vec<&PathPoint> = pts.iter().filter(|p| p.x > s).collect();
-        // Every sample is a valid X; the refined roots below sharpen the local maxima.
-        for p in &valid {
-            if k(p) > best_k {
-                best_k = k(p);
-                best = (*p).clone();
+        let mut best = pts
+            .iter()
+            .max_by(|a, b| k(a).total_cmp(&k(b)))
+            .expect("path is non-empty")
+            .clone();
+        // Points found as exact roots are not bracketed again.
+        let mut is_root = vec![false; pts.len()];
+        let mut i = 0;
+        while i + 1 < pts.len() {
+            let (a, b) = (&pts[i], &pts[i + 1]);
+            if a.x <= s {
+                break;
             }
-        }
-        for w in valid.windows(2) {
-            let (hi_x, lo_x) = (w[0], w[1]);
-            if r(hi_x) > 0.0 && r(lo_x) < 0.0 {
-                let p = self.refine(s, hi_x, lo_x);
-                if k(&p) > best_k {
-                    best_k = k(&p);
-                    best = p;
-                }
+            let splittable = (a.l - b.l).abs() > 1e-12 * a.l.abs().max(1.0);
+            if !splittable || chord_bound(a, b, s) <= k(&best) + K_TOL {
+                i += 1;
+                continue;
+            }
+            let bracket = b.x > s && r(a) > 0.0 && r(b) < 0.0 && !is_root[i] && !is_root[i + 1];
+            let m = if bracket {
+                self.refine(s, a, b)
+            } else {
+                self.point(0.5 * (a.l + b.l), &a.y)
+            };
+            let inside = m.l < a.l && m.l > b.l;
+            if !inside {
+                // The root search landed on an end: fall back to halving.
+                let m = self.point(0.5 * (a.l + b.l), &a.y);
+                pts.insert(i + 1, m);
+                is_root.insert(i + 1, false);
+            } else {
+                pts.insert(i + 1, m);
+                is_root.insert(i + 1, bracket);
+            }
+            if k(&pts[i + 1]) > k(&best) {
+                best = pts[i + 1].clone();
+            }
+            if pts.len() > 10_000 {
+                break;
             }
         }
         let rho = best.lnchi.exp() / (best.x - s);
         Solution { x0: best.x, y: best.y, rho }
     }
 
-    /// Finds `lambda (X - S) = 1` between two bracketing path points (Illinois regula falsi).
+    /// Finds `lambda (X - S) = 1` between two bracketing path points.
     fn refine(&self, s: f64, a: &PathPoint, b: &PathPoint) -> PathPoint {
-        let f = |p: &PathPoint| (-p.l).exp() * (p.x - s) - 1.0;
+        self.root(a, b, |p| (-p.l).exp() * (p.x - s) - 1.0)
+    }
+
+    /// Illinois regula falsi in `l` for `f(point) = 0`, `f(a)` and `f(b)` of opposite signs.
+    fn root(&self, a: &PathPoint, b: &PathPoint, f: impl Fn(&PathPoint) -> f64) -> PathPoint {
         let (mut pa, mut pb) = (a.clone(), b.clone());
         let (mut fa, mut fb) = (f(&pa), f(&pb));
+        if fa == 0.0 {
+            return pa;
+        }
+        if fb == 0.0 {
+            return pb;
+        }
         let mut side = 0i32;
         for _ in 0..100 {
             if (pa.l - pb.l).abs() < 1e-13 * pa.l.abs().max(1.0) {
                 break;
             }
-            let lm = (pa.l * fb - pb.l * fa) / (fb - fa);
+            let mut lm = (pa.l * fb - pb.l * fa) / (fb - fa);
+            if !lm.is_finite() || (lm - pa.l) * (lm - pb.l) >= 0.0 {
+                lm = 0.5 * (pa.l + pb.l);
+            }
             let warm = if (lm - pa.l).abs() < (lm - pb.l).abs() { &pa.y } else { &pb.y };
             let pm = self.point(lm, &warm.clone());
             let fm = f(&pm);
-            if fm.abs() < 1e-14 {
+            if fm.abs() < 1e-13 {
                 return pm;
             }
             if (fm > 0.0) == (fa > 0.0) {
@@ -329,20 +395,8 @@ impl Program {
         if b.x > x {
             return b.y.clone();
         }
-        // X(l) increases with l: bisect between b (X <= x) and a (X > x).
-        let (mut pa, mut pb) = (a.clone(), b.clone());
-        for _ in 0..200 {
-            if (pa.l - pb.l).abs() < 1e-14 * pa.l.abs().max(1.0) {
-                break;
-            }
-            let pm = self.point(0.5 * (pa.l + pb.l), &pa.y);
-            if pm.x > x {
-                pa = pm;
-            } else {
-                pb = pm;
-            }
-        }
-        pb.y
+        // X(l) increases with l: a has X > x, b has X <= x.
+        self.root(a, b, |p| (p.x / x).ln()).y
     }
 
     /// The smallest X with `ln chi(X) >= target` (the memory-independent per-rank dominator).
@@ -355,26 +409,7 @@ impl Program {
         for w in pts.windows(2) {
             let (a, b) = (&w[0], &w[1]);
             if a.lnchi >= target && b.lnchi <= target {
-                // Bisection in l between a (larger) and b (smaller); ln chi increases with l.
-                let (mut pa, mut pb) = (a.clone(), b.clone());
-                for _ in 0..200 {
-                    if (pa.l - pb.l).abs() < 1e-14 * pa.l.abs().max(1.0) {
-                        break;
-                    }
-                    let pm = self.point(0.5 * (pa.l + pb.l), &pa.y);
-                    if pm.lnchi >= target {
-                        pa = pm;
-                    } else {
-                        pb = pm;
-                    }
-                }
-                // Interpolate in ln chi between the final bracket.
-                let span = pa.lnchi - pb.lnchi;
-                if span <= 0.0 {
-                    return pa.x;
-                }
-                let t = (target - pb.lnchi) / span;
-                return (pb.x.ln() + t * (pa.x.ln() - pb.x.ln())).exp();
+                return self.root(a, b, |p| p.lnchi - target).x;
             }
         }
         pts.last().map_or(top.x, |p| p.x)
@@ -428,4 +463,27 @@ fn cholesky_solve(l: &[f64], k: usize, b: &mut [f64]) {
         }
         b[i] = s / l[i * k + i];
     }
+}
+
+/// An upper bound of `k(u) = ln(e^u - S) - ln chi(u)` between two path points, from the chord
+/// of the concave `ln chi(u)` (a lower bound of it on the interval).
+fn chord_bound(a: &PathPoint, b: &PathPoint, s: f64) -> f64 {
+    let (ua, ub) = (a.x.ln(), b.x.ln());
+    let lo = ub.max(s.ln());
+    if ua <= lo {
+        return f64::NEG_INFINITY;
+    }
+    let f = |u: f64, slope: f64| (u.exp() - s).ln() - (b.lnchi + slope * (u - ub));
+    if ua - ub < 1e-12 {
+        return f(ua, 0.0).max((a.x - s).ln() - b.lnchi);
+    }
+    let slope = (a.lnchi - b.lnchi) / (ua - ub);
+    // f is concave in u; its stationary point is e^u = slope S / (slope - 1) when slope > 1.
+    let u = if slope > 1.0 { (slope * s / (slope - 1.0)).ln() } else { ua };
+    let u = u.clamp(lo, ua);
+    if u <= s.ln() {
+        // The bound tends to -inf at X = S; the interval's upper end decides.
+        return f(ua, slope);
+    }
+    f(u, slope)
 }
