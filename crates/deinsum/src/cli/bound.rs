@@ -15,10 +15,10 @@ pub struct Args {
     #[command(flatten)]
     pub extents: super::ExtentArgs,
     /// Fast memory per rank, in words (required, > 0).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
     pub mem: Option<String>,
     /// Number of ranks: adds the per-rank memory-independent and memory-dependent bounds.
-    #[arg(long, value_name = "P")]
+    #[arg(long, value_name = "P", allow_negative_numbers = true)]
     pub procs: Option<String>,
     /// Path search strategy (as `deinsum path --optimize`).
     #[arg(long = "optimize", value_name = "NAME", default_value = "auto")]
