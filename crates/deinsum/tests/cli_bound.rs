@@ -25,7 +25,15 @@ fn json(args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn paper_example_is_mttkrp_then_matrix_product() {
-    let v = json(&["ijk,ja,ka,al->il", "--size", "64", "--mem", "1024", "--procs", "8"]);
+    let v = json(&[
+        "ijk,ja,ka,al->il",
+        "--size",
+        "64",
+        "--mem",
+        "1024",
+        "--procs",
+        "8",
+    ]);
     let g = v["groups"].as_array().unwrap();
     assert_eq!(g.len(), 2);
     assert_eq!(g[0]["einsum"], "ijk,ja,ka->ia");
@@ -41,7 +49,10 @@ fn paper_example_is_mttkrp_then_matrix_product() {
     let x0 = g[0]["x0"].as_f64().unwrap();
     assert!((x0 / 2560.0 - 1.0).abs() < 0.01, "{x0}");
     let q1 = g[1]["q"].as_f64().unwrap();
-    assert!((q1 / (2.0 * 64f64.powi(3) / 32.0) - 1.0).abs() < 0.01, "{q1}");
+    assert!(
+        (q1 / (2.0 * 64f64.powi(3) / 32.0) - 1.0).abs() < 0.01,
+        "{q1}"
+    );
     let total = v["q_total"].as_f64().unwrap();
     let sum = g[0]["q"].as_f64().unwrap() + q1;
     assert!((total - sum - 2.0 * 64.0 * 64.0).abs() < 1e-6 * total);
@@ -53,7 +64,15 @@ fn paper_example_is_mttkrp_then_matrix_product() {
 
 #[test]
 fn matrix_product_closed_form_and_parallel_bound() {
-    let v = json(&["ik,kj->ij", "--size", "2048", "--mem", "4096", "--procs", "64"]);
+    let v = json(&[
+        "ik,kj->ij",
+        "--size",
+        "2048",
+        "--mem",
+        "4096",
+        "--procs",
+        "64",
+    ]);
     let g = &v["groups"][0];
     let want = 2.0 * 2048f64.powi(3) / 64.0;
     assert!((g["q"].as_f64().unwrap() / want - 1.0).abs() < 0.01);
@@ -76,7 +95,15 @@ fn text_report_names_groups_and_totals() {
 
 #[test]
 fn io_path_cost_runs() {
-    let v = json(&["ij,jk,kl->il", "--sizes", "i=100,j=2000,k=100,l=2000", "--mem", "256", "--path-cost", "io"]);
+    let v = json(&[
+        "ij,jk,kl->il",
+        "--sizes",
+        "i=100,j=2000,k=100,l=2000",
+        "--mem",
+        "256",
+        "--path-cost",
+        "io",
+    ]);
     assert!(v["q_total"].as_f64().unwrap() > 0.0);
 }
 
@@ -87,8 +114,22 @@ fn input_errors_exit_2() {
         (vec!["ik,kj->ij", "--size", "8", "--mem", "0"], "--mem"),
         (vec!["ik,kj->ij", "--size", "8", "--mem", "-3"], "--mem"),
         (vec!["ik,kj->ij", "--size", "8", "--mem", "lots"], "--mem"),
-        (vec!["ik,kj->ij", "--size", "8", "--mem", "64", "--procs", "0"], "--procs"),
-        (vec!["ik,kj->ij", "--size", "8", "--mem", "64", "--path-cost", "x"], "--path-cost"),
+        (
+            vec!["ik,kj->ij", "--size", "8", "--mem", "64", "--procs", "0"],
+            "--procs",
+        ),
+        (
+            vec![
+                "ik,kj->ij",
+                "--size",
+                "8",
+                "--mem",
+                "64",
+                "--path-cost",
+                "x",
+            ],
+            "--path-cost",
+        ),
         (vec!["ik,kj->iz", "--size", "8", "--mem", "64"], ""),
     ] {
         let (code, out, err) = bound(&args);

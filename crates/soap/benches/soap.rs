@@ -12,7 +12,10 @@ fn v(s: &str) -> Vec<char> {
 }
 
 fn tree_of(expr: &str, size: usize) -> ContractionTree {
-    let spec = ExtentSpec { default: Some(size), ..ExtentSpec::default() };
+    let spec = ExtentSpec {
+        default: Some(size),
+        ..ExtentSpec::default()
+    };
     let e = parse(expr, &spec).expect("benchmark einsum parses");
     optimize(&e, &PathOptions::default()).expect("path").tree
 }
@@ -25,8 +28,14 @@ fn group_bounds(c: &mut Criterion) {
     });
     c.bench_function("bound/mttkrp3 ijk,ja,ka->ia", |b| {
         b.iter(|| {
-            bound_group(&v("ijka"), &e, &[v("ijk"), v("ja"), v("ka")], &v("ia"), black_box(s))
-                .unwrap()
+            bound_group(
+                &v("ijka"),
+                &e,
+                &[v("ijk"), v("ja"), v("ka")],
+                &v("ia"),
+                black_box(s),
+            )
+            .unwrap()
         })
     });
     let ins5 = [v("ijklm"), v("ja"), v("ka"), v("la"), v("ma")];
@@ -36,7 +45,9 @@ fn group_bounds(c: &mut Criterion) {
     let mut sat = e.clone();
     sat.insert('k', 8);
     c.bench_function("bound/mm saturated k=8", |b| {
-        b.iter(|| bound_group(&v("ikj"), &sat, &[v("ik"), v("kj")], &v("ij"), black_box(s)).unwrap())
+        b.iter(|| {
+            bound_group(&v("ikj"), &sat, &[v("ik"), v("kj")], &v("ij"), black_box(s)).unwrap()
+        })
     });
     let t = tree_of("ik,kj->ij", 4096);
     let f = analyze(&t, s).unwrap();
@@ -54,7 +65,11 @@ fn whole_analysis(c: &mut Criterion) {
         // Khatri-Rao of 10 factors: 8 of 9 steps sum nothing.
         ("krp10", "ia,ja,ka,la,ma,na,oa,pa,qa,ra->ijklmnopqr", 6),
         // A small tensor network.
-        ("network10", "abc,cde,efg,ghi,ija,bdk,fhl,klm,mno,no->jl", 12),
+        (
+            "network10",
+            "abc,cde,efg,ghi,ija,bdk,fhl,klm,mno,no->jl",
+            12,
+        ),
     ];
     for (name, expr, size) in cases {
         let t = tree_of(expr, size);

@@ -22,7 +22,10 @@ impl IoCost {
     /// An I/O cost for `s` words of fast memory.
     pub fn new(s: f64) -> Result<Self, SoapError> {
         check_memory(s)?;
-        Ok(IoCost { s, cache: Mutex::new(BTreeMap::new()) })
+        Ok(IoCost {
+            s,
+            cache: Mutex::new(BTreeMap::new()),
+        })
     }
 
     /// The fast-memory size.

@@ -11,8 +11,11 @@ use std::collections::BTreeMap;
 
 /// At most this many fusable edges: enumerate every partition.
 const EXHAUSTIVE_MAX_EDGES: usize = 12;
-/// Groups of the dynamic program have at most this many steps (keeps it polynomial).
-const DP_MAX_GROUP_STEPS: usize = 8;
+/// Groups of the dynamic program have at most this many steps.
+const DP_MAX_GROUP_STEPS: usize = 16;
+/// At most this many candidate groups rooted at one step (the smallest are kept): the DP is
+/// exact unless a step roots more connected groups of non-summing steps than this.
+const DP_MAX_ROOTED: usize = 1024;
 
 /// How to search the partitions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -22,7 +25,8 @@ pub enum SearchMode {
     Auto,
     /// Every partition (2^edges; errors above 20 fusable edges).
     Exhaustive,
-    /// Dynamic programming over the tree, exact among groups of at most 8 steps.
+    /// Dynamic programming over the tree: exact among groups of at most 16 steps, unless some
+    /// step roots more than 1024 candidate groups (then the smallest are kept).
     Dp,
 }
 
@@ -49,7 +53,12 @@ pub fn analyze_with(
 ) -> Result<(Fusion, Option<Partition>), SoapError> {
     check_memory(s)?;
     let sdg = Sdg::new(tree)?;
-    let mut ctx = Ctx { tree, sdg: &sdg, s, cache: BTreeMap::new() };
+    let mut ctx = Ctx {
+        tree,
+        sdg: &sdg,
+        s,
+        cache: BTreeMap::new(),
+    };
     let fusable = (0..sdg.num_steps()).filter(|&c| sdg.fusable(c)).count();
     let exhaustive = match mode {
         SearchMode::Auto => fusable <= EXHAUSTIVE_MAX_EDGES,
@@ -63,14 +72,22 @@ pub fn analyze_with(
         }
         SearchMode::Dp => false,
     };
-    let top = if exhaustive { ctx.exhaustive()? } else { ctx.dp()? };
+    let top = if exhaustive {
+        ctx.exhaustive()?
+    } else {
+        ctx.dp()?
+    };
     let best = top[0].clone();
     let runner = top.get(1).cloned();
     let mut groups = Vec::new();
     for g in &best.groups {
         groups.push(ctx.group(g)?.clone());
     }
-    let fusion = Fusion { groups, q_total: best.q_total, runner_up_q: runner.as_ref().map(|p| p.q_total) };
+    let fusion = Fusion {
+        groups,
+        q_total: best.q_total,
+        runner_up_q: runner.as_ref().map(|p| p.q_total),
+    };
     Ok((fusion, runner))
 }
 
@@ -178,6 +195,10 @@ impl Ctx<'_> {
             for set in &mut sets {
                 set.sort_unstable();
             }
+            if sets.len() > DP_MAX_ROOTED {
+                sets.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
+                sets.truncate(DP_MAX_ROOTED);
+            }
             let mut cands: Vec<Partition> = Vec::new();
             for set in &sets {
                 let boundary: Vec<usize> = set
@@ -220,7 +241,11 @@ impl Ctx<'_> {
 
 /// Best first; ties broken by the groups (deterministic).
 fn sort_partitions(v: &mut [Partition]) {
-    v.sort_by(|a, b| a.q_total.total_cmp(&b.q_total).then_with(|| a.groups.cmp(&b.groups)));
+    v.sort_by(|a, b| {
+        a.q_total
+            .total_cmp(&b.q_total)
+            .then_with(|| a.groups.cmp(&b.groups))
+    });
 }
 
 /// Builds the fused group of a sorted, connected set of steps and bounds it.
@@ -233,7 +258,9 @@ pub(crate) fn build_group(
     // External inputs in the order the group reads them: the root's operands in order, an
     // internal operand expanded in place (so the MTTKRP group reads `ijk,ja,ka`).
     let mut inputs: Vec<Access> = Vec::new();
-    let last = *steps.last().ok_or_else(|| SoapError::InvalidTree("empty group".into()))?;
+    let last = *steps
+        .last()
+        .ok_or_else(|| SoapError::InvalidTree("empty group".into()))?;
     let mut stack: Vec<(usize, usize)> = vec![(last, 0)];
     while let Some((st, k)) = stack.pop() {
         let step = &tree.steps[st];
@@ -245,14 +272,21 @@ pub(crate) fn build_group(
         if internal.contains(&op) {
             stack.push((op - tree.num_inputs, 0));
         } else {
-            inputs.push(Access { node: op, indices: step.operand_indices[k].clone() });
+            inputs.push(Access {
+                node: op,
+                indices: step.operand_indices[k].clone(),
+            });
         }
     }
     let root = last;
     // Iteration indices in first appearance along the group's einsum (inputs, then output);
     // every step index occurs in some external input.
     let mut indices: Vec<Index> = Vec::new();
-    for c in inputs.iter().flat_map(|a| a.indices.iter()).chain(&tree.steps[root].output) {
+    for c in inputs
+        .iter()
+        .flat_map(|a| a.indices.iter())
+        .chain(&tree.steps[root].output)
+    {
         if !indices.contains(c) {
             indices.push(*c);
         }
@@ -264,13 +298,29 @@ pub(crate) fn build_group(
             }
         }
     }
-    let output = Access { node: tree.num_inputs + root, indices: tree.steps[root].output.clone() };
+    let output = Access {
+        node: tree.num_inputs + root,
+        indices: tree.steps[root].output.clone(),
+    };
     let extents: BTreeMap<Index, usize> = indices
         .iter()
-        .map(|c| tree.extents.get(c).map(|&n| (*c, n)).ok_or(SoapError::MissingExtent(*c)))
+        .map(|c| {
+            tree.extents
+                .get(c)
+                .map(|&n| (*c, n))
+                .ok_or(SoapError::MissingExtent(*c))
+        })
         .collect::<Result<_, _>>()?;
     let volume = indices.iter().map(|c| extents[c] as f64).product();
     let ins: Vec<Vec<Index>> = inputs.iter().map(|a| a.indices.clone()).collect();
     let bound = bound_group(&indices, &extents, &ins, &output.indices, s)?;
-    Ok(FusedGroup { steps: steps.to_vec(), indices, inputs, output, extents, volume, bound })
+    Ok(FusedGroup {
+        steps: steps.to_vec(),
+        indices,
+        inputs,
+        output,
+        extents,
+        volume,
+        bound,
+    })
 }

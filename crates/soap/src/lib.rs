@@ -168,26 +168,41 @@ impl Statement {
                 return Err(SoapError::UnknownIndex(c));
             }
         }
-        Ok(Statement { indices: idx, extents: ext, accesses })
+        Ok(Statement {
+            indices: idx,
+            extents: ext,
+            accesses,
+        })
     }
 
     /// |V|: the product of the extents.
     pub fn volume(&self) -> f64 {
-        self.indices.iter().map(|c| self.extents[c] as f64).product()
+        self.indices
+            .iter()
+            .map(|c| self.extents[c] as f64)
+            .product()
     }
 
     /// `D(t)` for a tile (indices missing from `tile` count as side 1).
     pub fn dominator(&self, tile: &BTreeMap<Index, f64>) -> f64 {
         self.accesses
             .iter()
-            .map(|a| a.iter().map(|c| tile.get(c).copied().unwrap_or(1.0)).product::<f64>())
+            .map(|a| {
+                a.iter()
+                    .map(|c| tile.get(c).copied().unwrap_or(1.0))
+                    .product::<f64>()
+            })
             .sum()
     }
 
     /// The program over the non-trivial indices, and those indices.
     fn program(&self) -> (solver::Program, Vec<Index>) {
-        let vars: Vec<Index> =
-            self.indices.iter().copied().filter(|c| self.extents[c] > 1).collect();
+        let vars: Vec<Index> = self
+            .indices
+            .iter()
+            .copied()
+            .filter(|c| self.extents[c] > 1)
+            .collect();
         let hi = vars.iter().map(|c| (self.extents[c] as f64).ln()).collect();
         let mono = self
             .accesses
@@ -215,7 +230,14 @@ impl Statement {
             // extent, so a saturated side equals its extent exactly.
             let n = self.extents[c] as f64;
             let side = v.exp();
-            t.insert(*c, if side >= n * (1.0 - 1e-7) { n } else { side.max(1.0) });
+            t.insert(
+                *c,
+                if side >= n * (1.0 - 1e-7) {
+                    n
+                } else {
+                    side.max(1.0)
+                },
+            );
         }
         t
     }
@@ -236,7 +258,12 @@ impl Statement {
         let sol = prog.solve(s);
         let tile = self.tile_of(&vars, &sol.y);
         let chi = tile.values().product();
-        Ok(SoapSolution { rho: sol.rho, x0: sol.x0, chi, tile })
+        Ok(SoapSolution {
+            rho: sol.rho,
+            x0: sol.x0,
+            chi,
+            tile,
+        })
     }
 
     /// The memory-independent per-rank dominator for `p` ranks: the `X` with
@@ -262,7 +289,9 @@ fn accumulates(indices: &[Index], output: &[Index]) -> bool {
 }
 
 fn size_of(idx: &[Index], extents: &BTreeMap<Index, usize>) -> f64 {
-    idx.iter().map(|c| extents.get(c).copied().unwrap_or(1) as f64).product()
+    idx.iter()
+        .map(|c| extents.get(c).copied().unwrap_or(1) as f64)
+        .product()
 }
 
 /// The I/O bound of one statement that reads `inputs` and writes `output`.
@@ -288,18 +317,26 @@ pub fn bound_group(
     }
     let sol = st.soap(s)?;
     let volume = st.volume();
-    let footprint: f64 = inputs.iter().map(|a| size_of(a, extents)).sum::<f64>()
-        + size_of(output, extents);
-    let q_soap = if sol.rho.is_finite() { volume / sol.rho } else { 0.0 };
+    let footprint: f64 =
+        inputs.iter().map(|a| size_of(a, extents)).sum::<f64>() + size_of(output, extents);
+    let q_soap = if sol.rho.is_finite() {
+        volume / sol.rho
+    } else {
+        0.0
+    };
     let q = q_soap.max(footprint);
-    Ok(IoBound { rho: volume / q, x0: sol.x0, tile: sol.tile, q })
+    Ok(IoBound {
+        rho: volume / q,
+        x0: sol.x0,
+        tile: sol.tile,
+        q,
+    })
 }
 
 impl FusedGroup {
     /// The group's SOAP statement (access sets as in [`bound_group`]).
     pub fn statement(&self) -> Result<Statement, SoapError> {
-        let mut accesses: Vec<Vec<Index>> =
-            self.inputs.iter().map(|a| a.indices.clone()).collect();
+        let mut accesses: Vec<Vec<Index>> = self.inputs.iter().map(|a| a.indices.clone()).collect();
         if self.sums() {
             accesses.push(self.output.indices.clone());
         }
@@ -369,7 +406,13 @@ pub fn try_parallel_bound(
 ) -> Result<ParallelBound, SoapError> {
     let st = group.statement()?;
     let inputs: Vec<Vec<Index>> = group.inputs.iter().map(|a| a.indices.clone()).collect();
-    let b = bound_group(&group.indices, &group.extents, &inputs, &group.output.indices, s)?;
+    let b = bound_group(
+        &group.indices,
+        &group.extents,
+        &inputs,
+        &group.output.indices,
+        s,
+    )?;
     let p = p.max(1);
     Ok(ParallelBound {
         memory_independent: st.memory_independent(p),

@@ -45,14 +45,22 @@ impl Sdg {
         let mut graph = DiGraph::new();
         let mut vertex = Vec::new();
         for (k, idx) in tree.leaf_indices.iter().enumerate() {
-            vertex.push(graph.add_node(SdgNode { node: k, step: None, indices: idx.clone() }));
+            vertex.push(graph.add_node(SdgNode {
+                node: k,
+                step: None,
+                indices: idx.clone(),
+            }));
         }
         let n = tree.steps.len();
         let mut children = vec![Vec::new(); n];
         let mut consumer = vec![None; n];
         for (s, st) in tree.steps.iter().enumerate() {
             let id = tree.num_inputs + s;
-            let v = graph.add_node(SdgNode { node: id, step: Some(s), indices: st.output.clone() });
+            let v = graph.add_node(SdgNode {
+                node: id,
+                step: Some(s),
+                indices: st.output.clone(),
+            });
             vertex.push(v);
             for &op in &st.operands {
                 graph.add_edge(vertex[op], v, SdgEdge { step: s });
@@ -62,8 +70,19 @@ impl Sdg {
                 }
             }
         }
-        let sums = tree.steps.iter().map(|st| !st.summed().is_empty()).collect();
-        Ok(Sdg { graph, vertex, num_inputs: tree.num_inputs, children, consumer, sums })
+        let sums = tree
+            .steps
+            .iter()
+            .map(|st| !st.summed().is_empty())
+            .collect();
+        Ok(Sdg {
+            graph,
+            vertex,
+            num_inputs: tree.num_inputs,
+            children,
+            consumer,
+            sums,
+        })
     }
 
     /// The underlying petgraph graph.
@@ -123,11 +142,16 @@ fn validate(tree: &ContractionTree) -> Result<(), SoapError> {
             return bad(format!("step {s} has {} operands", st.operands.len()));
         }
         if st.operand_indices.len() != st.operands.len() {
-            return bad(format!("step {s} lists indices for {} operands", st.operand_indices.len()));
+            return bad(format!(
+                "step {s} lists indices for {} operands",
+                st.operand_indices.len()
+            ));
         }
         for (k, &op) in st.operands.iter().enumerate() {
             if op >= id {
-                return bad(format!("step {s} reads node {op}, which is not computed before it"));
+                return bad(format!(
+                    "step {s} reads node {op}, which is not computed before it"
+                ));
             }
             if used[op] {
                 return bad(format!("node {op} is consumed twice"));
@@ -137,7 +161,9 @@ fn validate(tree: &ContractionTree) -> Result<(), SoapError> {
             let got = &st.operand_indices[k];
             let same = got.len() == want.len() && got.iter().all(|c| want.contains(c));
             if !same {
-                return bad(format!("step {s} reads node {op} with indices that differ from its own"));
+                return bad(format!(
+                    "step {s} reads node {op} with indices that differ from its own"
+                ));
             }
         }
         for (p, c) in st.output.iter().enumerate() {

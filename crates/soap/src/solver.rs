@@ -281,9 +281,19 @@ impl Program {
         let top = &pts[0];
         if top.x <= s {
             // The whole statement fits in fast memory: no X > S exists.
-            return Solution { x0: self.dominator(&self.hi), y: self.hi.clone(), rho: f64::INFINITY };
+            return Solution {
+                x0: self.dominator(&self.hi),
+                y: self.hi.clone(),
+                rho: f64::INFINITY,
+            };
         }
-        let k = |p: &PathPoint| if p.x > s { (p.x - s).ln() - p.lnchi } else { f64::NEG_INFINITY };
+        let k = |p: &PathPoint| {
+            if p.x > s {
+                (p.x - s).ln() - p.lnchi
+            } else {
+                f64::NEG_INFINITY
+            }
+        };
         // r > 0: k decreases with X here; r < 0: k increases with X.
         let r = |p: &PathPoint| (-p.l).exp() * (p.x - s) - 1.0;
         let mut best = pts
@@ -328,7 +338,11 @@ impl Program {
             }
         }
         let rho = best.lnchi.exp() / (best.x - s);
-        Solution { x0: best.x, y: best.y, rho }
+        Solution {
+            x0: best.x,
+            y: best.y,
+            rho,
+        }
     }
 
     /// Finds `lambda (X - S) = 1` between two bracketing path points.
@@ -355,7 +369,11 @@ impl Program {
             if !lm.is_finite() || (lm - pa.l) * (lm - pb.l) >= 0.0 {
                 lm = 0.5 * (pa.l + pb.l);
             }
-            let warm = if (lm - pa.l).abs() < (lm - pb.l).abs() { &pa.y } else { &pb.y };
+            let warm = if (lm - pa.l).abs() < (lm - pb.l).abs() {
+                &pa.y
+            } else {
+                &pb.y
+            };
             let pm = self.point(lm, &warm.clone());
             let fm = f(&pm);
             if fm.abs() < 1e-13 {
@@ -479,7 +497,11 @@ fn chord_bound(a: &PathPoint, b: &PathPoint, s: f64) -> f64 {
     }
     let slope = (a.lnchi - b.lnchi) / (ua - ub);
     // f is concave in u; its stationary point is e^u = slope S / (slope - 1) when slope > 1.
-    let u = if slope > 1.0 { (slope * s / (slope - 1.0)).ln() } else { ua };
+    let u = if slope > 1.0 {
+        (slope * s / (slope - 1.0)).ln()
+    } else {
+        ua
+    };
     let u = u.clamp(lo, ua);
     if u <= s.ln() {
         // The bound tends to -inf at X = S; the interval's upper end decides.

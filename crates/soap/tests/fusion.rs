@@ -10,7 +10,11 @@ fn v(s: &str) -> Vec<char> {
 }
 
 fn step(ops: &[usize], ins: &[&str], out: &str) -> Step {
-    Step { operands: ops.to_vec(), operand_indices: ins.iter().map(|s| v(s)).collect(), output: v(out) }
+    Step {
+        operands: ops.to_vec(),
+        operand_indices: ins.iter().map(|s| v(s)).collect(),
+        output: v(out),
+    }
 }
 
 fn tree(leaves: &[&str], steps: Vec<Step>, e: &[(char, usize)]) -> ContractionTree {
@@ -48,7 +52,11 @@ fn mttkrp_order4_fuses_both_khatri_rao_steps() {
 #[test]
 fn small_statement_costs_its_footprint() {
     // Everything fits in S: the bound is each word read or written once.
-    let t = tree(&["ik", "kj"], vec![step(&[0, 1], &["ik", "kj"], "ij")], &[('i', 4), ('j', 5), ('k', 6)]);
+    let t = tree(
+        &["ik", "kj"],
+        vec![step(&[0, 1], &["ik", "kj"], "ij")],
+        &[('i', 4), ('j', 5), ('k', 6)],
+    );
     let f = analyze(&t, 1.0e6).unwrap();
     let g = &f.groups[0];
     assert_eq!(g.bound.q, (4 * 6 + 6 * 5 + 4 * 5) as f64);
@@ -58,20 +66,35 @@ fn small_statement_costs_its_footprint() {
 
 #[test]
 fn unary_and_scalar_steps() {
-    let t = tree(&["ij"], vec![step(&[0], &["ij"], "i")], &[('i', 300), ('j', 400)]);
+    let t = tree(
+        &["ij"],
+        vec![step(&[0], &["ij"], "i")],
+        &[('i', 300), ('j', 400)],
+    );
     let f = analyze(&t, 64.0).unwrap();
     assert_eq!(f.groups.len(), 1);
     assert!(f.groups[0].bound.q >= 300.0 * 400.0);
-    let t = tree(&["i", "i"], vec![step(&[0, 1], &["i", "i"], "")], &[('i', 1000)]);
+    let t = tree(
+        &["i", "i"],
+        vec![step(&[0, 1], &["i", "i"], "")],
+        &[('i', 1000)],
+    );
     let f = analyze(&t, 16.0).unwrap();
     assert!(f.q_total >= 2000.0 && f.q_total.is_finite());
 }
 
 #[test]
 fn errors_name_the_problem() {
-    let good = tree(&["ik", "kj"], vec![step(&[0, 1], &["ik", "kj"], "ij")], &[('i', 4), ('j', 5), ('k', 6)]);
+    let good = tree(
+        &["ik", "kj"],
+        vec![step(&[0, 1], &["ik", "kj"], "ij")],
+        &[('i', 4), ('j', 5), ('k', 6)],
+    );
     assert_eq!(analyze(&good, 0.0), Err(SoapError::InvalidMemory(0.0)));
-    assert!(matches!(analyze(&good, f64::NAN), Err(SoapError::InvalidMemory(_))));
+    assert!(matches!(
+        analyze(&good, f64::NAN),
+        Err(SoapError::InvalidMemory(_))
+    ));
     let mut t = good.clone();
     t.extents.remove(&'k');
     assert_eq!(analyze(&t, 10.0), Err(SoapError::MissingExtent('k')));
@@ -132,7 +155,11 @@ fn random_tree(
                 out.push(*c);
             }
         }
-        steps.push(Step { operands: vec![ia.0, ib.0], operand_indices: vec![ia.1, ib.1], output: out.clone() });
+        steps.push(Step {
+            operands: vec![ia.0, ib.0],
+            operand_indices: vec![ia.1, ib.1],
+            output: out.clone(),
+        });
         let id = n + steps.len() - 1;
         let (hi, lo) = (i.max(j), i.min(j));
         live.remove(hi);
@@ -141,7 +168,12 @@ fn random_tree(
         pk += 1;
     }
     let ext: BTreeMap<char, usize> = alpha.iter().copied().zip(extents).collect();
-    ContractionTree { num_inputs: n, leaf_indices: leaf_idx, steps, extents: ext }
+    ContractionTree {
+        num_inputs: n,
+        leaf_indices: leaf_idx,
+        steps,
+        extents: ext,
+    }
 }
 
 proptest! {
@@ -181,4 +213,96 @@ proptest! {
         let roots: Vec<usize> = fe.groups.iter().map(|g| *g.steps.last().unwrap()).collect();
         prop_assert!(roots.windows(2).all(|w| w[0] < w[1]));
     }
+}
+
+#[test]
+fn dp_handles_long_khatri_rao_chains() {
+    // b0 a, b1 a, ... : a Khatri-Rao chain of 15 factors then a contraction with x over all
+    // b's: 14 fusable steps, so `Auto` runs the DP; it must agree with exhaustive search.
+    let bs: Vec<char> = "bcdefghijklmnop".chars().collect();
+    let mut leaves: Vec<String> = bs.iter().map(|c| format!("{c}a")).collect();
+    let x: String = bs.iter().collect::<String>() + "z";
+    leaves.push(x.clone());
+    let mut steps = Vec::new();
+    let n = leaves.len();
+    let mut acc = format!("{}a", bs[0]);
+    let mut acc_node = 0;
+    for (k, c) in bs.iter().enumerate().skip(1) {
+        let out = format!("{}{}a", &acc[..acc.len() - 1], c);
+        steps.push(Step {
+            operands: vec![acc_node, k],
+            operand_indices: vec![v(&acc), v(&format!("{c}a"))],
+            output: v(&out),
+        });
+        acc_node = n + steps.len() - 1;
+        acc = out;
+    }
+    steps.push(Step {
+        operands: vec![acc_node, n - 1],
+        operand_indices: vec![v(&acc), v(&x)],
+        output: v("za"),
+    });
+    let mut e: Vec<(char, usize)> = bs.iter().map(|&c| (c, 2)).collect();
+    e.push(('a', 50));
+    e.push(('z', 40));
+    let refs: Vec<&str> = leaves.iter().map(|s| s.as_str()).collect();
+    let t = tree(&refs, steps, &e);
+    let (fa, ra) = analyze_with(&t, 256.0, SearchMode::Auto).unwrap();
+    let (fe, re) = analyze_with(&t, 256.0, SearchMode::Exhaustive).unwrap();
+    assert!(
+        (fa.q_total / fe.q_total - 1.0).abs() < 1e-9,
+        "{} vs {}",
+        fa.q_total,
+        fe.q_total
+    );
+    let (ra, re) = (ra.unwrap(), re.unwrap());
+    assert!(
+        (ra.q_total / re.q_total - 1.0).abs() < 1e-9,
+        "{} vs {}",
+        ra.q_total,
+        re.q_total
+    );
+    let groups: Vec<Vec<usize>> = fa.groups.iter().map(|g| g.steps.clone()).collect();
+    let ge: Vec<Vec<usize>> = fe.groups.iter().map(|g| g.steps.clone()).collect();
+    assert_eq!(groups, ge);
+}
+
+#[test]
+fn random_trees_exercise_fusion() {
+    // The generator behind `dp_matches_exhaustive` does produce fusable (non-summing) steps.
+    let mut seed: u64 = 99;
+    let mut rnd = |m: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % m) as usize
+    };
+    let (mut with_fusable, mut multi_group_choice) = (0, 0);
+    for _ in 0..40 {
+        let leaves: Vec<Vec<usize>> = (0..2 + rnd(6))
+            .map(|_| (0..1 + rnd(3)).map(|_| rnd(7)).collect())
+            .collect();
+        let picks: Vec<(usize, usize)> = (0..1 + rnd(7)).map(|_| (rnd(10), rnd(10))).collect();
+        let keep: Vec<u8> = (0..1 + rnd(7)).map(|_| rnd(256) as u8).collect();
+        let extents: Vec<usize> = (0..7).map(|_| 2 + rnd(58)).collect();
+        let t = random_tree(leaves, picks, keep, extents);
+        let fusable = (0..t.steps.len())
+            .filter(|&s| t.consumer(t.num_inputs + s).is_some() && t.steps[s].summed().is_empty())
+            .count();
+        if fusable > 0 {
+            with_fusable += 1;
+            let f = analyze(&t, 100.0).unwrap();
+            if f.groups.len() < t.steps.len() {
+                multi_group_choice += 1;
+            }
+        }
+    }
+    assert!(
+        with_fusable >= 10,
+        "only {with_fusable} of 40 random trees have a fusable step"
+    );
+    assert!(
+        multi_group_choice >= 3,
+        "fusion chosen in only {multi_group_choice} trees"
+    );
 }

@@ -14,7 +14,10 @@ fn v(s: &str) -> Vec<char> {
 
 fn close(got: f64, want: f64, what: &str) {
     let rel = ((got - want) / want).abs();
-    assert!(rel < 0.01, "{what}: got {got}, want {want} (rel err {rel:.2e})");
+    assert!(
+        rel < 0.01,
+        "{what}: got {got}, want {want} (rel err {rel:.2e})"
+    );
 }
 
 #[test]
@@ -85,8 +88,16 @@ fn mttkrp_order_n_fused() {
         let b = bound_group(&idx, &e, &inputs, &out, s).unwrap();
         let nn = n as f64;
         let vol = 5000f64.powi(n as i32) * 1.0e5;
-        close(b.q, nn * vol / s.powf((nn - 1.0) / nn), &format!("Q order {n}"));
-        close(b.x0, (2.0 * nn - 1.0) * s / (nn - 1.0), &format!("X0 order {n}"));
+        close(
+            b.q,
+            nn * vol / s.powf((nn - 1.0) / nn),
+            &format!("Q order {n}"),
+        );
+        close(
+            b.x0,
+            (2.0 * nn - 1.0) * s / (nn - 1.0),
+            &format!("X0 order {n}"),
+        );
     }
 }
 
@@ -155,7 +166,11 @@ fn unfused_chain_sums_per_step_bounds() {
     let want = 4.0 * 2.0 * (n as f64).powi(5) / s.sqrt();
     let sum: f64 = f.groups.iter().map(|g| g.bound.q).sum();
     close(sum, want, "sum of group bounds");
-    close(f.q_total, want, "q_total (intermediates are small next to the bounds)");
+    close(
+        f.q_total,
+        want,
+        "q_total (intermediates are small next to the bounds)",
+    );
     assert_eq!(f.runner_up_q, None, "only one partition is legal");
 }
 
@@ -166,7 +181,10 @@ fn two_matrix_products() {
     let e = ext(&[('i', i), ('j', j), ('k', k), ('l', l)]);
     let t = tree(
         &["ij", "jk", "kl"],
-        vec![step(&[0, 1], &["ij", "jk"], "ik"), step(&[3, 2], &["ik", "kl"], "il")],
+        vec![
+            step(&[0, 1], &["ij", "jk"], "ik"),
+            step(&[3, 2], &["ik", "kl"], "il"),
+        ],
         e,
     );
     let f = analyze(&t, s).unwrap();
@@ -187,9 +205,17 @@ fn parallel_matrix_product() {
     for p in [1usize, 7, 64, 1000] {
         let b = parallel_bound(g, p, s);
         if p > 1 {
-            close(b.memory_independent, 3.0 * (vol / p as f64).powf(2.0 / 3.0), "memory-independent");
+            close(
+                b.memory_independent,
+                3.0 * (vol / p as f64).powf(2.0 / 3.0),
+                "memory-independent",
+            );
         }
-        close(b.memory_dependent, 2.0 * vol / (p as f64 * s.sqrt()), "memory-dependent");
+        close(
+            b.memory_dependent,
+            2.0 * vol / (p as f64 * s.sqrt()),
+            "memory-dependent",
+        );
         assert_eq!(b.binding(), b.memory_independent.max(b.memory_dependent));
     }
     // Few ranks: the memory-dependent bound binds; many: the memory-independent one.

@@ -10,7 +10,13 @@ fn statement(n: usize, masks: &[u8], extents: &[usize]) -> Statement {
     let e: BTreeMap<char, usize> = idx.iter().copied().zip(extents.iter().copied()).collect();
     let acc: Vec<Vec<char>> = masks
         .iter()
-        .map(|m| idx.iter().enumerate().filter(|(b, _)| m & (1 << b) != 0).map(|(_, c)| *c).collect())
+        .map(|m| {
+            idx.iter()
+                .enumerate()
+                .filter(|(b, _)| m & (1 << b) != 0)
+                .map(|(_, c)| *c)
+                .collect()
+        })
         .collect();
     Statement::new(&idx, &e, acc).unwrap()
 }
