@@ -311,6 +311,16 @@ pub fn problem<'a>(e: &'a Einsum, opts: &'a PathOptions) -> Problem<'a> {
 pub fn optimize(einsum: &Einsum, opts: &PathOptions) -> Result<PathInfo, PathError> {
     validate(einsum)?;
     let strat = strategy(&opts.strategy)?;
+    if let Some(limit) = opts.memory_limit {
+        // The last step makes the output, so no path beats this; say so before any search.
+        let out = Count::size(&einsum.output, &einsum.extents);
+        if out.as_f64() > limit as f64 {
+            return Err(PathError::MemoryLimit {
+                limit,
+                detail: format!("the output alone has {out} elements"),
+            });
+        }
+    }
     let ssa = strat.search(&problem(einsum, opts))?;
     let tree = tree_from_ssa(einsum, &ssa)?;
     let info = evaluate(einsum, tree, opts.cost.as_ref(), &opts.strategy);
@@ -336,11 +346,7 @@ pub fn tree_from_ssa(e: &Einsum, ssa: &[(usize, usize)]) -> Result<ContractionTr
     validate(e)?;
     let n = e.num_inputs();
     let leaf_indices: Vec<Vec<Index>> = e.inputs.iter().map(|o| o.indices.clone()).collect();
-    let mut rank: BTreeMap<Index, usize> = BTreeMap::new();
-    for c in leaf_indices.iter().flatten() {
-        let r = rank.len();
-        rank.entry(*c).or_insert(r);
-    }
+    let ids = Ids::of(e);
     let mut steps = Vec::new();
     if n == 1 {
         if !ssa.is_empty() {
@@ -355,6 +361,13 @@ pub fn tree_from_ssa(e: &Einsum, ssa: &[(usize, usize)]) -> Result<ContractionTr
         });
     } else {
         let mut live: Vec<Option<Vec<Index>>> = leaf_indices.iter().cloned().map(Some).collect();
+        // Holders of each index among live nodes, plus one for the output (never released).
+        let mut holders = vec![0usize; ids.len()];
+        for c in leaf_indices.iter().flatten().chain(e.output.iter()) {
+            holders[ids.get(*c)] += 1;
+        }
+        let mut seen = vec![false; ids.len()];
+        let mut alive = n;
         for (s, &(a, b)) in ssa.iter().enumerate() {
             let bad = |what: String| PathError::InvalidPath(format!("step {s} ({a}, {b}): {what}"));
             if a == b {
@@ -368,21 +381,33 @@ pub fn tree_from_ssa(e: &Einsum, ssa: &[(usize, usize)]) -> Result<ContractionTr
                 Some(k) => k,
                 None => return Err(bad(format!("node {b} is not available"))),
             };
-            let last = live.iter().all(|x| x.is_none());
-            let output = if last {
+            alive -= 1;
+            for c in ka.iter().chain(kb.iter()) {
+                holders[ids.get(*c)] -= 1;
+            }
+            let output = if alive == 1 {
                 e.output.clone()
             } else {
-                let mut out: Vec<Index> = Vec::new();
+                // Keep what the output or another live node still holds, in first-appearance order.
+                let mut out: Vec<usize> = Vec::new();
                 for c in ka.iter().chain(kb.iter()) {
-                    let needed =
-                        e.output.contains(c) || live.iter().flatten().any(|k| k.contains(c));
-                    if needed && !out.contains(c) {
-                        out.push(*c);
+                    let id = ids.get(*c);
+                    if holders[id] > 0 && !seen[id] {
+                        seen[id] = true;
+                        out.push(id);
                     }
                 }
-                out.sort_by_key(|c| rank[c]);
-                out
+                out.sort_unstable();
+                out.iter()
+                    .map(|&id| {
+                        seen[id] = false;
+                        ids.chars[id]
+                    })
+                    .collect()
             };
+            for c in &output {
+                holders[ids.get(*c)] += 1;
+            }
             steps.push(Step {
                 operands: vec![a, b],
                 operand_indices: vec![ka, kb],
@@ -455,25 +480,68 @@ pub fn evaluate(
     let mut largest = Count::Exact(1);
     let mut cost = 0.0;
     let mut steps = Vec::with_capacity(tree.steps.len());
+    // Ids from the tree itself, so any well-formed tree can be evaluated.
+    let ids = Ids::from_lists(
+        tree.leaf_indices
+            .iter()
+            .flatten()
+            .chain(tree.steps.iter().flat_map(|s| s.output.iter())),
+    );
+    let ext: Vec<u128> = ids
+        .chars
+        .iter()
+        .map(|c| tree.extents.get(c).copied().unwrap_or(1) as u128)
+        .collect();
+    let size_of = |idx: &mut dyn Iterator<Item = usize>| -> Count {
+        let mut acc = Some(1u128);
+        let mut approx = 1f64;
+        for id in idx {
+            acc = acc.and_then(|a| a.checked_mul(ext[id]));
+            approx *= ext[id] as f64;
+        }
+        acc.map(Count::Exact).unwrap_or(Count::Approx(approx))
+    };
+    let builtin = model.builtin();
+    let mut mark = vec![false; ids.len()];
     for step in &tree.steps {
-        let shape = StepShape {
-            inputs: &step.operand_indices,
-            output: &step.output,
-            extents: &tree.extents,
+        let mut all: Vec<usize> = Vec::new();
+        for c in step
+            .operand_indices
+            .iter()
+            .flatten()
+            .chain(step.output.iter())
+        {
+            let id = ids.get(*c);
+            if !mark[id] {
+                mark[id] = true;
+                all.push(id);
+            }
+        }
+        for id in &all {
+            mark[*id] = false;
+        }
+        let sums = all.len() > step.output.len();
+        let space = size_of(&mut all.iter().copied());
+        let factor = step.operands.len().saturating_sub(1).max(1) + usize::from(sums);
+        let f = space.times(factor as u128);
+        let size = size_of(&mut step.output.iter().map(|c| ids.get(*c)));
+        let c = match builtin {
+            Some(BuiltinCost::Flops) => f.as_f64(),
+            Some(BuiltinCost::MultiplyAdds) => space.as_f64(),
+            None => model.step_cost(&StepShape {
+                inputs: &step.operand_indices,
+                output: &step.output,
+                extents: &tree.extents,
+            }),
         };
-        let all = Count::size(&step.indices(), &tree.extents);
-        let factor = step.operands.len().saturating_sub(1).max(1) + usize::from(shape.sums());
-        let f = all.times(factor as u128);
-        let size = Count::size(&step.output, &tree.extents);
-        let c = model.step_cost(&shape);
         flops = flops.plus(f);
-        madds = madds.plus(all);
+        madds = madds.plus(space);
         largest = largest.max(size);
         cost += c;
         steps.push(StepInfo {
             einsum: step.einsum_string(),
             flops: f,
-            multiply_adds: all,
+            multiply_adds: space,
             size,
             cost: c,
         });
@@ -512,5 +580,61 @@ impl InputIndices for Einsum {
             }
         }
         v
+    }
+}
+
+/// Dense ids of an einsum's indices, in order of first appearance (inputs, then output).
+struct Ids {
+    ascii: [u32; 128],
+    other: bits::FastMap<Index, u32>,
+    chars: Vec<Index>,
+}
+
+impl Ids {
+    fn of(e: &Einsum) -> Self {
+        Ids::from_lists(
+            e.inputs
+                .iter()
+                .flat_map(|o| o.indices.iter())
+                .chain(e.output.iter()),
+        )
+    }
+
+    fn from_lists<'a>(all: impl Iterator<Item = &'a Index>) -> Self {
+        let mut ids = Ids {
+            ascii: [u32::MAX; 128],
+            other: bits::FastMap::default(),
+            chars: Vec::new(),
+        };
+        for c in all {
+            if ids.lookup(*c).is_none() {
+                let id = ids.chars.len() as u32;
+                if (*c as u32) < 128 {
+                    ids.ascii[*c as usize] = id;
+                } else {
+                    ids.other.insert(*c, id);
+                }
+                ids.chars.push(*c);
+            }
+        }
+        ids
+    }
+
+    fn lookup(&self, c: Index) -> Option<usize> {
+        let id = if (c as u32) < 128 {
+            self.ascii[c as usize]
+        } else {
+            *self.other.get(&c)?
+        };
+        (id != u32::MAX).then_some(id as usize)
+    }
+
+    /// Id of an index of the einsum (every step index is one).
+    fn get(&self, c: Index) -> usize {
+        self.lookup(c).expect("index of the einsum")
+    }
+
+    fn len(&self) -> usize {
+        self.chars.len()
     }
 }

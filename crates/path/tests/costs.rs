@@ -233,3 +233,71 @@ fn costs_beyond_u128_are_approximate() {
     let info = optimize(&e, &opt("greedy")).unwrap();
     assert!(matches!(info.flops, Count::Approx(v) if (v / 1e120 - 1.0).abs() < 1e-9));
 }
+
+#[test]
+fn scalar_operands_and_disconnected_parts() {
+    // A scalar operand and two disconnected matrix products: joined by outer products.
+    let e = es("a,,ab,cd,de->be", &[], 3);
+    let best = brute_force(&e, None);
+    for s in STRATEGY_NAMES {
+        let info = optimize(&e, &opt(s)).unwrap();
+        assert_eq!(info.tree.steps.len(), 4, "{s}");
+        assert_eq!(
+            info.tree.steps.last().unwrap().output,
+            vec!['b', 'e'],
+            "{s}"
+        );
+        assert!(info.flops.exact() >= best, "{s}");
+    }
+    assert_eq!(optimize(&e, &opt("optimal")).unwrap().flops.exact(), best);
+}
+
+#[test]
+fn output_larger_than_the_limit_is_reported_at_once() {
+    let e = es("ab,bc->ac", &[], 10);
+    for s in STRATEGY_NAMES {
+        let err = optimize(
+            &e,
+            &PathOptions {
+                memory_limit: Some(99),
+                ..opt(s)
+            },
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the output alone has 100 elements"),
+            "{s}: {err}"
+        );
+    }
+    let e = es("ab->a", &[], 10);
+    let err = optimize(
+        &e,
+        &PathOptions {
+            memory_limit: Some(9),
+            ..opt("auto")
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(err, PathError::MemoryLimit { limit: 9, .. }));
+}
+
+#[test]
+fn invalid_hand_built_einsums_are_errors() {
+    let mut e = es("ab,bc->ac", &[], 2);
+    e.output = vec!['a', 'z'];
+    assert!(matches!(
+        optimize(&e, &opt("auto")),
+        Err(PathError::InvalidEinsum(_))
+    ));
+    e.output = vec!['a', 'a'];
+    assert!(matches!(
+        optimize(&e, &opt("auto")),
+        Err(PathError::InvalidEinsum(_))
+    ));
+    e.inputs.clear();
+    assert!(matches!(
+        optimize(&e, &opt("auto")),
+        Err(PathError::InvalidEinsum(_))
+    ));
+}

@@ -7,30 +7,8 @@
 
 use super::SsaPath;
 use crate::bits::Bits;
+use crate::bits::FastMap;
 use crate::net::Net;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
-/// A multiplicative hash for operand masks (SipHash dominates the lookups otherwise).
-#[derive(Default)]
-struct SetHasher(u64);
-
-impl Hasher for SetHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u128(&mut self, v: u128) {
-        let x = (v as u64) ^ ((v >> 64) as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
-        self.0 = (x ^ (x >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 ^= self.0 >> 32;
-    }
-}
-
 /// Largest operand count (operand sets are 128-bit masks).
 pub(crate) const MAX_OPERANDS: usize = 128;
 
@@ -47,7 +25,7 @@ struct Entry<const W: usize> {
 
 struct Level<const W: usize> {
     entries: Vec<Entry<W>>,
-    pos: HashMap<u128, usize, BuildHasherDefault<SetHasher>>,
+    pos: FastMap<u128, usize>,
     /// Per operand, (set, cost + size, cost, entry) of the entries holding it, by increasing
     /// cost + size: a compact copy taken once the level is complete, so partner scans are
     /// sequential and stop early (a step costs at least the size of either operand).
@@ -58,7 +36,7 @@ impl<const W: usize> Level<W> {
     fn new(n: usize) -> Self {
         Level {
             entries: Vec::new(),
-            pos: HashMap::default(),
+            pos: FastMap::default(),
             by_tensor: vec![Vec::new(); n],
         }
     }

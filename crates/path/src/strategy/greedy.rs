@@ -3,9 +3,10 @@
 
 use super::SsaPath;
 use crate::bits::Bits;
+use crate::bits::FastMap;
 use crate::net::Net;
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 /// A candidate pair; ordered by (cost, larger id, smaller id) as opt_einsum breaks ties.
 struct Cand<const W: usize> {
@@ -44,8 +45,8 @@ impl<const W: usize> Ord for Cand<W> {
 struct State<'n, 'p, 'a, const W: usize> {
     net: &'n Net<'p, 'a, W>,
     output: Bits<W>,
-    remaining: HashMap<Bits<W>, usize>,
-    footprint: HashMap<Bits<W>, f64>,
+    remaining: FastMap<Bits<W>, usize>,
+    footprint: FastMap<Bits<W>, f64>,
     dim_to_ids: Vec<Vec<usize>>,
     rc2: Bits<W>,
     rc3: Bits<W>,
@@ -110,8 +111,8 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> SsaPath {
     let mut st = State {
         net,
         output,
-        remaining: HashMap::new(),
-        footprint: HashMap::new(),
+        remaining: FastMap::default(),
+        footprint: FastMap::default(),
         dim_to_ids: vec![Vec::new(); net.ext.len()],
         rc2: Bits::EMPTY,
         rc3: Bits::EMPTY,

@@ -93,7 +93,11 @@ impl PathStrategy for Optimal {
             });
         }
         // A feasible path bounds the exact search; without one the search is unbounded.
-        let ub = Greedy.search(p).ok().and_then(|s| path_cost(p, &s));
+        let ub = if p.num_inputs() >= 8 {
+            Greedy.search(p).ok().and_then(|s| path_cost(p, &s))
+        } else {
+            None // 3^n splits are cheaper than a greedy run here
+        };
         with_width!(p, run_optimal, ub)
     }
 }
@@ -148,7 +152,8 @@ impl PathStrategy for Auto {
     fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
         let chosen = Auto::choice(p.num_inputs());
         let first = chosen.search(p);
-        if chosen.name() == "greedy" {
+        // Greedy cannot beat an exact search (nor itself), so only heuristics are compared.
+        if chosen.name() == "greedy" || chosen.name() == "optimal" {
             return first;
         }
         let greedy = Greedy.search(p);
