@@ -49,7 +49,7 @@ TIMEOUT="${DEINSUM_MPI_TIMEOUT:-300}"
 build_log=$(mktemp)
 if cargo test -p deinsum --features mpi --test mpi_collectives --test mpi_kernels --no-run \
     --message-format=json >"$build_log" 2>"$build_log.err" \
-    && cargo build -p deinsum --features mpi --examples 2>>"$build_log.err"; then
+    && cargo build -p deinsum --features mpi --examples --bin deinsum 2>>"$build_log.err"; then
     ok "build --features mpi"
 else
     tail -40 "$build_log.err"
@@ -89,6 +89,18 @@ done
 exe=$(exe_of mpi_collectives)
 [ -n "$exe" ] && DEINSUM_MPI_EXPECT=3 run "world-size assertion (expect 3, run 2) fails" nonzero -- -n 2 "$exe"
 
+# One rank's error aborts the whole job with that rank's message (no hang: the timeout is 124).
+if [ -n "$exe" ]; then
+    out=$(DEINSUM_MPI_INJECT_ERROR=1 DEINSUM_MPI_EXPECT=3 timeout "$TIMEOUT" "$MPIRUN" -n 3 "$exe" 2>&1)
+    st=$?
+    if [ $st -ne 0 ] && [ $st -ne 124 ] && echo "$out" | grep -q "rank 2: injected failure"; then
+        ok "a rank's error aborts the job with its message"
+    else
+        echo "$out" | tail -20
+        bad "a rank's error aborts the job with its message (exit $st)"
+    fi
+fi
+
 # --- examples ----------------------------------------------------------------------------
 for ex in mttkrp ttmc matrix_chain; do
     for n in $NPS; do
@@ -97,6 +109,12 @@ for ex in mttkrp ttmc matrix_chain; do
 done
 # The examples' check can fail: a perturbed serial reference must give a non-zero exit.
 DEINSUM_EXAMPLE_PERTURB=1 run "example mttkrp with a wrong reference fails" nonzero -- -n 2 "$target_dir/debug/examples/mttkrp"
+
+# --- the CLI on MPI -----------------------------------------------------------------------
+for n in $NPS; do
+    run "deinsum run --backend mpi --check -n $n" 0 -- -n "$n" "$target_dir/debug/deinsum" run \
+        "ijk,ja,ka,al->il" --sizes i=7,j=6,k=8,a=5,l=9 --procs "$n" --backend mpi --check
+done
 
 rm -f "$build_log" "$build_log.err"
 finish

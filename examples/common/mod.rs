@@ -155,6 +155,13 @@ pub fn main_for<E: Example>(ex: E) -> ExitCode {
     #[cfg(feature = "mpi")]
     {
         use deinsum::exec::mpi::MpiComm;
+        // A panic on one rank aborts the job instead of leaving the others in a collective.
+        let default_hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            default_hook(info);
+            use mpi::traits::Communicator as _;
+            mpi::topology::SimpleCommunicator::world().abort(101);
+        }));
         let Some(universe) = mpi::initialize() else {
             eprintln!("error: MPI was already initialized");
             return ExitCode::FAILURE;

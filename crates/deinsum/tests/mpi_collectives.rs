@@ -200,6 +200,13 @@ fn model_traffic(p: usize, me: usize) -> (u64, u64) {
 fn body(world: &MpiComm, c: &mut Checks) {
     let p = world.size();
     let me = world.rank();
+    // .ci/mpi.sh: one rank's error must abort the job with its message while the others wait.
+    if std::env::var_os("DEINSUM_MPI_INJECT_ERROR").is_some() {
+        if me == p - 1 {
+            world.or_abort(Err::<(), _>("injected failure on the last rank"));
+        }
+        let _ = world.barrier();
+    }
     // Default cap (one MPI call each), then caps that split every exchange into many calls.
     for cap in [usize::MAX, 64, 5, 1] {
         let comm = MpiComm::duplicate_of(world.raw()).with_max_count(cap);
