@@ -1,7 +1,7 @@
 //! The planner: a grid per fused group, the moves between groups, and the predictions.
 
 use crate::grids;
-use crate::redistribute::{block_len, coord, redistribute};
+use crate::redistribute::{block_len, coord, received_words, redistribute};
 use crate::{
     Distribution, Grid, GridDim, GroupPlan, Plan, PlanError, PlanOptions, PlanStep, Prediction,
     Tensor, TensorId, TensorKind, Transfer, Volume, PLAN_VERSION,
@@ -86,6 +86,23 @@ struct Move {
     sum: bool,
     transfers: Vec<Transfer>,
     volume: Volume,
+    shape: Vec<usize>,
+    procs: usize,
+    scheduled: bool,
+}
+
+impl Move {
+    /// Builds the explicit schedule (transfers and full volume) of this move.
+    fn schedule(mut self) -> Move {
+        if !self.scheduled {
+            let (t, v) = redistribute(&self.shape, &self.from, &self.to, self.sum, self.procs);
+            debug_assert_eq!(v.received, self.volume.received);
+            self.transfers = t;
+            self.volume = v;
+            self.scheduled = true;
+        }
+        self
+    }
 }
 
 /// Adds `v`'s received words into `acc`.
@@ -107,15 +124,16 @@ fn plan_move(shape: &[usize], from: &Distribution, to: &Distribution, procs: usi
     if from == to {
         return Vec::new();
     }
-    let mk = |f: &Distribution, t: &Distribution, sum: bool| {
-        let (transfers, volume) = redistribute(shape, f, t, sum, procs);
-        Move {
-            from: f.clone(),
-            to: t.clone(),
-            sum,
-            transfers,
-            volume,
-        }
+    // Candidates are compared on received words alone; schedules are built for the winner.
+    let mk = |f: &Distribution, t: &Distribution, sum: bool| Move {
+        from: f.clone(),
+        to: t.clone(),
+        sum,
+        transfers: Vec::new(),
+        volume: received_words(shape, f, t, sum, procs),
+        shape: shape.to_vec(),
+        procs,
+        scheduled: false,
     };
     if !from.is_partial() {
         return vec![mk(from, to, false)];
@@ -311,46 +329,92 @@ pub fn build_from(
         };
         let tile = &group.bound.tile;
         let all = grids::enumerate(&gext, procs, opts.balance_tolerance);
+        // Per input, once per group: where it is now, its shape, its target split positions.
+        struct InputInfo {
+            from: Option<Distribution>,
+            shape: Vec<usize>,
+            pos: Vec<usize>,
+            partial_q: usize,
+            partial_block: u64,
+        }
+        let infos: Vec<InputInfo> = group
+            .inputs
+            .iter()
+            .map(|a| {
+                let shape = shape_of(&a.indices, ext);
+                let pos: Vec<usize> = a.indices.iter().map(|&c| pos(c).unwrap_or(0)).collect();
+                let from = match &state[&a.node] {
+                    State::Unloaded if opts.inputs_in_place => None,
+                    State::Unloaded => {
+                        let t = &tensors[a.node];
+                        Some(canonical_distribution(&t.indices, &t.shape, procs))
+                    }
+                    State::At(d) => Some(d.clone()),
+                };
+                let (partial_q, partial_block) = match &from {
+                    Some(d) if d.is_partial() => (
+                        d.partial.iter().map(|&g| d.grid.dims[g].size).product(),
+                        block_len(d, 0, &shape),
+                    ),
+                    _ => (1, 0),
+                };
+                InputInfo { from, shape, pos, partial_q, partial_block }
+            })
+            .collect();
         let mut cands: Vec<Candidate> = all
             .into_iter()
             .map(|sizes| {
                 let mut comm = 0f64;
                 let mut mem = 0u64;
-                let grid = make_grid(&sizes);
-                let last = grid.size().saturating_sub(1);
-                for a in &group.inputs {
+                let size: usize = sizes.iter().product();
+                let last = size.saturating_sub(1);
+                // Row-major coordinate of rank r along candidate dim v.
+                let coord_of = |r: usize, v: usize| -> usize {
+                    let inner: usize = sizes[v + 1..].iter().product();
+                    (r / inner) % sizes[v]
+                };
+                for (a, info) in group.inputs.iter().zip(&infos) {
                     let b = blk(&sizes, &a.indices);
                     mem += b;
-                    let target = dist_for(&grid, &a.indices, false);
-                    let from = match &state[&a.node] {
-                        State::Unloaded if opts.inputs_in_place => continue,
-                        _ => current(&state, &tensors, opts, a.node, &target),
-                    };
-                    if from == target {
+                    let Some(from) = &info.from else { continue };
+                    let same = from.partial.is_empty()
+                        && from.grid.dims.len() == sizes.len()
+                        && from.grid.dims.iter().zip(gidx.iter().zip(&sizes)).all(|(d, (&c, &p))| d.index == c && d.size == p)
+                        && from.split.iter().zip(&info.pos).all(|(sp, &v)| sp.len() == 1 && sp[0] == v);
+                    if same {
                         continue;
                     }
                     // What ranks 0 and size-1 lack of their target block (a sample of the grid).
-                    let sh = shape_of(&a.indices, ext);
                     let lack = [0, last]
                         .iter()
                         .map(|&r| {
-                            let t = target.block(r, &sh);
-                            let have = from.block(r, &sh);
-                            match (t, have) {
-                                (Some(t), Some(h)) => {
-                                    t.len() - t.intersect(&h).map_or(0, |x| x.len())
+                            let mut t_len = 1u64;
+                            let mut both = 1u64;
+                            let inside = r < from.grid.size();
+                            for (k, (&n, &v)) in info.shape.iter().zip(&info.pos).enumerate() {
+                                let (ts, te) = crate::block_range(0, n, sizes[v], coord_of(r, v));
+                                t_len *= (te - ts) as u64;
+                                if inside {
+                                    let (mut lo, mut hi) = (0, n);
+                                    for &g in &from.split[k] {
+                                        let x = coord(&from.grid, r, g);
+                                        (lo, hi) = crate::block_range(lo, hi, from.grid.dims[g].size, x);
+                                    }
+                                    both *= te.min(hi).saturating_sub(ts.max(lo)) as u64;
                                 }
-                                (Some(t), None) => t.len(),
-                                _ => 0,
+                            }
+                            if inside {
+                                t_len - both
+                            } else {
+                                t_len
                             }
                         })
                         .max()
                         .unwrap_or(b);
                     comm += lack as f64;
-                    if from.is_partial() {
-                        let q: usize = from.partial.iter().map(|&g| from.grid.dims[g].size).product();
-                        let ob = block_len(&from, 0, &sh);
-                        comm += ob as f64 * (q - 1) as f64 / q as f64;
+                    if info.partial_q > 1 {
+                        let q = info.partial_q;
+                        comm += info.partial_block as f64 * (q - 1) as f64 / q as f64;
                     }
                 }
                 let ob = blk(&sizes, &out_idx);
@@ -508,6 +572,7 @@ pub fn build_from(
                 });
             }
             for mv in m {
+                let mv = mv.schedule();
                 for &(r, w) in &mv.volume.received {
                     *received_total.entry(r).or_default() += w;
                 }
@@ -577,6 +642,7 @@ pub fn build_from(
     let oshape = shape_of(&tree.steps[tree.steps.len() - 1].output, ext);
     let final_dist = reduced_distribution(&out_dist, &oshape);
     for mv in plan_move(&oshape, &out_dist, &final_dist, procs) {
+        let mv = mv.schedule();
         for &(r, w) in &mv.volume.received {
             *received_total.entry(r).or_default() += w;
         }

@@ -65,16 +65,29 @@ pub struct Volume {
 impl Volume {
     /// Counts the words of `transfers` (self-transfers excluded).
     pub fn of_transfers(transfers: &[Transfer]) -> Volume {
-        let mut sent = std::collections::BTreeMap::<usize, u64>::new();
-        let mut received = std::collections::BTreeMap::<usize, u64>::new();
+        // Dense accumulators: plans list up to P^2 transfers, and P fits in memory.
+        let n = transfers
+            .iter()
+            .map(|t| t.src.max(t.dst) + 1)
+            .max()
+            .unwrap_or(0);
+        let mut sent = vec![0u64; n];
+        let mut received = vec![0u64; n];
         for t in transfers.iter().filter(|t| t.src != t.dst) {
             let w: u64 = t.boxes.iter().map(Block::len).sum();
-            if w > 0 {
-                *sent.entry(t.src).or_default() += w;
-                *received.entry(t.dst).or_default() += w;
-            }
+            sent[t.src] += w;
+            received[t.dst] += w;
         }
-        Volume::from_maps(sent, received)
+        let sparse = |v: Vec<u64>| -> Vec<(usize, u64)> {
+            v.into_iter().enumerate().filter(|&(_, w)| w > 0).collect()
+        };
+        let received = sparse(received);
+        Volume {
+            max_per_rank: received.iter().map(|&(_, w)| w).max().unwrap_or(0),
+            total: received.iter().map(|&(_, w)| w).sum(),
+            sent: sparse(sent),
+            received,
+        }
     }
 
     /// Builds a volume from per-rank counts (zero entries dropped).
@@ -385,4 +398,4 @@ mod grids;
 mod redistribute;
 pub use builder::{build_from, canonical_distribution, reduced_distribution};
 pub use grids::{axis_candidates, enumerate as enumerate_grids, tight};
-pub use redistribute::{block_len, redistribute};
+pub use redistribute::{block_len, received_words, redistribute};

@@ -232,8 +232,9 @@ fn pick_source(
 
 /// Sorts transfers by (src, dst) and merges those of one pair into one message.
 fn merge_pairs(mut out: Vec<Transfer>) -> Vec<Transfer> {
-    // Stable sort keeps each pair's boxes in target row-major order.
-    out.sort_by_key(|t| (t.src, t.dst));
+    // A source rank holds one block, so (src, dst) keys are unique and an unstable sort is
+    // deterministic.
+    out.sort_unstable_by_key(|t| (t.src, t.dst));
     let mut merged: Vec<Transfer> = Vec::with_capacity(out.len());
     for t in out {
         match merged.last_mut() {
@@ -272,4 +273,54 @@ pub fn block_len(dist: &Distribution, rank: usize, shape: &[usize]) -> u64 {
 pub fn coord(g: &Grid, rank: usize, k: usize) -> usize {
     let inner: usize = g.dims[k + 1..].iter().map(|d| d.size).product();
     (rank / inner) % g.dims[k].size
+}
+
+/// The words each rank receives in `redistribute(shape, from, to, sum, procs)` without building
+/// the schedule: a target rank receives its block once from every partial replica (once in all
+/// without `sum`), minus what its own `from` block already holds. Only `received`,
+/// `max_per_rank` and `total` are filled (`sent` depends on the replica choice).
+pub fn received_words(
+    shape: &[usize],
+    from: &Distribution,
+    to: &Distribution,
+    sum: bool,
+    procs: usize,
+) -> Volume {
+    let fg = &from.grid;
+    let mut is_split = vec![false; fg.dims.len()];
+    for dims in &from.split {
+        for &g in dims {
+            is_split[g] = true;
+        }
+    }
+    let partials: u64 = if sum {
+        from.partial
+            .iter()
+            .filter(|&&g| !is_split[g])
+            .map(|&g| fg.dims[g].size as u64)
+            .product()
+    } else {
+        1
+    };
+    let src_size = fg.size().min(procs.max(1));
+    let dst_size = to.grid.size().min(procs.max(1));
+    let mut received = std::collections::BTreeMap::new();
+    for d in 0..dst_size {
+        let Some(tb) = to.block(d, shape) else { continue };
+        if tb.is_empty() {
+            continue;
+        }
+        let own = if d < src_size {
+            from.block(d, shape)
+                .and_then(|f| f.intersect(&tb))
+                .map_or(0, |x| x.len())
+        } else {
+            0
+        };
+        let w = tb.len() * partials - own;
+        if w > 0 {
+            received.insert(d, w);
+        }
+    }
+    Volume::from_maps(std::collections::BTreeMap::new(), received)
 }

@@ -1,6 +1,6 @@
 //! Redistribution schedules are exact covers, and their volumes equal a brute-force count.
 
-use deinsum_plan::{redistribute, Block, Distribution, Grid, GridDim, Transfer};
+use deinsum_plan::{received_words, redistribute, Block, Distribution, Grid, GridDim, Transfer};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -161,6 +161,7 @@ proptest! {
         let recv_v: Vec<(usize, u64)> = recv.into_iter().collect();
         let sent_v: Vec<(usize, u64)> = sent.into_iter().filter(|&(_, w)| w > 0).collect();
         prop_assert_eq!(&volume.received, &recv_v);
+        prop_assert_eq!(&received_words(&shape, &from, &to, sum, procs).received, &recv_v);
         prop_assert_eq!(&volume.sent, &sent_v);
         prop_assert_eq!(volume.total, recv_v.iter().map(|x| x.1).sum::<u64>());
         prop_assert_eq!(volume.max_per_rank, recv_v.iter().map(|x| x.1).max().unwrap_or(0));
