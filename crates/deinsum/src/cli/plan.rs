@@ -56,11 +56,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         std::fs::write(path, format!("{json}\n"))
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
-    match args.format {
-        super::Format::Json => println!("{json}"),
-        super::Format::Text => print!("{}", render_text(&plan, &args.optimize)),
+    let text = match args.format {
+        super::Format::Json => format!("{json}\n"),
+        super::Format::Text => render_text(&plan, &args.optimize),
+    };
+    let mut out = std::io::stdout().lock();
+    match std::io::Write::write_all(&mut out, text.as_bytes()) {
+        // A closed pipe (`| head`) is not an error of the plan.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(ExitCode::SUCCESS),
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// A distribution in one line: `[i/2 k/2] rep j2` (split sizes per tensor index, then the
