@@ -331,14 +331,14 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                         t.name
                     )));
                 }
-                let new = redistribute(comm, t, &cur, to, *sum, transfers, &mut mem).map_err(
+                let cur_words = words(&cur);
+                let new = redistribute(comm, t, cur, to, *sum, transfers, &mut mem).map_err(
                     |e| match e {
                         RedistError::Comm(c) => ExecError::Comm(c),
                         RedistError::Plan(s) => bad(s),
                     },
                 )?;
-                mem.sub(words(&cur));
-                drop(cur);
+                mem.sub(cur_words);
                 held.insert(*tensor, (to.clone(), new));
             }
             PlanStep::Compute { group } => {
@@ -546,7 +546,7 @@ impl From<CommError> for RedistError {
 fn redistribute<T: Scalar, C: Communicator>(
     comm: &C,
     t: &Tensor,
-    cur: &Option<LocalTensor<T>>,
+    mut cur: Option<LocalTensor<T>>,
     to: &Distribution,
     sum: bool,
     transfers: &[deinsum_plan::Transfer],
@@ -600,8 +600,18 @@ fn redistribute<T: Scalar, C: Communicator>(
     drop(send);
     mem.touch_buffers(((recv.len() / T::BYTES) as u64) + words(&new));
     mem.add(words(&new));
-    // Local part: src == dst == me.
+    // Local part: src == dst == me. A whole block staying in place is moved, not copied.
     for tr in transfers.iter().filter(|tr| tr.src == me && tr.dst == me) {
+        let same = |c: &Option<LocalTensor<T>>, n: &Option<LocalTensor<T>>| match (c, n) {
+            (Some(c), Some(n)) => {
+                tr.boxes.len() == 1 && tr.boxes[0].ranges == c.ranges && c.ranges == n.ranges
+            }
+            _ => false,
+        };
+        if !sum && same(&cur, &new) {
+            new = cur.take();
+            continue;
+        }
         let blk = cur.as_ref().ok_or_else(missing)?;
         let dst = new
             .as_mut()

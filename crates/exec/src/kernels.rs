@@ -72,11 +72,14 @@ impl<T: Scalar> LocalTensor<T> {
 
     fn permute_owned(&self, order: &[Index]) -> Self {
         let perm: Vec<usize> = order.iter().map(|&c| self.pos(c)).collect();
-        let v = self.view().permuted_axes(IxDyn(&perm));
+        let shape = self.shape();
+        let st = row_major_strides(&shape);
+        let pshape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+        let pst: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
         LocalTensor {
             indices: order.to_vec(),
             ranges: perm.iter().map(|&p| self.ranges[p]).collect(),
-            data: v.iter().copied().collect(),
+            data: gather_strided(&self.data, &pshape, &pst, 0),
         }
     }
 
@@ -113,19 +116,24 @@ impl<T: Scalar> LocalTensor<T> {
 
     /// The sub-block over global `sub` ranges (per index of `sub_indices`; other indices whole).
     pub fn slice(&self, sub_indices: &[Index], sub: &[(usize, usize)]) -> Self {
-        let mut v = self.view();
+        let st = row_major_strides(&self.shape());
         let mut ranges = self.ranges.clone();
-        for (c, &(s, e)) in sub_indices.iter().zip(sub) {
+        for (c, &r) in sub_indices.iter().zip(sub) {
             if let Some(ax) = self.indices.iter().position(|d| d == c) {
-                let (lo, _) = self.ranges[ax];
-                v.slice_axis_inplace(Axis(ax), ndarray::Slice::from(s - lo..e - lo));
-                ranges[ax] = (s, e);
+                ranges[ax] = r;
             }
         }
+        let base: usize = ranges
+            .iter()
+            .zip(&self.ranges)
+            .zip(&st)
+            .map(|((&(s, _), &(lo, _)), &k)| (s - lo) * k)
+            .sum();
+        let shape: Vec<usize> = ranges.iter().map(|&(s, e)| e - s).collect();
         LocalTensor {
             indices: self.indices.clone(),
+            data: gather_strided(&self.data, &shape, &st, base),
             ranges,
-            data: v.iter().copied().collect(),
         }
     }
 
@@ -133,6 +141,54 @@ impl<T: Scalar> LocalTensor<T> {
     pub fn add_assign(&mut self, other: &Self) {
         for (x, &y) in self.data.iter_mut().zip(&other.data) {
             *x += y;
+        }
+    }
+}
+
+/// Row-major strides of `shape`.
+fn row_major_strides(shape: &[usize]) -> Vec<usize> {
+    let mut st = vec![1usize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        st[d] = st[d + 1] * shape[d + 1];
+    }
+    st
+}
+
+/// Copies the strided view (`shape`, `strides`, offset `base`) of `src` into a row-major vector;
+/// the innermost axis is a tight loop (a slice copy when its stride is 1).
+fn gather_strided<T: Copy>(src: &[T], shape: &[usize], strides: &[usize], base: usize) -> Vec<T> {
+    let total: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(total);
+    if total == 0 {
+        return out;
+    }
+    let nd = shape.len();
+    if nd == 0 {
+        out.push(src[base]);
+        return out;
+    }
+    let (inner, is) = (shape[nd - 1], strides[nd - 1]);
+    let mut idx = vec![0usize; nd - 1];
+    let mut off = base;
+    loop {
+        if is == 1 {
+            out.extend_from_slice(&src[off..off + inner]);
+        } else {
+            out.extend((0..inner).map(|t| src[off + t * is]));
+        }
+        let mut d = nd - 1;
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
+            idx[d] += 1;
+            off += strides[d];
+            if idx[d] < shape[d] {
+                break;
+            }
+            off -= strides[d] * shape[d];
+            idx[d] = 0;
         }
     }
 }
