@@ -10,10 +10,13 @@ use deinsum_plan::{build, PlanOptions};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+/// A case: name, expression, extents.
+type Case = (&'static str, String, Vec<(char, usize)>);
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let (n, t, r) = if quick { (256, 64, 8) } else { (2048, 256, 32) };
-    let cases: Vec<(&str, String, Vec<(char, usize)>)> = vec![
+    let cases: Vec<Case> = vec![
         ("mm", "ij,jk->ik".into(), vec![('i', n), ('j', n), ('k', n)]),
         (
             "mttkrp3",
