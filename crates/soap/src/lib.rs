@@ -38,7 +38,8 @@ pub struct Access {
 /// The SOAP bound of one statement for fast memory S.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct IoBound {
-    /// Computational intensity: at most rho new multiply-adds per word loaded.
+    /// Computational intensity: at most rho new multiply-adds per word moved; `|V| / q`
+    /// (the SOAP `min_X chi(X)/(X - S)` whenever that term binds, see [`bound_group`]).
     pub rho: f64,
     /// The dominator size X0 at which rho is reached.
     pub x0: f64,
@@ -89,7 +90,8 @@ impl FusedGroup {
 pub struct Fusion {
     /// The groups in execution order.
     pub groups: Vec<FusedGroup>,
-    /// Total Q over the groups, counting materialized intermediates.
+    /// Total Q: the groups' `bound.q` plus `2 |T|` for every intermediate T that crosses
+    /// between groups (written once by its producer, read once by its consumer).
     pub q_total: f64,
     /// Total Q of the best partition that differs from the chosen one, if any.
     pub runner_up_q: Option<f64>,
