@@ -1,7 +1,21 @@
 //! Splits `optimize`'s time into search and reporting (a development aid).
 
 use deinsum_path::{evaluate, optimize, problem, strategy, tree_from_ssa, Flops, PathOptions};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Fastest mean over 20 batches of `reps` calls (the machine is shared; the minimum is stable).
+fn best(reps: u32, mut f: impl FnMut()) -> Duration {
+    (0..20)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..reps {
+                f();
+            }
+            t.elapsed() / reps
+        })
+        .min()
+        .expect("20 batches")
+}
 
 #[path = "../benches/cases.rs"]
 mod cases;
@@ -9,35 +23,27 @@ mod cases;
 fn main() {
     let only = std::env::args().nth(1).unwrap_or_default();
     let strat = std::env::args().nth(2).unwrap_or_else(|| "greedy".into());
-    let reps = 200;
+    let reps = 50;
     for case in cases::load(include_str!("../benches/cases.json")) {
         if !case.name.contains(&only) || !case.strategies.contains(&strat) {
             continue;
         }
         let opts = PathOptions::with_strategy(&strat);
         let s = strategy(&strat).unwrap();
-        let t = Instant::now();
-        for _ in 0..reps {
+        let search = best(reps, || {
             std::hint::black_box(s.search(&problem(&case.einsum, &opts)).unwrap());
-        }
-        let search = t.elapsed() / reps;
+        });
         let ssa = s.search(&problem(&case.einsum, &opts)).unwrap();
-        let t = Instant::now();
-        for _ in 0..reps {
+        let tree = best(reps, || {
             std::hint::black_box(tree_from_ssa(&case.einsum, &ssa).unwrap());
-        }
-        let tree = t.elapsed() / reps;
+        });
         let tr = tree_from_ssa(&case.einsum, &ssa).unwrap();
-        let t = Instant::now();
-        for _ in 0..reps {
+        let eval = best(reps, || {
             std::hint::black_box(evaluate(&case.einsum, tr.clone(), &Flops, "x"));
-        }
-        let eval = t.elapsed() / reps;
-        let t = Instant::now();
-        for _ in 0..reps {
+        });
+        let all = best(reps, || {
             std::hint::black_box(optimize(&case.einsum, &opts).unwrap());
-        }
-        let all = t.elapsed() / reps;
+        });
         println!(
             "{} {strat}: search {search:?} tree {tree:?} evaluate {eval:?} optimize {all:?}",
             case.name

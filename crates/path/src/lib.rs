@@ -36,16 +36,18 @@ pub struct Step {
 impl Step {
     /// The step as an einsum string, such as `ja,ka->jka`.
     pub fn einsum_string(&self) -> String {
-        let ins: Vec<String> = self
-            .operand_indices
-            .iter()
-            .map(|t| t.iter().collect())
-            .collect();
-        format!(
-            "{}->{}",
-            ins.join(","),
-            self.output.iter().collect::<String>()
-        )
+        // One buffer, no per-operand strings: this runs for every step of every report.
+        let len: usize = self.operand_indices.iter().map(|t| t.len() + 1).sum();
+        let mut s = String::with_capacity(4 * (len + self.output.len() + 2));
+        for (k, t) in self.operand_indices.iter().enumerate() {
+            if k > 0 {
+                s.push(',');
+            }
+            s.extend(t.iter());
+        }
+        s.push_str("->");
+        s.extend(self.output.iter());
+        s
     }
 
     /// All distinct indices of the step (its iteration space), in order of first appearance.
@@ -503,8 +505,9 @@ pub fn evaluate(
     };
     let builtin = model.builtin();
     let mut mark = vec![false; ids.len()];
+    let mut all: Vec<usize> = Vec::with_capacity(ids.len());
     for step in &tree.steps {
-        let mut all: Vec<usize> = Vec::new();
+        all.clear();
         for c in step
             .operand_indices
             .iter()

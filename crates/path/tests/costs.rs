@@ -301,3 +301,43 @@ fn invalid_hand_built_einsums_are_errors() {
         Err(PathError::InvalidEinsum(_))
     ));
 }
+
+#[test]
+fn auto_bands_follow_opt_einsum_and_never_lose_to_greedy() {
+    use deinsum_path::strategy::Auto;
+    // Exact up to 8 operands, branch-1 where opt_einsum runs branch-1, greedy from 15 on.
+    let names: Vec<(usize, String)> = [1, 4, 8, 9, 14, 15, 40]
+        .iter()
+        .map(|&n| (n, Auto::choice(n).name().to_string()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            (1, "optimal"),
+            (4, "optimal"),
+            (8, "optimal"),
+            (9, "branch-1"),
+            (14, "branch-1"),
+            (15, "greedy"),
+            (40, "greedy"),
+        ]
+        .map(|(n, s)| (n, s.to_string()))
+    );
+    // Rings of matrices with uneven extents, in each band: auto is the cheaper of its choice
+    // and greedy.
+    let letters: Vec<char> = ('a'..='t').collect();
+    for n in [6, 10, 12, 16] {
+        let terms: Vec<String> = (0..n)
+            .map(|k| format!("{}{}", letters[k], letters[(k + 1) % n]))
+            .collect();
+        let ext: Vec<(char, usize)> = (0..n).map(|k| (letters[k], 2 + (k * 7) % 11)).collect();
+        let e = es(&format!("{}->", terms.join(",")), &ext, 1);
+        let auto = optimize(&e, &opt("auto")).unwrap().flops.as_f64();
+        let greedy = optimize(&e, &opt("greedy")).unwrap().flops.as_f64();
+        let chosen = optimize(&e, &opt(Auto::choice(n).name()))
+            .unwrap()
+            .flops
+            .as_f64();
+        assert_eq!(auto, chosen.min(greedy), "{n} operands");
+    }
+}

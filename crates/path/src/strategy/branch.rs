@@ -17,6 +17,8 @@ struct Search<'n, 'p, 'a, const W: usize> {
     best_path: Option<SsaPath>,
     /// Best cost seen with `k` nodes created so far, indexed by `k`.
     progress: Vec<f64>,
+    /// Size of each node, parallel to the `nodes` of the recursion (computed once per node).
+    sizes: Vec<f64>,
 }
 
 struct Cand<const W: usize> {
@@ -24,6 +26,7 @@ struct Cand<const W: usize> {
     step_cost: f64,
     cost: f64,
     size: f64,
+    size12: f64,
     i: usize,
     j: usize,
     k12: Bits<W>,
@@ -83,12 +86,13 @@ impl<const W: usize> Search<'_, '_, '_, W> {
                     } else if new_cost > CUTOFF_FACTOR * self.progress[depth] {
                         continue;
                     }
-                    let heuristic = size12 - self.net.size(k1) - self.net.size(k2);
+                    let heuristic = size12 - self.sizes[i] - self.sizes[j];
                     cands.push(Cand {
                         heuristic,
                         step_cost,
                         cost: new_cost,
                         size: new_size,
+                        size12,
                         i,
                         j,
                         k12,
@@ -111,6 +115,7 @@ impl<const W: usize> Search<'_, '_, '_, W> {
         for c in cands.into_iter().take(take) {
             let new_id = nodes.len();
             nodes.push(c.k12);
+            self.sizes.push(c.size12);
             let rest: Vec<usize> = remaining
                 .iter()
                 .copied()
@@ -121,6 +126,7 @@ impl<const W: usize> Search<'_, '_, '_, W> {
             self.recurse(nodes, &rest, path, c.cost, c.size);
             path.pop();
             nodes.pop();
+            self.sizes.pop();
         }
     }
 }
@@ -141,6 +147,7 @@ pub(crate) fn branch<const W: usize>(
         best_size: f64::INFINITY,
         best_path: None,
         progress: vec![f64::INFINITY; 2 * n],
+        sizes: net.inputs.iter().map(|k| net.size(*k)).collect(),
     };
     let mut nodes = net.inputs.clone();
     let remaining: Vec<usize> = (0..n).collect();

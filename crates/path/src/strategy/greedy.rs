@@ -46,20 +46,22 @@ struct State<'n, 'p, 'a, const W: usize> {
     net: &'n Net<'p, 'a, W>,
     output: Bits<W>,
     remaining: FastMap<Bits<W>, usize>,
-    footprint: FastMap<Bits<W>, f64>,
+    /// Size of every SSA id ever created (a key's size never changes, so no map is needed).
+    sizes: Vec<f64>,
     dim_to_ids: Vec<Vec<usize>>,
     rc2: Bits<W>,
     rc3: Bits<W>,
 }
 
 impl<const W: usize> State<'_, '_, '_, W> {
-    fn candidate(&self, k1: Bits<W>, k2: Bits<W>) -> Cand<W> {
+    /// The candidate of live ids `id1`, `id2` (whose keys are `k1`, `k2`).
+    fn candidate(&self, id1: usize, k1: Bits<W>, id2: usize, k2: Bits<W>) -> Cand<W> {
         let either = k1 | k2;
         let two = k1 & k2;
         let one = either.minus(two);
         let k12 = (either & self.output) | (two & self.rc3) | (one & self.rc2);
-        let cost = self.net.size(k12) - self.footprint[&k1] - self.footprint[&k2];
-        let (mut id1, mut id2) = (self.remaining[&k1], self.remaining[&k2]);
+        let cost = self.net.size(k12) - self.sizes[id1] - self.sizes[id2];
+        let (mut id1, mut id2) = (id1, id2);
         let (mut k1, mut k2) = (k1, k2);
         if id1 > id2 {
             std::mem::swap(&mut id1, &mut id2);
@@ -75,8 +77,20 @@ impl<const W: usize> State<'_, '_, '_, W> {
         }
     }
 
-    fn push_best(&self, k1: Bits<W>, k2s: &[Bits<W>], queue: &mut BinaryHeap<Reverse<Cand<W>>>) {
-        if let Some(best) = k2s.iter().map(|k2| self.candidate(k1, *k2)).min() {
+    /// Queues the best candidate of live id `id1` with any of the live ids `others`.
+    fn push_best(
+        &self,
+        id1: usize,
+        keys: &[Bits<W>],
+        others: &[usize],
+        queue: &mut BinaryHeap<Reverse<Cand<W>>>,
+    ) {
+        let k1 = keys[id1];
+        if let Some(best) = others
+            .iter()
+            .map(|&id2| self.candidate(id1, k1, id2, keys[id2]))
+            .min()
+        {
             queue.push(Reverse(best));
         }
     }
@@ -112,14 +126,16 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> SsaPath {
         net,
         output,
         remaining: FastMap::default(),
-        footprint: FastMap::default(),
+        sizes: Vec::with_capacity(2 * n),
         dim_to_ids: vec![Vec::new(); net.ext.len()],
         rc2: Bits::EMPTY,
         rc3: Bits::EMPTY,
     };
     let mut next_id = n;
     // Index set of every SSA id ever created.
-    let mut keys: Vec<Bits<W>> = net.inputs.clone();
+    let mut keys: Vec<Bits<W>> = Vec::with_capacity(2 * n);
+    keys.extend_from_slice(&net.inputs);
+    st.sizes.extend(net.inputs.iter().map(|k| net.size(*k)));
     // Insertion order of the live keys, for deterministic iteration.
     let mut order: Vec<Bits<W>> = Vec::new();
     for (id, key) in net.inputs.iter().enumerate() {
@@ -127,6 +143,7 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> SsaPath {
             path.push((old, id));
             st.remaining.insert(*key, next_id);
             keys.push(*key);
+            st.sizes.push(st.sizes[id]);
             next_id += 1;
         } else {
             st.remaining.insert(*key, id);
@@ -138,7 +155,6 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> SsaPath {
         for d in key.minus(output).ones() {
             st.dim_to_ids[d].push(id);
         }
-        st.footprint.insert(*key, net.size(*key));
     }
     let all: Bits<W> = (0..net.ext.len()).fold(Bits::EMPTY, |mut b, i| {
         b.insert(i);
@@ -147,13 +163,15 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> SsaPath {
     st.update_ref_counts(all.minus(output));
     let mut queue: BinaryHeap<Reverse<Cand<W>>> = BinaryHeap::new();
     for d in 0..st.dim_to_ids.len() {
-        let mut ids = st.dim_to_ids[d].clone();
+        // Sorting in place is safe: the lists are only ever used as sets.
+        let mut ids = std::mem::take(&mut st.dim_to_ids[d]);
         ids.sort_unstable();
-        let ks: Vec<Bits<W>> = ids.iter().map(|id| keys[*id]).collect();
-        for i in 0..ks.len().saturating_sub(1) {
-            st.push_best(ks[i], &ks[i + 1..], &mut queue);
+        for i in 0..ids.len().saturating_sub(1) {
+            st.push_best(ids[i], &keys, &ids[i + 1..], &mut queue);
         }
+        st.dim_to_ids[d] = ids;
     }
+    let mut k2ids: Vec<usize> = Vec::new();
     while let Some(Reverse(c)) = queue.pop() {
         if !st.remaining.contains_key(&c.k1) || !st.remaining.contains_key(&c.k2) {
             continue; // obsolete
@@ -170,12 +188,14 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> SsaPath {
         path.push((id1, id2));
         let mut new_id = next_id;
         keys.push(k12);
+        st.sizes.push(net.size(k12));
         next_id += 1;
         if let Some(&old) = st.remaining.get(&k12) {
             // Same index set as a live tensor: take the Hadamard product at once.
             path.push((old, new_id));
             let merged = next_id;
             keys.push(k12);
+            st.sizes.push(st.sizes[new_id]);
             next_id += 1;
             for d in k12.minus(output).ones() {
                 for x in st.dim_to_ids[d].iter_mut() {
@@ -192,17 +212,16 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> SsaPath {
         }
         st.remaining.insert(k12, new_id);
         st.update_ref_counts(k1 | k2.minus(output));
-        st.footprint.insert(k12, net.size(k12));
-        let mut k2ids: Vec<usize> = k12
-            .ones()
-            .flat_map(|d| st.dim_to_ids[d].iter().copied())
-            .filter(|x| *x != new_id)
-            .collect();
+        k2ids.clear();
+        k2ids.extend(
+            k12.ones()
+                .flat_map(|d| st.dim_to_ids[d].iter().copied())
+                .filter(|x| *x != new_id),
+        );
         k2ids.sort_unstable();
         k2ids.dedup();
         if !k2ids.is_empty() {
-            let k2s: Vec<Bits<W>> = k2ids.iter().map(|id| keys[*id]).collect();
-            st.push_best(k12, &k2s, &mut queue);
+            st.push_best(new_id, &keys, &k2ids, &mut queue);
         }
     }
     // Outer products of what is left, smallest first.

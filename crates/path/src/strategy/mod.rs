@@ -129,14 +129,16 @@ impl PathStrategy for Dp {
 
 impl Auto {
     /// The strategy `auto` runs for `n` operands (before comparing with greedy).
+    ///
+    /// opt_einsum's `auto` runs optimal below 5 operands, branch-all below 7, branch-2 below 9,
+    /// branch-1 below 15 and greedy beyond. Our exact `optimal` takes microseconds up to 8
+    /// operands, so it replaces the first three bands (never costlier, being exact); from 9 on
+    /// it grows past opt_einsum's branch-1 time, so the later bands run the same searches as
+    /// opt_einsum's (same paths, our faster implementations).
     pub fn choice(n: usize) -> Box<dyn PathStrategy> {
         match n {
-            0..=12 => Box::new(Optimal),
-            13..=14 => Box::new(Branch {
-                width: Some(2),
-                name: "branch-2",
-            }),
-            15..=32 => Box::new(Branch {
+            0..=8 => Box::new(Optimal),
+            9..=14 => Box::new(Branch {
                 width: Some(1),
                 name: "branch-1",
             }),
@@ -154,6 +156,10 @@ impl PathStrategy for Auto {
         let first = chosen.search(p);
         // Greedy cannot beat an exact search (nor itself), so only heuristics are compared.
         if chosen.name() == "greedy" || chosen.name() == "optimal" {
+            return first;
+        }
+        // Under a memory limit greedy runs branch-1 itself: the comparison would repeat it.
+        if chosen.name() == "branch-1" && p.memory_limit.is_some() {
             return first;
         }
         let greedy = Greedy.search(p);
