@@ -16,7 +16,11 @@ fn output_shapes_and_iteration_space_match_numpy() {
         let ours: Vec<String> = e.output.iter().map(|&c| e.extent(c).to_string()).collect();
         assert_eq!(ours.join("x"), out_shape, "{line}: parsed as {e}");
         let space: usize = e.extents.values().product();
-        assert_eq!(space as f64, sum.parse::<f64>().unwrap(), "{line}: parsed as {e}");
+        assert_eq!(
+            space as f64,
+            sum.parse::<f64>().unwrap(),
+            "{line}: parsed as {e}"
+        );
         n += 1;
     }
     assert_eq!(n, 300);

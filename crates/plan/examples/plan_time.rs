@@ -16,13 +16,26 @@ fn main() {
     let f = deinsum_soap::analyze(&info.tree, 1e6).expect("soap");
     let t_soap = t.elapsed();
     let t = Instant::now();
-    let p = build(&e, &PlanOptions { procs, ..Default::default() }).expect("plan");
+    let p = build(
+        &e,
+        &PlanOptions {
+            procs,
+            ..Default::default()
+        },
+    )
+    .expect("plan");
     let t_all = t.elapsed();
     for g in &p.groups {
         let ext: Vec<usize> = g.group.indices.iter().map(|c| e.extent(*c)).collect();
         let t = Instant::now();
         let n = deinsum_plan::enumerate_grids(&ext, procs, 0.25).len();
-        println!("  group {}: {} grids enumerated in {:?}, {} admissible", g.group.einsum_string(), n, t.elapsed(), g.candidates_considered);
+        println!(
+            "  group {}: {} grids enumerated in {:?}, {} admissible",
+            g.group.einsum_string(),
+            n,
+            t.elapsed(),
+            g.candidates_considered
+        );
     }
     let ntr: usize = p
         .steps
@@ -35,6 +48,12 @@ fn main() {
     println!("  {} transfers, {} steps", ntr, p.steps.len());
     println!(
         "path {:?} soap {:?} build total {:?}; groups {} ranks {} max/rank {} ratio {:.3}",
-        t_path, t_soap, t_all, f.groups.len(), p.ranks_used, p.prediction.max_per_rank, p.prediction.ratio
+        t_path,
+        t_soap,
+        t_all,
+        f.groups.len(),
+        p.ranks_used,
+        p.prediction.max_per_rank,
+        p.prediction.ratio
     );
 }

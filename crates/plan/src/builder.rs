@@ -67,7 +67,9 @@ pub fn reduced_distribution(dist: &Distribution, shape: &[usize]) -> Distributio
         if p <= 1 {
             continue;
         }
-        let v = (0..blk.len()).max_by_key(|&v| (blk[v], usize::MAX - v)).unwrap_or(0);
+        let v = (0..blk.len())
+            .max_by_key(|&v| (blk[v], usize::MAX - v))
+            .unwrap_or(0);
         split[v].push(g);
         blk[v] = blk[v].div_ceil(p);
     }
@@ -199,7 +201,9 @@ fn current(
 
 /// Extents of `idx` in `ext`.
 fn shape_of(idx: &[Index], ext: &BTreeMap<Index, usize>) -> Vec<usize> {
-    idx.iter().map(|c| ext.get(c).copied().unwrap_or(1)).collect()
+    idx.iter()
+        .map(|c| ext.get(c).copied().unwrap_or(1))
+        .collect()
 }
 
 /// Builds the plan from an already chosen tree and fusion (what [`crate::build`] does after
@@ -358,7 +362,13 @@ pub fn build_from(
                     ),
                     _ => (1, 0),
                 };
-                InputInfo { from, shape, pos, partial_q, partial_block }
+                InputInfo {
+                    from,
+                    shape,
+                    pos,
+                    partial_q,
+                    partial_block,
+                }
             })
             .collect();
         let mut cands: Vec<Candidate> = all
@@ -379,8 +389,17 @@ pub fn build_from(
                     let Some(from) = &info.from else { continue };
                     let same = from.partial.is_empty()
                         && from.grid.dims.len() == sizes.len()
-                        && from.grid.dims.iter().zip(gidx.iter().zip(&sizes)).all(|(d, (&c, &p))| d.index == c && d.size == p)
-                        && from.split.iter().zip(&info.pos).all(|(sp, &v)| sp.len() == 1 && sp[0] == v);
+                        && from
+                            .grid
+                            .dims
+                            .iter()
+                            .zip(gidx.iter().zip(&sizes))
+                            .all(|(d, (&c, &p))| d.index == c && d.size == p)
+                        && from
+                            .split
+                            .iter()
+                            .zip(&info.pos)
+                            .all(|(sp, &v)| sp.len() == 1 && sp[0] == v);
                     if same {
                         continue;
                     }
@@ -398,7 +417,8 @@ pub fn build_from(
                                     let (mut lo, mut hi) = (0, n);
                                     for &g in &from.split[k] {
                                         let x = coord(&from.grid, r, g);
-                                        (lo, hi) = crate::block_range(lo, hi, from.grid.dims[g].size, x);
+                                        (lo, hi) =
+                                            crate::block_range(lo, hi, from.grid.dims[g].size, x);
                                     }
                                     both *= te.min(hi).saturating_sub(ts.max(lo)) as u64;
                                 }
@@ -471,7 +491,12 @@ pub fn build_from(
                 .then(a.memory.cmp(&b.memory))
                 .then(a.work.cmp(&b.work))
                 .then(a.tile_dist.total_cmp(&b.tile_dist))
-                .then(b.sizes.iter().product::<usize>().cmp(&a.sizes.iter().product::<usize>()))
+                .then(
+                    b.sizes
+                        .iter()
+                        .product::<usize>()
+                        .cmp(&a.sizes.iter().product::<usize>()),
+                )
                 .then(a.sizes.cmp(&b.sizes))
         });
         let best_full_p = cands
@@ -777,7 +802,10 @@ fn simulate_memory(
                 }
             }
             PlanStep::Redistribute { tensor, to, .. } => {
-                let sh = shapes.entry(*tensor).or_insert_with(|| shape(*tensor)).clone();
+                let sh = shapes
+                    .entry(*tensor)
+                    .or_insert_with(|| shape(*tensor))
+                    .clone();
                 for (r, p) in peak.iter_mut().enumerate() {
                     let w = live_words(&live, &shapes, r) + block_len(to, r, &sh);
                     *p = (*p).max(w);

@@ -81,10 +81,7 @@ impl Block {
 
     /// Number of elements.
     pub fn len(&self) -> u64 {
-        self.ranges
-            .iter()
-            .map(|&(s, e)| (e - s) as u64)
-            .product()
+        self.ranges.iter().map(|&(s, e)| (e - s) as u64).product()
     }
 
     /// True when the box has no element.

@@ -289,7 +289,11 @@ pub fn build(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
     let data: f64 = (0..einsum.num_inputs())
         .map(|k| einsum.input_indices(k))
         .chain(std::iter::once(einsum.output()))
-        .map(|idx| idx.iter().map(|&c| einsum.extent(c) as f64).product::<f64>())
+        .map(|idx| {
+            idx.iter()
+                .map(|&c| einsum.extent(c) as f64)
+                .product::<f64>()
+        })
         .sum();
     let s_analysis = match opts.mem {
         Some(s) => s as f64,
@@ -299,7 +303,14 @@ pub fn build(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
     let procs = opts.procs;
     let mem = opts.mem;
     // First pass without the bound to learn the plan's own memory, then the bound for it.
-    let plan = build_from(einsum, &info.tree, info.path.clone(), &fusion, opts, &|_| (0.0, 0.0))?;
+    let plan = build_from(
+        einsum,
+        &info.tree,
+        info.path.clone(),
+        &fusion,
+        opts,
+        &|_| (0.0, 0.0),
+    )?;
     let s_bound = match mem {
         Some(s) => s as f64,
         None => (plan.prediction.max_peak_memory as f64).max(1.0),

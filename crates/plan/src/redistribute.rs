@@ -114,7 +114,9 @@ fn schedule(
     let mut out: Vec<Transfer> = Vec::new();
     let mut coords = vec![0usize; fg.dims.len()];
     for d in 0..dst_size {
-        let Some(tb) = to.block(d, shape) else { continue };
+        let Some(tb) = to.block(d, shape) else {
+            continue;
+        };
         if tb.is_empty() {
             continue;
         }
@@ -306,7 +308,9 @@ pub fn received_words(
     let dst_size = to.grid.size().min(procs.max(1));
     let mut received = std::collections::BTreeMap::new();
     for d in 0..dst_size {
-        let Some(tb) = to.block(d, shape) else { continue };
+        let Some(tb) = to.block(d, shape) else {
+            continue;
+        };
         if tb.is_empty() {
             continue;
         }

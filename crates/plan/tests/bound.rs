@@ -36,7 +36,12 @@ fn check(expr: &str, sizes: &str) {
             pl.ranks_used,
             pl.groups
                 .iter()
-                .map(|g| g.grid.dims.iter().map(|d| (d.index, d.size)).collect::<Vec<_>>())
+                .map(|g| g
+                    .grid
+                    .dims
+                    .iter()
+                    .map(|d| (d.index, d.size))
+                    .collect::<Vec<_>>())
                 .collect::<Vec<_>>()
         );
         assert!(pl.prediction.bound_per_rank > 0.0);

@@ -9,11 +9,19 @@ fn no_bound(_: &deinsum_soap::FusedGroup) -> (f64, f64) {
 }
 
 fn sizes(p: &deinsum_plan::Plan, g: usize) -> Vec<(char, usize)> {
-    p.groups[g].grid.dims.iter().map(|d| (d.index, d.size)).collect()
+    p.groups[g]
+        .grid
+        .dims
+        .iter()
+        .map(|d| (d.index, d.size))
+        .collect()
 }
 
 fn opts(p: usize) -> PlanOptions {
-    PlanOptions { procs: p, ..Default::default() }
+    PlanOptions {
+        procs: p,
+        ..Default::default()
+    }
 }
 
 #[test]
@@ -30,7 +38,11 @@ fn mm_cubes() {
     for (procs, c) in [(8, 2), (64, 4), (512, 8)] {
         let (e, t, f) = mm(64);
         let p = build_from(&e, &t, vec![], &f, &opts(procs), &no_bound).unwrap();
-        println!("{procs}: {:?} {:?}", sizes(&p, 0), p.prediction.max_per_rank);
+        println!(
+            "{procs}: {:?} {:?}",
+            sizes(&p, 0),
+            p.prediction.max_per_rank
+        );
         assert_eq!(sizes(&p, 0), vec![('i', c), ('j', c), ('k', c)]);
         assert!(p.idle.is_none());
     }

@@ -8,17 +8,28 @@ use std::collections::BTreeMap;
 fn einsum(expr: &str, sizes: Option<&str>, size: usize) -> Einsum {
     let spec = match sizes {
         Some(s) => ExtentSpec::from_flags(Some(s), None, None).unwrap(),
-        None => ExtentSpec { default: Some(size), ..Default::default() },
+        None => ExtentSpec {
+            default: Some(size),
+            ..Default::default()
+        },
     };
     parse(expr, &spec).unwrap()
 }
 
 fn opts(procs: usize) -> PlanOptions {
-    PlanOptions { procs, ..Default::default() }
+    PlanOptions {
+        procs,
+        ..Default::default()
+    }
 }
 
 fn grid_of(p: &Plan, g: usize) -> BTreeMap<char, usize> {
-    p.groups[g].grid.dims.iter().map(|d| (d.index, d.size)).collect()
+    p.groups[g]
+        .grid
+        .dims
+        .iter()
+        .map(|d| (d.index, d.size))
+        .collect()
 }
 
 #[test]
@@ -46,7 +57,12 @@ fn paper_example_end_to_end() {
     let p = build(&e, &opts(8)).unwrap();
     assert_eq!(p.groups.len(), 2, "MTTKRP fused, then the MM");
     let g0 = grid_of(&p, 0);
-    assert_eq!(g0, [('a', 1), ('i', 2), ('j', 2), ('k', 2)].into_iter().collect());
+    assert_eq!(
+        g0,
+        [('a', 1), ('i', 2), ('j', 2), ('k', 2)]
+            .into_iter()
+            .collect()
+    );
     assert_eq!(p.groups[1].grid.size(), 8);
     assert!(p.idle.is_none());
     assert_eq!(p.ranks_used, 8);
@@ -57,16 +73,38 @@ fn memory_budget_is_respected_or_reported() {
     let e = einsum("ij,jk->ik", None, 64);
     let free = build(&e, &opts(8)).unwrap();
     let need = free.prediction.max_peak_memory;
-    let tight = build(&e, &PlanOptions { procs: 8, mem: Some(need), ..Default::default() }).unwrap();
+    let tight = build(
+        &e,
+        &PlanOptions {
+            procs: 8,
+            mem: Some(need),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(tight.prediction.max_peak_memory <= need);
-    match build(&e, &PlanOptions { procs: 8, mem: Some(100), ..Default::default() }) {
+    match build(
+        &e,
+        &PlanOptions {
+            procs: 8,
+            mem: Some(100),
+            ..Default::default()
+        },
+    ) {
         Err(PlanError::MemoryTooSmall { budget, needed, .. }) => {
             assert_eq!(budget, 100);
             assert!(needed > 100);
             // The message says how much is needed.
-            let err = build(&e, &PlanOptions { procs: 8, mem: Some(100), ..Default::default() })
-                .unwrap_err()
-                .to_string();
+            let err = build(
+                &e,
+                &PlanOptions {
+                    procs: 8,
+                    mem: Some(100),
+                    ..Default::default()
+                },
+            )
+            .unwrap_err()
+            .to_string();
             assert!(err.contains(&needed.to_string()), "{err}");
         }
         other => panic!("expected MemoryTooSmall, got {other:?}"),
@@ -76,13 +114,26 @@ fn memory_budget_is_respected_or_reported() {
 #[test]
 fn inputs_in_place_move_nothing_in() {
     let e = einsum("ij,jk->ik", None, 32);
-    let p = build(&e, &PlanOptions { procs: 8, inputs_in_place: true, ..Default::default() }).unwrap();
+    let p = build(
+        &e,
+        &PlanOptions {
+            procs: 8,
+            inputs_in_place: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     for s in &p.steps {
         if let PlanStep::Redistribute { tensor, .. } = s {
             assert!(*tensor >= 2, "no input is redistributed");
         }
         if let PlanStep::Load { tensor, dist } = s {
-            let want: &Distribution = &p.groups[0].inputs.iter().find(|x| x.0 == *tensor).unwrap().1;
+            let want: &Distribution = &p.groups[0]
+                .inputs
+                .iter()
+                .find(|x| x.0 == *tensor)
+                .unwrap()
+                .1;
             assert_eq!(dist, want);
         }
     }
@@ -98,11 +149,18 @@ fn prime_procs_use_ranks_well() {
     let e = einsum("ij,jk->ik", None, 60);
     for procs in [7, 11, 13] {
         let p = build(&e, &opts(procs)).unwrap();
-        assert!(p.ranks_used * 4 >= procs * 3, "P={procs}: {} ranks used", p.ranks_used);
+        assert!(
+            p.ranks_used * 4 >= procs * 3,
+            "P={procs}: {} ranks used",
+            p.ranks_used
+        );
         assert!(p.ranks_used <= procs);
         if p.ranks_used < procs {
             let idle = p.idle.as_deref().unwrap();
-            assert!(idle.starts_with(&format!("{} of {procs} ranks idle", procs - p.ranks_used)), "{idle}");
+            assert!(
+                idle.starts_with(&format!("{} of {procs} ranks idle", procs - p.ranks_used)),
+                "{idle}"
+            );
         }
     }
 }
@@ -119,16 +177,28 @@ fn two_to_the_twenty_ranks_with_small_extents() {
 }
 
 /// Per-element count of what each target rank receives in one step (the brute force).
-fn brute_received(shape: &[usize], from: &Distribution, to: &Distribution, sum: bool) -> BTreeMap<usize, u64> {
+fn brute_received(
+    shape: &[usize],
+    from: &Distribution,
+    to: &Distribution,
+    sum: bool,
+) -> BTreeMap<usize, u64> {
     let partials: u64 = if sum {
-        from.partial.iter().map(|&g| from.grid.dims[g].size as u64).product()
+        from.partial
+            .iter()
+            .map(|&g| from.grid.dims[g].size as u64)
+            .product()
     } else {
         1
     };
     let mut out = BTreeMap::new();
     for d in 0..to.grid.size() {
         let tb = to.block(d, shape).unwrap();
-        let own = if d < from.grid.size() { from.block(d, shape) } else { None };
+        let own = if d < from.grid.size() {
+            from.block(d, shape)
+        } else {
+            None
+        };
         let mut elems: Vec<Vec<usize>> = vec![Vec::new()];
         for &(s, e) in &tb.ranges {
             elems = elems
@@ -166,7 +236,15 @@ fn predicted_volumes_equal_brute_force() {
         let p = build(&e, &opts(procs)).unwrap();
         let mut total: BTreeMap<usize, u64> = BTreeMap::new();
         for s in &p.steps {
-            if let PlanStep::Redistribute { tensor, from, to, sum, volume, .. } = s {
+            if let PlanStep::Redistribute {
+                tensor,
+                from,
+                to,
+                sum,
+                volume,
+                ..
+            } = s
+            {
                 let shape = &p.tensor(*tensor).unwrap().shape;
                 let b = brute_received(shape, from, to, *sum);
                 let got: BTreeMap<usize, u64> = volume.received.iter().copied().collect();
@@ -178,7 +256,10 @@ fn predicted_volumes_equal_brute_force() {
         }
         let pred: BTreeMap<usize, u64> = p.prediction.received.iter().copied().collect();
         assert_eq!(pred, total, "{expr}: totals");
-        assert_eq!(p.prediction.max_per_rank, total.values().copied().max().unwrap_or(0));
+        assert_eq!(
+            p.prediction.max_per_rank,
+            total.values().copied().max().unwrap_or(0)
+        );
         assert_eq!(p.prediction.total, total.values().sum::<u64>());
         // The output ends complete (not partial).
         assert!(!p.output.1.is_partial());

@@ -42,10 +42,16 @@ fn check(
 ) -> (BTreeMap<usize, u64>, BTreeMap<usize, u64>) {
     // One message per pair, sorted.
     for w in transfers.windows(2) {
-        assert!((w[0].src, w[0].dst) < (w[1].src, w[1].dst), "pairs sorted and unique");
+        assert!(
+            (w[0].src, w[0].dst) < (w[1].src, w[1].dst),
+            "pairs sorted and unique"
+        );
     }
     let partials: usize = if sum {
-        from.partial.iter().map(|&g| from.grid.dims[g].size).product()
+        from.partial
+            .iter()
+            .map(|&g| from.grid.dims[g].size)
+            .product()
     } else {
         1
     };
@@ -53,16 +59,22 @@ fn check(
     let mut got: BTreeMap<(usize, Vec<usize>), Vec<Vec<usize>>> = BTreeMap::new();
     for t in transfers {
         assert!(t.src < procs && t.dst < procs);
-        let sb = from.block(t.src, shape).expect("sender inside the source grid");
-        let db = to.block(t.dst, shape).expect("receiver inside the target grid");
+        let sb = from
+            .block(t.src, shape)
+            .expect("sender inside the source grid");
+        let db = to
+            .block(t.dst, shape)
+            .expect("receiver inside the target grid");
         for b in &t.boxes {
             assert!(!b.is_empty());
             for x in elements(b) {
                 assert!(contains(&sb, &x), "sender {} holds {:?}", t.src, x);
                 assert!(contains(&db, &x), "receiver {} needs {:?}", t.dst, x);
-                got.entry((t.dst, x))
-                    .or_default()
-                    .push(if sum { partial_id(from, t.src) } else { vec![] });
+                got.entry((t.dst, x)).or_default().push(if sum {
+                    partial_id(from, t.src)
+                } else {
+                    vec![]
+                });
             }
         }
     }
@@ -78,9 +90,17 @@ fn check(
             assert_eq!(ids.len(), partials, "rank {d} element {x:?}: contributions");
             ids.sort();
             ids.dedup();
-            assert_eq!(ids.len(), partials, "one contribution from each partial replica");
+            assert_eq!(
+                ids.len(),
+                partials,
+                "one contribution from each partial replica"
+            );
             // Brute force: what d cannot take from its own source block is received.
-            let own = if d < from.grid.size() { from.block(d, shape) } else { None };
+            let own = if d < from.grid.size() {
+                from.block(d, shape)
+            } else {
+                None
+            };
             let local = own.as_ref().is_some_and(|o| contains(o, &x));
             *recv.entry(d).or_insert(0u64) += (partials - usize::from(local)) as u64;
         }
@@ -172,7 +192,18 @@ proptest! {
 fn gather_to_root() {
     let shape = [5, 3];
     let from = Distribution {
-        grid: Grid { dims: vec![GridDim { index: 'i', size: 3 }, GridDim { index: 'j', size: 2 }] },
+        grid: Grid {
+            dims: vec![
+                GridDim {
+                    index: 'i',
+                    size: 3,
+                },
+                GridDim {
+                    index: 'j',
+                    size: 2,
+                },
+            ],
+        },
         split: vec![vec![0], vec![1]],
         partial: vec![],
     };
@@ -189,12 +220,22 @@ fn replicas_spread_the_sends() {
     // A vector replicated on 4 ranks goes to a 4-way split on 4 other ranks' worth of grid.
     let shape = [8];
     let from = Distribution {
-        grid: Grid { dims: vec![GridDim { index: 'r', size: 4 }] },
+        grid: Grid {
+            dims: vec![GridDim {
+                index: 'r',
+                size: 4,
+            }],
+        },
         split: vec![vec![]],
         partial: vec![],
     };
     let to = Distribution {
-        grid: Grid { dims: vec![GridDim { index: 'x', size: 8 }] },
+        grid: Grid {
+            dims: vec![GridDim {
+                index: 'x',
+                size: 8,
+            }],
+        },
         split: vec![vec![0]],
         partial: vec![],
     };

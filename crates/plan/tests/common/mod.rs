@@ -22,7 +22,9 @@ pub fn einsum(inputs: &[&str], output: &str, ext: &[(char, usize)]) -> Einsum {
 
 /// A tree from steps given as (operand node ids, output indices).
 pub fn tree(e: &Einsum, steps: &[(&[usize], &str)]) -> ContractionTree {
-    let leaf: Vec<Vec<Index>> = (0..e.num_inputs()).map(|k| e.input_indices(k).to_vec()).collect();
+    let leaf: Vec<Vec<Index>> = (0..e.num_inputs())
+        .map(|k| e.input_indices(k).to_vec())
+        .collect();
     let mut nodes = leaf.clone();
     let mut out = Vec::new();
     for (ops, o) in steps {
