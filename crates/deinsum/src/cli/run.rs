@@ -37,9 +37,10 @@ pub struct Args {
     pub expr: String,
     #[command(flatten)]
     pub extents: super::ExtentArgs,
-    /// Number of ranks (with --backend mpi: must equal the MPI world size).
-    #[arg(long, default_value_t = 1)]
-    pub procs: usize,
+    /// Number of ranks (default 1 in-process; with --backend mpi the MPI world size, which it
+    /// must equal when given).
+    #[arg(long)]
+    pub procs: Option<usize>,
     /// Per-rank memory budget in words.
     #[arg(long)]
     pub mem: Option<u64>,
@@ -108,24 +109,45 @@ fn run_local<T: Scalar>(plan: &Plan, args: &Args) -> anyhow::Result<Outcome> {
 }
 
 #[cfg(feature = "mpi")]
-fn run_mpi<T: Scalar>(plan: &Plan, args: &Args) -> anyhow::Result<Option<Outcome>> {
+fn run_mpi<T: Scalar>(
+    einsum: &deinsum_expr::Einsum,
+    args: &Args,
+) -> anyhow::Result<(deinsum::Einsum, Option<Outcome>)> {
     let universe = mpi::initialize().context("MPI initialization failed")?;
     let comm = deinsum_exec::mpi::MpiComm::world(&universe);
-    if comm.size() != plan.procs {
+    let procs = args.procs.unwrap_or(comm.size());
+    if comm.size() != procs {
         return Err(InputError(format!(
             "--procs {} but the MPI world has {} ranks",
-            plan.procs,
+            procs,
             comm.size()
         ))
         .into());
     }
+    // Every rank compiles the same plan deterministically; the executor checks the hashes.
+    let compiled = compile(einsum, args, procs)?;
     let inputs = inputs_of::<T>(args);
-    rank_main(plan, &comm, &inputs, args.check, args.output.as_ref())
+    // A rank's error aborts the whole job with its message: the other ranks may be waiting in
+    // a collective that would otherwise never complete.
+    let outcome = comm.or_abort(
+        rank_main(
+            compiled.plan(),
+            &comm,
+            &inputs,
+            args.check,
+            args.output.as_ref(),
+        )
+        .map_err(|e| format!("{e:#}")),
+    );
+    Ok((compiled, outcome))
 }
 
 #[cfg(not(feature = "mpi"))]
 #[allow(clippy::extra_unused_type_parameters)] // Same signature as the MPI build's.
-fn run_mpi<T: Scalar>(_plan: &Plan, _args: &Args) -> anyhow::Result<Option<Outcome>> {
+fn run_mpi<T: Scalar>(
+    _einsum: &deinsum_expr::Einsum,
+    _args: &Args,
+) -> anyhow::Result<(deinsum::Einsum, Option<Outcome>)> {
     Err(InputError(
         "--backend mpi needs a build with the `mpi` feature (cargo build --features mpi)".into(),
     )
@@ -139,9 +161,26 @@ fn inputs_of<T>(args: &Args) -> Inputs<T> {
     }
 }
 
+/// Compiles the plan for `procs` ranks; planner errors are the user's (exit 2).
+fn compile(
+    einsum: &deinsum_expr::Einsum,
+    args: &Args,
+    procs: usize,
+) -> anyhow::Result<deinsum::Einsum> {
+    let opts = deinsum::Options {
+        procs,
+        mem: args.mem,
+        ..deinsum::Options::default()
+    };
+    deinsum::Einsum::compile_parsed(einsum, &opts).map_err(|e| match e {
+        deinsum::Error::Plan(m) => anyhow::Error::new(InputError(m)),
+        other => other.into(),
+    })
+}
+
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.procs == 0 {
+    if args.procs == Some(0) {
         return Err(InputError("--procs must be at least 1".into()).into());
     }
     let einsum = super::einsum_from_args(&args.expr, &args.extents)?;
@@ -155,22 +194,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .into());
         }
     }
-    let opts = deinsum::Options {
-        procs: args.procs,
-        mem: args.mem,
-        ..deinsum::Options::default()
+    let (compiled, outcome) = match args.backend {
+        Backend::Local => {
+            let compiled = compile(&einsum, &args, args.procs.unwrap_or(1))?;
+            let outcome = match args.dtype {
+                Dtype::F64 => run_local::<f64>(compiled.plan(), &args)?,
+                Dtype::F32 => run_local::<f32>(compiled.plan(), &args)?,
+            };
+            (compiled, Some(outcome))
+        }
+        Backend::Mpi => match args.dtype {
+            Dtype::F64 => run_mpi::<f64>(&einsum, &args)?,
+            Dtype::F32 => run_mpi::<f32>(&einsum, &args)?,
+        },
     };
-    let compiled = deinsum::Einsum::compile_parsed(&einsum, &opts).map_err(|e| match e {
-        deinsum::Error::Plan(m) => anyhow::Error::new(InputError(m)),
-        other => other.into(),
-    })?;
     let plan = compiled.plan();
-    let outcome = match (args.backend, args.dtype) {
-        (Backend::Local, Dtype::F64) => Some(run_local::<f64>(plan, &args)?),
-        (Backend::Local, Dtype::F32) => Some(run_local::<f32>(plan, &args)?),
-        (Backend::Mpi, Dtype::F64) => run_mpi::<f64>(plan, &args)?,
-        (Backend::Mpi, Dtype::F32) => run_mpi::<f32>(plan, &args)?,
-    };
     // Only rank 0 reports.
     let Some(outcome) = outcome else {
         return Ok(ExitCode::SUCCESS);
