@@ -83,3 +83,28 @@ pub trait Communicator {
     /// from the same world).
     fn traffic(&self) -> Traffic;
 }
+
+/// Checks the arguments of [`Communicator::all_to_all_v`] (one count per rank, counts adding
+/// up to the buffer's length), shared by every backend; returns the total.
+pub fn check_send_counts(
+    send_len: usize,
+    send_counts: &[usize],
+    size: usize,
+) -> Result<usize, CommError> {
+    if send_counts.len() != size {
+        return Err(CommError::Invalid(format!(
+            "{} send counts for {size} ranks",
+            send_counts.len()
+        )));
+    }
+    let total = send_counts
+        .iter()
+        .try_fold(0usize, |a, &c| a.checked_add(c))
+        .ok_or_else(|| CommError::Invalid("send counts overflow".into()))?;
+    if total != send_len {
+        return Err(CommError::Invalid(format!(
+            "send counts add up to {total}, buffer has {send_len} bytes"
+        )));
+    }
+    Ok(total)
+}

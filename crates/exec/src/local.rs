@@ -208,23 +208,7 @@ impl Communicator for LocalComm {
         send: &[u8],
         send_counts: &[usize],
     ) -> Result<(Vec<u8>, Vec<usize>), CommError> {
-        if send_counts.len() != self.size() {
-            return Err(CommError::Invalid(format!(
-                "{} send counts for {} ranks",
-                send_counts.len(),
-                self.size()
-            )));
-        }
-        let total = send_counts
-            .iter()
-            .try_fold(0usize, |a, &c| a.checked_add(c))
-            .ok_or_else(|| CommError::Invalid("send counts overflow".into()))?;
-        if total != send.len() {
-            return Err(CommError::Invalid(format!(
-                "send counts add up to {total}, buffer has {} bytes",
-                send.len()
-            )));
-        }
+        crate::comm::check_send_counts(send.len(), send_counts, self.size())?;
         let mut msgs = Vec::with_capacity(self.size());
         let mut off = 0;
         for &c in send_counts {

@@ -197,22 +197,7 @@ impl Communicator for MpiComm {
     ) -> Result<(Vec<u8>, Vec<usize>), CommError> {
         let p = self.size();
         let me = self.rank();
-        if send_counts.len() != p {
-            return Err(CommError::Invalid(format!(
-                "{} send counts for {p} ranks",
-                send_counts.len()
-            )));
-        }
-        let total = send_counts
-            .iter()
-            .try_fold(0usize, |a, &c| a.checked_add(c))
-            .ok_or_else(|| CommError::Invalid("send counts overflow".into()))?;
-        if total != send.len() {
-            return Err(CommError::Invalid(format!(
-                "send counts add up to {total}, buffer has {} bytes",
-                send.len()
-            )));
-        }
+        let total = crate::comm::check_send_counts(send.len(), send_counts, p)?;
         // Every rank learns what it receives from each peer.
         let sc: Vec<u64> = send_counts.iter().map(|&c| c as u64).collect();
         let mut rc = vec![0u64; p];
