@@ -108,3 +108,24 @@ pub fn check_send_counts(
     }
     Ok(total)
 }
+
+/// Checks the arguments of [`Communicator::reduce_scatter_sum_f64`] (one count per rank, counts
+/// adding up to the buffer's length, without overflow), shared by every backend; returns the
+/// total.
+pub fn check_recv_counts(
+    send_len: usize,
+    recv_counts: &[usize],
+    size: usize,
+) -> Result<usize, CommError> {
+    let total = recv_counts
+        .iter()
+        .try_fold(0usize, |a, &c| a.checked_add(c))
+        .ok_or_else(|| CommError::Invalid("receive counts overflow".into()))?;
+    if recv_counts.len() != size || total != send_len {
+        return Err(CommError::Invalid(format!(
+            "reduce-scatter of {send_len} elements with {} counts adding up to {total} on {size} ranks",
+            recv_counts.len()
+        )));
+    }
+    Ok(total)
+}

@@ -253,13 +253,7 @@ impl Communicator for LocalComm {
         send: &[f64],
         recv_counts: &[usize],
     ) -> Result<Vec<f64>, CommError> {
-        if recv_counts.len() != self.size() || recv_counts.iter().sum::<usize>() != send.len() {
-            return Err(CommError::Invalid(format!(
-                "reduce-scatter of {} elements with counts {:?}",
-                send.len(),
-                recv_counts
-            )));
-        }
+        crate::comm::check_recv_counts(send.len(), recv_counts, self.size())?;
         let mut msgs = Vec::with_capacity(self.size());
         let mut off = 0;
         for &c in recv_counts {

@@ -330,17 +330,7 @@ impl Communicator for MpiComm {
     ) -> Result<Vec<f64>, CommError> {
         let p = self.size();
         let me = self.rank();
-        let total = recv_counts
-            .iter()
-            .try_fold(0usize, |a, &c| a.checked_add(c))
-            .ok_or_else(|| CommError::Invalid("receive counts overflow".into()))?;
-        if recv_counts.len() != p || total != send.len() {
-            return Err(CommError::Invalid(format!(
-                "reduce-scatter of {} elements with {} counts adding up to {total} on {p} ranks",
-                send.len(),
-                recv_counts.len()
-            )));
-        }
+        let total = crate::comm::check_recv_counts(send.len(), recv_counts, p)?;
         // MPI requires identical counts on all ranks; a mismatch would hang, so check.
         let h = recv_counts.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
             (h ^ c as u64).wrapping_mul(0x0000_0100_0000_01b3)
