@@ -299,7 +299,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                         let data = load_block(plan, k, &b, inputs, me)?;
                         Some(LocalTensor {
                             indices: t.indices.clone(),
-                            ranges: b.ranges,
+                            ranges: b.ranges.to_vec(),
                             data,
                         })
                     }
@@ -430,7 +430,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                         let r = r.into_order(&out_t.indices);
                         mem.touch(stats.max_intermediate + r.data.len() as u64);
                         if let Some(b) = out_dist.block(me, &out_t.shape) {
-                            if b.ranges != r.ranges {
+                            if b.ranges[..] != r.ranges[..] {
                                 return Err(bad(format!(
                                     "rank {me}: computed block {:?} of {} but its distribution gives {:?}",
                                     r.ranges, out_t.name, b.ranges
@@ -594,7 +594,7 @@ fn redistribute<T: Scalar, C: Communicator>(
     let send_words = (send.len() / T::BYTES) as u64;
     let mut new = to
         .block(me, &t.shape)
-        .map(|b| LocalTensor::<T>::zeros(t.indices.clone(), b.ranges));
+        .map(|b| LocalTensor::<T>::zeros(t.indices.clone(), b.ranges.to_vec()));
     mem.touch_buffers(send_words + words(&new));
     let (recv, rcounts) = comm.all_to_all_v(&send, &counts)?;
     drop(send);
@@ -604,7 +604,9 @@ fn redistribute<T: Scalar, C: Communicator>(
     for tr in transfers.iter().filter(|tr| tr.src == me && tr.dst == me) {
         let same = |c: &Option<LocalTensor<T>>, n: &Option<LocalTensor<T>>| match (c, n) {
             (Some(c), Some(n)) => {
-                tr.boxes.len() == 1 && tr.boxes[0].ranges == c.ranges && c.ranges == n.ranges
+                tr.boxes.len() == 1
+                    && tr.boxes[0].ranges[..] == c.ranges[..]
+                    && c.ranges == n.ranges
             }
             _ => false,
         };

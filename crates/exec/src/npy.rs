@@ -945,7 +945,7 @@ mod tests {
             assert_eq!(h.version, (major, 0));
             assert_eq!(h.data_offset, 128);
             let blk = Block {
-                ranges: vec![(1, 2), (0, 3)],
+                ranges: vec![(1, 2), (0, 3)].into(),
             };
             let got: Vec<f64> =
                 read_operand_block(&t.0, &plain("ij"), &ext(&[('i', 2), ('j', 3)]), &blk).unwrap();
@@ -998,7 +998,7 @@ mod tests {
         assert_eq!(op.indices, vec!['i', 'j']);
         let e = ext(&[('i', 4), ('j', 3)]);
         let blk = Block {
-            ranges: vec![(1, 4), (1, 3)],
+            ranges: vec![(1, 4), (1, 3)].into(),
         };
         let got: Vec<f64> = read_operand_block(&t.0, &op, &e, &blk).unwrap();
         let mut want = Vec::new();
@@ -1015,7 +1015,7 @@ mod tests {
         ndarray_npy::write_npy(&t.0, &a).unwrap();
         let op = Operand::new(vec![Dim::Index('j'), Dim::Index('i'), Dim::Index('j')]);
         let blk = Block {
-            ranges: vec![(0, 3), (2, 4)],
+            ranges: vec![(0, 3), (2, 4)].into(),
         };
         let got: Vec<f64> = read_operand_block(&t.0, &op, &e, &blk).unwrap();
         let mut want = Vec::new();
@@ -1033,7 +1033,7 @@ mod tests {
         let op = Operand::new(vec![Dim::Broadcast, Dim::Index('i'), Dim::Broadcast]);
         let e = ext(&[('i', 5)]);
         let blk = Block {
-            ranges: vec![(2, 5)],
+            ranges: vec![(2, 5)].into(),
         };
         let got: Vec<f64> = read_operand_block(&t.0, &op, &e, &blk).unwrap();
         assert_eq!(
@@ -1049,8 +1049,15 @@ mod tests {
         let a = ramp(&[]);
         let t = Tmp::new("scalar");
         ndarray_npy::write_npy(&t.0, &a).unwrap();
-        let got: Vec<f64> =
-            read_operand_block(&t.0, &plain(""), &ext(&[]), &Block { ranges: vec![] }).unwrap();
+        let got: Vec<f64> = read_operand_block(
+            &t.0,
+            &plain(""),
+            &ext(&[]),
+            &Block {
+                ranges: vec![].into(),
+            },
+        )
+        .unwrap();
         assert_eq!(got, vec![-3.0]);
     }
 
@@ -1061,7 +1068,7 @@ mod tests {
         ndarray_npy::write_npy(&t.0, &a).unwrap();
         let name = t.0.display().to_string();
         let blk = Block {
-            ranges: vec![(0, 1), (0, 1)],
+            ranges: vec![(0, 1), (0, 1)].into(),
         };
         let err = read_operand_block::<f64>(&t.0, &plain("ij"), &ext(&[('i', 3), ('j', 5)]), &blk)
             .unwrap_err();
@@ -1108,7 +1115,7 @@ mod tests {
 
         // A block outside the array.
         let bad = Block {
-            ranges: vec![(0, 4), (0, 1)],
+            ranges: vec![(0, 4), (0, 1)].into(),
         };
         let err = read_operand_block::<f64>(&t.0, &plain("ij"), &ext(&[('i', 3), ('j', 4)]), &bad)
             .unwrap_err();

@@ -90,7 +90,7 @@ pub fn seeded_leaf(einsum: &Einsum, k: usize, seed: u64) -> LocalTensor<f64> {
     LocalTensor {
         indices: idx,
         data: crate::data::seeded_block::<f64>(einsum, k, seed, &b),
-        ranges: b.ranges,
+        ranges: b.ranges.to_vec(),
     }
 }
 

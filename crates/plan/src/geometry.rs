@@ -68,8 +68,11 @@ pub fn block_range(lo: usize, hi: usize, parts: usize, part: usize) -> (usize, u
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Block {
     /// `[start, end)` per index.
-    pub ranges: Vec<(usize, usize)>,
+    pub ranges: Ranges,
 }
+
+/// The ranges of a box, stored inline up to four indices (no allocation per box).
+pub type Ranges = smallvec::SmallVec<[(usize, usize); 4]>;
 
 impl Block {
     /// The whole tensor of this shape.
@@ -96,7 +99,7 @@ impl Block {
 
     /// The intersection with `other`, `None` when empty.
     pub fn intersect(&self, other: &Block) -> Option<Block> {
-        let ranges: Vec<(usize, usize)> = self
+        let ranges: Ranges = self
             .ranges
             .iter()
             .zip(&other.ranges)

@@ -65,16 +65,16 @@ pub struct Volume {
 impl Volume {
     /// Counts the words of `transfers` (self-transfers excluded).
     pub fn of_transfers(transfers: &[Transfer]) -> Volume {
-        // Dense accumulators: plans list up to P^2 transfers, and P fits in memory.
-        let n = transfers
-            .iter()
-            .map(|t| t.src.max(t.dst) + 1)
-            .max()
-            .unwrap_or(0);
-        let mut sent = vec![0u64; n];
-        let mut received = vec![0u64; n];
+        // Dense accumulators grown on demand: one pass over up to P^2 transfers.
+        let mut sent: Vec<u64> = Vec::new();
+        let mut received: Vec<u64> = Vec::new();
         for t in transfers.iter().filter(|t| t.src != t.dst) {
             let w: u64 = t.boxes.iter().map(Block::len).sum();
+            let n = t.src.max(t.dst) + 1;
+            if n > sent.len() {
+                sent.resize(n, 0);
+                received.resize(n, 0);
+            }
             sent[t.src] += w;
             received[t.dst] += w;
         }
@@ -129,6 +129,9 @@ pub fn lookup(sparse: &[(usize, u64)], rank: usize) -> u64 {
         .unwrap_or(0)
 }
 
+/// The boxes of one message, stored inline when there is one (the common case).
+pub type Boxes = smallvec::SmallVec<[Block; 1]>;
+
 /// A message of a redistribution: boxes of the tensor that `src` sends to `dst`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transfer {
@@ -137,7 +140,7 @@ pub struct Transfer {
     /// Receiving rank.
     pub dst: usize,
     /// Global boxes of the tensor, packed in this order, each in row-major order.
-    pub boxes: Vec<Block>,
+    pub boxes: Boxes,
 }
 
 /// The plan of one fused group.

@@ -55,7 +55,7 @@ fn partition(n: usize, dims: &[usize], grid: &Grid) -> Vec<Interval> {
 /// exactly one contribution from every partial replica (a rank's own contribution is a local
 /// transfer), and the executor adds them into a zeroed block.
 ///
-/// One transfer per (src, dst) pair, sorted by (src, dst); each carries the one box where the
+/// One transfer per (src, dst) pair, sorted by (dst, src); each carries the one box where the
 /// source block meets the target block. Grids must fit in `procs` ranks (ranks beyond a grid
 /// hold nothing).
 pub fn redistribute(
@@ -111,39 +111,17 @@ fn schedule(
     let replicas: usize = replica_dims.iter().map(|&g| fg.dims[g].size).product();
     let partial_count: usize = partial_dims.iter().map(|&g| fg.dims[g].size).product();
     let mut sent_load = vec![0u64; src_size];
-    let mut out: Vec<Transfer> = Vec::new();
     let mut coords = vec![0usize; fg.dims.len()];
+    let mut out: Vec<Transfer> = Vec::new();
     for d in 0..dst_size {
         let Some(tb) = to.block(d, shape) else {
             continue;
         };
-        if tb.is_empty() {
-            continue;
-        }
-        // The source intervals each target range meets.
-        let mut lists: Vec<&[Interval]> = Vec::with_capacity(nd);
-        for (p, &(s, e)) in parts.iter().zip(&tb.ranges) {
-            let lo = p.partition_point(|iv| iv.end <= s);
-            let hi = p.partition_point(|iv| iv.start < e);
-            lists.push(&p[lo..hi]);
-        }
-        if lists.iter().any(|l| l.is_empty()) {
-            continue;
-        }
         let own = if d < src_size { fg.coords(d) } else { None };
-        let mut pos = vec![0usize; nd];
         let mut counter = 0usize;
-        'pieces: loop {
-            let mut ranges = Vec::with_capacity(nd);
-            for v in 0..nd {
-                let iv = &lists[v][pos[v]];
-                let (s, e) = tb.ranges[v];
-                ranges.push((iv.start.max(s), iv.end.min(e)));
-                for (k, &g) in from.split[v].iter().enumerate() {
-                    coords[g] = iv.coords[k];
-                }
-            }
-            let piece = Block { ranges };
+        let first = out.len();
+        for_each_piece(&parts, from, &tb, &mut coords, |ranges, coords| {
+            let len: u64 = ranges.iter().map(|&(s, e)| (e - s) as u64).product();
             for q in 0..partial_count {
                 let mut r = q;
                 for &g in partial_dims.iter().rev() {
@@ -152,7 +130,7 @@ fn schedule(
                 }
                 let src = pick_source(
                     fg,
-                    &mut coords,
+                    coords,
                     &replica_dims,
                     replicas,
                     own.as_deref(),
@@ -162,30 +140,77 @@ fn schedule(
                 );
                 counter += 1;
                 if src != d {
-                    sent_load[src] += piece.len();
+                    sent_load[src] += len;
                 }
                 out.push(Transfer {
                     src,
                     dst: d,
-                    boxes: vec![piece.clone()],
+                    boxes: smallvec::smallvec![Block {
+                        ranges: crate::Ranges::from_slice(ranges)
+                    }],
                 });
             }
-            // Odometer over the pieces, last index fastest.
-            let mut v = nd;
-            loop {
-                if v == 0 {
-                    break 'pieces;
-                }
-                v -= 1;
-                pos[v] += 1;
-                if pos[v] < lists[v].len() {
-                    break;
-                }
-                pos[v] = 0;
+        });
+        // (dst, src) order: one target's messages sorted while they are still in cache.
+        out[first..].sort_unstable_by_key(|t| t.src);
+    }
+    // A source holds one block, which meets a target block in one box: pairs are unique.
+    debug_assert!(out
+        .windows(2)
+        .all(|w| (w[0].dst, w[0].src) < (w[1].dst, w[1].src)));
+    out
+}
+
+/// Calls `f(ranges, coords)` for every piece of the target block `tb`: its intersection with
+/// one cell of the source partition `parts`, in odometer order (last index fastest), with
+/// `coords` set along the source's split dims to the cell's grid coordinates.
+fn for_each_piece(
+    parts: &[Vec<Interval>],
+    from: &Distribution,
+    tb: &Block,
+    coords: &mut [usize],
+    mut f: impl FnMut(&crate::Ranges, &mut [usize]),
+) {
+    if tb.is_empty() {
+        return;
+    }
+    let nd = parts.len();
+    // The source intervals each target range meets.
+    let mut lists: Vec<&[Interval]> = Vec::with_capacity(nd);
+    for (p, &(s, e)) in parts.iter().zip(&tb.ranges) {
+        let lo = p.partition_point(|iv| iv.end <= s);
+        let hi = p.partition_point(|iv| iv.start < e);
+        lists.push(&p[lo..hi]);
+    }
+    if lists.iter().any(|l| l.is_empty()) {
+        return;
+    }
+    let mut pos = vec![0usize; nd];
+    loop {
+        let mut ranges = crate::Ranges::with_capacity(nd);
+        for v in 0..nd {
+            let iv = &lists[v][pos[v]];
+            let (s, e) = tb.ranges[v];
+            ranges.push((iv.start.max(s), iv.end.min(e)));
+            for (k, &g) in from.split[v].iter().enumerate() {
+                coords[g] = iv.coords[k];
             }
         }
+        f(&ranges, coords);
+        // Odometer over the pieces, last index fastest.
+        let mut v = nd;
+        loop {
+            if v == 0 {
+                return;
+            }
+            v -= 1;
+            pos[v] += 1;
+            if pos[v] < lists[v].len() {
+                break;
+            }
+            pos[v] = 0;
+        }
     }
-    merge_pairs(out)
 }
 
 /// The rank that sends one piece: `d` itself when it holds the piece, otherwise the least
@@ -230,21 +255,6 @@ fn pick_source(
     }
     set(coords, best.1);
     fg.rank_of(coords)
-}
-
-/// Sorts transfers by (src, dst) and merges those of one pair into one message.
-fn merge_pairs(mut out: Vec<Transfer>) -> Vec<Transfer> {
-    // A source rank holds one block, so (src, dst) keys are unique and an unstable sort is
-    // deterministic.
-    out.sort_unstable_by_key(|t| (t.src, t.dst));
-    let mut merged: Vec<Transfer> = Vec::with_capacity(out.len());
-    for t in out {
-        match merged.last_mut() {
-            Some(m) if m.src == t.src && m.dst == t.dst => m.boxes.extend(t.boxes),
-            _ => merged.push(t),
-        }
-    }
-    merged
 }
 
 /// Number of elements of the block `rank` holds in `dist` (0 outside the grid), without

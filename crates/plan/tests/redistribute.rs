@@ -40,10 +40,10 @@ fn check(
     procs: usize,
     transfers: &[Transfer],
 ) -> (BTreeMap<usize, u64>, BTreeMap<usize, u64>) {
-    // One message per pair, sorted.
+    // One message per pair, sorted by (dst, src).
     for w in transfers.windows(2) {
         assert!(
-            (w[0].src, w[0].dst) < (w[1].src, w[1].dst),
+            (w[0].dst, w[0].src) < (w[1].dst, w[1].src),
             "pairs sorted and unique"
         );
     }

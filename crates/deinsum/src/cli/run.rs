@@ -302,7 +302,7 @@ fn read_leaf(
     };
     Ok(deinsum_exec::kernels::LocalTensor {
         indices: op.indices.clone(),
-        ranges: b.ranges,
+        ranges: b.ranges.to_vec(),
         data,
     })
 }
