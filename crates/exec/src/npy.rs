@@ -872,6 +872,7 @@ mod tests {
             },
             split,
             partial: Vec::new(),
+            window: Vec::new(),
         }
     }
 

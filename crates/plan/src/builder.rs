@@ -16,31 +16,49 @@ const EXACT_CANDIDATES: usize = 24;
 /// Exact evaluation is skipped for grids larger than this (the model ranks them alone).
 const EXACT_MAX_GRID: usize = 1 << 14;
 
+/// Canonical blocks are not cut below this many words (unless the tensor is smaller): an
+/// all-gather out of tiny blocks costs one message per block and receiving rank.
+pub const MIN_CANONICAL_BLOCK: u64 = 16;
+
 /// The canonical distribution of an input tensor of `shape` on `procs` ranks: a block
-/// distribution in C order. The first index is split over `p_0 = min(P, n_0)` ranks (rounded
-/// down to the number of nonempty ceil-blocks); when ranks remain, the second index is split
-/// over `min(P / p_0, n_1)` (same rounding), and so on. Grid dims are named by the tensor's
-/// indices, in tensor order. With `n_0 >= P` this is the usual 1-D row-block distribution.
-/// A tensor without indices lives on rank 0.
+/// distribution in C order on at most `P' = min(P, ceil(size / MIN_CANONICAL_BLOCK))` ranks.
+/// The first index is split over `p_0 = min(P', n_0)` ranks rounded down to its number of
+/// nonempty ceil-blocks (`ceil(n / ceil(n / p))`); when ranks remain, the second index is split
+/// over `min(P' / p_0, n_1)` (same rounding), and so on. Grid dims are named by the tensor's indices, in tensor order. With
+/// `n_0 >= P` and a large tensor this is the usual 1-D row-block distribution. A tensor
+/// without indices lives on rank 0.
 pub fn canonical_distribution(indices: &[Index], shape: &[usize], procs: usize) -> Distribution {
     if indices.is_empty() {
         return Distribution::on_root(0);
     }
-    let mut rem = procs.max(1);
-    let mut dims = Vec::with_capacity(indices.len());
-    for (&c, &n) in indices.iter().zip(shape) {
-        let mut p = rem.min(n.max(1));
-        if n > 0 {
-            p = n.div_ceil(n.div_ceil(p));
-        }
-        dims.push(GridDim { index: c, size: p });
-        rem /= p;
-    }
+    let size = shape.iter().fold(1u64, |a, &n| a.saturating_mul(n as u64));
+    let by_size = usize::try_from(size.div_ceil(MIN_CANONICAL_BLOCK)).unwrap_or(usize::MAX);
+    let rem = procs.max(1).min(by_size.max(1));
+    let dims = indices
+        .iter()
+        .zip(greedy_split(rem, shape))
+        .map(|(&c, p)| GridDim { index: c, size: p })
+        .collect();
     Distribution {
         grid: Grid { dims },
         split: (0..indices.len()).map(|k| vec![k]).collect(),
         partial: Vec::new(),
+        window: Vec::new(),
     }
+}
+
+/// Ranks per index when `rem` ranks split `shape` in C order: each index over as many ranks as
+/// remain (at most its extent), rounded down to its number of nonempty ceil-blocks.
+fn greedy_split(mut rem: usize, shape: &[usize]) -> Vec<usize> {
+    shape
+        .iter()
+        .map(|&n| {
+            let n = n.max(1);
+            let p = n.div_ceil(n.div_ceil(rem.min(n).max(1)));
+            rem /= p;
+            p
+        })
+        .collect()
 }
 
 /// `dist` with its partial sums reduced and scattered: each partial grid dim (of size > 1)
@@ -77,6 +95,7 @@ pub fn reduced_distribution(dist: &Distribution, shape: &[usize]) -> Distributio
         grid: dist.grid.clone(),
         split,
         partial: Vec::new(),
+        window: Vec::new(),
     }
 }
 
@@ -321,6 +340,7 @@ pub fn build_from(
             } else {
                 Vec::new()
             },
+            window: Vec::new(),
         };
         // Model figures of every enumerated grid.
         let blk = |sizes: &[usize], idx: &[Index]| -> u64 {
@@ -684,6 +704,7 @@ pub fn build_from(
         });
     }
 
+    let touched_per_rank = touched(&groups, &tensors, procs);
     let tot = Volume::from_maps(sent_total, received_total);
     let (peak, ranks_used) = simulate_memory(&steps, &tensors, &groups, tree, procs);
     let max_peak = peak.iter().map(|&(_, w)| w).max().unwrap_or(0);
@@ -701,7 +722,7 @@ pub fn build_from(
         .map(|g| g.bound_memory_independent.max(g.bound_memory_dependent))
         .sum();
     let ratio = if bound_per_rank > 0.0 {
-        tot.max_per_rank as f64 / bound_per_rank
+        touched_per_rank as f64 / bound_per_rank
     } else {
         f64::NAN
     };
@@ -747,6 +768,7 @@ pub fn build_from(
             sent: tot.sent,
             peak_memory: peak,
             max_peak_memory: max_peak,
+            touched_per_rank,
             bound_per_rank,
             ratio,
         },
@@ -754,6 +776,32 @@ pub fn build_from(
         ranks_used,
         inputs_in_place: opts.inputs_in_place,
     })
+}
+
+/// Max over ranks of the words of its blocks of every group's inputs and output, summed over
+/// the groups (ranks outside a group's grid touch nothing of it).
+fn touched(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> u64 {
+    let shape = |id: TensorId| {
+        tensors
+            .iter()
+            .find(|t| t.id == id)
+            .map(|t| t.shape.clone())
+            .unwrap_or_default()
+    };
+    let mut per_rank: Vec<u64> = Vec::new();
+    for g in groups {
+        let size = g.grid.size().min(procs);
+        if per_rank.len() < size {
+            per_rank.resize(size, 0);
+        }
+        for (id, d) in g.inputs.iter().chain(std::iter::once(&g.output)) {
+            let sh = shape(*id);
+            for (r, w) in per_rank.iter_mut().enumerate().take(size) {
+                *w += block_len(d, r, &sh);
+            }
+        }
+    }
+    per_rank.into_iter().max().unwrap_or(0)
 }
 
 /// Peak words per rank over the steps, and the number of ranks that compute.

@@ -126,6 +126,22 @@ pub struct Distribution {
     /// Grid dimensions along which blocks are partial sums. Grid dimensions that neither split
     /// nor are partial replicate the block.
     pub partial: Vec<usize>,
+    /// Phase windows: after the grid splits, tensor index `dim` of every rank's block is cut
+    /// into `parts` ceil-blocks and only block `part` is held (the buffer of one phase of a
+    /// phased compute). Empty for every distribution a tensor rests in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub window: Vec<Window>,
+}
+
+/// One phase window of a [`Distribution`]: part `part` of `parts` of tensor index `dim`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Window {
+    /// Position of the tensor index (tensor order).
+    pub dim: usize,
+    /// Number of phases the rank's range is cut into.
+    pub parts: usize,
+    /// The phase held.
+    pub part: usize,
 }
 
 impl Distribution {
@@ -136,13 +152,23 @@ impl Distribution {
         let ranges = shape
             .iter()
             .zip(&self.split)
-            .map(|(&n, dims)| {
-                dims.iter().fold((0, n), |(lo, hi), &g| {
+            .enumerate()
+            .map(|(v, (&n, dims))| {
+                let r = dims.iter().fold((0, n), |(lo, hi), &g| {
                     block_range(lo, hi, self.grid.dims[g].size, coords[g])
-                })
+                });
+                self.windowed(v, r)
             })
             .collect();
         Some(Block { ranges })
+    }
+
+    /// `range` of tensor index `v` cut down to the windows on `v` (unchanged without one).
+    pub fn windowed(&self, v: usize, range: (usize, usize)) -> (usize, usize) {
+        self.window
+            .iter()
+            .filter(|w| w.dim == v)
+            .fold(range, |(lo, hi), w| block_range(lo, hi, w.parts, w.part))
     }
 
     /// The distribution of a tensor held whole by rank 0 alone.
@@ -151,6 +177,7 @@ impl Distribution {
             grid: Grid::default(),
             split: vec![Vec::new(); ndim],
             partial: Vec::new(),
+            window: Vec::new(),
         }
     }
 

@@ -229,10 +229,17 @@ pub struct Prediction {
     pub peak_memory: Vec<(usize, u64)>,
     /// Max over ranks of `peak_memory`.
     pub max_peak_memory: u64,
-    /// The SOAP per-rank lower bound on words received (the binding one of memory-independent
-    /// and memory-dependent, summed over groups).
+    /// Per-rank I/O of the plan: for each rank, the words of its blocks of every group's
+    /// inputs and output (what it must hold, received or already resident, to do its share of
+    /// the iterations), summed over groups; the max over ranks. This is the quantity the SOAP
+    /// parallel bound limits from below.
+    #[serde(default)]
+    pub touched_per_rank: u64,
+    /// The SOAP per-rank lower bound on the words a rank touches (the binding one of
+    /// memory-independent and memory-dependent, summed over groups).
     pub bound_per_rank: f64,
-    /// `max_per_rank / bound_per_rank`.
+    /// `touched_per_rank / bound_per_rank` (>= 1 up to rounding: the bound is a lower bound on
+    /// the same quantity).
     pub ratio: f64,
 }
 
@@ -328,7 +335,7 @@ pub fn build(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
     }
     plan.prediction.bound_per_rank = bound_total;
     plan.prediction.ratio = if bound_total > 0.0 {
-        plan.prediction.max_per_rank as f64 / bound_total
+        plan.prediction.touched_per_rank as f64 / bound_total
     } else {
         f64::NAN
     };
@@ -410,6 +417,6 @@ impl Plan {
 mod builder;
 mod grids;
 mod redistribute;
-pub use builder::{build_from, canonical_distribution, reduced_distribution};
+pub use builder::{build_from, canonical_distribution, reduced_distribution, MIN_CANONICAL_BLOCK};
 pub use grids::{axis_candidates, enumerate as enumerate_grids, tight};
 pub use redistribute::{block_len, received_words, redistribute};

@@ -56,7 +56,7 @@ fn partition(n: usize, dims: &[usize], grid: &Grid) -> Vec<Interval> {
 /// transfer), and the executor adds them into a zeroed block.
 ///
 /// One transfer per (src, dst) pair, sorted by (dst, src); each carries the one box where the
-/// source block meets the target block. Grids must fit in `procs` ranks (ranks beyond a grid
+/// source block meets the target block. `to` may be a phase window; `from` must not be (panics). Grids must fit in `procs` ranks (ranks beyond a grid
 /// hold nothing).
 pub fn redistribute(
     shape: &[usize],
@@ -65,6 +65,11 @@ pub fn redistribute(
     sum: bool,
     procs: usize,
 ) -> (Vec<Transfer>, Volume) {
+    // Sources are partitioned by their grid splits alone: a phase buffer is never a source.
+    assert!(
+        from.window.is_empty(),
+        "redistribute from a phase window (a planner bug)"
+    );
     let transfers = schedule(shape, from, to, sum, procs);
     let volume = Volume::of_transfers(&transfers);
     (transfers, volume)
@@ -273,6 +278,7 @@ pub fn block_len(dist: &Distribution, rank: usize, shape: &[usize]) -> u64 {
             lo = r.0;
             hi = r.1;
         }
+        let (lo, hi) = dist.windowed(v, (lo, hi));
         len *= (hi - lo) as u64;
         if len == 0 {
             return 0;
@@ -316,25 +322,53 @@ pub fn received_words(
     };
     let src_size = fg.size().min(procs.max(1));
     let dst_size = to.grid.size().min(procs.max(1));
-    let mut received = std::collections::BTreeMap::new();
+    let mut received: Vec<(usize, u64)> = Vec::new();
     for d in 0..dst_size {
-        let Some(tb) = to.block(d, shape) else {
+        let Some(tb) = ranges_of(to, d, shape) else {
             continue;
         };
-        if tb.is_empty() {
+        let t_len: u64 = tb
+            .iter()
+            .map(|&(s, e)| e.saturating_sub(s) as u64)
+            .product();
+        if t_len == 0 {
             continue;
         }
-        let own = if d < src_size {
-            from.block(d, shape)
-                .and_then(|f| f.intersect(&tb))
-                .map_or(0, |x| x.len())
-        } else {
-            0
+        let own = match (d < src_size).then(|| ranges_of(from, d, shape)).flatten() {
+            Some(fb) => fb
+                .iter()
+                .zip(&tb)
+                .map(|(&(a, b), &(c, e))| b.min(e).saturating_sub(a.max(c)) as u64)
+                .product(),
+            None => 0,
         };
-        let w = tb.len() * partials - own;
+        let w = t_len * partials - own;
         if w > 0 {
-            received.insert(d, w);
+            received.push((d, w));
         }
     }
-    Volume::from_maps(std::collections::BTreeMap::new(), received)
+    Volume {
+        max_per_rank: received.iter().map(|&(_, w)| w).max().unwrap_or(0),
+        total: received.iter().map(|&(_, w)| w).sum(),
+        sent: Vec::new(),
+        received,
+    }
+}
+
+/// The ranges of the block `rank` holds in `dist` (`None` outside the grid), inline and
+/// without the coordinate vector `Distribution::block` allocates.
+fn ranges_of(dist: &Distribution, rank: usize, shape: &[usize]) -> Option<crate::Ranges> {
+    let g = &dist.grid;
+    if rank >= g.size() {
+        return None;
+    }
+    let mut out = crate::Ranges::with_capacity(shape.len());
+    for (v, &n) in shape.iter().enumerate() {
+        let (mut lo, mut hi) = (0, n);
+        for &gd in &dist.split[v] {
+            (lo, hi) = block_range(lo, hi, g.dims[gd].size, coord(g, rank, gd));
+        }
+        out.push(dist.windowed(v, (lo, hi)));
+    }
+    Some(out)
 }

@@ -1,6 +1,8 @@
 //! Redistribution schedules are exact covers, and their volumes equal a brute-force count.
 
-use deinsum_plan::{received_words, redistribute, Block, Distribution, Grid, GridDim, Transfer};
+use deinsum_plan::{
+    received_words, redistribute, Block, Distribution, Grid, GridDim, Transfer, Window,
+};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -151,6 +153,7 @@ fn dist_strategy(nd: usize, partial: bool) -> impl Strategy<Value = Distribution
                 grid: Grid { dims },
                 split,
                 partial: partial_dims,
+                window: vec![],
             }
         })
 }
@@ -163,8 +166,17 @@ fn case() -> impl Strategy<Value = (Vec<usize>, Distribution, Distribution, bool
             dist_strategy(nd, false),
             Just(sum),
             0usize..3,
+            // Sometimes the target is one phase window of a phased compute.
+            prop::option::of((0..nd, 1usize..=4, 0usize..4)),
         )
-            .prop_map(|(shape, from, to, sum, extra)| {
+            .prop_map(|(shape, from, mut to, sum, extra, window)| {
+                if let Some((dim, parts, part)) = window {
+                    to.window.push(Window {
+                        dim,
+                        parts,
+                        part: part % parts,
+                    });
+                }
                 let procs = from.grid.size().max(to.grid.size()) + extra;
                 (shape, from, to, sum, procs)
             })
@@ -206,6 +218,7 @@ fn gather_to_root() {
         },
         split: vec![vec![0], vec![1]],
         partial: vec![],
+        window: vec![],
     };
     let to = Distribution::on_root(2);
     let (t, v) = redistribute(&shape, &from, &to, false, 6);
@@ -228,6 +241,7 @@ fn replicas_spread_the_sends() {
         },
         split: vec![vec![]],
         partial: vec![],
+        window: vec![],
     };
     let to = Distribution {
         grid: Grid {
@@ -238,6 +252,7 @@ fn replicas_spread_the_sends() {
         },
         split: vec![vec![0]],
         partial: vec![],
+        window: vec![],
     };
     let (t, v) = redistribute(&shape, &from, &to, false, 8);
     check(&shape, &from, &to, false, 8, &t);
