@@ -3,7 +3,6 @@
 
 use deinsum::exec::reference::{max_error, naive_seeded};
 use deinsum::expr::ExtentSpec;
-use deinsum::plan::PlanStep;
 use deinsum::{Einsum, ExecOptions, InProcess, Inputs, Options};
 use std::collections::BTreeMap;
 
@@ -35,12 +34,9 @@ fn check(expr: &str, spec: &ExtentSpec, p: usize) {
     assert!(rel < 1e-12, "{expr} P={p}: abs {abs} rel {rel}");
     for (_, rep) in &outs {
         for m in &rep.steps {
-            let (ps, pr) = match &plan.steps[m.step] {
-                PlanStep::Redistribute { volume, .. } => {
-                    (volume.sent_by(rep.rank), volume.received_by(rep.rank))
-                }
-                _ => (0, 0),
-            };
+            let (ps, pr) = plan.steps[m.step]
+                .volume()
+                .map_or((0, 0), |v| (v.sent_by(rep.rank), v.received_by(rep.rank)));
             assert_eq!(
                 (m.sent, m.received),
                 (ps, pr),

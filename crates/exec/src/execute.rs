@@ -349,101 +349,123 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                     .ok_or_else(|| bad(format!("unknown group {group}")))?;
                 let (out_id, out_dist) = &g.output;
                 m.tensor = Some(*out_id);
-                let out_t = plan
-                    .tensor(*out_id)
-                    .ok_or_else(|| bad(format!("unknown tensor {out_id}")))?;
-                let result = match g.grid.coords(me) {
-                    None => None,
-                    Some(coords) => {
-                        let box_idx = &g.group.indices;
-                        let box_ranges: Vec<(usize, usize)> = box_idx
-                            .iter()
-                            .map(|&c| {
-                                let n = plan.einsum.extent(c);
-                                match g.grid.position(c) {
-                                    Some(p) => block_range(0, n, g.grid.dims[p].size, coords[p]),
-                                    None => (0, n),
-                                }
-                            })
-                            .collect();
-                        let proj = |indices: &[char]| -> Vec<(usize, usize)> {
-                            indices
-                                .iter()
-                                .map(|c| {
-                                    box_idx
-                                        .iter()
-                                        .position(|d| d == c)
-                                        .map(|p| box_ranges[p])
-                                        .unwrap_or((0, 1))
-                                })
-                                .collect()
-                        };
-                        let mut ins: Vec<(usize, &LocalTensor<T>)> = Vec::new();
-                        for (tid, d) in &g.inputs {
-                            let (hd, blk) = held
-                                .get(tid)
-                                .ok_or_else(|| bad(format!("input tensor {tid} is not live")))?;
-                            if hd != d {
-                                return Err(bad(format!(
-                                    "input tensor {tid} is not in the group's distribution"
-                                )));
-                            }
-                            let blk = blk
-                                .as_ref()
-                                .ok_or_else(|| bad(format!("rank {me} holds no block of {tid}")))?;
-                            if blk.ranges != proj(&blk.indices) {
-                                return Err(bad(format!(
-                                    "rank {me}: block {:?} of tensor {tid} is not the projection of its iteration box",
-                                    blk.ranges
-                                )));
-                            }
-                            ins.push((*tid, blk));
-                        }
-                        let steps = GroupSteps {
-                            steps: g
-                                .group
-                                .steps
-                                .iter()
-                                .map(|&s| plan.tree.steps.get(s))
-                                .collect::<Option<Vec<_>>>()
-                                .ok_or_else(|| bad("group step out of the tree".into()))?,
-                            nodes: g
-                                .group
-                                .steps
-                                .iter()
-                                .map(|&s| plan.tree.num_inputs + s)
-                                .collect(),
-                        };
-                        if steps.steps.is_empty() {
-                            return Err(bad("a group without steps".into()));
-                        }
-                        let mut stats = GroupStats::default();
-                        let r = eval_group(
-                            &steps,
-                            box_idx,
-                            &box_ranges,
-                            &ins,
-                            opts.tile_words,
-                            &mut stats,
-                        );
-                        m.madds = stats.madds;
-                        let r = r.into_order(&out_t.indices);
-                        mem.touch(stats.max_intermediate + r.data.len() as u64);
-                        if let Some(b) = out_dist.block(me, &out_t.shape) {
-                            if b.ranges[..] != r.ranges[..] {
-                                return Err(bad(format!(
-                                    "rank {me}: computed block {:?} of {} but its distribution gives {:?}",
-                                    r.ranges, out_t.name, b.ranges
-                                )));
-                            }
-                            Some(r)
-                        } else {
-                            None
-                        }
+                let mut ins: Vec<(usize, Option<&LocalTensor<T>>)> = Vec::new();
+                for (tid, d) in &g.inputs {
+                    let (hd, blk) = held
+                        .get(tid)
+                        .ok_or_else(|| bad(format!("input tensor {tid} is not live")))?;
+                    if hd != d {
+                        return Err(bad(format!(
+                            "input tensor {tid} is not in the group's distribution"
+                        )));
                     }
-                };
+                    ins.push((*tid, blk.as_ref()));
+                }
+                let mut stats = GroupStats::default();
+                let result =
+                    compute_group(plan, g, me, &ins, None, opts, &mut stats).map_err(bad)?;
+                m.madds = stats.madds;
+                mem.touch(stats.max_intermediate + words(&result));
                 mem.add(words(&result));
                 held.insert(*out_id, (out_dist.clone(), result));
+            }
+            PlanStep::ComputePhase {
+                group,
+                phase,
+                fetch,
+            } => {
+                m.kind = "compute_phase".into();
+                let g = plan
+                    .groups
+                    .get(*group)
+                    .ok_or_else(|| bad(format!("unknown group {group}")))?;
+                let ph = g
+                    .phases
+                    .as_ref()
+                    .ok_or_else(|| bad(format!("group {group} is not phased")))?;
+                if *phase >= ph.count {
+                    return Err(bad(format!("phase {phase} of {}", ph.count)));
+                }
+                let (out_id, out_dist) = &g.output;
+                m.tensor = Some(*out_id);
+                for f in fetch {
+                    m.predicted_sent += f.volume.sent_by(me);
+                    m.predicted_received += f.volume.received_by(me);
+                }
+                // Fetch the windows: the resting blocks stay, the windows are copies.
+                let mut windows: Vec<(usize, Distribution, Option<LocalTensor<T>>)> = Vec::new();
+                for f in fetch {
+                    let t = plan
+                        .tensor(f.tensor)
+                        .ok_or_else(|| bad(format!("unknown tensor {}", f.tensor)))?;
+                    let (_, cur) = held
+                        .get(&f.tensor)
+                        .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
+                    let w =
+                        redistribute(comm, t, cur.clone(), &f.to, false, &f.transfers, &mut mem)
+                            .map_err(|e| match e {
+                                RedistError::Comm(c) => ExecError::Comm(c),
+                                RedistError::Plan(s) => bad(s),
+                            })?;
+                    windows.push((f.tensor, f.to.clone(), w));
+                }
+                let mut ins: Vec<(usize, Option<&LocalTensor<T>>)> = Vec::new();
+                for (tid, d) in &g.inputs {
+                    if let Some((_, wd, w)) = windows.iter().find(|(id, _, _)| id == tid) {
+                        let mut expect = d.clone();
+                        expect.window = wd.window.clone();
+                        if wd != &expect || wd.window.len() != 1 || wd.window[0].part != *phase {
+                            return Err(bad(format!(
+                                "window of tensor {tid} is not phase {phase} of the group's distribution"
+                            )));
+                        }
+                        ins.push((*tid, w.as_ref()));
+                        continue;
+                    }
+                    let (hd, blk) = held
+                        .get(tid)
+                        .ok_or_else(|| bad(format!("input tensor {tid} is not live")))?;
+                    if hd != d {
+                        return Err(bad(format!(
+                            "input tensor {tid} is not in the group's distribution"
+                        )));
+                    }
+                    ins.push((*tid, blk.as_ref()));
+                }
+                let cut = Some((ph.index, ph.count, *phase));
+                let mut stats = GroupStats::default();
+                let part = compute_group(plan, g, me, &ins, cut, opts, &mut stats).map_err(bad)?;
+                m.madds = stats.madds;
+                mem.touch(stats.max_intermediate + words(&part));
+                drop(ins);
+                for (_, _, w) in windows {
+                    mem.sub(words(&w));
+                }
+                // Accumulate into the output block, held from phase 0 on.
+                if *phase == 0 {
+                    mem.add(words(&part));
+                    held.insert(*out_id, (out_dist.clone(), part));
+                } else {
+                    let (_, acc) = held
+                        .get_mut(out_id)
+                        .ok_or_else(|| bad("the phased output is not live".into()))?;
+                    match (acc.as_mut(), part) {
+                        (Some(a), Some(p)) => {
+                            if a.ranges != p.ranges || a.data.len() != p.data.len() {
+                                return Err(bad(
+                                    "phase result does not match the output block".into()
+                                ));
+                            }
+                            for (x, y) in a.data.iter_mut().zip(p.data) {
+                                *x += y;
+                            }
+                        }
+                        (None, None) => {}
+                        _ => {
+                            return Err(bad("phase result does not match the output block".into()))
+                        }
+                    }
+                }
             }
             PlanStep::Free { tensor } => {
                 m.kind = "free".into();
@@ -487,6 +509,104 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
         },
         report,
     ))
+}
+
+/// Computes group `g` on rank `me` over its iteration box (the phased index cut to part
+/// `cut.2` of `cut.1` when given) from the input blocks `ins` (by tensor id, in the group's
+/// input order); `None` for a rank outside the group's grid or without an output block.
+fn compute_group<T: Scalar>(
+    plan: &Plan,
+    g: &deinsum_plan::GroupPlan,
+    me: usize,
+    ins: &[(usize, Option<&LocalTensor<T>>)],
+    cut: Option<(char, usize, usize)>,
+    opts: &ExecOptions,
+    stats: &mut GroupStats,
+) -> Result<Option<LocalTensor<T>>, String> {
+    let (out_id, out_dist) = &g.output;
+    let out_t = plan
+        .tensor(*out_id)
+        .ok_or_else(|| format!("unknown tensor {out_id}"))?;
+    let Some(coords) = g.grid.coords(me) else {
+        return Ok(None);
+    };
+    let box_idx = &g.group.indices;
+    let box_ranges: Vec<(usize, usize)> = box_idx
+        .iter()
+        .map(|&c| {
+            let n = plan.einsum.extent(c);
+            let r = match g.grid.position(c) {
+                Some(p) => block_range(0, n, g.grid.dims[p].size, coords[p]),
+                None => (0, n),
+            };
+            match cut {
+                Some((ci, t, part)) if ci == c => block_range(r.0, r.1, t, part),
+                _ => r,
+            }
+        })
+        .collect();
+    let proj = |indices: &[char]| -> Vec<(usize, usize)> {
+        indices
+            .iter()
+            .map(|c| {
+                box_idx
+                    .iter()
+                    .position(|d| d == c)
+                    .map(|p| box_ranges[p])
+                    .unwrap_or((0, 1))
+            })
+            .collect()
+    };
+    let mut blocks: Vec<(usize, &LocalTensor<T>)> = Vec::new();
+    for &(tid, blk) in ins {
+        let blk = blk.ok_or_else(|| format!("rank {me} holds no block of {tid}"))?;
+        if blk.ranges != proj(&blk.indices) {
+            return Err(format!(
+                "rank {me}: block {:?} of tensor {tid} is not the projection of its iteration box",
+                blk.ranges
+            ));
+        }
+        blocks.push((tid, blk));
+    }
+    let steps = GroupSteps {
+        steps: g
+            .group
+            .steps
+            .iter()
+            .map(|&s| plan.tree.steps.get(s))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| "group step out of the tree".to_string())?,
+        nodes: g
+            .group
+            .steps
+            .iter()
+            .map(|&s| plan.tree.num_inputs + s)
+            .collect(),
+    };
+    if steps.steps.is_empty() {
+        return Err("a group without steps".into());
+    }
+    let r = eval_group(
+        &steps,
+        box_idx,
+        &box_ranges,
+        &blocks,
+        opts.tile_words,
+        stats,
+    );
+    let r = r.into_order(&out_t.indices);
+    match out_dist.block(me, &out_t.shape) {
+        Some(b) => {
+            if b.ranges[..] != r.ranges[..] {
+                return Err(format!(
+                    "rank {me}: computed block {:?} of {} but its distribution gives {:?}",
+                    r.ranges, out_t.name, b.ranges
+                ));
+            }
+            Ok(Some(r))
+        }
+        None => Ok(None),
+    }
 }
 
 fn load_block<T: Scalar>(

@@ -3,8 +3,8 @@
 use crate::grids;
 use crate::redistribute::{block_len, coord, received_words, redistribute};
 use crate::{
-    Distribution, Grid, GridDim, GroupPlan, Plan, PlanError, PlanOptions, PlanStep, Prediction,
-    Tensor, TensorId, TensorKind, Transfer, Volume, PLAN_VERSION,
+    Distribution, Fetch, Grid, GridDim, GroupPlan, Phases, Plan, PlanError, PlanOptions, PlanStep,
+    Prediction, Tensor, TensorId, TensorKind, Transfer, Volume, Window, PLAN_VERSION,
 };
 use deinsum_expr::{Einsum, Index};
 use deinsum_path::ContractionTree;
@@ -198,6 +198,62 @@ struct Candidate {
     memory: u64,
     work: u128,
     tile_dist: f64,
+    /// `(v, T)`: walk group index `v` in `T` phases (only when the blocks exceed the budget).
+    phases: Option<(usize, usize)>,
+}
+
+/// Number of replicas of a tensor over `idx` on a grid of `sizes` over `gidx`: the product of
+/// the grid dims of the indices it lacks.
+fn replicas_of(sizes: &[usize], gidx: &[Index], idx: &[Index]) -> usize {
+    gidx.iter()
+        .zip(sizes)
+        .filter(|(c, _)| !idx.contains(c))
+        .map(|(_, &p)| p)
+        .product()
+}
+
+/// Position in `idx` of the phased index of `phases` (`None`: not phased or not held).
+fn phased_dim(phases: Option<(usize, usize)>, gidx: &[Index], idx: &[Index]) -> Option<usize> {
+    let (v, _) = phases?;
+    idx.iter().position(|&c| c == gidx[v])
+}
+
+/// Where a phased input rests: its group distribution with the grid dims it is replicated
+/// along (size > 1) nested into the split of the phased index, so no rank holds a replica.
+fn resting_for(
+    grid: &Grid,
+    gidx: &[Index],
+    idx: &[Index],
+    phases: Option<(usize, usize)>,
+) -> Distribution {
+    let pos = |c: Index| gidx.iter().position(|&x| x == c).unwrap_or(0);
+    let k = phased_dim(phases, gidx, idx);
+    let split = idx
+        .iter()
+        .enumerate()
+        .map(|(d, &c)| {
+            let mut s = vec![pos(c)];
+            if Some(d) == k {
+                s.extend(
+                    (0..gidx.len()).filter(|&u| !idx.contains(&gidx[u]) && grid.dims[u].size > 1),
+                );
+            }
+            s
+        })
+        .collect();
+    Distribution {
+        grid: grid.clone(),
+        split,
+        partial: Vec::new(),
+        window: Vec::new(),
+    }
+}
+
+/// `whole` with part `part` of `parts` of tensor index `dim` (a phase buffer).
+fn windowed(whole: &Distribution, dim: usize, parts: usize, part: usize) -> Distribution {
+    let mut w = whole.clone();
+    w.window.push(Window { dim, parts, part });
+    w
 }
 
 /// The distribution a tensor is in before a group moves it to `target`.
@@ -484,6 +540,7 @@ pub fn build_from(
                     memory: mem,
                     work,
                     tile_dist,
+                    phases: None,
                 }
             })
             .collect();
@@ -494,6 +551,64 @@ pub fn build_from(
         let limit = (w_min as f64) * (1.0 + opts.balance_tolerance.max(0.0));
         cands.retain(|c| (c.work as f64) <= limit * (1.0 + 1e-12));
         if let Some(s) = opts.mem {
+            // A grid whose blocks exceed the budget may still fit when it walks a summed index
+            // in phases: the inputs holding it rest without replicas and each phase fetches a
+            // window (2.5D / SUMMA). The fewest phases that fit are taken.
+            for c in cands.iter_mut().filter(|c| c.memory > s) {
+                let bv = |v: usize| gext[v].div_ceil(c.sizes[v]);
+                let Some(v) = summed
+                    .iter()
+                    .copied()
+                    .filter(|&v| {
+                        group.inputs.iter().any(|a| {
+                            a.indices.contains(&gidx[v])
+                                && replicas_of(&c.sizes, gidx, &a.indices) > 1
+                        })
+                    })
+                    .max_by_key(|&v| (bv(v), usize::MAX - v))
+                else {
+                    continue;
+                };
+                let mem_at = |t: usize| -> u64 {
+                    let b = bv(v) as u64;
+                    let mut m = 0u64;
+                    for a in &group.inputs {
+                        let full = blk(&c.sizes, &a.indices);
+                        if a.indices.contains(&gidx[v]) {
+                            let rep = replicas_of(&c.sizes, gidx, &a.indices) as u64;
+                            let others = full / b.max(1);
+                            m += others * (b.div_ceil(rep) + b.div_ceil(t as u64));
+                        } else {
+                            m += full;
+                        }
+                    }
+                    // The accumulated output block and the phase's partial result beside it.
+                    m += 2 * blk(&c.sizes, &out_idx);
+                    for o in &inner_outputs {
+                        let full = blk(&c.sizes, o);
+                        m += if o.contains(&gidx[v]) {
+                            (full / b.max(1)) * b.div_ceil(t as u64)
+                        } else {
+                            full
+                        };
+                    }
+                    m
+                };
+                let (mut lo, mut hi) = (2usize, bv(v).max(2));
+                if mem_at(hi) > s {
+                    continue;
+                }
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if mem_at(mid) <= s {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
+                }
+                c.memory = mem_at(lo);
+                c.phases = Some((v, lo));
+            }
             let min_mem = cands.iter().map(|c| c.memory).min().unwrap_or(0);
             cands.retain(|c| c.memory <= s);
             if cands.is_empty() {
@@ -534,13 +649,27 @@ pub fn build_from(
             let grid = make_grid(&c.sizes);
             let mut acc = BTreeMap::new();
             let mut moves = Vec::new();
+            let mut fetch_total = 0u64;
             for a in &group.inputs {
-                let target = dist_for(&grid, &a.indices, false);
-                let from = current(&state, &tensors, opts, a.node, &target);
                 let shape = shape_of(&a.indices, ext);
+                let target = match phased_dim(c.phases, gidx, &a.indices) {
+                    Some(_) => resting_for(&grid, gidx, &a.indices, c.phases),
+                    None => dist_for(&grid, &a.indices, false),
+                };
+                let from = current(&state, &tensors, opts, a.node, &target);
                 let m = plan_move(&shape, &from, &target, procs);
                 for mv in &m {
                     add_received(&mut acc, &mv.volume);
+                }
+                if let (Some(k), Some((_, t))) = (phased_dim(c.phases, gidx, &a.indices), c.phases)
+                {
+                    let whole = dist_for(&grid, &a.indices, false);
+                    for part in 0..t {
+                        let w = windowed(&whole, k, t, part);
+                        let v = received_words(&shape, &target, &w, false, procs);
+                        add_received(&mut acc, &v);
+                        fetch_total += v.total;
+                    }
                 }
                 moves.push(m);
             }
@@ -560,7 +689,8 @@ pub fn build_from(
                 .flatten()
                 .chain(red.iter())
                 .map(|m| m.volume.total)
-                .sum();
+                .sum::<u64>()
+                + fetch_total;
             let key = (max_of(&acc), total);
             if best.as_ref().is_none_or(|b| key < (b.0, b.1)) {
                 best = Some((key.0, key.1, ci, moves, red));
@@ -605,10 +735,15 @@ pub fn build_from(
             };
             idle_reasons.push(why);
         }
-        // Emit: loads, moves, compute, frees.
+        // Emit: loads, moves, compute (or its phases), frees.
         let mut inputs = Vec::new();
+        let mut resting: Vec<(TensorId, Distribution)> = Vec::new();
         for (a, m) in group.inputs.iter().zip(moves) {
-            let target = dist_for(&grid, &a.indices, false);
+            let whole = dist_for(&grid, &a.indices, false);
+            let target = match phased_dim(c.phases, gidx, &a.indices) {
+                Some(_) => resting_for(&grid, gidx, &a.indices, c.phases),
+                None => whole.clone(),
+            };
             if let State::Unloaded = state[&a.node] {
                 let d = current(&state, &tensors, opts, a.node, &target);
                 steps.push(PlanStep::Load {
@@ -634,10 +769,50 @@ pub fn build_from(
                 });
             }
             state.insert(a.node, State::At(target.clone()));
-            inputs.push((a.node, target));
+            if target != whole {
+                resting.push((a.node, target));
+            }
+            inputs.push((a.node, whole));
         }
         let od = dist_for(&grid, &out_idx, true);
-        steps.push(PlanStep::Compute { group: gi });
+        match c.phases {
+            None => steps.push(PlanStep::Compute { group: gi }),
+            Some((_, t)) => {
+                for part in 0..t {
+                    let mut fetch = Vec::new();
+                    for (a, (_, whole)) in group.inputs.iter().zip(&inputs) {
+                        let Some(k) = phased_dim(c.phases, gidx, &a.indices) else {
+                            continue;
+                        };
+                        let rest = resting
+                            .iter()
+                            .find(|(id, _)| *id == a.node)
+                            .map(|(_, d)| d.clone())
+                            .unwrap_or_else(|| whole.clone());
+                        let w = windowed(whole, k, t, part);
+                        let shape = shape_of(&a.indices, ext);
+                        let (transfers, volume) = redistribute(&shape, &rest, &w, false, procs);
+                        for &(r, x) in &volume.received {
+                            *received_total.entry(r).or_default() += x;
+                        }
+                        for &(r, x) in &volume.sent {
+                            *sent_total.entry(r).or_default() += x;
+                        }
+                        fetch.push(Fetch {
+                            tensor: a.node,
+                            to: w,
+                            transfers,
+                            volume,
+                        });
+                    }
+                    steps.push(PlanStep::ComputePhase {
+                        group: gi,
+                        phase: part,
+                        fetch,
+                    });
+                }
+            }
+        }
         for a in &group.inputs {
             steps.push(PlanStep::Free { tensor: a.node });
             state.remove(&a.node);
@@ -671,6 +846,11 @@ pub fn build_from(
             bound_memory_dependent: bd,
             predicted_max_per_rank: pred_max,
             candidates_considered: considered,
+            phases: c.phases.map(|(v, t)| Phases {
+                index: gidx[v],
+                count: t,
+                resting,
+            }),
         });
     }
 
@@ -804,6 +984,75 @@ fn touched(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> u64 {
     per_rank.into_iter().max().unwrap_or(0)
 }
 
+/// Raises `peak` by what a compute (or one phase of it) holds on top of the live blocks: the
+/// fetched windows, the output block and the group-local intermediates over the rank's box
+/// (the phased index cut to the phase's part).
+fn compute_peak(
+    peak: &mut [u64],
+    live: &BTreeMap<TensorId, Distribution>,
+    shapes: &BTreeMap<TensorId, Vec<usize>>,
+    g: &GroupPlan,
+    tree: &ContractionTree,
+    fetch: &[Fetch],
+    cut: Option<(Index, usize, usize)>,
+) {
+    let (_, od) = &g.output;
+    let osh: Vec<usize> = g
+        .group
+        .output
+        .indices
+        .iter()
+        .map(|c| tree.extents.get(c).copied().unwrap_or(1))
+        .collect();
+    let inner: Vec<&Vec<Index>> = g
+        .group
+        .steps
+        .iter()
+        .take(g.group.steps.len().saturating_sub(1))
+        .map(|&st| &tree.steps[st].output)
+        .collect();
+    let fetch_shapes: Vec<Vec<usize>> = fetch
+        .iter()
+        .map(|f| shapes.get(&f.tensor).cloned().unwrap_or_default())
+        .collect();
+    for (r, p) in peak.iter_mut().enumerate() {
+        let mut w: u64 = live
+            .iter()
+            .map(|(id, d)| block_len(d, r, &shapes[id]))
+            .sum();
+        // The step's result block; in phases after the first it sits beside the output
+        // accumulated so far until it is added in.
+        let later_phase = cut.is_some_and(|(_, _, part)| part > 0);
+        w += block_len(od, r, &osh) * if later_phase { 2 } else { 1 };
+        for (f, sh) in fetch.iter().zip(&fetch_shapes) {
+            w += block_len(&f.to, r, sh);
+        }
+        if r < g.grid.size() {
+            for o in &inner {
+                w += o
+                    .iter()
+                    .map(|&c| {
+                        let n = tree.extents.get(&c).copied().unwrap_or(1);
+                        let (mut s, mut e) = match g.grid.position(c) {
+                            Some(k) => {
+                                crate::block_range(0, n, g.grid.dims[k].size, coord(&g.grid, r, k))
+                            }
+                            None => (0, n),
+                        };
+                        if let Some((ci, t, part)) = cut {
+                            if ci == c {
+                                (s, e) = crate::block_range(s, e, t, part);
+                            }
+                        }
+                        (e - s) as u64
+                    })
+                    .product::<u64>();
+            }
+        }
+        *p = (*p).max(w);
+    }
+}
+
 /// Peak words per rank over the steps, and the number of ranks that compute.
 fn simulate_memory(
     steps: &[PlanStep],
@@ -861,45 +1110,24 @@ fn simulate_memory(
                 live.insert(*tensor, to.clone());
             }
             PlanStep::Compute { group } => {
-                let g = &groups[*group];
-                let (oid, od) = &g.output;
-                let osh = shape(*oid);
-                let inner: Vec<&Vec<Index>> = g
-                    .group
-                    .steps
-                    .iter()
-                    .take(g.group.steps.len().saturating_sub(1))
-                    .map(|&st| &tree.steps[st].output)
-                    .collect();
-                for (r, p) in peak.iter_mut().enumerate() {
-                    let mut w = live_words(&live, &shapes, r) + block_len(od, r, &osh);
-                    if r < g.grid.size() {
-                        for o in &inner {
-                            w += o
-                                .iter()
-                                .map(|&c| {
-                                    let k = g.grid.position(c);
-                                    let n = tree.extents.get(&c).copied().unwrap_or(1);
-                                    match k {
-                                        Some(k) => {
-                                            let (s, e) = crate::block_range(
-                                                0,
-                                                n,
-                                                g.grid.dims[k].size,
-                                                coord(&g.grid, r, k),
-                                            );
-                                            (e - s) as u64
-                                        }
-                                        None => n as u64,
-                                    }
-                                })
-                                .product::<u64>();
-                        }
-                    }
-                    *p = (*p).max(w);
-                }
-                shapes.insert(*oid, osh);
+                compute_peak(&mut peak, &live, &shapes, &groups[*group], tree, &[], None);
+                let (oid, od) = &groups[*group].output;
+                shapes.insert(*oid, shape(*oid));
                 live.insert(*oid, od.clone());
+            }
+            PlanStep::ComputePhase {
+                group,
+                phase,
+                fetch,
+            } => {
+                let g = &groups[*group];
+                let cut = g.phases.as_ref().map(|ph| (ph.index, ph.count, *phase));
+                compute_peak(&mut peak, &live, &shapes, g, tree, fetch, cut);
+                if cut.is_some_and(|(_, t, p)| p + 1 == t) {
+                    let (oid, od) = &g.output;
+                    shapes.insert(*oid, shape(*oid));
+                    live.insert(*oid, od.clone());
+                }
             }
             PlanStep::Free { tensor } => {
                 live.remove(tensor);

@@ -14,7 +14,7 @@ mod geometry;
 pub use geometry::*;
 
 /// Version of the plan JSON schema (docs/plan-schema.md).
-pub const PLAN_VERSION: u32 = 1;
+pub const PLAN_VERSION: u32 = 2;
 
 /// Identifies a tensor of the plan: the contraction tree's node id (inputs `0..n`, then one per
 /// step). Only inputs and the results of fused groups are materialized as distributed tensors.
@@ -167,6 +167,36 @@ pub struct GroupPlan {
     pub predicted_max_per_rank: u64,
     /// Grids considered for this group (admissible by load balance and memory).
     pub candidates_considered: usize,
+    /// When the group's blocks do not fit the memory budget: the summed index each rank walks
+    /// in phases (the 2.5D/SUMMA scheme), `None` when the group computes in one go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<Phases>,
+}
+
+/// A group computed in phases along one summed index: the inputs that hold the index rest in
+/// a distribution without replicas (their replicas' share of the index nested into its split)
+/// and, before each phase, every rank fetches the window of its block for that phase.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Phases {
+    /// The summed index walked in phases.
+    pub index: Index,
+    /// Number of phases T: phase t covers part t of T of every rank's block of the index.
+    pub count: usize,
+    /// Where each input holding the index rests between phases, by tensor id.
+    pub resting: Vec<(TensorId, Distribution)>,
+}
+
+/// The window of one input that a rank fetches before a phase, from where the input rests.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fetch {
+    /// The input tensor (it stays in its resting distribution; the window is a copy).
+    pub tensor: TensorId,
+    /// The window: the group's distribution of the input with one [`Window`] on the index.
+    pub to: Distribution,
+    /// Who sends which boxes to whom, one message per (src, dst) pair.
+    pub transfers: Vec<Transfer>,
+    /// Predicted words per rank.
+    pub volume: Volume,
 }
 
 /// One step of the plan, executed in order by every rank.
@@ -203,11 +233,47 @@ pub enum PlanStep {
         /// Index into [`Plan::groups`].
         group: usize,
     },
+    /// Phase `phase` of a phased group ([`GroupPlan::phases`]): every rank fetches the windows
+    /// listed, computes the group over its box with the phased index cut to this phase and
+    /// adds the result into its output block (zero before phase 0), then drops the windows.
+    /// After the last phase the output is held as after a [`PlanStep::Compute`].
+    ComputePhase {
+        /// Index into [`Plan::groups`].
+        group: usize,
+        /// The phase, `0..count`.
+        phase: usize,
+        /// The windows fetched for this phase.
+        fetch: Vec<Fetch>,
+    },
     /// `tensor` is no longer needed; ranks free its blocks.
     Free {
         /// The tensor released.
         tensor: TensorId,
     },
+}
+
+impl PlanStep {
+    /// The words this step moves per rank: a redistribution's volume, or a phase's fetches
+    /// added up per rank; `None` for steps that move nothing.
+    pub fn volume(&self) -> Option<Volume> {
+        match self {
+            PlanStep::Redistribute { volume, .. } => Some(volume.clone()),
+            PlanStep::ComputePhase { fetch, .. } => {
+                let mut sent = std::collections::BTreeMap::new();
+                let mut received = std::collections::BTreeMap::new();
+                for f in fetch {
+                    for &(r, w) in &f.volume.sent {
+                        *sent.entry(r).or_default() += w;
+                    }
+                    for &(r, w) in &f.volume.received {
+                        *received.entry(r).or_default() += w;
+                    }
+                }
+                Some(Volume::from_maps(sent, received))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Predicted totals of a plan.

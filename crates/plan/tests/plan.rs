@@ -265,3 +265,57 @@ fn predicted_volumes_equal_brute_force() {
         assert!(!p.output.1.is_partial());
     }
 }
+
+/// Size of the grid dim of `index` in group 0 (1 when the index is not split).
+fn dim_of(p: &Plan, index: char) -> usize {
+    p.groups[0]
+        .grid
+        .dims
+        .iter()
+        .find(|d| d.index == index)
+        .map_or(1, |d| d.size)
+}
+
+#[test]
+fn matmul_under_a_budget_takes_fewer_copies() {
+    // The 2.5D behaviour: the cube replicates blocks P^(1/3) times; a budget below its memory
+    // splits the summed index fewer ways (fewer copies of partial sums) and walks it in phases.
+    let spec = ExtentSpec::from_flags(Some("i=512,j=512,k=512"), None, None).unwrap();
+    let e = parse("ij,jk->ik", &spec).unwrap();
+    let plan_with = |mem: Option<u64>| {
+        build(
+            &e,
+            &PlanOptions {
+                procs: 512,
+                mem,
+                ..Default::default()
+            },
+        )
+    };
+    let free = plan_with(None).unwrap();
+    assert_eq!(dim_of(&free, 'j'), 8);
+    assert!(free.groups[0].phases.is_none());
+    let cube_mem = free.prediction.max_peak_memory;
+    let mut copies = vec![8];
+    let mut words = vec![free.prediction.max_per_rank];
+    for s in [cube_mem / 3, cube_mem / 5] {
+        let p = plan_with(Some(s)).unwrap();
+        assert!(p.prediction.max_peak_memory <= s);
+        let ph = p.groups[0]
+            .phases
+            .as_ref()
+            .expect("phased under the budget");
+        assert_eq!(ph.index, 'j');
+        assert!(ph.count >= 2);
+        copies.push(dim_of(&p, 'j'));
+        words.push(p.prediction.max_per_rank);
+    }
+    // Fewer copies as the budget shrinks, and more words moved: the 2.5D trade-off.
+    assert!(copies.windows(2).all(|w| w[1] < w[0]), "copies {copies:?}");
+    assert!(words.windows(2).all(|w| w[1] > w[0]), "words {words:?}");
+    // A budget below any plan is still a clear error.
+    assert!(matches!(
+        plan_with(Some(100)),
+        Err(PlanError::MemoryTooSmall { .. })
+    ));
+}

@@ -182,6 +182,24 @@ pub fn render_text(plan: &Plan, strategy: &str) -> String {
             g.bound_memory_dependent,
             g.predicted_max_per_rank
         );
+        if let Some(ph) = &g.phases {
+            let copies: usize = g
+                .grid
+                .dims
+                .iter()
+                .filter(|d| d.index == ph.index)
+                .map(|d| d.size)
+                .product();
+            let _ = writeln!(
+                o,
+                "  in {} phases along {} (blocks over the memory budget; the summed index is split {} ways, so its partial sums come in {} copies): {} inputs rest without replicas and fetch one window per phase",
+                ph.count,
+                ph.index,
+                copies,
+                copies,
+                ph.resting.len()
+            );
+        }
     }
     let _ = writeln!(o, "steps:");
     let name = |id: usize| {
@@ -228,6 +246,28 @@ pub fn render_text(plan: &Plan, strategy: &str) -> String {
             PlanStep::Compute { group } => {
                 let _ = writeln!(o, "  {k:>3} compute group {group}");
             }
+            PlanStep::ComputePhase {
+                group,
+                phase,
+                fetch,
+            } => {
+                let msgs: usize = fetch
+                    .iter()
+                    .map(|f| f.transfers.iter().filter(|t| t.src != t.dst).count())
+                    .sum();
+                let max: u64 = fetch.iter().map(|f| f.volume.max_per_rank).sum();
+                let total: u64 = fetch.iter().map(|f| f.volume.total).sum();
+                let _ = writeln!(
+                    o,
+                    "  {k:>3} compute group {group} phase {phase}: fetch {} ({} messages, words received: max/rank {max}, total {total})",
+                    fetch
+                        .iter()
+                        .map(|f| name(f.tensor))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    msgs
+                );
+            }
             PlanStep::Free { tensor } => {
                 let _ = writeln!(o, "  {k:>3} free {}", name(*tensor));
             }
@@ -241,8 +281,8 @@ pub fn render_text(plan: &Plan, strategy: &str) -> String {
     );
     let _ = writeln!(
         o,
-        "SOAP per-rank bound {:.1}   predicted/bound {:.3}",
-        p.bound_per_rank, p.ratio
+        "per-rank I/O (words of a rank's blocks of every group's inputs and output) {}   SOAP per-rank bound {:.1}   ratio {:.3}",
+        p.touched_per_rank, p.bound_per_rank, p.ratio
     );
     let _ = writeln!(o, "peak memory: max {} words per rank", p.max_peak_memory);
     let _ = writeln!(

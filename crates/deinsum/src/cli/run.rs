@@ -7,7 +7,7 @@ use deinsum_exec::{
     execute_measured, gather_reports, Communicator, ExecError, ExecOptions, Inputs, RunReport,
     Scalar,
 };
-use deinsum_plan::{Plan, PlanStep};
+use deinsum_plan::Plan;
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -346,10 +346,8 @@ impl Summary {
             let seconds = ms.iter().map(|m| m.seconds).fold(0.0, f64::max);
             let measured_max = ms.iter().map(|m| m.received).max().unwrap_or(0);
             let measured_total = ms.iter().map(|m| m.received).sum();
-            let (predicted_max, predicted_total) = match step {
-                PlanStep::Redistribute { volume, .. } => (volume.max_per_rank, volume.total),
-                _ => (0, 0),
-            };
+            let (predicted_max, predicted_total) =
+                step.volume().map_or((0, 0), |v| (v.max_per_rank, v.total));
             let exact = ms
                 .iter()
                 .all(|m| m.sent == m.predicted_sent && m.received == m.predicted_received);

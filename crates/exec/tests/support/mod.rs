@@ -6,7 +6,7 @@ use deinsum_exec::reference::{max_error, naive_seeded};
 use deinsum_exec::{execute_measured, ExecOptions, InProcess, Inputs, RunReport, Scalar};
 use deinsum_expr::{Dim, Einsum, Index, Operand};
 use deinsum_path::{ContractionTree, Step};
-use deinsum_plan::{build_from, Plan, PlanOptions, PlanStep};
+use deinsum_plan::{build_from, Plan, PlanOptions};
 use deinsum_soap::{Access, FusedGroup, Fusion, IoBound};
 use std::collections::BTreeMap;
 
@@ -204,7 +204,7 @@ pub fn run<T: Scalar>(plan: &Plan, seed: u64, tile_words: u64) -> (Vec<T>, Vec<R
 pub fn assert_volume(plan: &Plan, reps: &[RunReport]) {
     for rep in reps {
         for m in &rep.steps {
-            if let PlanStep::Redistribute { volume, .. } = &plan.steps[m.step] {
+            if let Some(volume) = plan.steps[m.step].volume() {
                 assert_eq!(
                     m.sent,
                     volume.sent_by(rep.rank),
