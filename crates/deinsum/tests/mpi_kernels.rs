@@ -56,6 +56,16 @@ const KERNELS: &[Kernel] = &[
     ),
 ];
 
+/// Kernels planned under a memory budget that forces phases.
+const PHASED: &[(&str, &str, &[(char, usize)])] = &[
+    ("1MM", "ij,jk->ik", &[('i', 23), ('j', 29), ('k', 19)]),
+    (
+        "MTTKRP3",
+        "ijk,ja,ka->ia",
+        &[('i', 9), ('j', 11), ('k', 7), ('a', 5)],
+    ),
+];
+
 fn rel_err(got: &[f64], want: &[f64]) -> f64 {
     if got.len() != want.len() {
         return f64::INFINITY;
@@ -175,6 +185,70 @@ fn body(world: &MpiComm, c: &mut Checks) {
             let e = rel_err(&back, &want);
             c.check(e <= 1e-10, || {
                 format!("{name}: .npy in/out relative error {e:.3e}")
+            });
+        }
+        world.or_abort(world.barrier());
+    }
+
+    // Under a budget below whole blocks the plan computes in phases (2.5D); on MPI too the
+    // result is the serial one, every step moves what the plan says and no rank exceeds the
+    // budget.
+    for &(name, expr, sizes) in PHASED {
+        let spec = ExtentSpec {
+            sizes: sizes.iter().copied().collect(),
+            ..ExtentSpec::default()
+        };
+        let free = world.or_abort(Einsum::compile(expr, &spec, &Options::procs(p)));
+        // The tightest of a few budgets that still has a (phased) plan.
+        let mut chosen = None;
+        for num in [9u64, 8, 7, 6] {
+            let s = free.plan().prediction.max_peak_memory * num / 10;
+            let opts = Options {
+                procs: p,
+                mem: Some(s),
+                ..Options::default()
+            };
+            if let Ok(comp) = Einsum::compile(expr, &spec, &opts) {
+                if comp.plan().groups.iter().any(|g| g.phases.is_some()) {
+                    chosen = Some((s, comp));
+                }
+            }
+        }
+        let Some((s, compiled)) = chosen else {
+            // One rank holds everything: there is no replica to drop, so nothing to phase.
+            c.check(p == 1, || format!("{name}: no phased plan on {p} ranks"));
+            continue;
+        };
+        let plan = compiled.plan();
+        c.check(plan.groups.iter().any(|g| g.phases.is_some()), || {
+            format!("{name}: the plan under S={s} is not phased")
+        });
+        let (out, report) = world.or_abort(compiled.run_measured(
+            world,
+            &Inputs::<f64>::Seeded { seed: SEED },
+            &ExecOptions::default(),
+        ));
+        for st in &report.steps {
+            c.eq(
+                (st.sent, st.received),
+                (st.predicted_sent, st.predicted_received),
+                &format!(
+                    "{name} (phased) step {} ({}) words (sent, received) vs plan",
+                    st.step, st.kind
+                ),
+            );
+        }
+        c.check(report.peak_words <= s, || {
+            format!(
+                "{name} (phased): rank {me} held {} words, budget {s}",
+                report.peak_words
+            )
+        });
+        let want = naive_seeded(&plan.einsum, SEED);
+        if let Some(got) = world.or_abort(out.gather(world)) {
+            let e = rel_err(&got, &want);
+            c.check(e <= 1e-10, || {
+                format!("{name} (phased): relative error {e:.3e} vs naive serial")
             });
         }
         world.or_abort(world.barrier());

@@ -751,13 +751,24 @@ fn redistribute<T: Scalar, C: Communicator>(
     for r in 0..p {
         offs[r + 1] = offs[r] + rcounts[r];
     }
+    // This rank's incoming transfers by source, in list order: one pass, not one per source.
+    let mut incoming: Vec<Vec<&deinsum_plan::Transfer>> = vec![Vec::new(); p];
+    for tr in transfers.iter().filter(|tr| tr.dst == me && tr.src != me) {
+        if tr.src >= p {
+            return Err(RedistError::Plan(format!(
+                "transfer from rank {} of {p}",
+                tr.src
+            )));
+        }
+        incoming[tr.src].push(tr);
+    }
     let mut vals: Vec<T> = Vec::new();
     for src in (0..p).filter(|&s| s != me) {
         let bytes = &recv[offs[src]..offs[src + 1]];
         vals.clear();
         T::from_bytes(bytes, &mut vals);
         let mut pos = 0usize;
-        for tr in transfers.iter().filter(|tr| tr.src == src && tr.dst == me) {
+        for tr in incoming[src].iter().copied() {
             let dst = new
                 .as_mut()
                 .ok_or_else(|| RedistError::Plan(format!("rank {me} receives into no block")))?;

@@ -101,7 +101,10 @@ impl MpiComm {
     /// `code`), so that one rank's error never leaves the others waiting in a collective.
     pub fn abort(&self, message: &str, code: i32) -> ! {
         let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "deinsum: rank {}: {message}", self.comm.rank());
+        let me = format!("rank {}: ", self.comm.rank());
+        // Executor errors often name the rank already; say it once.
+        let message = message.strip_prefix(&me).unwrap_or(message);
+        let _ = writeln!(err, "deinsum: {me}{message}");
         let _ = err.flush();
         drop(err);
         self.comm.abort(code)

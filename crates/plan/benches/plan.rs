@@ -77,10 +77,11 @@ fn bench(c: &mut Criterion) {
         };
         let p = build(&e, &opts).expect("plan");
         eprintln!(
-            "{name}: P={procs} groups {} ranks {} max/rank {} bound {:.0} ratio {:.3}",
+            "{name}: P={procs} groups {} ranks {} received/rank {} touched/rank {} bound {:.0} ratio {:.3}",
             p.groups.len(),
             p.ranks_used,
             p.prediction.max_per_rank,
+            p.prediction.touched_per_rank,
             p.prediction.bound_per_rank,
             p.prediction.ratio
         );
