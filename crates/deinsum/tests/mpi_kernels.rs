@@ -215,8 +215,10 @@ fn body(world: &MpiComm, c: &mut Checks) {
             }
         }
         let Some((s, compiled)) = chosen else {
-            // One rank holds everything: there is no replica to drop, so nothing to phase.
-            c.check(p == 1, || format!("{name}: no phased plan on {p} ranks"));
+            // One rank holds everything: no replica to drop. On two ranks a block is
+            // replicated twice at most and phasing saves under a tenth of the peak (1MM here:
+            // 1089 of 1127 words at best), so no budget in the list needs it.
+            c.check(p <= 2, || format!("{name}: no phased plan on {p} ranks"));
             continue;
         };
         let plan = compiled.plan();
