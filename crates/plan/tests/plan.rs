@@ -37,7 +37,7 @@ fn json_round_trip() {
     let e = einsum("ijk,ja,ka,al->il", None, 7);
     let p = build(&e, &opts(6)).unwrap();
     let s = serde_json::to_string(&p).unwrap();
-    assert!(s.starts_with("{\"version\":1,"));
+    assert!(s.starts_with("{\"version\":2,"));
     let q: Plan = serde_json::from_str(&s).unwrap();
     assert_eq!(p, q);
     // Same input, same bytes.
