@@ -25,6 +25,18 @@ fn main() {
     )
     .expect("plan");
     let t_all = t.elapsed();
+    // Time to free a plan of the same size (a second build, dropped at once).
+    let extra = build(
+        &e,
+        &PlanOptions {
+            procs,
+            ..Default::default()
+        },
+    )
+    .expect("plan");
+    let t = Instant::now();
+    drop(extra);
+    let t_drop = t.elapsed();
     for g in &p.groups {
         let ext: Vec<usize> = g.group.indices.iter().map(|c| e.extent(*c)).collect();
         let t = Instant::now();
@@ -47,10 +59,11 @@ fn main() {
         .sum();
     println!("  {} transfers, {} steps", ntr, p.steps.len());
     println!(
-        "path {:?} soap {:?} build total {:?}; groups {} ranks {} max/rank {} ratio {:.3}",
+        "path {:?} soap {:?} build total {:?} (drop {:?}); groups {} ranks {} max/rank {} ratio {:.3}",
         t_path,
         t_soap,
         t_all,
+        t_drop,
         f.groups.len(),
         p.ranks_used,
         p.prediction.max_per_rank,
