@@ -125,11 +125,13 @@ fn schedule(
     }
     let mut out: Vec<Transfer> = Vec::with_capacity(count);
     // Counted while the messages are made: no second pass over ~P^2 of them.
-    let mut received = vec![0u64; dst_size];
+    let mut received: Vec<u64> = Vec::with_capacity(dst_size);
     for d in 0..dst_size {
         let Some(tb) = to.block(d, shape) else {
+            received.push(0);
             continue;
         };
+        let mut got = 0u64;
         let own = if d < src_size { fg.coords(d) } else { None };
         let mut counter = 0usize;
         let first = out.len();
@@ -154,7 +156,7 @@ fn schedule(
                 counter += 1;
                 if src != d {
                     sent_load[src] += len;
-                    received[d] += len;
+                    got += len;
                 }
                 out.push(Transfer {
                     src,
@@ -165,6 +167,7 @@ fn schedule(
                 });
             }
         });
+        received.push(got);
         // (dst, src) order: one target's messages sorted while they are still in cache.
         out[first..].sort_unstable_by_key(|t| t.src);
     }
