@@ -886,7 +886,8 @@ pub fn build_from(
 
     let touched_per_rank = touched(&groups, &tensors, procs);
     let tot = Volume::from_maps(sent_total, received_total);
-    let (peak, ranks_used) = simulate_memory(&steps, &tensors, &groups, tree, procs);
+    let (peak, peak_buf, ranks_used) = simulate_memory(&steps, &tensors, &groups, tree, procs);
+    let max_peak_buf = peak_buf.iter().map(|&(_, w)| w).max().unwrap_or(0);
     let max_peak = peak.iter().map(|&(_, w)| w).max().unwrap_or(0);
     if let Some(s) = opts.mem {
         if max_peak > s {
@@ -948,6 +949,8 @@ pub fn build_from(
             sent: tot.sent,
             peak_memory: peak,
             max_peak_memory: max_peak,
+            peak_memory_with_buffers: peak_buf,
+            max_peak_memory_with_buffers: max_peak_buf,
             touched_per_rank,
             bound_per_rank,
             ratio,
@@ -984,18 +987,18 @@ fn touched(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> u64 {
     per_rank.into_iter().max().unwrap_or(0)
 }
 
-/// Raises `peak` by what a compute (or one phase of it) holds on top of the live blocks: the
-/// fetched windows, the output block and the group-local intermediates over the rank's box
-/// (the phased index cut to the phase's part).
-fn compute_peak(
-    peak: &mut [u64],
+/// Words each of the first `active` ranks holds during a compute (or one phase of it): the
+/// live blocks, the fetched windows, the output block and the group-local intermediates over
+/// the rank's box (the phased index cut to the phase's part).
+fn compute_words(
+    active: usize,
     live: &BTreeMap<TensorId, Distribution>,
     shapes: &BTreeMap<TensorId, Vec<usize>>,
     g: &GroupPlan,
     tree: &ContractionTree,
     fetch: &[Fetch],
     cut: Option<(Index, usize, usize)>,
-) {
+) -> Vec<u64> {
     let (_, od) = &g.output;
     let osh: Vec<usize> = g
         .group
@@ -1015,7 +1018,8 @@ fn compute_peak(
         .iter()
         .map(|f| shapes.get(&f.tensor).cloned().unwrap_or_default())
         .collect();
-    for (r, p) in peak.iter_mut().enumerate() {
+    let mut out = Vec::with_capacity(active);
+    for r in 0..active {
         let mut w: u64 = live
             .iter()
             .map(|(id, d)| block_len(d, r, &shapes[id]))
@@ -1049,18 +1053,23 @@ fn compute_peak(
                     .product::<u64>();
             }
         }
-        *p = (*p).max(w);
+        out.push(w);
     }
+    out
 }
 
-/// Peak words per rank over the steps, and the number of ranks that compute.
+/// Sparse `(rank, words)` pairs, ascending.
+type PerRank = Vec<(usize, u64)>;
+
+/// Peak words per rank over the steps (without and with message buffers), and the number of
+/// ranks that compute.
 fn simulate_memory(
     steps: &[PlanStep],
     tensors: &[Tensor],
     groups: &[GroupPlan],
     tree: &ContractionTree,
     procs: usize,
-) -> (Vec<(usize, u64)>, usize) {
+) -> (PerRank, PerRank, usize) {
     let shape = |id: TensorId| {
         tensors
             .iter()
@@ -1080,6 +1089,7 @@ fn simulate_memory(
     }
     let active = active.min(procs);
     let mut peak = vec![0u64; active];
+    let mut peak_buf = vec![0u64; active];
     let mut live: BTreeMap<TensorId, Distribution> = BTreeMap::new();
     let mut shapes: BTreeMap<TensorId, Vec<usize>> = BTreeMap::new();
     let live_words = |live: &BTreeMap<TensorId, Distribution>,
@@ -1090,30 +1100,30 @@ fn simulate_memory(
             .sum::<u64>()
     };
     for s in steps {
-        match s {
+        // Blocks held per rank during the step (None: the step only frees).
+        let held: Option<Vec<u64>> = match s {
             PlanStep::Load { tensor, dist } => {
                 shapes.insert(*tensor, shape(*tensor));
                 live.insert(*tensor, dist.clone());
-                for (r, p) in peak.iter_mut().enumerate() {
-                    *p = (*p).max(live_words(&live, &shapes, r));
-                }
+                Some((0..active).map(|r| live_words(&live, &shapes, r)).collect())
             }
             PlanStep::Redistribute { tensor, to, .. } => {
                 let sh = shapes
                     .entry(*tensor)
                     .or_insert_with(|| shape(*tensor))
                     .clone();
-                for (r, p) in peak.iter_mut().enumerate() {
-                    let w = live_words(&live, &shapes, r) + block_len(to, r, &sh);
-                    *p = (*p).max(w);
-                }
+                let w = (0..active)
+                    .map(|r| live_words(&live, &shapes, r) + block_len(to, r, &sh))
+                    .collect();
                 live.insert(*tensor, to.clone());
+                Some(w)
             }
             PlanStep::Compute { group } => {
-                compute_peak(&mut peak, &live, &shapes, &groups[*group], tree, &[], None);
+                let w = compute_words(active, &live, &shapes, &groups[*group], tree, &[], None);
                 let (oid, od) = &groups[*group].output;
                 shapes.insert(*oid, shape(*oid));
                 live.insert(*oid, od.clone());
+                Some(w)
             }
             PlanStep::ComputePhase {
                 group,
@@ -1122,22 +1132,31 @@ fn simulate_memory(
             } => {
                 let g = &groups[*group];
                 let cut = g.phases.as_ref().map(|ph| (ph.index, ph.count, *phase));
-                compute_peak(&mut peak, &live, &shapes, g, tree, fetch, cut);
+                let w = compute_words(active, &live, &shapes, g, tree, fetch, cut);
                 if cut.is_some_and(|(_, t, p)| p + 1 == t) {
                     let (oid, od) = &g.output;
                     shapes.insert(*oid, shape(*oid));
                     live.insert(*oid, od.clone());
                 }
+                Some(w)
             }
             PlanStep::Free { tensor } => {
                 live.remove(tensor);
+                None
+            }
+        };
+        if let Some(w) = held {
+            // Message buffers: a rank's packed sends and its receives exist at once.
+            let vol = s.volume();
+            for (r, &x) in w.iter().enumerate() {
+                let bufs = vol.as_ref().map_or(0, |v| v.sent_by(r) + v.received_by(r));
+                peak[r] = peak[r].max(x);
+                peak_buf[r] = peak_buf[r].max(x + bufs);
             }
         }
     }
-    let sparse = peak
-        .into_iter()
-        .enumerate()
-        .filter(|&(_, w)| w > 0)
-        .collect();
-    (sparse, ranks_used)
+    let sparse = |v: Vec<u64>| -> Vec<(usize, u64)> {
+        v.into_iter().enumerate().filter(|&(_, w)| w > 0).collect()
+    };
+    (sparse(peak), sparse(peak_buf), ranks_used)
 }

@@ -295,6 +295,14 @@ pub struct Prediction {
     pub peak_memory: Vec<(usize, u64)>,
     /// Max over ranks of `peak_memory`.
     pub max_peak_memory: u64,
+    /// `peak_memory` plus the message buffers of each step (a rank's packed sends and its
+    /// receives, which exist at once during the exchange): what the process really holds.
+    /// The budget S bounds `peak_memory`, the tensor data; the buffers come on top.
+    #[serde(default)]
+    pub peak_memory_with_buffers: Vec<(usize, u64)>,
+    /// Max over ranks of `peak_memory_with_buffers`.
+    #[serde(default)]
+    pub max_peak_memory_with_buffers: u64,
     /// Per-rank I/O of the plan: for each rank, the words of its blocks of every group's
     /// inputs and output (what it must hold, received or already resident, to do its share of
     /// the iterations), summed over groups; the max over ranks. This is the quantity the SOAP

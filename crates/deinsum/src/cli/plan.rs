@@ -284,7 +284,11 @@ pub fn render_text(plan: &Plan, strategy: &str) -> String {
         "per-rank I/O (words of a rank's blocks of every group's inputs and output) {}   SOAP per-rank bound {:.1}   ratio {:.3}",
         p.touched_per_rank, p.bound_per_rank, p.ratio
     );
-    let _ = writeln!(o, "peak memory: max {} words per rank", p.max_peak_memory);
+    let _ = writeln!(
+        o,
+        "peak memory: max {} words per rank ({} with message buffers)",
+        p.max_peak_memory, p.max_peak_memory_with_buffers
+    );
     let _ = writeln!(
         o,
         "output {}: {}",

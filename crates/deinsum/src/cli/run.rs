@@ -334,6 +334,7 @@ struct Summary {
     peak_words: u64,
     peak_words_with_buffers: u64,
     predicted_peak_words: u64,
+    predicted_peak_words_with_buffers: u64,
     dtype: Dtype,
 }
 
@@ -391,6 +392,7 @@ impl Summary {
                 .max()
                 .unwrap_or(0),
             predicted_peak_words: plan.prediction.max_peak_memory,
+            predicted_peak_words_with_buffers: plan.prediction.max_peak_memory_with_buffers,
             rows,
             dtype,
         }
@@ -451,10 +453,11 @@ fn print_text(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) {
         if s.exact { ", every rank exactly as planned" } else { ", MEASURED VOLUME DIFFERS FROM THE PLAN" }
     );
     println!(
-        "peak memory per rank: {} words measured ({} with message buffers), {} predicted{}",
+        "peak memory per rank: {} words measured ({} with message buffers), {} predicted ({} with message buffers){}",
         s.peak_words,
         s.peak_words_with_buffers,
         s.predicted_peak_words,
+        s.predicted_peak_words_with_buffers,
         plan.mem
             .map(|m| format!(", budget {m}"))
             .unwrap_or_default()
@@ -501,6 +504,7 @@ fn print_json(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) -> a
         "peak_words": s.peak_words,
         "peak_words_with_buffers": s.peak_words_with_buffers,
         "predicted_peak_words": s.predicted_peak_words,
+        "predicted_peak_words_with_buffers": s.predicted_peak_words_with_buffers,
         "check": check.map(|c| json!({
             "method": c.method, "max_abs_error": c.max_abs, "max_rel_error": c.max_rel,
             "tolerance": c.tolerance, "pass": c.pass,

@@ -243,6 +243,15 @@ pub fn assert_memory(plan: &Plan, reps: &[RunReport]) {
             rep.peak_words,
             predicted
         );
+        let with_buffers =
+            deinsum_plan::lookup(&plan.prediction.peak_memory_with_buffers, rep.rank);
+        assert!(
+            rep.peak_words_with_buffers <= with_buffers,
+            "rank {}: peak with message buffers {} words, predicted {}",
+            rep.rank,
+            rep.peak_words_with_buffers,
+            with_buffers
+        );
     }
 }
 
