@@ -57,7 +57,7 @@ const KERNELS: &[Kernel] = &[
 ];
 
 /// Kernels planned under a memory budget that forces phases.
-const PHASED: &[(&str, &str, &[(char, usize)])] = &[
+const PHASED: &[Kernel] = &[
     ("1MM", "ij,jk->ik", &[('i', 23), ('j', 29), ('k', 19)]),
     (
         "MTTKRP3",
