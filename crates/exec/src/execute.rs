@@ -322,7 +322,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                 let t = plan
                     .tensor(*tensor)
                     .ok_or_else(|| bad(format!("unknown tensor {tensor}")))?;
-                let (cur_dist, cur) = held
+                let (cur_dist, mut cur) = held
                     .remove(tensor)
                     .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
                 if &cur_dist != from {
@@ -332,12 +332,8 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                     )));
                 }
                 let cur_words = words(&cur);
-                let mut cur = cur;
                 let new = redistribute(comm, t, &mut cur, false, to, *sum, transfers, &mut mem)
-                    .map_err(|e| match e {
-                        RedistError::Comm(c) => ExecError::Comm(c),
-                        RedistError::Plan(s) => bad(s),
-                    })?;
+                    .map_err(|e| e.into_exec(bad))?;
                 mem.sub(cur_words);
                 held.insert(*tensor, (to.clone(), new));
             }
@@ -351,15 +347,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                 m.tensor = Some(*out_id);
                 let mut ins: Vec<(usize, Option<&LocalTensor<T>>)> = Vec::new();
                 for (tid, d) in &g.inputs {
-                    let (hd, blk) = held
-                        .get(tid)
-                        .ok_or_else(|| bad(format!("input tensor {tid} is not live")))?;
-                    if hd != d {
-                        return Err(bad(format!(
-                            "input tensor {tid} is not in the group's distribution"
-                        )));
-                    }
-                    ins.push((*tid, blk.as_ref()));
+                    ins.push((*tid, held_input(&held, *tid, d).map_err(bad)?));
                 }
                 let mut stats = GroupStats::default();
                 let result =
@@ -402,10 +390,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                         .get_mut(&f.tensor)
                         .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
                     let w = redistribute(comm, t, cur, true, &f.to, false, &f.transfers, &mut mem)
-                        .map_err(|e| match e {
-                            RedistError::Comm(c) => ExecError::Comm(c),
-                            RedistError::Plan(s) => bad(s),
-                        })?;
+                        .map_err(|e| e.into_exec(bad))?;
                     windows.push((f.tensor, f.to.clone(), w));
                 }
                 let mut ins: Vec<(usize, Option<&LocalTensor<T>>)> = Vec::new();
@@ -421,15 +406,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                         ins.push((*tid, w.as_ref()));
                         continue;
                     }
-                    let (hd, blk) = held
-                        .get(tid)
-                        .ok_or_else(|| bad(format!("input tensor {tid} is not live")))?;
-                    if hd != d {
-                        return Err(bad(format!(
-                            "input tensor {tid} is not in the group's distribution"
-                        )));
-                    }
-                    ins.push((*tid, blk.as_ref()));
+                    ins.push((*tid, held_input(&held, *tid, d).map_err(bad)?));
                 }
                 let cut = Some((ph.index, ph.count, *phase));
                 let mut stats = GroupStats::default();
@@ -508,6 +485,23 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
         },
         report,
     ))
+}
+
+/// The block of input `tid` this rank holds, checked to be in the group's distribution `d`.
+fn held_input<'a, T>(
+    held: &'a BTreeMap<TensorId, (Distribution, Option<LocalTensor<T>>)>,
+    tid: TensorId,
+    d: &Distribution,
+) -> Result<Option<&'a LocalTensor<T>>, String> {
+    let (hd, blk) = held
+        .get(&tid)
+        .ok_or_else(|| format!("input tensor {tid} is not live"))?;
+    if hd != d {
+        return Err(format!(
+            "input tensor {tid} is not in the group's distribution"
+        ));
+    }
+    Ok(blk.as_ref())
 }
 
 /// Computes group `g` on rank `me` over its iteration box (the phased index cut to part
@@ -654,6 +648,17 @@ fn load_block<T: Scalar>(
 enum RedistError {
     Comm(CommError),
     Plan(String),
+}
+
+impl RedistError {
+    /// The executor's error: communication failures as they are, plan faults through `bad`
+    /// (which names the step).
+    fn into_exec(self, bad: impl FnOnce(String) -> ExecError) -> ExecError {
+        match self {
+            RedistError::Comm(c) => ExecError::Comm(c),
+            RedistError::Plan(s) => bad(s),
+        }
+    }
 }
 
 impl From<CommError> for RedistError {

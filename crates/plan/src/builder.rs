@@ -126,6 +126,14 @@ impl Move {
     }
 }
 
+/// Adds `v`'s received and sent words into the running per-rank totals.
+fn tally(received: &mut BTreeMap<usize, u64>, sent: &mut BTreeMap<usize, u64>, v: &Volume) {
+    add_received(received, v);
+    for &(r, w) in &v.sent {
+        *sent.entry(r).or_default() += w;
+    }
+}
+
 /// Adds `v`'s received words into `acc`.
 fn add_received(acc: &mut BTreeMap<usize, u64>, v: &Volume) {
     for &(r, w) in &v.received {
@@ -218,8 +226,9 @@ fn phased_dim(phases: Option<(usize, usize)>, gidx: &[Index], idx: &[Index]) -> 
     idx.iter().position(|&c| c == gidx[v])
 }
 
-/// Where a phased input rests: its group distribution with the grid dims it is replicated
-/// along (size > 1) nested into the split of the phased index, so no rank holds a replica.
+/// Where an input of a group on `grid` is held: its group distribution, and for an input
+/// holding the phased index, with the grid dims it is replicated along (size > 1) nested into
+/// that index's split, so no rank holds a replica (it rests there between phases).
 fn resting_for(
     grid: &Grid,
     gidx: &[Index],
@@ -652,10 +661,7 @@ pub fn build_from(
             let mut fetch_total = 0u64;
             for a in &group.inputs {
                 let shape = shape_of(&a.indices, ext);
-                let target = match phased_dim(c.phases, gidx, &a.indices) {
-                    Some(_) => resting_for(&grid, gidx, &a.indices, c.phases),
-                    None => dist_for(&grid, &a.indices, false),
-                };
+                let target = resting_for(&grid, gidx, &a.indices, c.phases);
                 let from = current(&state, &tensors, opts, a.node, &target);
                 let m = plan_move(&shape, &from, &target, procs);
                 for mv in &m {
@@ -740,10 +746,7 @@ pub fn build_from(
         let mut resting: Vec<(TensorId, Distribution)> = Vec::new();
         for (a, m) in group.inputs.iter().zip(moves) {
             let whole = dist_for(&grid, &a.indices, false);
-            let target = match phased_dim(c.phases, gidx, &a.indices) {
-                Some(_) => resting_for(&grid, gidx, &a.indices, c.phases),
-                None => whole.clone(),
-            };
+            let target = resting_for(&grid, gidx, &a.indices, c.phases);
             if let State::Unloaded = state[&a.node] {
                 let d = current(&state, &tensors, opts, a.node, &target);
                 steps.push(PlanStep::Load {
@@ -753,12 +756,7 @@ pub fn build_from(
             }
             for mv in m {
                 let mv = mv.schedule();
-                for &(r, w) in &mv.volume.received {
-                    *received_total.entry(r).or_default() += w;
-                }
-                for &(r, w) in &mv.volume.sent {
-                    *sent_total.entry(r).or_default() += w;
-                }
+                tally(&mut received_total, &mut sent_total, &mv.volume);
                 steps.push(PlanStep::Redistribute {
                     tensor: a.node,
                     from: mv.from,
@@ -784,20 +782,11 @@ pub fn build_from(
                         let Some(k) = phased_dim(c.phases, gidx, &a.indices) else {
                             continue;
                         };
-                        let rest = resting
-                            .iter()
-                            .find(|(id, _)| *id == a.node)
-                            .map(|(_, d)| d.clone())
-                            .unwrap_or_else(|| whole.clone());
+                        let rest = resting_for(&grid, gidx, &a.indices, c.phases);
                         let w = windowed(whole, k, t, part);
                         let shape = shape_of(&a.indices, ext);
                         let (transfers, volume) = redistribute(&shape, &rest, &w, false, procs);
-                        for &(r, x) in &volume.received {
-                            *received_total.entry(r).or_default() += x;
-                        }
-                        for &(r, x) in &volume.sent {
-                            *sent_total.entry(r).or_default() += x;
-                        }
+                        tally(&mut received_total, &mut sent_total, &volume);
                         fetch.push(Fetch {
                             tensor: a.node,
                             to: w,
@@ -868,12 +857,7 @@ pub fn build_from(
     let final_dist = reduced_distribution(&out_dist, &oshape);
     for mv in plan_move(&oshape, &out_dist, &final_dist, procs) {
         let mv = mv.schedule();
-        for &(r, w) in &mv.volume.received {
-            *received_total.entry(r).or_default() += w;
-        }
-        for &(r, w) in &mv.volume.sent {
-            *sent_total.entry(r).or_default() += w;
-        }
+        tally(&mut received_total, &mut sent_total, &mv.volume);
         steps.push(PlanStep::Redistribute {
             tensor: out_id,
             from: mv.from,
@@ -961,16 +945,19 @@ pub fn build_from(
     })
 }
 
+/// The shape of tensor `id` (empty when unknown: a scalar).
+fn tensor_shape(tensors: &[Tensor], id: TensorId) -> Vec<usize> {
+    tensors
+        .iter()
+        .find(|t| t.id == id)
+        .map(|t| t.shape.clone())
+        .unwrap_or_default()
+}
+
 /// Max over ranks of the words of its blocks of every group's inputs and output, summed over
 /// the groups (ranks outside a group's grid touch nothing of it).
 fn touched(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> u64 {
-    let shape = |id: TensorId| {
-        tensors
-            .iter()
-            .find(|t| t.id == id)
-            .map(|t| t.shape.clone())
-            .unwrap_or_default()
-    };
+    let shape = |id: TensorId| tensor_shape(tensors, id);
     let mut per_rank: Vec<u64> = Vec::new();
     for g in groups {
         let size = g.grid.size().min(procs);
@@ -1018,16 +1005,20 @@ fn compute_words(
         .iter()
         .map(|f| shapes.get(&f.tensor).cloned().unwrap_or_default())
         .collect();
+    // The step's result block; in phases after the first it sits beside the output
+    // accumulated so far until it is added in.
+    let result_blocks = if cut.is_some_and(|(_, _, part)| part > 0) {
+        2
+    } else {
+        1
+    };
     let mut out = Vec::with_capacity(active);
     for r in 0..active {
         let mut w: u64 = live
             .iter()
             .map(|(id, d)| block_len(d, r, &shapes[id]))
             .sum();
-        // The step's result block; in phases after the first it sits beside the output
-        // accumulated so far until it is added in.
-        let later_phase = cut.is_some_and(|(_, _, part)| part > 0);
-        w += block_len(od, r, &osh) * if later_phase { 2 } else { 1 };
+        w += block_len(od, r, &osh) * result_blocks;
         for (f, sh) in fetch.iter().zip(&fetch_shapes) {
             w += block_len(&f.to, r, sh);
         }
@@ -1070,13 +1061,7 @@ fn simulate_memory(
     tree: &ContractionTree,
     procs: usize,
 ) -> (PerRank, PerRank, usize) {
-    let shape = |id: TensorId| {
-        tensors
-            .iter()
-            .find(|t| t.id == id)
-            .map(|t| t.shape.clone())
-            .unwrap_or_default()
-    };
+    let shape = |id: TensorId| tensor_shape(tensors, id);
     let mut active = groups.iter().map(|g| g.grid.size()).max().unwrap_or(1);
     let ranks_used = active.min(procs);
     for s in steps {
@@ -1155,8 +1140,5 @@ fn simulate_memory(
             }
         }
     }
-    let sparse = |v: Vec<u64>| -> Vec<(usize, u64)> {
-        v.into_iter().enumerate().filter(|&(_, w)| w > 0).collect()
-    };
-    (sparse(peak), sparse(peak_buf), ranks_used)
+    (crate::sparse(peak), crate::sparse(peak_buf), ranks_used)
 }

@@ -78,14 +78,20 @@ impl Volume {
             sent[t.src] += w;
             received[t.dst] += w;
         }
-        let sparse = |v: Vec<u64>| -> Vec<(usize, u64)> {
-            v.into_iter().enumerate().filter(|&(_, w)| w > 0).collect()
-        };
-        let received = sparse(received);
+        Volume::from_dense(sent, received)
+    }
+
+    /// Builds a volume from dense per-rank counts indexed by rank (zero entries dropped).
+    pub fn from_dense(sent: Vec<u64>, received: Vec<u64>) -> Volume {
+        Volume::from_sparse(sparse(sent), sparse(received))
+    }
+
+    /// Builds a volume from sparse ascending `(rank, words)` counts without zero entries.
+    pub fn from_sparse(sent: Vec<(usize, u64)>, received: Vec<(usize, u64)>) -> Volume {
         Volume {
             max_per_rank: received.iter().map(|&(_, w)| w).max().unwrap_or(0),
             total: received.iter().map(|&(_, w)| w).sum(),
-            sent: sparse(sent),
+            sent,
             received,
         }
     }
@@ -95,14 +101,10 @@ impl Volume {
         sent: std::collections::BTreeMap<usize, u64>,
         received: std::collections::BTreeMap<usize, u64>,
     ) -> Volume {
-        let sent: Vec<(usize, u64)> = sent.into_iter().filter(|&(_, w)| w > 0).collect();
-        let received: Vec<(usize, u64)> = received.into_iter().filter(|&(_, w)| w > 0).collect();
-        Volume {
-            max_per_rank: received.iter().map(|&(_, w)| w).max().unwrap_or(0),
-            total: received.iter().map(|&(_, w)| w).sum(),
-            sent,
-            received,
-        }
+        let nonzero = |m: std::collections::BTreeMap<usize, u64>| -> Vec<(usize, u64)> {
+            m.into_iter().filter(|&(_, w)| w > 0).collect()
+        };
+        Volume::from_sparse(nonzero(sent), nonzero(received))
     }
 
     /// Words sent by `rank`.
@@ -119,6 +121,16 @@ impl Volume {
     pub fn max_sent(&self) -> u64 {
         self.sent.iter().map(|&(_, w)| w).max().unwrap_or(0)
     }
+}
+
+/// Dense per-rank counts (indexed by rank) as sparse ascending `(rank, count)` pairs, zeros
+/// dropped.
+pub fn sparse(dense: Vec<u64>) -> Vec<(usize, u64)> {
+    dense
+        .into_iter()
+        .enumerate()
+        .filter(|&(_, w)| w > 0)
+        .collect()
 }
 
 /// The count of `rank` in a sparse ascending `(rank, count)` list (0 when absent).

@@ -56,8 +56,8 @@ fn partition(n: usize, dims: &[usize], grid: &Grid) -> Vec<Interval> {
 /// transfer), and the executor adds them into a zeroed block.
 ///
 /// One transfer per (src, dst) pair, sorted by (dst, src); each carries the one box where the
-/// source block meets the target block. `to` may be a phase window; `from` must not be (panics). Grids must fit in `procs` ranks (ranks beyond a grid
-/// hold nothing).
+/// source block meets the target block. `to` may be a phase window; `from` must not be
+/// (panics). Grids must fit in `procs` ranks (ranks beyond a grid hold nothing).
 pub fn redistribute(
     shape: &[usize],
     from: &Distribution,
@@ -175,32 +175,32 @@ fn schedule(
     debug_assert!(out
         .windows(2)
         .all(|w| (w[0].dst, w[0].src) < (w[1].dst, w[1].src)));
-    let sparse = |v: Vec<u64>| -> Vec<(usize, u64)> {
-        v.into_iter().enumerate().filter(|&(_, w)| w > 0).collect()
-    };
-    let received = sparse(received);
-    let volume = Volume {
-        max_per_rank: received.iter().map(|&(_, w)| w).max().unwrap_or(0),
-        total: received.iter().map(|&(_, w)| w).sum(),
-        sent: sparse(sent_load),
-        received,
-    };
+    let volume = Volume::from_dense(sent_load, received);
     debug_assert_eq!(volume, Volume::of_transfers(&out));
     (out, volume)
 }
 
-/// Number of pieces [`for_each_piece`] visits for the target block `tb`.
-fn pieces_of(parts: &[Vec<Interval>], tb: &Block) -> usize {
+/// Per tensor index, the source intervals of `parts` that the target block `tb` meets
+/// (`None` when the block is empty).
+fn meeting<'a>(parts: &'a [Vec<Interval>], tb: &Block) -> Option<Vec<&'a [Interval]>> {
     if tb.is_empty() {
-        return 0;
+        return None;
     }
-    parts
+    let lists: Vec<&[Interval]> = parts
         .iter()
         .zip(&tb.ranges)
         .map(|(p, &(s, e))| {
-            p.partition_point(|iv| iv.start < e) - p.partition_point(|iv| iv.end <= s)
+            let lo = p.partition_point(|iv| iv.end <= s);
+            let hi = p.partition_point(|iv| iv.start < e);
+            &p[lo..hi]
         })
-        .product()
+        .collect();
+    Some(lists)
+}
+
+/// Number of pieces [`for_each_piece`] visits for the target block `tb`.
+fn pieces_of(parts: &[Vec<Interval>], tb: &Block) -> usize {
+    meeting(parts, tb).map_or(0, |lists| lists.iter().map(|l| l.len()).product())
 }
 
 /// Calls `f(ranges, coords)` for every piece of the target block `tb`: its intersection with
@@ -213,20 +213,13 @@ fn for_each_piece(
     coords: &mut [usize],
     mut f: impl FnMut(&crate::Ranges, &mut [usize]),
 ) {
-    if tb.is_empty() {
+    let Some(lists) = meeting(parts, tb) else {
         return;
-    }
-    let nd = parts.len();
-    // The source intervals each target range meets.
-    let mut lists: Vec<&[Interval]> = Vec::with_capacity(nd);
-    for (p, &(s, e)) in parts.iter().zip(&tb.ranges) {
-        let lo = p.partition_point(|iv| iv.end <= s);
-        let hi = p.partition_point(|iv| iv.start < e);
-        lists.push(&p[lo..hi]);
-    }
+    };
     if lists.iter().any(|l| l.is_empty()) {
         return;
     }
+    let nd = parts.len();
     let mut pos = vec![0usize; nd];
     loop {
         let mut ranges = crate::Ranges::with_capacity(nd);
@@ -300,28 +293,9 @@ fn pick_source(
 }
 
 /// Number of elements of the block `rank` holds in `dist` (0 outside the grid), without
-/// allocating.
+/// allocating for tensors of up to four indices.
 pub fn block_len(dist: &Distribution, rank: usize, shape: &[usize]) -> u64 {
-    let g = &dist.grid;
-    if rank >= g.size() {
-        return 0;
-    }
-    let mut len = 1u64;
-    for (v, &n) in shape.iter().enumerate() {
-        let (mut lo, mut hi) = (0, n);
-        for &gd in &dist.split[v] {
-            let c = coord(g, rank, gd);
-            let r = block_range(lo, hi, g.dims[gd].size, c);
-            lo = r.0;
-            hi = r.1;
-        }
-        let (lo, hi) = dist.windowed(v, (lo, hi));
-        len *= (hi - lo) as u64;
-        if len == 0 {
-            return 0;
-        }
-    }
-    len
+    ranges_of(dist, rank, shape).map_or(0, |r| r.iter().map(|&(lo, hi)| (hi - lo) as u64).product())
 }
 
 /// Coordinate of `rank` along grid dimension `k` (row-major, last fastest).
@@ -384,12 +358,7 @@ pub fn received_words(
             received.push((d, w));
         }
     }
-    Volume {
-        max_per_rank: received.iter().map(|&(_, w)| w).max().unwrap_or(0),
-        total: received.iter().map(|&(_, w)| w).sum(),
-        sent: Vec::new(),
-        received,
-    }
+    Volume::from_sparse(Vec::new(), received)
 }
 
 /// The ranges of the block `rank` holds in `dist` (`None` outside the grid), inline and
