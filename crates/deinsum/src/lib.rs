@@ -43,6 +43,10 @@ pub enum Error {
     /// The run failed.
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// The run cannot start here (not enough memory on the node, too many in-process ranks);
+    /// refused before anything is allocated.
+    #[error(transparent)]
+    Preflight(#[from] deinsum_exec::preflight::PreflightError),
     /// A rank of an in-process run failed (its error, or its panic).
     #[error("{0}")]
     Rank(String),
@@ -146,9 +150,27 @@ impl Einsum {
         )?)
     }
 
+    /// Checks, before anything is allocated, that `ranks_on_node` ranks of this plan fit the
+    /// memory this node has available (`/proc/meminfo`; no check where that is unknown).
+    pub fn check_fits<T: Scalar>(&self, ranks_on_node: usize) -> Result<(), Error> {
+        use deinsum_exec::preflight;
+        if let Some(avail) = preflight::available_memory() {
+            let demand = preflight::NodeDemand {
+                word_bytes: T::BYTES,
+                ranks_on_node,
+                extra_words: 0,
+            };
+            preflight::check_memory(&self.plan, demand, avail)?;
+        }
+        Ok(())
+    }
+
     /// Runs on the plan's P ranks as threads of this process and returns the whole output,
-    /// row-major over the output indices.
+    /// row-major over the output indices. Refuses up front (see [`Einsum::check_fits`]) a run
+    /// whose ranks would not fit this node's memory.
     pub fn run_local<T: Scalar>(&self, inputs: &Inputs<T>) -> Result<Vec<T>, Error> {
+        deinsum_exec::preflight::check_in_process_ranks(self.plan.procs)?;
+        self.check_fits::<T>(self.plan.procs)?;
         let world = InProcess::new(self.plan.procs).map_err(|e| Error::Exec(ExecError::Comm(e)))?;
         let out = world
             .run(|comm| {

@@ -127,3 +127,24 @@ fn output_npy_holds_the_result_and_reads_back_as_input() {
     assert!(s.contains(": ok"), "{s}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_run_that_cannot_fit_this_node_is_refused_before_allocating() {
+    // 3 x 10^10 words of f64: more than any test machine has, refused from the plan's figures.
+    let (code, out, err) = deinsum(&["run", "ij,jk->ik", "--size", "100000", "--procs", "2"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("needs") && err.contains("available"), "{err}");
+    assert!(err.contains("nodes like this one"), "{err}");
+    assert!(!err.contains("memory allocation"), "{err}");
+}
+
+#[test]
+fn impossible_rank_counts_are_input_errors() {
+    for procs in ["18446744073709551615", "65537"] {
+        let (code, out, err) = deinsum(&["run", "ij,jk->ik", "--size", "8", "--procs", procs]);
+        assert_eq!(code, 2, "{procs}: {out}{err}");
+        assert!(err.contains("in-process ranks requested"), "{err}");
+    }
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--size", "8", "--procs", "-3"]);
+    assert_eq!(code, 2, "{err}");
+}

@@ -165,3 +165,19 @@ fn run_local_returns_the_whole_output() {
         .unwrap_err();
     assert!(e.to_string().contains("operand 1"), "{e}");
 }
+
+#[test]
+fn run_local_refuses_a_plan_that_cannot_fit_before_allocating() {
+    let spec = deinsum::expr::ExtentSpec {
+        default: Some(100_000),
+        ..Default::default()
+    };
+    let mm = deinsum::Einsum::compile("ij,jk->ik", &spec, &deinsum::Options::procs(2)).unwrap();
+    match mm.run_local::<f64>(&deinsum::Inputs::Seeded { seed: 1 }) {
+        Err(deinsum::Error::Preflight(e)) => assert!(e.to_string().contains("available"), "{e}"),
+        other => panic!(
+            "expected a preflight refusal, got {:?}",
+            other.map(|v| v.len())
+        ),
+    }
+}

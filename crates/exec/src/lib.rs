@@ -5,7 +5,8 @@
 //!   semantics (Load / Redistribute / Compute / Free);
 //! - [`kernels`]: local contractions (transpose + GEMM through faer, tiled fused groups);
 //! - [`data`]: the seeded generator and caller-supplied inputs;
-//! - [`reference`]: serial evaluators for checks.
+//! - [`reference`]: serial evaluators for checks;
+//! - [`preflight`]: memory and rank-count checks made before a run allocates anything.
 
 pub mod comm;
 pub mod data;
@@ -16,6 +17,7 @@ pub mod local;
 pub mod mpi;
 pub mod npy;
 mod npy_input;
+pub mod preflight;
 pub mod reference;
 pub mod scalar;
 pub use comm::{CommError, Communicator, Traffic};

@@ -126,6 +126,20 @@ fn run_mpi<T: Scalar>(
     }
     // Every rank compiles the same plan deterministically; the executor checks the hashes.
     let compiled = compile(einsum, args, procs)?;
+    // Every rank checks its node; all refuse together, so none waits on a refused peer.
+    let ranks_on_node = deinsum_exec::preflight::mpi_ranks_on_node().unwrap_or(1);
+    let verdict = preflight::<T>(compiled.plan(), args, ranks_on_node, comm.rank() == 0);
+    let mut refused = [u64::from(verdict.is_err())];
+    comm.all_reduce_max_u64(&mut refused)
+        .map_err(ExecError::from)?;
+    if refused[0] > 0 {
+        return Err(match verdict {
+            Err(e) => e,
+            Ok(()) => {
+                InputError("another rank's node cannot fit the run (see its message)".into()).into()
+            }
+        });
+    }
     let inputs = inputs_of::<T>(args);
     // A rank's error aborts the whole job with its message: the other ranks may be waiting in
     // a collective that would otherwise never complete.
@@ -152,6 +166,65 @@ fn run_mpi<T: Scalar>(
         "--backend mpi needs a build with the `mpi` feature (cargo build --features mpi)".into(),
     )
     .into())
+}
+
+/// Refuses, before anything is allocated, a run whose ranks on this node would not fit its
+/// available memory (with `holds_check`, also the serial reference of `--check`).
+fn preflight<T: Scalar>(
+    plan: &Plan,
+    args: &Args,
+    ranks_on_node: usize,
+    holds_check: bool,
+) -> anyhow::Result<()> {
+    use deinsum_exec::preflight as pf;
+    let Some(avail) = pf::available_memory() else {
+        return Ok(());
+    };
+    let extra_words = if args.check && holds_check {
+        check_words(plan)
+    } else {
+        0
+    };
+    let demand = pf::NodeDemand {
+        word_bytes: T::BYTES,
+        ranks_on_node,
+        extra_words,
+    };
+    let Err(e) = pf::check_memory(plan, demand, avail) else {
+        return Ok(());
+    };
+    // Say whether the planner can meet the budget that would fit, rather than leave it a guess.
+    let tried = match &e {
+        pf::PreflightError::NotEnoughMemory {
+            fit_mem: Some(w), ..
+        } => {
+            let mut o = deinsum::Options::procs(plan.procs);
+            o.mem = Some(*w);
+            match deinsum::Einsum::compile_parsed(&plan.einsum, &o) {
+                Ok(c) => format!(
+                    " (the planner meets --mem {w}: peak {} words per rank with buffers)",
+                    c.plan().prediction.max_peak_memory_with_buffers
+                ),
+                Err(err) => format!(" (but no plan meets --mem {w}: {err})"),
+            }
+        }
+        _ => String::new(),
+    };
+    Err(InputError(format!("{e}{tried}")).into())
+}
+
+/// Words the serial check holds at once: every input whole and the output twice (gathered and
+/// reference).
+fn check_words(plan: &Plan) -> u128 {
+    let size = |t: &deinsum_plan::Tensor| t.shape.iter().map(|&n| n as u128).product::<u128>();
+    plan.tensors
+        .iter()
+        .map(|t| match t.kind {
+            deinsum_plan::TensorKind::Input(_) => size(t),
+            deinsum_plan::TensorKind::Output => 2 * size(t),
+            deinsum_plan::TensorKind::Intermediate => 0,
+        })
+        .sum()
 }
 
 fn inputs_of<T>(args: &Args) -> Inputs<T> {
@@ -196,7 +269,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let (compiled, outcome) = match args.backend {
         Backend::Local => {
-            let compiled = compile(&einsum, &args, args.procs.unwrap_or(1))?;
+            let procs = args.procs.unwrap_or(1);
+            deinsum_exec::preflight::check_in_process_ranks(procs)
+                .map_err(|e| InputError(e.to_string()))?;
+            let compiled = compile(&einsum, &args, procs)?;
+            match args.dtype {
+                Dtype::F64 => preflight::<f64>(compiled.plan(), &args, procs, true)?,
+                Dtype::F32 => preflight::<f32>(compiled.plan(), &args, procs, true)?,
+            }
             let outcome = match args.dtype {
                 Dtype::F64 => run_local::<f64>(compiled.plan(), &args)?,
                 Dtype::F32 => run_local::<f32>(compiled.plan(), &args)?,
