@@ -105,7 +105,7 @@ fn syntax_error_exits_2_with_caret() {
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(
         lines[0],
-        "error: syntax error at position 4: '1' is not a valid index (indices are letters)"
+        "error: syntax error at position 4: '1' is not a valid index (indices are ASCII letters or non-ASCII characters other than whitespace)"
     );
     assert_eq!(lines[1], "  αβ,β1->α");
     assert_eq!(lines[2], "      ^");

@@ -53,10 +53,11 @@ pub fn parse_sizes(s: &str) -> Result<BTreeMap<Index, usize>, ExprError> {
         let name = name.trim();
         let mut chars = name.chars();
         let c = match (chars.next(), chars.next()) {
-            (Some(c), None) if c.is_alphabetic() => c,
+            (Some(c), None) if crate::is_index(c) => c,
             _ => {
                 return Err(ExprError::invalid(format!(
-                    "--sizes: {name:?} is not an index (an index is one letter)"
+                    "--sizes: {name:?} is not an index (an index is one character: {})",
+                    crate::INDEX_RULE
                 )))
             }
         };

@@ -7,8 +7,9 @@
 //!
 //! # The language (grammar/einsum.pest)
 //!
-//! - An index is one Unicode alphabetic character (`i`, `A`, `α`, `名`); operands are separated
-//!   by `,`; an optional `->` is followed by the output term; whitespace may separate tokens.
+//! - An index is one character: an ASCII letter, or any non-ASCII character that is not
+//!   whitespace (`i`, `A`, `α`, `名`, `×`: every symbol of opt_einsum's `get_symbol`); ASCII
+//!   digits and punctuation are refused ([`is_index`]). Operands are separated by `,`; an optional `->` is followed by the output term; whitespace may separate tokens.
 //! - Without `->` the output is implicit (NumPy's rule): the `...` dims, then the indices that
 //!   occur exactly once over all inputs, sorted by code point (`A` before `a`).
 //! - An index repeated in one operand is a diagonal (`ii->i`); an index missing from the output
@@ -19,7 +20,11 @@
 //!   [`Dim::Broadcast`]. Each position becomes a fresh label, disjoint from the expression's
 //!   labels and deterministic: Greek small letters (`α`, `β`, ...), then Greek capitals, then
 //!   CJK ideographs. An explicit output without `...` sums those dims (as opt_einsum does;
-//!   NumPy refuses). Outside `...`, extent 1 does not broadcast: it is an extent like any other.
+//!   NumPy refuses).
+//! - Named indices broadcast too, as in NumPy: with `--shapes`, an index may have extent 1 in
+//!   some dims and one other extent elsewhere (`bhqd,bhkd->bhqk` with `2x1x5x4,2x3x7x4` gives
+//!   `h` = 3); its extent-1 dims are [`Dim::Broadcast`] (listed in
+//!   [`Operand::named_broadcast`]). A repeated index inside one operand must have equal dims.
 //! - Extents: shapes first, then [`ExtentSpec::sizes`] (which must agree with the shapes and
 //!   name only indices of the einsum), then [`ExtentSpec::default`] for the indices left.
 //!   Extents are at least 1; element counts of every operand and of the output fit in `usize`.
@@ -43,8 +48,18 @@ pub use error::ExprError;
 pub use flags::{parse_extent, parse_shapes, parse_sizes};
 pub use resolve::checked_product;
 
-/// An index label: any Unicode alphabetic character.
+/// An index label: a character for which [`is_index`] holds.
 pub type Index = char;
+
+/// Whether `c` may be an index: an ASCII letter, or a non-ASCII character that is not
+/// whitespace (opt_einsum's symbols; ASCII digits and punctuation are syntax or refused).
+pub fn is_index(c: char) -> bool {
+    c.is_ascii_alphabetic() || (!c.is_ascii() && !c.is_whitespace())
+}
+
+/// The rule of [`is_index`] in words, for error messages.
+pub const INDEX_RULE: &str =
+    "indices are ASCII letters or non-ASCII characters other than whitespace";
 
 /// One storage dimension of an operand as the user's data is laid out.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -63,6 +78,11 @@ pub struct Operand {
     pub dims: Vec<Dim>,
     /// Distinct indices in order of first appearance, broadcast dimensions excluded.
     pub indices: Vec<Index>,
+    /// The broadcast dims written with a label (an extent-1 dim of an index whose extent is
+    /// larger, as NumPy broadcasts it): (storage dim, label), so the operand prints as written.
+    /// Broadcast dims of `...` are not here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub named_broadcast: Vec<(usize, Index)>,
 }
 
 impl Operand {
@@ -76,7 +96,11 @@ impl Operand {
                 }
             }
         }
-        Operand { dims, indices }
+        Operand {
+            dims,
+            indices,
+            named_broadcast: Vec::new(),
+        }
     }
 
     /// The storage shape of this operand given the einsum's extents (broadcast dims are 1).
@@ -159,7 +183,7 @@ pub struct ExtentSpec {
 
 /// Parses and validates `expr` with the extents of `spec` into an [`Einsum`].
 ///
-/// The language is NumPy's (see grammar/einsum.pest): one Unicode letter per index, `,`
+/// The language is NumPy's (see grammar/einsum.pest): one character per index ([`is_index`]), `,`
 /// between operands, an optional `->` and output, `...` for broadcast dimensions. Without
 /// `->` the output is implicit: the `...` dimensions, then the indices that occur exactly once,
 /// sorted. Extents come from `spec`: shapes (which alone size `...`), then named sizes (which
@@ -173,9 +197,14 @@ impl Einsum {
     /// The canonical subscripts of input `k`: its storage dims, with the run of `...` dims
     /// (ellipsis labels and broadcast dims) written as `...`.
     pub fn input_subscripts(&self, k: usize) -> String {
-        let dims = self.inputs[k].dims.iter().map(|d| match d {
+        let op = &self.inputs[k];
+        let dims = op.dims.iter().enumerate().map(|(p, d)| match d {
             Dim::Index(c) => Some(*c),
-            Dim::Broadcast => None,
+            Dim::Broadcast => op
+                .named_broadcast
+                .iter()
+                .find(|&&(q, _)| q == p)
+                .map(|&(_, c)| c),
         });
         self.subscripts(dims)
     }

@@ -71,19 +71,28 @@ pub(crate) fn resolve(expr: &str, ast: &Ast, spec: &ExtentSpec) -> Result<Einsum
         extents.insert(c, bext[b]);
     }
 
-    // Storage dims of every operand, and the extents the shapes give to labels.
+    // Extents the shapes give to labels: NumPy broadcasts an extent-1 dim of a named index
+    // against the index's other extent, so a label's extent is its one extent other than 1.
+    if let Some(shapes) = &spec.shapes {
+        for (c, (n, src)) in label_extents(ast, shapes)? {
+            set_extent(&mut extents, &mut sources, c, n, src)?;
+        }
+    }
+
+    // Storage dims of every operand: an extent-1 dim of a larger index is a broadcast dim.
     for (k, t) in ast.inputs.iter().enumerate() {
         let mut dims = Vec::new();
+        let mut named_broadcast = Vec::new();
         for (item, _) in &t.items {
             match item {
                 Item::Label(c) => {
-                    if let Some(shapes) = &spec.shapes {
-                        let d = dims.len();
-                        let n = shapes[k][d];
-                        let src = Source::Shape { operand: k, dim: d };
-                        set_extent(&mut extents, &mut sources, *c, n, src)?;
+                    let n = spec.shapes.as_ref().map_or(0, |s| s[k][dims.len()]);
+                    if n == 1 && extents.get(c).is_some_and(|&e| e > 1) {
+                        named_broadcast.push((dims.len(), *c));
+                        dims.push(Dim::Broadcast);
+                    } else {
+                        dims.push(Dim::Index(*c));
                     }
-                    dims.push(Dim::Index(*c));
                 }
                 Item::Ellipsis => {
                     for j in 0..ell_dims[k] {
@@ -98,7 +107,9 @@ pub(crate) fn resolve(expr: &str, ast: &Ast, spec: &ExtentSpec) -> Result<Einsum
                 }
             }
         }
-        inputs.push(Operand::new(dims));
+        let mut op = Operand::new(dims);
+        op.named_broadcast = named_broadcast;
+        inputs.push(op);
     }
 
     for (&c, &n) in &spec.sizes {
@@ -150,6 +161,54 @@ impl Term {
             .take_while(|(it, _)| *it != Item::Ellipsis)
             .count()
     }
+}
+
+/// The extent of every label that the shapes size, with where it came from: the one extent
+/// other than 1 among the label's dims (NumPy's broadcasting), or 1. A label repeated inside
+/// one operand takes a diagonal, so its dims there must be equal (NumPy does not broadcast them).
+fn label_extents(
+    ast: &Ast,
+    shapes: &[Vec<usize>],
+) -> Result<BTreeMap<Index, (usize, Source)>, ExprError> {
+    let mut out: BTreeMap<Index, (usize, Source)> = BTreeMap::new();
+    for (k, t) in ast.inputs.iter().enumerate() {
+        let mut here: BTreeMap<Index, (usize, usize)> = BTreeMap::new();
+        let mut d = 0;
+        for (item, _) in &t.items {
+            match item {
+                Item::Label(c) => {
+                    let n = shapes[k][d];
+                    if let Some(&(first, m)) = here.get(c) {
+                        if m != n {
+                            return Err(ExprError::invalid(format!(
+                                "index '{c}' repeats in operand {k} with extents {m} (dimension \
+                                 {first}) and {n} (dimension {d}); a repeated index takes a \
+                                 diagonal, so its extents must be equal"
+                            )));
+                        }
+                    } else {
+                        here.insert(*c, (d, n));
+                    }
+                    let src = Source::Shape { operand: k, dim: d };
+                    match out.get(c) {
+                        Some(&(prev, from)) if prev != n && prev != 1 && n != 1 => {
+                            return Err(ExprError::invalid(format!(
+                                "two different extents for index '{c}': {prev} ({from}) and {n} \
+                                 ({src}) (NumPy broadcasts only extent 1 against another extent)"
+                            )))
+                        }
+                        Some(&(prev, _)) if prev != 1 || n == 1 => {}
+                        _ => {
+                            out.insert(*c, (n, src));
+                        }
+                    }
+                    d += 1;
+                }
+                Item::Ellipsis => d = shapes[k].len() - (t.labels().count() - d),
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Every output index occurs in an input, and only once in the output.
@@ -292,7 +351,7 @@ fn set_extent(
                 .get(&c)
                 .map_or("'...'".to_string(), |s| s.to_string()),
             if prev == 1 || n == 1 {
-                " (extent-1 broadcasting applies only to '...' dimensions)"
+                " (--sizes must give the extent after broadcasting)"
             } else {
                 ""
             }

@@ -1,6 +1,6 @@
 //! The pest parser over grammar/einsum.pest and the syntax tree it yields.
 
-use crate::ExprError;
+use crate::{ExprError, INDEX_RULE};
 use pest::Parser;
 
 #[derive(pest_derive::Parser)]
@@ -146,9 +146,7 @@ fn syntax_error(expr: &str, pos: &CharPos, e: &pest::error::Error<Rule>) -> Expr
         Some('>') => "'>' without '-' before it (the output arrow is '->')".to_string(),
         Some('.') => "a '.' that is not part of '...' (an ellipsis is three dots)".to_string(),
         Some(',') => "',' in the output (the output is a single term)".to_string(),
-        Some(c) if !c.is_alphabetic() => {
-            format!("{c:?} is not a valid index (indices are letters)")
-        }
+        Some(c) if !crate::is_index(c) => format!("{c:?} is not a valid index ({INDEX_RULE})"),
         Some(c) => format!("unexpected {c:?}"),
     };
     ExprError::syntax(expr, pos.of(byte), message)

@@ -83,26 +83,32 @@ fn two_extents_for_one_index() {
     unlocated(
         &e,
         "two different extents for index 'j': 3 (--shapes, operand 0 dimension 1) and 4 \
-         (--shapes, operand 1 dimension 0)",
+         (--shapes, operand 1 dimension 0) (NumPy broadcasts only extent 1 against another \
+         extent)",
     );
     let e = err("ij,jk->ik", &flags(Some("j=7"), None, Some("2x3,3x5")));
     unlocated(
         &e,
         "two different extents for index 'j': 3 (--shapes, operand 0 dimension 1) and 7 (--sizes)",
     );
-    // A diagonal needs equal extents.
-    let e = err("ii->i", &flags(None, None, Some("3x4")));
+    // A diagonal needs equal extents, even when one is 1 (NumPy does not broadcast them).
+    for shape in ["3x4", "1x4"] {
+        let e = err("ii->i", &flags(None, None, Some(shape)));
+        let (a, b) = shape.split_once('x').unwrap();
+        unlocated(
+            &e,
+            &format!(
+                "index 'i' repeats in operand 0 with extents {a} (dimension 0) and {b} \
+                 (dimension 1); a repeated index takes a diagonal, so its extents must be equal"
+            ),
+        );
+    }
+    // Extent 1 broadcasts (as in NumPy), but --sizes must give the broadcast extent.
+    let e = err("ij,ij->ij", &flags(Some("j=1"), None, Some("3x1,3x4")));
     unlocated(
         &e,
-        "two different extents for index 'i': 3 (--shapes, operand 0 dimension 0) and 4 \
-         (--shapes, operand 0 dimension 1)",
-    );
-    // Outside '...', extent 1 does not broadcast: it is a different extent.
-    let e = err("ij,ij->ij", &flags(None, None, Some("3x1,3x4")));
-    unlocated(
-        &e,
-        "two different extents for index 'j': 1 (--shapes, operand 0 dimension 1) and 4 \
-         (--shapes, operand 1 dimension 1) (extent-1 broadcasting applies only to '...' dimensions)",
+        "two different extents for index 'j': 4 (--shapes, operand 1 dimension 1) and 1 \
+         (--sizes) (--sizes must give the extent after broadcasting)",
     );
 }
 
@@ -122,21 +128,21 @@ fn non_letter_character() {
     located(
         &e,
         "ij,j1->i",
-        "'1' is not a valid index (indices are letters)",
+        "'1' is not a valid index (indices are ASCII letters or non-ASCII characters other than whitespace)",
         4,
     );
     let e = err("ij,jk->i_", &size(2));
     located(
         &e,
         "ij,jk->i_",
-        "'_' is not a valid index (indices are letters)",
+        "'_' is not a valid index (indices are ASCII letters or non-ASCII characters other than whitespace)",
         8,
     );
     let e = err("ij;jk", &size(2));
     located(
         &e,
         "ij;jk",
-        "';' is not a valid index (indices are letters)",
+        "';' is not a valid index (indices are ASCII letters or non-ASCII characters other than whitespace)",
         2,
     );
     // Positions count chars, not bytes: 'α' and 'β' take two bytes each.
@@ -144,7 +150,7 @@ fn non_letter_character() {
     located(
         &e,
         "αβ,β1",
-        "'1' is not a valid index (indices are letters)",
+        "'1' is not a valid index (indices are ASCII letters or non-ASCII characters other than whitespace)",
         4,
     );
     // Wide CJK chars take two terminal columns: the caret moves, the position does not.
@@ -158,7 +164,7 @@ fn non_letter_character() {
     let e = err("i\u{7}j", &size(2));
     assert_eq!(
         e.message(),
-        "'\\u{7}' is not a valid index (indices are letters)"
+        "'\\u{7}' is not a valid index (indices are ASCII letters or non-ASCII characters other than whitespace)"
     );
     assert_eq!(e.position(), Some(1));
     assert_eq!(e.to_string().lines().nth(1), Some("  i?j"));
@@ -352,13 +358,13 @@ fn malformed_flags() {
             Some("ij=4"),
             None,
             None,
-            "--sizes: \"ij\" is not an index (an index is one letter)",
+            "--sizes: \"ij\" is not an index (an index is one character: indices are ASCII letters or non-ASCII characters other than whitespace)",
         ),
         (
             Some("1=4"),
             None,
             None,
-            "--sizes: \"1\" is not an index (an index is one letter)",
+            "--sizes: \"1\" is not an index (an index is one character: indices are ASCII letters or non-ASCII characters other than whitespace)",
         ),
         (
             Some("i=3,i=3"),

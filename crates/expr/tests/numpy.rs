@@ -1,6 +1,7 @@
-//! Cross-check against NumPy: 300 random einsums (tests/data/numpy_cases.py wrote the table by
-//! running numpy.einsum). Our output shape must equal NumPy's, and NumPy's sum over all-ones
-//! inputs (the size of the iteration space) must equal the product of our extents.
+//! Cross-check against NumPy: 360 random einsums (tests/data/numpy_cases.py wrote the table by
+//! running numpy.einsum; the last 60 broadcast named indices of extent 1). Our output shape
+//! must equal NumPy's, NumPy's sum over all-ones inputs (the size of the iteration space) must
+//! equal the product of our extents, and every operand's storage shape must be the one given.
 
 use deinsum_expr::{parse, ExtentSpec};
 
@@ -15,6 +16,13 @@ fn output_shapes_and_iteration_space_match_numpy() {
         let e = parse(expr, &spec).unwrap_or_else(|err| panic!("{line}: {err}"));
         let ours: Vec<String> = e.output.iter().map(|&c| e.extent(c).to_string()).collect();
         assert_eq!(ours.join("x"), out_shape, "{line}: parsed as {e}");
+        let given = deinsum_expr::parse_shapes(shapes).unwrap();
+        for (k, op) in e.inputs.iter().enumerate() {
+            assert_eq!(op.shape(&e.extents), given[k], "{line}: operand {k} of {e}");
+        }
+        // The canonical form reads back to the same einsum with the same shapes.
+        let again = parse(&e.to_string(), &spec).unwrap_or_else(|err| panic!("{e}: {err}"));
+        assert_eq!(again.inputs, e.inputs, "{line}: {e} reads back differently");
         let space: usize = e.extents.values().product();
         assert_eq!(
             space as f64,
@@ -23,5 +31,5 @@ fn output_shapes_and_iteration_space_match_numpy() {
         );
         n += 1;
     }
-    assert_eq!(n, 300);
+    assert_eq!(n, 360);
 }

@@ -1,7 +1,8 @@
 //! Contraction trees and the search for a cheap one.
 //!
-//! A [`ContractionTree`] is a sequence of pairwise (or, for a single-operand einsum, unary)
-//! steps. Node ids `0..num_inputs` are the einsum's inputs; step `s` produces node
+//! A [`ContractionTree`] is a sequence of steps: pairwise, single-operand (summing out of an
+//! input the indices only it has, as opt_einsum's paths may), or, when no pairwise path keeps
+//! within a memory limit, opt_einsum's single step over every operand. Node ids `0..num_inputs` are the einsum's inputs; step `s` produces node
 //! `num_inputs + s`. The last step's output indices equal the einsum's output, in order.
 
 //!
@@ -25,7 +26,8 @@ use std::sync::Arc;
 /// One step of a contraction tree: a small einsum over one or two earlier nodes.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Step {
-    /// Node ids consumed (one or two), each an input or an earlier step's result.
+    /// Node ids consumed (one, two, or all operands at once for opt_einsum's memory-limit
+    /// fallback), each an input or an earlier step's result.
     pub operands: Vec<usize>,
     /// Distinct indices of each consumed node, in that node's storage order.
     pub operand_indices: Vec<Vec<Index>>,
@@ -75,7 +77,7 @@ impl Step {
     }
 }
 
-/// A binary contraction tree over an einsum's inputs.
+/// A contraction tree over an einsum's inputs (binary, with single-operand steps where they pay).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ContractionTree {
     /// Number of einsum inputs (leaf nodes `0..num_inputs`).
@@ -132,13 +134,15 @@ impl ContractionTree {
         path
     }
 
-    /// The path in SSA form (node ids; empty for a single operand).
+    /// The path in SSA form (the node ids of every step).
     pub fn to_ssa(&self) -> SsaPath {
-        self.steps
-            .iter()
-            .filter(|s| s.operands.len() == 2)
-            .map(|s| (s.operands[0], s.operands[1]))
-            .collect()
+        self.steps.iter().map(|s| s.operands.clone()).collect()
+    }
+
+    /// True when some step consumes more than two nodes (opt_einsum's all-at-once fallback
+    /// under a memory limit).
+    pub fn has_multi_operand_step(&self) -> bool {
+        self.steps.iter().any(|s| s.operands.len() > 2)
     }
 }
 
@@ -310,25 +314,35 @@ pub fn problem<'a>(e: &'a Einsum, opts: &'a PathOptions) -> Problem<'a> {
 }
 
 /// Finds a contraction path for `einsum` with the strategy, memory limit and cost of `opts`.
+///
+/// As opt_einsum does, when no path of pairwise (and single-operand) steps keeps every step
+/// result within the memory limit, the path is one step over all operands at once
+/// ([`ContractionTree::has_multi_operand_step`]); its result is the output, which may itself
+/// exceed the limit.
 pub fn optimize(einsum: &Einsum, opts: &PathOptions) -> Result<PathInfo, PathError> {
     validate(einsum)?;
     let strat = strategy(&opts.strategy)?;
+    let all_at_once = || vec![(0..einsum.num_inputs()).collect::<Vec<usize>>()];
+    let mut ssa = None;
     if let Some(limit) = opts.memory_limit {
-        // The last step makes the output, so no path beats this; say so before any search.
-        let out = Count::size(&einsum.output, &einsum.extents);
-        if out.as_f64() > limit as f64 {
-            return Err(PathError::MemoryLimit {
-                limit,
-                detail: format!("the output alone has {out} elements"),
-            });
+        // The last step makes the output, so no stepwise path fits; skip the search.
+        if Count::size(&einsum.output, &einsum.extents).as_f64() > limit as f64 {
+            ssa = Some(all_at_once());
         }
     }
-    let ssa = strat.search(&problem(einsum, opts))?;
+    let ssa = match ssa {
+        Some(s) => s,
+        None => match strat.search(&problem(einsum, opts)) {
+            Ok(s) => s,
+            Err(PathError::MemoryLimit { .. }) => all_at_once(),
+            Err(e) => return Err(e),
+        },
+    };
     let tree = tree_from_ssa(einsum, &ssa)?;
     let info = evaluate(einsum, tree, opts.cost.as_ref(), &opts.strategy);
     if let Some(limit) = opts.memory_limit {
         // Every strategy promises this; a breach is a bug, reported rather than hidden.
-        if info.largest_intermediate.as_f64() > limit as f64 {
+        if info.largest_intermediate.as_f64() > limit as f64 && info.tree.steps.len() > 1 {
             return Err(PathError::MemoryLimit {
                 limit,
                 detail: format!(
@@ -341,88 +355,86 @@ pub fn optimize(einsum: &Einsum, opts: &PathOptions) -> Result<PathInfo, PathErr
     Ok(info)
 }
 
-/// Builds the tree of an SSA path (pairs of node ids; inputs are `0..n`, step `s` makes
-/// `n + s`). Step results keep the indices that the output or a live node needs, in order of
-/// first appearance in the einsum; the last step yields the output in the einsum's order.
-pub fn tree_from_ssa(e: &Einsum, ssa: &[(usize, usize)]) -> Result<ContractionTree, PathError> {
+/// Builds the tree of an SSA path (each step: the node ids it consumes, one or more; inputs are
+/// `0..n`, step `s` makes `n + s`). Step results keep the indices that the output or a live
+/// node needs, in order of first appearance in the einsum; the step that leaves one node
+/// yields the output in the einsum's order. A single operand with the empty path gets the one
+/// step `[0]`.
+pub fn tree_from_ssa(e: &Einsum, ssa: &[Vec<usize>]) -> Result<ContractionTree, PathError> {
     validate(e)?;
     let n = e.num_inputs();
     let leaf_indices: Vec<Vec<Index>> = e.inputs.iter().map(|o| o.indices.clone()).collect();
     let ids = Ids::of(e);
     let mut steps = Vec::new();
-    if n == 1 {
-        if !ssa.is_empty() {
-            return Err(PathError::InvalidPath(
-                "a single operand takes no pairwise step".into(),
-            ));
-        }
-        steps.push(Step {
-            operands: vec![0],
-            operand_indices: vec![leaf_indices[0].clone()],
-            output: e.output.clone(),
-        });
+    let single = [vec![0usize]];
+    let ssa = if n == 1 && ssa.is_empty() {
+        &single[..]
     } else {
-        let mut live: Vec<Option<Vec<Index>>> = leaf_indices.iter().cloned().map(Some).collect();
-        // Holders of each index among live nodes, plus one for the output (never released).
-        let mut holders = vec![0usize; ids.len()];
-        for c in leaf_indices.iter().flatten().chain(e.output.iter()) {
-            holders[ids.get(*c)] += 1;
+        ssa
+    };
+    let mut live: Vec<Option<Vec<Index>>> = leaf_indices.iter().cloned().map(Some).collect();
+    // Holders of each index among live nodes, plus one for the output (never released).
+    let mut holders = vec![0usize; ids.len()];
+    for c in leaf_indices.iter().flatten().chain(e.output.iter()) {
+        holders[ids.get(*c)] += 1;
+    }
+    let mut seen = vec![false; ids.len()];
+    let mut alive = n;
+    for (s, nodes) in ssa.iter().enumerate() {
+        let bad = |what: String| PathError::InvalidPath(format!("step {s} {nodes:?}: {what}"));
+        if nodes.is_empty() {
+            return Err(bad("names no operand".into()));
         }
-        let mut seen = vec![false; ids.len()];
-        let mut alive = n;
-        for (s, &(a, b)) in ssa.iter().enumerate() {
-            let bad = |what: String| PathError::InvalidPath(format!("step {s} ({a}, {b}): {what}"));
-            if a == b {
-                return Err(bad("an operand twice".into()));
-            }
-            let ka = live
+        if (1..nodes.len()).any(|i| nodes[..i].contains(&nodes[i])) {
+            return Err(bad("an operand twice".into()));
+        }
+        let mut taken = Vec::with_capacity(nodes.len());
+        for &a in nodes {
+            let k = live
                 .get_mut(a)
                 .and_then(|x| x.take())
                 .ok_or_else(|| bad(format!("node {a} is not available")))?;
-            let kb = match live.get_mut(b).and_then(|x| x.take()) {
-                Some(k) => k,
-                None => return Err(bad(format!("node {b} is not available"))),
-            };
-            alive -= 1;
-            for c in ka.iter().chain(kb.iter()) {
-                holders[ids.get(*c)] -= 1;
-            }
-            let output = if alive == 1 {
-                e.output.clone()
-            } else {
-                // Keep what the output or another live node still holds, in first-appearance order.
-                let mut out: Vec<usize> = Vec::new();
-                for c in ka.iter().chain(kb.iter()) {
-                    let id = ids.get(*c);
-                    if holders[id] > 0 && !seen[id] {
-                        seen[id] = true;
-                        out.push(id);
-                    }
+            taken.push(k);
+        }
+        alive = alive + 1 - nodes.len();
+        for c in taken.iter().flatten() {
+            holders[ids.get(*c)] -= 1;
+        }
+        let output = if alive == 1 {
+            e.output.clone()
+        } else {
+            // Keep what the output or another live node still holds, in first-appearance order.
+            let mut out: Vec<usize> = Vec::new();
+            for c in taken.iter().flatten() {
+                let id = ids.get(*c);
+                if holders[id] > 0 && !seen[id] {
+                    seen[id] = true;
+                    out.push(id);
                 }
-                out.sort_unstable();
-                out.iter()
-                    .map(|&id| {
-                        seen[id] = false;
-                        ids.chars[id]
-                    })
-                    .collect()
-            };
-            for c in &output {
-                holders[ids.get(*c)] += 1;
             }
-            steps.push(Step {
-                operands: vec![a, b],
-                operand_indices: vec![ka, kb],
-                output: output.clone(),
-            });
-            live.push(Some(output));
+            out.sort_unstable();
+            out.iter()
+                .map(|&id| {
+                    seen[id] = false;
+                    ids.chars[id]
+                })
+                .collect()
+        };
+        for c in &output {
+            holders[ids.get(*c)] += 1;
         }
-        let left = live.iter().filter(|x| x.is_some()).count();
-        if left != 1 {
-            return Err(PathError::InvalidPath(format!(
-                "the path leaves {left} operands uncontracted"
-            )));
-        }
+        steps.push(Step {
+            operands: nodes.clone(),
+            operand_indices: taken,
+            output: output.clone(),
+        });
+        live.push(Some(output));
+    }
+    let left = live.iter().filter(|x| x.is_some()).count();
+    if left != 1 {
+        return Err(PathError::InvalidPath(format!(
+            "the path leaves {left} operands uncontracted"
+        )));
     }
     Ok(ContractionTree {
         num_inputs: n,
@@ -432,39 +444,27 @@ pub fn tree_from_ssa(e: &Einsum, ssa: &[(usize, usize)]) -> Result<ContractionTr
     })
 }
 
-/// Builds the tree of a path in opt_einsum's linear format (each entry: positions of two
-/// operands in the current list; `[[0]]` for a single operand).
+/// Builds the tree of a path in opt_einsum's linear format (each entry: positions of one or
+/// more operands in the current list, whose result goes to the end of the list; `[[0]]` or
+/// `[]` for a single operand).
 pub fn tree_from_linear(e: &Einsum, path: &[Vec<usize>]) -> Result<ContractionTree, PathError> {
     let n = e.num_inputs();
-    if n == 1 {
-        return match path {
-            [] => tree_from_ssa(e, &[]),
-            [p] if p.as_slice() == [0] => tree_from_ssa(e, &[]),
-            _ => Err(PathError::InvalidPath(
-                "a single operand takes the path [[0]]".into(),
-            )),
-        };
-    }
     let mut ids: Vec<usize> = (0..n).collect();
     let mut ssa = Vec::with_capacity(path.len());
     for (s, p) in path.iter().enumerate() {
-        if p.len() != 2 {
+        let distinct = (1..p.len()).all(|i| !p[..i].contains(&p[i]));
+        if p.is_empty() || !distinct || p.iter().any(|&x| x >= ids.len()) {
             return Err(PathError::InvalidPath(format!(
-                "step {s} names {} operands; only pairwise steps are supported",
-                p.len()
-            )));
-        }
-        let (x, y) = (p[0], p[1]);
-        if x == y || x >= ids.len() || y >= ids.len() {
-            return Err(PathError::InvalidPath(format!(
-                "step {s} ({x}, {y}) does not name two of the {} current operands",
+                "step {s} {p:?} does not name distinct positions among the {} current operands",
                 ids.len()
             )));
         }
-        ssa.push((ids[x], ids[y]));
-        let (hi, lo) = (x.max(y), x.min(y));
-        ids.remove(hi);
-        ids.remove(lo);
+        ssa.push(p.iter().map(|&x| ids[x]).collect::<Vec<usize>>());
+        let mut gone = p.clone();
+        gone.sort_unstable_by(|a, b| b.cmp(a));
+        for x in gone {
+            ids.remove(x);
+        }
         ids.push(n + s);
     }
     tree_from_ssa(e, &ssa)

@@ -138,22 +138,53 @@ impl<'p, 'a, const W: usize> Net<'p, 'a, W> {
         }
     }
 
-    /// Replays an SSA path, returning its total cost (or `None` if some step breaks the limit).
-    pub(crate) fn path_cost(&self, ssa: &[(usize, usize)]) -> Option<f64> {
+    /// Cost of a step over any number of operands `ks -> out` (one: a single-operand
+    /// reduction; more than two: opt_einsum's all-at-once step) under the problem's model.
+    pub(crate) fn nary_cost(&self, ks: &[Bits<W>], out: Bits<W>) -> f64 {
+        if let [a, b] = ks {
+            return self.step_cost(*a, *b, out);
+        }
+        let all = ks.iter().fold(Bits::<W>::EMPTY, |m, k| m | *k);
+        match self.builtin {
+            // opt_einsum's flop_count: max(1, terms - 1) products, plus one if anything is summed.
+            Some(BuiltinCost::Flops) => {
+                let factor = ks.len().saturating_sub(1).max(1) + usize::from(all != out);
+                self.size(all) * factor as f64
+            }
+            Some(BuiltinCost::MultiplyAdds) => self.size(all),
+            None => {
+                let inputs: Vec<Vec<Index>> = ks.iter().map(|k| self.labels(*k)).collect();
+                let output = self.labels(out);
+                self.p.cost.step_cost(&StepShape {
+                    inputs: &inputs,
+                    output: &output,
+                    extents: self.p.extents,
+                })
+            }
+        }
+    }
+
+    /// Replays an SSA path (steps of one or more node ids), returning its total cost, or `None`
+    /// if some step breaks the limit or names a node that is not available.
+    pub(crate) fn path_cost(&self, ssa: &[Vec<usize>]) -> Option<f64> {
         let mut nodes: Vec<Option<Bits<W>>> = self.inputs.iter().map(|b| Some(*b)).collect();
         let mut total = 0.0;
-        for &(a, b) in ssa {
-            let ka = nodes.get_mut(a)?.take()?;
-            let kb = nodes.get_mut(b)?.take()?;
+        let mut ks: Vec<Bits<W>> = Vec::new();
+        for step in ssa {
+            ks.clear();
+            for &a in step {
+                ks.push(nodes.get_mut(a)?.take()?);
+            }
             let mut keep = self.output;
             for k in nodes.iter().flatten() {
                 keep = keep | *k;
             }
-            let out = (ka | kb) & keep;
+            let all = ks.iter().fold(Bits::<W>::EMPTY, |m, k| m | *k);
+            let out = all & keep;
             if !self.fits(out) {
                 return None;
             }
-            total += self.step_cost(ka, kb, out);
+            total += self.nary_cost(&ks, out);
             nodes.push(Some(out));
         }
         Some(total)

@@ -4,8 +4,8 @@ mod common;
 use common::{brute_force, es};
 use deinsum_expr::Einsum;
 use deinsum_path::{
-    evaluate, optimize, tree_from_linear, tree_from_ssa, CostModel, Count, Flops, PathError,
-    PathOptions, StepShape, STRATEGY_NAMES,
+    evaluate, optimize, tree_from_linear, tree_from_ssa, CostModel, Count, Flops, PathOptions,
+    StepShape, STRATEGY_NAMES,
 };
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -35,6 +35,50 @@ fn arb_einsum(max: usize) -> impl Strategy<Value = Einsum> {
                 .map(|&i| LETTERS[i])
                 .collect();
             let sizes: Vec<(char, usize)> = LETTERS.iter().copied().zip(ext).collect();
+            es(&format!("{}->{}", terms.join(","), out), &sizes, 1)
+        })
+}
+
+/// Random einsums whose operands carry indices of their own: 2..=max operands over 4 shared
+/// letters, about half with a private letter (in no other operand, not in the output) and
+/// some with a repeated letter (a diagonal); extents 1..=5.
+fn arb_einsum_with_own_indices(max: usize) -> impl Strategy<Value = Einsum> {
+    (
+        prop::collection::vec(
+            (
+                prop::collection::vec(0..4usize, 1..=3),
+                any::<bool>(),
+                any::<bool>(),
+            ),
+            2..=max,
+        ),
+        prop::collection::vec(1..=5usize, 4 + max),
+        any::<u8>(),
+    )
+        .prop_map(|(ops, ext, outmask)| {
+            const OWN: &[char] = &['u', 'v', 'w', 'x', 'y', 'z', 'U', 'V'];
+            let terms: Vec<String> = ops
+                .iter()
+                .enumerate()
+                .map(|(k, (t, own, diag))| {
+                    let mut s: String = t.iter().map(|&i| LETTERS[i]).collect();
+                    if *own {
+                        s.push(OWN[k]);
+                    }
+                    if *diag {
+                        s.push(LETTERS[t[0]]);
+                    }
+                    s
+                })
+                .collect();
+            let out: String = LETTERS[..4]
+                .iter()
+                .enumerate()
+                .filter(|&(i, c)| outmask >> i & 1 == 1 && terms.iter().any(|t| t.contains(*c)))
+                .map(|(_, c)| *c)
+                .collect();
+            let sizes: Vec<(char, usize)> =
+                LETTERS[..4].iter().chain(OWN).copied().zip(ext).collect();
             es(&format!("{}->{}", terms.join(","), out), &sizes, 1)
         })
 }
@@ -77,19 +121,39 @@ proptest! {
     }
 
     #[test]
+    fn optimal_equals_brute_force_with_own_indices(e in arb_einsum_with_own_indices(6)) {
+        let info = optimize(&e, &opt("optimal")).unwrap();
+        prop_assert_eq!(info.flops.exact(), brute_force(&e, None));
+        let replayed = evaluate(&e, tree_from_linear(&e, &info.path).unwrap(), &Flops, "optimal");
+        prop_assert_eq!(replayed.flops, info.flops);
+        for s in STRATEGY_NAMES {
+            let f = optimize(&e, &opt(s)).unwrap().flops.as_f64();
+            prop_assert!(info.flops.as_f64() <= f, "optimal {} > {} {}", info.flops, s, f);
+        }
+    }
+
+    #[test]
     fn memory_limit_is_honoured(e in arb_einsum(6), limit in 1u128..=64) {
         let exact = brute_force(&e, Some(limit));
+        let n = e.num_inputs();
         for s in STRATEGY_NAMES {
-            match optimize(&e, &PathOptions { memory_limit: Some(limit), ..opt(s) }) {
-                Ok(info) => {
-                    prop_assert!(info.largest_intermediate.as_f64() <= limit as f64, "{}", s);
-                    prop_assert!(exact.is_some(), "{} found a path brute force says is impossible", s);
-                }
-                Err(err) => prop_assert!(matches!(err, PathError::MemoryLimit { .. }), "{}: {}", s, err),
+            let info = optimize(&e, &PathOptions { memory_limit: Some(limit), ..opt(s) }).unwrap();
+            // opt_einsum's answer when no stepwise path fits: one step over every operand.
+            let all_at_once = info.path == vec![(0..n).collect::<Vec<usize>>()];
+            prop_assert!(
+                all_at_once || info.largest_intermediate.as_f64() <= limit as f64,
+                "{}", s
+            );
+            if exact.is_none() {
+                prop_assert!(all_at_once, "{} found a path brute force says is impossible", s);
             }
         }
-        let optimal = optimize(&e, &PathOptions { memory_limit: Some(limit), ..opt("optimal") });
-        prop_assert_eq!(optimal.ok().and_then(|i| i.flops.exact()), exact);
+        let optimal = optimize(&e, &PathOptions { memory_limit: Some(limit), ..opt("optimal") })
+            .unwrap();
+        match exact {
+            Some(f) => prop_assert_eq!(optimal.flops.exact(), Some(f)),
+            None => prop_assert_eq!(optimal.path, vec![(0..n).collect::<Vec<usize>>()]),
+        }
     }
 
     #[test]

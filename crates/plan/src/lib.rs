@@ -382,6 +382,12 @@ pub fn build(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
         return Err(PlanError::ZeroProcs);
     }
     let info = deinsum_path::optimize(einsum, &opts.path)?;
+    if info.tree.has_multi_operand_step() {
+        return Err(PlanError::MultiOperandStep {
+            limit: opts.path.memory_limit.unwrap_or(0),
+            path: format!("{:?}", info.path),
+        });
+    }
     let data: f64 = (0..einsum.num_inputs())
         .map(|k| einsum.input_indices(k))
         .chain(std::iter::once(einsum.output()))
@@ -443,6 +449,20 @@ pub enum PlanError {
         needed: u64,
         /// What needs it (such as ` (group 0 ijk,ja,ka->ia)`).
         detail: String,
+    },
+    /// The path is opt_einsum's one step over all operands (no pairwise path fits the memory
+    /// limit); plans are built from steps over one or two operands.
+    #[error(
+        "no pairwise contraction path keeps every intermediate within the memory limit of \
+             {limit} elements, so the path is one step over all operands at once ({path}); \
+             deinsum plans only steps over one or two operands: raise the path memory limit or \
+             drop it (the per-rank budget `mem` is what bounds a rank's memory)"
+    )]
+    MultiOperandStep {
+        /// The path memory limit, in elements.
+        limit: u128,
+        /// The path in opt_einsum's linear format.
+        path: String,
     },
     /// The tree or fusion handed in is inconsistent (an upstream bug, not user input).
     #[error("inconsistent plan input: {0}")]

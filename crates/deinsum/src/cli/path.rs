@@ -88,7 +88,10 @@ pub fn render_text(
     let mut s = String::new();
     let ext: Vec<String> = extents.iter().map(|(c, n)| format!("{c}={n}")).collect();
     let scaling = |einsum: &str| {
-        let mut v: Vec<char> = einsum.chars().filter(|c| c.is_alphabetic()).collect();
+        let mut v: Vec<char> = einsum
+            .chars()
+            .filter(|c| deinsum_expr::is_index(*c))
+            .collect();
         v.sort_unstable();
         v.dedup();
         v.len()
@@ -124,6 +127,14 @@ pub fn render_text(
             .map(|l| format!("{l} elements"))
             .unwrap_or_else(|| "none".into())
     );
+    if limit.is_some() && info.tree.has_multi_operand_step() {
+        // opt_einsum's answer when no pairwise path fits: everything in one step.
+        let _ = writeln!(
+            s,
+            "                  Note:  no pairwise path fits the memory limit; one step over \
+             all operands, as opt_einsum"
+        );
+    }
     let width = info
         .steps
         .iter()
@@ -140,11 +151,16 @@ pub fn render_text(
     let _ = writeln!(s, "{}", "-".repeat(width + 48));
     for (k, (st, p)) in info.steps.iter().zip(&info.path).enumerate() {
         let pos: Vec<String> = p.iter().map(|x| x.to_string()).collect();
+        // Python's tuple spelling, as opt_einsum prints paths: `(0,)` for one operand.
+        let tuple = match pos.as_slice() {
+            [one] => format!("({one},)"),
+            _ => format!("({})", pos.join(", ")),
+        };
         let _ = writeln!(
             s,
             "{:>4}  {:<10}  {:<width$}  {:>14}  {:>14}",
             k,
-            format!("({})", pos.join(", ")),
+            tuple,
             st.einsum,
             human(&st.flops),
             human(&st.size)

@@ -42,7 +42,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ..PlanOptions::default()
     };
     let plan = build(&einsum, &opts).map_err(|e| match e {
-        PlanError::ZeroProcs | PlanError::MemoryTooSmall { .. } => {
+        PlanError::ZeroProcs
+        | PlanError::MemoryTooSmall { .. }
+        | PlanError::MultiOperandStep { .. } => {
             anyhow::Error::new(super::InputError(e.to_string()))
         }
         // A bad strategy name or an einsum the search cannot take is the caller's.

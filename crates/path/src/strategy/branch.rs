@@ -2,7 +2,7 @@
 //! `size(out) - size(a) - size(b)` and recurse into the best `width` of them, pruning paths
 //! that cannot beat the best found or that fall far behind it.
 
-use super::SsaPath;
+use super::PairPath;
 use crate::bits::Bits;
 use crate::net::Net;
 
@@ -14,7 +14,7 @@ struct Search<'n, 'p, 'a, const W: usize> {
     width: Option<usize>,
     best_cost: f64,
     best_size: f64,
-    best_path: Option<SsaPath>,
+    best_path: Option<PairPath>,
     /// Best cost seen with `k` nodes created so far, indexed by `k`.
     progress: Vec<f64>,
     /// Size of each node, parallel to the `nodes` of the recursion (computed once per node).
@@ -37,7 +37,7 @@ impl<const W: usize> Search<'_, '_, '_, W> {
         &mut self,
         nodes: &mut Vec<Bits<W>>,
         remaining: &[usize],
-        path: &mut SsaPath,
+        path: &mut PairPath,
         cost: f64,
         size: f64,
     ) {
@@ -135,10 +135,10 @@ impl<const W: usize> Search<'_, '_, '_, W> {
 pub(crate) fn branch<const W: usize>(
     net: &Net<'_, '_, W>,
     width: Option<usize>,
-) -> Option<SsaPath> {
+) -> Option<PairPath> {
     let n = net.n();
     if n <= 1 {
-        return Some(SsaPath::new());
+        return Some(PairPath::new());
     }
     let mut s = Search {
         net,
@@ -151,6 +151,6 @@ pub(crate) fn branch<const W: usize>(
     };
     let mut nodes = net.inputs.clone();
     let remaining: Vec<usize> = (0..n).collect();
-    s.recurse(&mut nodes, &remaining, &mut SsaPath::new(), 0.0, 0.0);
+    s.recurse(&mut nodes, &remaining, &mut PairPath::new(), 0.0, 0.0);
     s.best_path
 }

@@ -5,7 +5,7 @@
 //! no smaller than their product, which is when an outer product can pay.
 //! Disconnected parts are solved apart and joined smallest first.
 
-use super::SsaPath;
+use super::PairPath;
 use crate::bits::Bits;
 use crate::bits::FastMap;
 use crate::net::Net;
@@ -261,7 +261,7 @@ fn single<const W: usize>(d: usize) -> Bits<W> {
 }
 
 /// Appends the steps of set `s`'s tree; returns its node id.
-fn emit<const W: usize>(s: u128, levels: &[Level<W>], n: usize, path: &mut SsaPath) -> usize {
+fn emit<const W: usize>(s: u128, levels: &[Level<W>], n: usize, path: &mut PairPath) -> usize {
     if s.count_ones() == 1 {
         return s.trailing_zeros() as usize;
     }
@@ -274,10 +274,10 @@ fn emit<const W: usize>(s: u128, levels: &[Level<W>], n: usize, path: &mut SsaPa
 }
 
 /// The dp path, or `None` when it finds none within the memory limit.
-pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>) -> Option<SsaPath> {
+pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>) -> Option<PairPath> {
     let n = net.n();
     if n <= 1 {
-        return Some(SsaPath::new());
+        return Some(PairPath::new());
     }
     assert!(n <= MAX_OPERANDS, "caller checks the operand count");
     let mut holders = vec![0u128; net.ext.len()];
@@ -304,7 +304,7 @@ pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>) -> Option<SsaPath> {
     // Connected components, in order of their lowest operand.
     let mut seen = 0u128;
     let mut parts: Vec<(usize, Bits<W>)> = Vec::new();
-    let mut path = SsaPath::new();
+    let mut path = PairPath::new();
     for start in 0..n {
         if seen >> start & 1 == 1 {
             continue;

@@ -1,7 +1,7 @@
 //! opt_einsum's greedy heuristic: Hadamard merges first, then the connected pair with the
 //! smallest `size(out) - size(a) - size(b)`, then outer products smallest first.
 
-use super::SsaPath;
+use super::PairPath;
 use crate::bits::Bits;
 use crate::bits::FastMap;
 use crate::net::Net;
@@ -113,9 +113,9 @@ impl<const W: usize> State<'_, '_, '_, W> {
 }
 
 /// The greedy path (no memory limit: the caller routes limited searches to branch-1).
-pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> SsaPath {
+pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> PairPath {
     let n = net.n();
-    let mut path = SsaPath::new();
+    let mut path = PairPath::new();
     if n <= 1 {
         return path;
     }

@@ -8,9 +8,19 @@ mod optimal;
 use crate::net::{Net, Problem};
 use crate::PathError;
 
-/// A contraction path in SSA form: each pair names two nodes (inputs `0..n`, then step
-/// results `n, n+1, ...` in order); a single-operand problem has the empty path.
-pub type SsaPath = Vec<(usize, usize)>;
+/// A contraction path in SSA form: each step names the nodes it consumes (inputs `0..n`, then
+/// step results `n, n+1, ...` in order): two for a pairwise step, one for a single-operand
+/// reduction, all of them for opt_einsum's one-step fallback; a single-operand problem may
+/// have the empty path.
+pub type SsaPath = Vec<Vec<usize>>;
+
+/// A path of pairwise steps only, as the pairwise searches build it.
+pub(crate) type PairPath = Vec<(usize, usize)>;
+
+/// The SSA form of a pairwise path.
+fn from_pairs(pairs: PairPath) -> SsaPath {
+    pairs.into_iter().map(|(a, b)| vec![a, b]).collect()
+}
 
 /// A path search strategy. Every strategy gets the same [`Problem`] and must keep every step
 /// result within `problem.memory_limit`, or fail with [`PathError::MemoryLimit`].
@@ -74,9 +84,9 @@ impl PathStrategy for Greedy {
     }
     fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
         if p.memory_limit.is_some() {
-            return with_width!(p, run_branch, Some(1), "greedy");
+            return with_width!(p, run_branch, Some(1), "greedy").map(from_pairs);
         }
-        with_width!(p, run_greedy)
+        with_width!(p, run_greedy).map(from_pairs)
     }
 }
 
@@ -107,7 +117,7 @@ impl PathStrategy for Branch {
         self.name
     }
     fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
-        with_width!(p, run_branch, self.width, self.name)
+        with_width!(p, run_branch, self.width, self.name).map(from_pairs)
     }
 }
 
@@ -123,7 +133,8 @@ impl PathStrategy for Dp {
                 n: p.num_inputs(),
             });
         }
-        with_width!(p, run_dp)
+        // opt_einsum's dp sums out every input's own indices first; both ways are tried.
+        with_singles(p, |q| with_width!(q, run_dp).map(from_pairs))
     }
 }
 
@@ -132,16 +143,13 @@ impl Auto {
     ///
     /// opt_einsum's `auto` runs optimal below 5 operands, branch-all below 7, branch-2 below 9,
     /// branch-1 below 15 and greedy beyond. Our exact `optimal` takes microseconds up to 8
-    /// operands, so it replaces the first three bands (never costlier, being exact); from 9 on
-    /// it grows past opt_einsum's branch-1 time, so the later bands run the same searches as
-    /// opt_einsum's (same paths, our faster implementations).
+    /// operands, so it replaces the first three bands (never costlier, being exact). From 9 to
+    /// 14 operands ours runs `dp`, so that `auto` never costs more than opt_einsum's `dp` there
+    /// (branch-1 can be twice as costly); from 15 on it runs greedy, as opt_einsum's does.
     pub fn choice(n: usize) -> Box<dyn PathStrategy> {
         match n {
             0..=8 => Box::new(Optimal),
-            9..=14 => Box::new(Branch {
-                width: Some(1),
-                name: "branch-1",
-            }),
+            9..=14 => Box::new(Dp),
             _ => Box::new(Greedy),
         }
     }
@@ -153,29 +161,30 @@ impl PathStrategy for Auto {
     }
     fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
         let chosen = Auto::choice(p.num_inputs());
-        let first = chosen.search(p);
-        // Greedy cannot beat an exact search (nor itself), so only heuristics are compared.
-        if chosen.name() == "greedy" || chosen.name() == "optimal" {
-            return first;
-        }
-        // Under a memory limit greedy runs branch-1 itself: the comparison would repeat it.
-        if chosen.name() == "branch-1" && p.memory_limit.is_some() {
-            return first;
-        }
-        let greedy = Greedy.search(p);
-        match (first, greedy) {
-            (Ok(a), Ok(g)) => {
-                let ca = path_cost(p, &a);
-                let cg = path_cost(p, &g);
-                match (ca, cg) {
-                    (Some(x), Some(y)) if y < x => Ok(g),
-                    (None, Some(_)) => Ok(g),
-                    _ => Ok(a),
+        match chosen.name() {
+            // Exact, single-input reductions included.
+            "optimal" => chosen.search(p),
+            // Greedy's pairwise path, or the same after summing out each input's own indices.
+            "greedy" => with_singles(p, |q| Greedy.search(q)),
+            // A heuristic: greedy's path is kept when it is cheaper.
+            _ => {
+                let first = chosen.search(p);
+                let greedy = Greedy.search(p);
+                match (first, greedy) {
+                    (Ok(a), Ok(g)) => {
+                        let ca = path_cost(p, &a);
+                        let cg = path_cost(p, &g);
+                        match (ca, cg) {
+                            (Some(x), Some(y)) if y < x => Ok(g),
+                            (None, Some(_)) => Ok(g),
+                            _ => Ok(a),
+                        }
+                    }
+                    (Ok(a), Err(_)) => Ok(a),
+                    (Err(_), Ok(g)) => Ok(g),
+                    (Err(e), Err(_)) => Err(e),
                 }
             }
-            (Ok(a), Err(_)) => Ok(a),
-            (Err(_), Ok(g)) => Ok(g),
-            (Err(e), Err(_)) => Err(e),
         }
     }
 }
@@ -220,6 +229,55 @@ pub fn strategy(name: &str) -> Result<Box<dyn PathStrategy>, PathError> {
     })
 }
 
+/// Runs `search` on `p` and on `p` with every input's own indices (in no other input and not
+/// in the output) summed out first by a single-operand step, and keeps the cheaper path.
+fn with_singles(
+    p: &Problem<'_>,
+    search: impl Fn(&Problem<'_>) -> Result<SsaPath, PathError>,
+) -> Result<SsaPath, PathError> {
+    let n = p.num_inputs();
+    let needed = |t: usize, c: &crate::Index| {
+        p.output.contains(c) || (0..n).any(|u| u != t && p.inputs[u].contains(c))
+    };
+    let inputs: Vec<Vec<crate::Index>> = (0..n)
+        .map(|t| {
+            p.inputs[t]
+                .iter()
+                .copied()
+                .filter(|c| needed(t, c))
+                .collect()
+        })
+        .collect();
+    let reducible: Vec<usize> = (0..n)
+        .filter(|&t| inputs[t].len() < p.inputs[t].len())
+        .collect();
+    let plain = search(p);
+    if reducible.is_empty() || n < 2 {
+        return plain;
+    }
+    let q = Problem::new(inputs, p.output.clone(), p.extents, p.memory_limit, p.cost);
+    let Ok(pairs) = search(&q) else {
+        return plain;
+    };
+    // Node ids after the k unary steps: reduced input r is n + its rank, later steps shift by k.
+    let k = reducible.len();
+    let id = |x: usize| match reducible.binary_search(&x) {
+        Ok(r) if x < n => n + r,
+        _ if x >= n => x + k,
+        _ => x,
+    };
+    let mut reduced: SsaPath = reducible.iter().map(|&t| vec![t]).collect();
+    reduced.extend(pairs.iter().map(|st| st.iter().map(|&x| id(x)).collect()));
+    let Ok(plain) = plain else {
+        return Ok(reduced);
+    };
+    match (path_cost(p, &plain), path_cost(p, &reduced)) {
+        (Some(a), Some(b)) if b < a => Ok(reduced),
+        (None, Some(_)) => Ok(reduced),
+        _ => Ok(plain),
+    }
+}
+
 fn cost_of<const W: usize>(net: &Net<'_, '_, W>, ssa: &SsaPath) -> Result<Option<f64>, PathError> {
     Ok(net.path_cost(ssa))
 }
@@ -229,7 +287,7 @@ pub(crate) fn path_cost(p: &Problem<'_>, ssa: &SsaPath) -> Option<f64> {
     with_width!(p, cost_of, ssa).ok().flatten()
 }
 
-fn run_greedy<const W: usize>(net: &Net<'_, '_, W>) -> Result<SsaPath, PathError> {
+fn run_greedy<const W: usize>(net: &Net<'_, '_, W>) -> Result<PairPath, PathError> {
     Ok(greedy::greedy(net))
 }
 
@@ -237,7 +295,7 @@ fn run_branch<const W: usize>(
     net: &Net<'_, '_, W>,
     width: Option<usize>,
     name: &str,
-) -> Result<SsaPath, PathError> {
+) -> Result<PairPath, PathError> {
     branch::branch(net, width).ok_or_else(|| memory_error(net.p, name, false))
 }
 
@@ -248,6 +306,6 @@ fn run_optimal<const W: usize>(
     optimal::optimal(net, ub).ok_or_else(|| memory_error(net.p, "optimal", true))
 }
 
-fn run_dp<const W: usize>(net: &Net<'_, '_, W>) -> Result<SsaPath, PathError> {
+fn run_dp<const W: usize>(net: &Net<'_, '_, W>) -> Result<PairPath, PathError> {
     dp::dp(net).ok_or_else(|| memory_error(net.p, "dp", false))
 }

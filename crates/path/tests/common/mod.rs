@@ -63,8 +63,36 @@ fn pair_cost(
     (size * factor, keep)
 }
 
+/// opt_einsum's FLOP count of summing out of position `i` of `live` the indices no other
+/// operand and not the output has (a single-operand step), and the result indices; `None` when
+/// there is nothing to sum (such a step only costs).
+fn unary_cost(
+    live: &[Vec<Index>],
+    i: usize,
+    out: &[Index],
+    ext: &BTreeMap<Index, usize>,
+) -> Option<(u128, Vec<Index>)> {
+    let keep: Vec<Index> = live[i]
+        .iter()
+        .copied()
+        .filter(|c| {
+            out.contains(c)
+                || live
+                    .iter()
+                    .enumerate()
+                    .any(|(k, t)| k != i && t.contains(c))
+        })
+        .collect();
+    let size: u128 = live[i].iter().map(|c| ext[c] as u128).product();
+    // One term, something summed: max(1, 1 - 1) + 1 = 2 per element, as opt_einsum counts.
+    (keep.len() < live[i].len()).then_some((size * 2, keep))
+}
+
 /// The cheapest total cost over every sequence of pairwise contractions (so every binary
-/// tree), with each result at most `limit` elements; `None` if no sequence fits.
+/// tree) and single-operand reductions (opt_einsum's `(i,)` steps), with each result at most
+/// `limit` elements; `None` if no sequence fits. A single-operand step costs the same and
+/// gives the same whenever it runs (what an operand alone has stays its own), so the
+/// reductions are tried first, in increasing position, and every pairwise order after them.
 pub fn brute_force(e: &Einsum, limit: Option<u128>) -> Option<u128> {
     let live: Vec<Vec<Index>> = e.inputs.iter().map(|o| o.indices.clone()).collect();
     fn go(
@@ -74,12 +102,23 @@ pub fn brute_force(e: &Einsum, limit: Option<u128>) -> Option<u128> {
         limit: Option<u128>,
         acc: u128,
         best: &mut Option<u128>,
+        unary_from: Option<usize>,
     ) {
         if live.len() == 1 {
             if best.is_none_or(|b| acc < b) {
                 *best = Some(acc);
             }
             return;
+        }
+        for i in unary_from.map_or(0..0, |u| u..live.len()) {
+            if let Some((c, k)) = unary_cost(&live, i, out, ext) {
+                let size: u128 = k.iter().map(|x| ext[x] as u128).product();
+                if limit.is_none_or(|l| size <= l) {
+                    let mut next = live.clone();
+                    next[i] = k;
+                    go(next, out, ext, limit, acc + c, best, Some(i + 1));
+                }
+            }
         }
         for i in 0..live.len() {
             for j in i + 1..live.len() {
@@ -98,7 +137,7 @@ pub fn brute_force(e: &Einsum, limit: Option<u128>) -> Option<u128> {
                     k = out.to_vec();
                 }
                 next.push(k);
-                go(next, out, ext, limit, acc + c, best);
+                go(next, out, ext, limit, acc + c, best, None);
             }
         }
     }
@@ -106,6 +145,6 @@ pub fn brute_force(e: &Einsum, limit: Option<u128>) -> Option<u128> {
     if live.len() == 1 {
         return None; // unary einsums are not searched
     }
-    go(live, &e.output, &e.extents, limit, 0, &mut best);
+    go(live, &e.output, &e.extents, limit, 0, &mut best, Some(0));
     best
 }
