@@ -34,9 +34,7 @@ fn check(expr: &str, spec: &ExtentSpec, p: usize) {
     assert!(rel < 1e-12, "{expr} P={p}: abs {abs} rel {rel}");
     for (_, rep) in &outs {
         for m in &rep.steps {
-            let (ps, pr) = plan.steps[m.step]
-                .volume()
-                .map_or((0, 0), |v| (v.sent_by(rep.rank), v.received_by(rep.rank)));
+            let (ps, pr) = plan.step_words(m.step, rep.rank);
             assert_eq!(
                 (m.sent, m.received),
                 (ps, pr),
@@ -45,7 +43,7 @@ fn check(expr: &str, spec: &ExtentSpec, p: usize) {
                 rep.rank
             );
         }
-        let predicted = deinsum::plan::lookup(&plan.prediction.peak_memory, rep.rank);
+        let (predicted, _) = plan.peak_of(rep.rank);
         assert!(
             rep.peak_words <= predicted,
             "{expr} P={p} rank {}: peak {} > {predicted}",

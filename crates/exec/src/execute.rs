@@ -262,7 +262,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     };
     let mut report = RunReport {
         rank: me,
-        predicted_peak_words: Some(deinsum_plan::lookup(&plan.prediction.peak_memory, me)),
+        predicted_peak_words: Some(plan.peak_of(me).0),
         ..RunReport::default()
     };
     for (i, step) in plan.steps.iter().enumerate() {
@@ -312,13 +312,13 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                 from,
                 to,
                 sum,
-                transfers,
-                volume,
+                ..
             } => {
                 m.kind = "redistribute".into();
                 m.tensor = Some(*tensor);
-                m.predicted_sent = volume.sent_by(me);
-                m.predicted_received = volume.received_by(me);
+                (m.predicted_sent, m.predicted_received) = plan.step_words(i, me);
+                // This rank's transfers, derived from the move (plans store none).
+                let transfers = plan.step_transfers(i, me).pop().unwrap_or_default();
                 let t = plan
                     .tensor(*tensor)
                     .ok_or_else(|| bad(format!("unknown tensor {tensor}")))?;
@@ -332,7 +332,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                     )));
                 }
                 let cur_words = words(&cur);
-                let new = redistribute(comm, t, &mut cur, false, to, *sum, transfers, &mut mem)
+                let new = redistribute(comm, t, &mut cur, false, to, *sum, &transfers, &mut mem)
                     .map_err(|e| e.into_exec(bad))?;
                 mem.sub(cur_words);
                 held.insert(*tensor, (to.clone(), new));
@@ -361,6 +361,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                 group,
                 phase,
                 fetch,
+                ..
             } => {
                 m.kind = "compute_phase".into();
                 let g = plan
@@ -376,20 +377,18 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                 }
                 let (out_id, out_dist) = &g.output;
                 m.tensor = Some(*out_id);
-                for f in fetch {
-                    m.predicted_sent += f.volume.sent_by(me);
-                    m.predicted_received += f.volume.received_by(me);
-                }
+                (m.predicted_sent, m.predicted_received) = plan.step_words(i, me);
+                let fetch_transfers = plan.step_transfers(i, me);
                 // Fetch the windows: the resting blocks stay, the windows are copies.
                 let mut windows: Vec<(usize, Distribution, Option<LocalTensor<T>>)> = Vec::new();
-                for f in fetch {
+                for (f, transfers) in fetch.iter().zip(&fetch_transfers) {
                     let t = plan
                         .tensor(f.tensor)
                         .ok_or_else(|| bad(format!("unknown tensor {}", f.tensor)))?;
                     let (_, cur) = held
                         .get_mut(&f.tensor)
                         .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
-                    let w = redistribute(comm, t, cur, true, &f.to, false, &f.transfers, &mut mem)
+                    let w = redistribute(comm, t, cur, true, &f.to, false, transfers, &mut mem)
                         .map_err(|e| e.into_exec(bad))?;
                     windows.push((f.tensor, f.to.clone(), w));
                 }

@@ -49,15 +49,8 @@ fn main() {
             g.candidates_considered
         );
     }
-    let ntr: usize = p
-        .steps
-        .iter()
-        .map(|s| match s {
-            deinsum_plan::PlanStep::Redistribute { transfers, .. } => transfers.len(),
-            _ => 0,
-        })
-        .sum();
-    println!("  {} transfers, {} steps", ntr, p.steps.len());
+    let json = serde_json::to_string(&p).expect("json").len();
+    println!("  {} steps, JSON {} bytes", p.steps.len(), json);
     println!(
         "path {:?} soap {:?} build total {:?} (drop {:?}); groups {} ranks {} max/rank {} ratio {:.3}",
         t_path,

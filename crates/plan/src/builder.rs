@@ -1,14 +1,15 @@
 //! The planner: a grid per fused group, the moves between groups, and the predictions.
 
 use crate::grids;
-use crate::redistribute::{block_len, coord, received_words, redistribute};
+use crate::memory::{tensor_shape, Memory};
+use crate::moves::{block_len, coord, MoveView};
 use crate::{
     Distribution, Fetch, Grid, GridDim, GroupPlan, Phases, Plan, PlanError, PlanOptions, PlanStep,
-    Prediction, Tensor, TensorId, TensorKind, Transfer, Volume, Window, PLAN_VERSION,
+    Prediction, Tensor, TensorId, TensorKind, Volume, Window, PLAN_VERSION,
 };
 use deinsum_expr::{Einsum, Index};
 use deinsum_path::ContractionTree;
-use deinsum_soap::{FusedGroup, Fusion};
+use deinsum_soap::Fusion;
 use std::collections::BTreeMap;
 
 /// How many of the best-modelled grids of a group are scheduled exactly before choosing.
@@ -99,50 +100,77 @@ pub fn reduced_distribution(dist: &Distribution, shape: &[usize]) -> Distributio
     }
 }
 
-/// A planned Redistribute step.
+/// A planned Redistribute step, scored by the words each rank receives.
 #[derive(Clone, Debug)]
 struct Move {
     from: Distribution,
     to: Distribution,
     sum: bool,
-    transfers: Vec<Transfer>,
-    volume: Volume,
+    /// Words received per rank, sparse ascending.
+    received: Vec<(usize, u64)>,
     shape: Vec<usize>,
-    procs: usize,
-    scheduled: bool,
 }
 
 impl Move {
-    /// Builds the explicit schedule (transfers and full volume) of this move.
-    fn schedule(mut self) -> Move {
-        if !self.scheduled {
-            let (t, v) = redistribute(&self.shape, &self.from, &self.to, self.sum, self.procs);
-            debug_assert_eq!(v.received, self.volume.received);
-            self.transfers = t;
-            self.volume = v;
-            self.scheduled = true;
+    fn total(&self) -> u64 {
+        self.received.iter().map(|&(_, w)| w).sum()
+    }
+
+    fn max(&self) -> u64 {
+        self.received.iter().map(|&(_, w)| w).max().unwrap_or(0)
+    }
+}
+
+/// Running per-rank totals of the emitted moves (dense, indexed by rank).
+#[derive(Default)]
+struct Totals {
+    received: Vec<u64>,
+    sent: Vec<u64>,
+}
+
+impl Totals {
+    /// The volume of `views` moved together in one step (per-rank lists when `per_rank`),
+    /// added into the totals.
+    fn tally(&mut self, views: &[MoveView], n: usize, per_rank: bool) -> Volume {
+        if self.received.len() < n {
+            self.received.resize(n, 0);
+            self.sent.resize(n, 0);
         }
-        self
+        let mut v = Volume::default();
+        for r in 0..n {
+            let (s, w) = views
+                .iter()
+                .fold((0, 0), |(s, w), m| (s + m.sent_of(r), w + m.received_of(r)));
+            self.sent[r] += s;
+            self.received[r] += w;
+            v.max_per_rank = v.max_per_rank.max(w);
+            v.max_sent = v.max_sent.max(s);
+            v.total += w;
+            if per_rank && s > 0 {
+                v.sent.push((r, s));
+            }
+            if per_rank && w > 0 {
+                v.received.push((r, w));
+            }
+        }
+        v
     }
 }
 
-/// Adds `v`'s received and sent words into the running per-rank totals.
-fn tally(received: &mut BTreeMap<usize, u64>, sent: &mut BTreeMap<usize, u64>, v: &Volume) {
-    add_received(received, v);
-    for &(r, w) in &v.sent {
-        *sent.entry(r).or_default() += w;
+/// Adds sparse per-rank words into the dense accumulator `acc`.
+fn add_received(acc: &mut Vec<u64>, received: &[(usize, u64)]) {
+    if let Some(&(r, _)) = received.last() {
+        if acc.len() <= r {
+            acc.resize(r + 1, 0);
+        }
+    }
+    for &(r, w) in received {
+        acc[r] += w;
     }
 }
 
-/// Adds `v`'s received words into `acc`.
-fn add_received(acc: &mut BTreeMap<usize, u64>, v: &Volume) {
-    for &(r, w) in &v.received {
-        *acc.entry(r).or_default() += w;
-    }
-}
-
-fn max_of(acc: &BTreeMap<usize, u64>) -> u64 {
-    acc.values().copied().max().unwrap_or(0)
+fn max_of(acc: &[u64]) -> u64 {
+    acc.iter().copied().max().unwrap_or(0)
 }
 
 /// The moves that bring a tensor of `shape` from `from` to `to`: nothing when equal; one
@@ -153,16 +181,13 @@ fn plan_move(shape: &[usize], from: &Distribution, to: &Distribution, procs: usi
     if from == to {
         return Vec::new();
     }
-    // Candidates are compared on received words alone; schedules are built for the winner.
+    // Candidates are compared on received words alone (independent of the senders).
     let mk = |f: &Distribution, t: &Distribution, sum: bool| Move {
         from: f.clone(),
         to: t.clone(),
         sum,
-        transfers: Vec::new(),
-        volume: received_words(shape, f, t, sum, procs),
+        received: MoveView::new(shape, f, t, sum, procs).received(),
         shape: shape.to_vec(),
-        procs,
-        scheduled: false,
     };
     if !from.is_partial() {
         return vec![mk(from, to, false)];
@@ -174,11 +199,11 @@ fn plan_move(shape: &[usize], from: &Distribution, to: &Distribution, procs: usi
     }
     let a = mk(from, &rs, true);
     let b = mk(&rs, to, false);
-    let mut acc = BTreeMap::new();
-    add_received(&mut acc, &a.volume);
-    add_received(&mut acc, &b.volume);
-    let two = (max_of(&acc), a.volume.total + b.volume.total);
-    let one = (direct.volume.max_per_rank, direct.volume.total);
+    let mut acc = Vec::new();
+    add_received(&mut acc, &a.received);
+    add_received(&mut acc, &b.received);
+    let two = (max_of(&acc), a.total() + b.total());
+    let one = (direct.max(), direct.total());
     if two < one {
         vec![a, b]
     } else {
@@ -291,15 +316,14 @@ fn shape_of(idx: &[Index], ext: &BTreeMap<Index, usize>) -> Vec<usize> {
 }
 
 /// Builds the plan from an already chosen tree and fusion (what [`crate::build`] does after
-/// running the path optimizer and the SOAP analysis). `bound` returns the SOAP parallel bound
-/// (memory-independent, memory-dependent) of a group for P ranks.
+/// running the path optimizer and the SOAP analysis). The SOAP parallel bound of each group is
+/// taken for P ranks and the budget S (without a budget, the plan's own peak memory per rank).
 pub fn build_from(
     einsum: &Einsum,
     tree: &ContractionTree,
     path: Vec<Vec<usize>>,
     fusion: &Fusion,
     opts: &PlanOptions,
-    bound: &dyn Fn(&FusedGroup) -> (f64, f64),
 ) -> Result<Plan, PlanError> {
     let procs = opts.procs;
     if procs == 0 {
@@ -335,8 +359,7 @@ pub fn build_from(
     let mut state: BTreeMap<TensorId, State> = (0..n_in).map(|k| (k, State::Unloaded)).collect();
     let mut steps: Vec<PlanStep> = Vec::new();
     let mut groups: Vec<GroupPlan> = Vec::new();
-    let mut received_total: BTreeMap<usize, u64> = BTreeMap::new();
-    let mut sent_total: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut totals = Totals::default();
     let mut idle_reasons: Vec<String> = Vec::new();
 
     for (gi, group) in fusion.groups.iter().enumerate() {
@@ -656,7 +679,7 @@ pub fn build_from(
                 continue;
             }
             let grid = make_grid(&c.sizes);
-            let mut acc = BTreeMap::new();
+            let mut acc = Vec::new();
             let mut moves = Vec::new();
             let mut fetch_total = 0u64;
             for a in &group.inputs {
@@ -665,16 +688,16 @@ pub fn build_from(
                 let from = current(&state, &tensors, opts, a.node, &target);
                 let m = plan_move(&shape, &from, &target, procs);
                 for mv in &m {
-                    add_received(&mut acc, &mv.volume);
+                    add_received(&mut acc, &mv.received);
                 }
                 if let (Some(k), Some((_, t))) = (phased_dim(c.phases, gidx, &a.indices), c.phases)
                 {
                     let whole = dist_for(&grid, &a.indices, false);
                     for part in 0..t {
                         let w = windowed(&whole, k, t, part);
-                        let v = received_words(&shape, &target, &w, false, procs);
+                        let v = MoveView::new(&shape, &target, &w, false, procs).received();
                         add_received(&mut acc, &v);
-                        fetch_total += v.total;
+                        fetch_total += v.iter().map(|&(_, w)| w).sum::<u64>();
                     }
                 }
                 moves.push(m);
@@ -687,14 +710,14 @@ pub fn build_from(
                 let rd = reduced_distribution(&od, &oshape);
                 red = plan_move(&oshape, &od, &rd, procs);
                 for mv in &red {
-                    add_received(&mut acc, &mv.volume);
+                    add_received(&mut acc, &mv.received);
                 }
             }
             let total: u64 = moves
                 .iter()
                 .flatten()
                 .chain(red.iter())
-                .map(|m| m.volume.total)
+                .map(Move::total)
                 .sum::<u64>()
                 + fetch_total;
             let key = (max_of(&acc), total);
@@ -755,16 +778,7 @@ pub fn build_from(
                 });
             }
             for mv in m {
-                let mv = mv.schedule();
-                tally(&mut received_total, &mut sent_total, &mv.volume);
-                steps.push(PlanStep::Redistribute {
-                    tensor: a.node,
-                    from: mv.from,
-                    to: mv.to,
-                    sum: mv.sum,
-                    transfers: mv.transfers,
-                    volume: mv.volume,
-                });
+                steps.push(emit_move(a.node, mv, &mut totals, opts));
             }
             state.insert(a.node, State::At(target.clone()));
             if target != whole {
@@ -778,6 +792,7 @@ pub fn build_from(
             Some((_, t)) => {
                 for part in 0..t {
                     let mut fetch = Vec::new();
+                    let mut views = Vec::new();
                     for (a, (_, whole)) in group.inputs.iter().zip(&inputs) {
                         let Some(k) = phased_dim(c.phases, gidx, &a.indices) else {
                             continue;
@@ -785,12 +800,15 @@ pub fn build_from(
                         let rest = resting_for(&grid, gidx, &a.indices, c.phases);
                         let w = windowed(whole, k, t, part);
                         let shape = shape_of(&a.indices, ext);
-                        let (transfers, volume) = redistribute(&shape, &rest, &w, false, procs);
-                        tally(&mut received_total, &mut sent_total, &volume);
+                        let view = MoveView::new(&shape, &rest, &w, false, procs);
+                        let volume = view.volume(opts.per_rank);
+                        let pattern = view.kind(volume.total);
+                        views.push(view);
                         fetch.push(Fetch {
                             tensor: a.node,
+                            pattern,
+                            from: rest,
                             to: w,
-                            transfers,
                             volume,
                         });
                     }
@@ -798,6 +816,7 @@ pub fn build_from(
                         group: gi,
                         phase: part,
                         fetch,
+                        volume: totals.tally(&views, procs, opts.per_rank),
                     });
                 }
             }
@@ -824,15 +843,14 @@ pub fn build_from(
                     .product::<f64>()
             })
             .sum();
-        let (bi, bd) = bound(group);
         groups.push(GroupPlan {
             group: group.clone(),
             grid,
             inputs,
             output: (out_node, od),
             max_flops_per_rank: flops,
-            bound_memory_independent: bi,
-            bound_memory_dependent: bd,
+            bound_memory_independent: 0.0,
+            bound_memory_dependent: 0.0,
             predicted_max_per_rank: pred_max,
             candidates_considered: considered,
             phases: c.phases.map(|(v, t)| Phases {
@@ -856,23 +874,23 @@ pub fn build_from(
     let oshape = shape_of(&tree.steps[tree.steps.len() - 1].output, ext);
     let final_dist = reduced_distribution(&out_dist, &oshape);
     for mv in plan_move(&oshape, &out_dist, &final_dist, procs) {
-        let mv = mv.schedule();
-        tally(&mut received_total, &mut sent_total, &mv.volume);
-        steps.push(PlanStep::Redistribute {
-            tensor: out_id,
-            from: mv.from,
-            to: mv.to,
-            sum: mv.sum,
-            transfers: mv.transfers,
-            volume: mv.volume,
-        });
+        steps.push(emit_move(out_id, mv, &mut totals, opts));
     }
 
     let touched_per_rank = touched(&groups, &tensors, procs);
-    let tot = Volume::from_maps(sent_total, received_total);
-    let (peak, peak_buf, ranks_used) = simulate_memory(&steps, &tensors, &groups, tree, procs);
-    let max_peak_buf = peak_buf.iter().map(|&(_, w)| w).max().unwrap_or(0);
-    let max_peak = peak.iter().map(|&(_, w)| w).max().unwrap_or(0);
+    let memory = Memory::new(&steps, &tensors, &groups, tree, procs);
+    let ranks_used = memory.ranks_used;
+    let (mut peak, mut peak_buf) = (Vec::new(), Vec::new());
+    let (mut max_peak, mut max_peak_buf) = (0u64, 0u64);
+    for r in 0..memory.active {
+        let (m, mb) = memory.of_rank(r);
+        max_peak = max_peak.max(m);
+        max_peak_buf = max_peak_buf.max(mb);
+        if opts.per_rank {
+            peak.push(m);
+            peak_buf.push(mb);
+        }
+    }
     if let Some(s) = opts.mem {
         if max_peak > s {
             return Err(PlanError::MemoryTooSmall {
@@ -882,10 +900,15 @@ pub fn build_from(
             });
         }
     }
-    let bound_per_rank: f64 = groups
-        .iter()
-        .map(|g| g.bound_memory_independent.max(g.bound_memory_dependent))
-        .sum();
+    // The SOAP bound for the budget S, or without one for the plan's own peak per rank.
+    let s_bound = opts.mem.map_or((max_peak as f64).max(1.0), |s| s as f64);
+    let mut bound_per_rank = 0.0;
+    for g in &mut groups {
+        let b = deinsum_soap::parallel_bound(&g.group, procs, s_bound);
+        g.bound_memory_independent = b.memory_independent;
+        g.bound_memory_dependent = b.memory_dependent;
+        bound_per_rank += b.binding();
+    }
     let ratio = if bound_per_rank > 0.0 {
         touched_per_rank as f64 / bound_per_rank
     } else {
@@ -926,14 +949,14 @@ pub fn build_from(
         steps,
         output: (out_id, final_dist),
         prediction: Prediction {
-            max_per_rank: tot.max_per_rank,
-            total: tot.total,
-            max_sent_per_rank: tot.max_sent(),
-            received: tot.received,
-            sent: tot.sent,
-            peak_memory: peak,
+            max_per_rank: max_of(&totals.received),
+            total: totals.received.iter().sum(),
+            max_sent_per_rank: max_of(&totals.sent),
+            received: per_rank(&totals.received, opts.per_rank),
+            sent: per_rank(&totals.sent, opts.per_rank),
+            peak_memory: crate::sparse(peak),
             max_peak_memory: max_peak,
-            peak_memory_with_buffers: peak_buf,
+            peak_memory_with_buffers: crate::sparse(peak_buf),
             max_peak_memory_with_buffers: max_peak_buf,
             touched_per_rank,
             bound_per_rank,
@@ -943,15 +966,6 @@ pub fn build_from(
         ranks_used,
         inputs_in_place: opts.inputs_in_place,
     })
-}
-
-/// The shape of tensor `id` (empty when unknown: a scalar).
-fn tensor_shape(tensors: &[Tensor], id: TensorId) -> Vec<usize> {
-    tensors
-        .iter()
-        .find(|t| t.id == id)
-        .map(|t| t.shape.clone())
-        .unwrap_or_default()
 }
 
 /// Max over ranks of the words of its blocks of every group's inputs and output, summed over
@@ -974,171 +988,26 @@ fn touched(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> u64 {
     per_rank.into_iter().max().unwrap_or(0)
 }
 
-/// Words each of the first `active` ranks holds during a compute (or one phase of it): the
-/// live blocks, the fetched windows, the output block and the group-local intermediates over
-/// the rank's box (the phased index cut to the phase's part).
-fn compute_words(
-    active: usize,
-    live: &BTreeMap<TensorId, Distribution>,
-    shapes: &BTreeMap<TensorId, Vec<usize>>,
-    g: &GroupPlan,
-    tree: &ContractionTree,
-    fetch: &[Fetch],
-    cut: Option<(Index, usize, usize)>,
-) -> Vec<u64> {
-    let (_, od) = &g.output;
-    let osh: Vec<usize> = g
-        .group
-        .output
-        .indices
-        .iter()
-        .map(|c| tree.extents.get(c).copied().unwrap_or(1))
-        .collect();
-    let inner: Vec<&Vec<Index>> = g
-        .group
-        .steps
-        .iter()
-        .take(g.group.steps.len().saturating_sub(1))
-        .map(|&st| &tree.steps[st].output)
-        .collect();
-    let fetch_shapes: Vec<Vec<usize>> = fetch
-        .iter()
-        .map(|f| shapes.get(&f.tensor).cloned().unwrap_or_default())
-        .collect();
-    // The step's result block; in phases after the first it sits beside the output
-    // accumulated so far until it is added in.
-    let result_blocks = if cut.is_some_and(|(_, _, part)| part > 0) {
-        2
+/// Sparse per-rank words from dense counts, or nothing unless `wanted`.
+fn per_rank(dense: &[u64], wanted: bool) -> Vec<(usize, u64)> {
+    if wanted {
+        crate::sparse(dense.to_vec())
     } else {
-        1
-    };
-    let mut out = Vec::with_capacity(active);
-    for r in 0..active {
-        let mut w: u64 = live
-            .iter()
-            .map(|(id, d)| block_len(d, r, &shapes[id]))
-            .sum();
-        w += block_len(od, r, &osh) * result_blocks;
-        for (f, sh) in fetch.iter().zip(&fetch_shapes) {
-            w += block_len(&f.to, r, sh);
-        }
-        if r < g.grid.size() {
-            for o in &inner {
-                w += o
-                    .iter()
-                    .map(|&c| {
-                        let n = tree.extents.get(&c).copied().unwrap_or(1);
-                        let (mut s, mut e) = match g.grid.position(c) {
-                            Some(k) => {
-                                crate::block_range(0, n, g.grid.dims[k].size, coord(&g.grid, r, k))
-                            }
-                            None => (0, n),
-                        };
-                        if let Some((ci, t, part)) = cut {
-                            if ci == c {
-                                (s, e) = crate::block_range(s, e, t, part);
-                            }
-                        }
-                        (e - s) as u64
-                    })
-                    .product::<u64>();
-            }
-        }
-        out.push(w);
+        Vec::new()
     }
-    out
 }
 
-/// Sparse `(rank, words)` pairs, ascending.
-type PerRank = Vec<(usize, u64)>;
-
-/// Peak words per rank over the steps (without and with message buffers), and the number of
-/// ranks that compute.
-fn simulate_memory(
-    steps: &[PlanStep],
-    tensors: &[Tensor],
-    groups: &[GroupPlan],
-    tree: &ContractionTree,
-    procs: usize,
-) -> (PerRank, PerRank, usize) {
-    let shape = |id: TensorId| tensor_shape(tensors, id);
-    let mut active = groups.iter().map(|g| g.grid.size()).max().unwrap_or(1);
-    let ranks_used = active.min(procs);
-    for s in steps {
-        let m = match s {
-            PlanStep::Load { dist, .. } => dist.grid.size(),
-            PlanStep::Redistribute { from, to, .. } => from.grid.size().max(to.grid.size()),
-            _ => 0,
-        };
-        active = active.max(m);
+/// Emits one planned move of `tensor` as a Redistribute step, its volume counted into
+/// `totals`.
+fn emit_move(tensor: TensorId, mv: Move, totals: &mut Totals, opts: &PlanOptions) -> PlanStep {
+    let view = MoveView::new(&mv.shape, &mv.from, &mv.to, mv.sum, opts.procs);
+    let volume = totals.tally(std::slice::from_ref(&view), opts.procs, opts.per_rank);
+    PlanStep::Redistribute {
+        tensor,
+        pattern: view.kind(volume.total),
+        from: mv.from,
+        to: mv.to,
+        sum: mv.sum,
+        volume,
     }
-    let active = active.min(procs);
-    let mut peak = vec![0u64; active];
-    let mut peak_buf = vec![0u64; active];
-    let mut live: BTreeMap<TensorId, Distribution> = BTreeMap::new();
-    let mut shapes: BTreeMap<TensorId, Vec<usize>> = BTreeMap::new();
-    let live_words = |live: &BTreeMap<TensorId, Distribution>,
-                      shapes: &BTreeMap<TensorId, Vec<usize>>,
-                      r: usize| {
-        live.iter()
-            .map(|(id, d)| block_len(d, r, &shapes[id]))
-            .sum::<u64>()
-    };
-    for s in steps {
-        // Blocks held per rank during the step (None: the step only frees).
-        let held: Option<Vec<u64>> = match s {
-            PlanStep::Load { tensor, dist } => {
-                shapes.insert(*tensor, shape(*tensor));
-                live.insert(*tensor, dist.clone());
-                Some((0..active).map(|r| live_words(&live, &shapes, r)).collect())
-            }
-            PlanStep::Redistribute { tensor, to, .. } => {
-                let sh = shapes
-                    .entry(*tensor)
-                    .or_insert_with(|| shape(*tensor))
-                    .clone();
-                let w = (0..active)
-                    .map(|r| live_words(&live, &shapes, r) + block_len(to, r, &sh))
-                    .collect();
-                live.insert(*tensor, to.clone());
-                Some(w)
-            }
-            PlanStep::Compute { group } => {
-                let w = compute_words(active, &live, &shapes, &groups[*group], tree, &[], None);
-                let (oid, od) = &groups[*group].output;
-                shapes.insert(*oid, shape(*oid));
-                live.insert(*oid, od.clone());
-                Some(w)
-            }
-            PlanStep::ComputePhase {
-                group,
-                phase,
-                fetch,
-            } => {
-                let g = &groups[*group];
-                let cut = g.phases.as_ref().map(|ph| (ph.index, ph.count, *phase));
-                let w = compute_words(active, &live, &shapes, g, tree, fetch, cut);
-                if cut.is_some_and(|(_, t, p)| p + 1 == t) {
-                    let (oid, od) = &g.output;
-                    shapes.insert(*oid, shape(*oid));
-                    live.insert(*oid, od.clone());
-                }
-                Some(w)
-            }
-            PlanStep::Free { tensor } => {
-                live.remove(tensor);
-                None
-            }
-        };
-        if let Some(w) = held {
-            // Message buffers: a rank's packed sends and its receives exist at once.
-            let vol = s.volume();
-            for (r, &x) in w.iter().enumerate() {
-                let bufs = vol.as_ref().map_or(0, |v| v.sent_by(r) + v.received_by(r));
-                peak[r] = peak[r].max(x);
-                peak_buf[r] = peak_buf[r].max(x + bufs);
-            }
-        }
-    }
-    (crate::sparse(peak), crate::sparse(peak_buf), ranks_used)
 }

@@ -14,7 +14,7 @@ mod geometry;
 pub use geometry::*;
 
 /// Version of the plan JSON schema (docs/plan-schema.md).
-pub const PLAN_VERSION: u32 = 2;
+pub const PLAN_VERSION: u32 = 3;
 
 /// Identifies a tensor of the plan: the contraction tree's node id (inputs `0..n`, then one per
 /// step). Only inputs and the results of fused groups are materialized as distributed tensors.
@@ -47,80 +47,25 @@ pub struct Tensor {
     pub kind: TensorKind,
 }
 
-/// Words sent and received per rank by one step, sparse: `(rank, words)` pairs in ascending rank
-/// order, listing only ranks with a nonzero count (so plans for 2^20 ranks stay small).
-/// Self-transfers (a rank to itself) are local copies and not counted.
+/// Words moved by one step: the busiest rank's and the total always; the sparse per-rank lists
+/// `(rank, words)` (ascending, nonzero only) only when the plan was built with
+/// [`PlanOptions::per_rank`] (a plan for 2^20 ranks stays small). Any rank's figures are derived
+/// on demand with [`Plan::step_words`]. Self-transfers (a rank to itself) are local copies and
+/// not counted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Volume {
-    /// Words sent, per rank that sends anything.
-    pub sent: Vec<(usize, u64)>,
-    /// Words received, per rank that receives anything.
-    pub received: Vec<(usize, u64)>,
     /// Max over ranks of words received (the figure held against the SOAP per-rank bound).
     pub max_per_rank: u64,
     /// Sum over ranks of words received (= words sent).
     pub total: u64,
-}
-
-impl Volume {
-    /// Counts the words of `transfers` (self-transfers excluded).
-    pub fn of_transfers(transfers: &[Transfer]) -> Volume {
-        // Dense accumulators grown on demand: one pass over up to P^2 transfers.
-        let mut sent: Vec<u64> = Vec::new();
-        let mut received: Vec<u64> = Vec::new();
-        for t in transfers.iter().filter(|t| t.src != t.dst) {
-            let w: u64 = t.boxes.iter().map(Block::len).sum();
-            let n = t.src.max(t.dst) + 1;
-            if n > sent.len() {
-                sent.resize(n, 0);
-                received.resize(n, 0);
-            }
-            sent[t.src] += w;
-            received[t.dst] += w;
-        }
-        Volume::from_dense(sent, received)
-    }
-
-    /// Builds a volume from dense per-rank counts indexed by rank (zero entries dropped).
-    pub fn from_dense(sent: Vec<u64>, received: Vec<u64>) -> Volume {
-        Volume::from_sparse(sparse(sent), sparse(received))
-    }
-
-    /// Builds a volume from sparse ascending `(rank, words)` counts without zero entries.
-    pub fn from_sparse(sent: Vec<(usize, u64)>, received: Vec<(usize, u64)>) -> Volume {
-        Volume {
-            max_per_rank: received.iter().map(|&(_, w)| w).max().unwrap_or(0),
-            total: received.iter().map(|&(_, w)| w).sum(),
-            sent,
-            received,
-        }
-    }
-
-    /// Builds a volume from per-rank counts (zero entries dropped).
-    pub fn from_maps(
-        sent: std::collections::BTreeMap<usize, u64>,
-        received: std::collections::BTreeMap<usize, u64>,
-    ) -> Volume {
-        let nonzero = |m: std::collections::BTreeMap<usize, u64>| -> Vec<(usize, u64)> {
-            m.into_iter().filter(|&(_, w)| w > 0).collect()
-        };
-        Volume::from_sparse(nonzero(sent), nonzero(received))
-    }
-
-    /// Words sent by `rank`.
-    pub fn sent_by(&self, rank: usize) -> u64 {
-        lookup(&self.sent, rank)
-    }
-
-    /// Words received by `rank`.
-    pub fn received_by(&self, rank: usize) -> u64 {
-        lookup(&self.received, rank)
-    }
-
     /// Max over ranks of words sent.
-    pub fn max_sent(&self) -> u64 {
-        self.sent.iter().map(|&(_, w)| w).max().unwrap_or(0)
-    }
+    pub max_sent: u64,
+    /// Words sent, per rank that sends anything (only with `per_rank`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sent: Vec<(usize, u64)>,
+    /// Words received, per rank that receives anything (only with `per_rank`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub received: Vec<(usize, u64)>,
 }
 
 /// Dense per-rank counts (indexed by rank) as sparse ascending `(rank, count)` pairs, zeros
@@ -203,11 +148,14 @@ pub struct Phases {
 pub struct Fetch {
     /// The input tensor (it stays in its resting distribution; the window is a copy).
     pub tensor: TensorId,
+    /// Where the input rests ([`Phases::resting`]).
+    pub from: Distribution,
     /// The window: the group's distribution of the input with one [`Window`] on the index.
     pub to: Distribution,
-    /// Who sends which boxes to whom, one message per (src, dst) pair.
-    pub transfers: Vec<Transfer>,
-    /// Predicted words per rank.
+    /// What the move is; each rank's transfers are derived from `from` and `to`
+    /// ([`Plan::step_transfers`]).
+    pub pattern: MoveKind,
+    /// Predicted words.
     pub volume: Volume,
 }
 
@@ -235,9 +183,10 @@ pub enum PlanStep {
         to: Distribution,
         /// Whether pieces are summed (a reduction folded into the move).
         sum: bool,
-        /// Who sends which boxes to whom, one message per (src, dst) pair.
-        transfers: Vec<Transfer>,
-        /// Predicted words per rank.
+        /// What the move is; each rank's transfers are derived from `from` and `to`
+        /// ([`Plan::step_transfers`]).
+        pattern: MoveKind,
+        /// Predicted words.
         volume: Volume,
     },
     /// Every rank holding a block of the group's output computes it from its input blocks.
@@ -256,6 +205,8 @@ pub enum PlanStep {
         phase: usize,
         /// The windows fetched for this phase.
         fetch: Vec<Fetch>,
+        /// Predicted words of all the fetches together.
+        volume: Volume,
     },
     /// `tensor` is no longer needed; ranks free its blocks.
     Free {
@@ -265,23 +216,12 @@ pub enum PlanStep {
 }
 
 impl PlanStep {
-    /// The words this step moves per rank: a redistribution's volume, or a phase's fetches
-    /// added up per rank; `None` for steps that move nothing.
-    pub fn volume(&self) -> Option<Volume> {
+    /// The words this step moves (a redistribution's, or a phase's fetches together); `None`
+    /// for steps that move nothing.
+    pub fn volume(&self) -> Option<&Volume> {
         match self {
-            PlanStep::Redistribute { volume, .. } => Some(volume.clone()),
-            PlanStep::ComputePhase { fetch, .. } => {
-                let mut sent = std::collections::BTreeMap::new();
-                let mut received = std::collections::BTreeMap::new();
-                for f in fetch {
-                    for &(r, w) in &f.volume.sent {
-                        *sent.entry(r).or_default() += w;
-                    }
-                    for &(r, w) in &f.volume.received {
-                        *received.entry(r).or_default() += w;
-                    }
-                }
-                Some(Volume::from_maps(sent, received))
+            PlanStep::Redistribute { volume, .. } | PlanStep::ComputePhase { volume, .. } => {
+                Some(volume)
             }
             _ => None,
         }
@@ -297,20 +237,27 @@ pub struct Prediction {
     pub total: u64,
     /// Max over ranks of words sent (summed per rank over the steps).
     pub max_sent_per_rank: u64,
-    /// Words received per rank over all steps, sparse `(rank, words)` ascending.
+    /// Words received per rank over all steps, sparse `(rank, words)` ascending (only with
+    /// [`PlanOptions::per_rank`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub received: Vec<(usize, u64)>,
-    /// Words sent per rank over all steps, sparse `(rank, words)` ascending.
+    /// Words sent per rank over all steps, sparse `(rank, words)` ascending (only with
+    /// [`PlanOptions::per_rank`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sent: Vec<(usize, u64)>,
     /// Peak memory of each rank, in words (blocks alive at once, including receive buffers and
     /// the group-local intermediates of a Compute), sparse `(rank, words)` ascending; ranks
-    /// that never hold data are absent.
+    /// that never hold data are absent (only with [`PlanOptions::per_rank`]; any rank's
+    /// figure is derived on demand by [`Plan::peak_of`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peak_memory: Vec<(usize, u64)>,
     /// Max over ranks of `peak_memory`.
     pub max_peak_memory: u64,
     /// `peak_memory` plus the message buffers of each step (a rank's packed sends and its
     /// receives, which exist at once during the exchange): what the process really holds.
-    /// The budget S bounds `peak_memory`, the tensor data; the buffers come on top.
-    #[serde(default)]
+    /// The budget S bounds `peak_memory`, the tensor data; the buffers come on top (only with
+    /// [`PlanOptions::per_rank`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peak_memory_with_buffers: Vec<(usize, u64)>,
     /// Max over ranks of `peak_memory_with_buffers`.
     #[serde(default)]
@@ -345,6 +292,10 @@ pub struct PlanOptions {
     /// Load balance slack: a grid is admissible when its busiest rank's iteration box is at
     /// most `1 + balance_tolerance` times the smallest achievable one (default 0.25).
     pub balance_tolerance: f64,
+    /// When true, the plan carries per-rank lists (words sent and received per step and in
+    /// all, peak memory per rank): O(P) numbers. Off by default: any rank's figures are
+    /// derived on demand ([`Plan::step_words`], [`Plan::peak_of`]).
+    pub per_rank: bool,
 }
 
 impl std::fmt::Debug for PlanOptions {
@@ -355,6 +306,7 @@ impl std::fmt::Debug for PlanOptions {
             .field("path.strategy", &self.path.strategy)
             .field("inputs_in_place", &self.inputs_in_place)
             .field("balance_tolerance", &self.balance_tolerance)
+            .field("per_rank", &self.per_rank)
             .finish()
     }
 }
@@ -367,6 +319,7 @@ impl Default for PlanOptions {
             path: deinsum_path::PathOptions::default(),
             inputs_in_place: false,
             balance_tolerance: 0.25,
+            per_rank: false,
         }
     }
 }
@@ -402,36 +355,7 @@ pub fn build(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
         None => (data / opts.procs as f64).max(1.0),
     };
     let fusion = deinsum_soap::analyze(&info.tree, s_analysis)?;
-    let procs = opts.procs;
-    let mem = opts.mem;
-    // First pass without the bound to learn the plan's own memory, then the bound for it.
-    let plan = build_from(
-        einsum,
-        &info.tree,
-        info.path.clone(),
-        &fusion,
-        opts,
-        &|_| (0.0, 0.0),
-    )?;
-    let s_bound = match mem {
-        Some(s) => s as f64,
-        None => (plan.prediction.max_peak_memory as f64).max(1.0),
-    };
-    let mut plan = plan;
-    let mut bound_total = 0.0;
-    for g in &mut plan.groups {
-        let b = deinsum_soap::parallel_bound(&g.group, procs, s_bound);
-        g.bound_memory_independent = b.memory_independent;
-        g.bound_memory_dependent = b.memory_dependent;
-        bound_total += b.binding();
-    }
-    plan.prediction.bound_per_rank = bound_total;
-    plan.prediction.ratio = if bound_total > 0.0 {
-        plan.prediction.touched_per_rank as f64 / bound_total
-    } else {
-        f64::NAN
-    };
-    Ok(plan)
+    build_from(einsum, &info.tree, info.path.clone(), &fusion, opts)
 }
 
 /// Why a plan cannot be built.
@@ -476,6 +400,15 @@ pub enum PlanError {
     /// A size overflowed.
     #[error("size overflow: {0}")]
     Overflow(String),
+    /// A plan JSON of another schema version.
+    #[error("plan JSON schema version {found} is not supported: this deinsum reads version {PLAN_VERSION} only (plan again with `deinsum plan ... --format json`)")]
+    Version {
+        /// The version the file declares (0 when it declares none).
+        found: u64,
+    },
+    /// A plan JSON that does not parse.
+    #[error("plan JSON does not parse: {0}")]
+    Json(String),
 }
 
 /// A complete distributed execution plan.
@@ -518,11 +451,87 @@ impl Plan {
     pub fn tensor(&self, id: TensorId) -> Option<&Tensor> {
         self.tensors.iter().find(|t| t.id == id)
     }
+
+    /// Reads a plan from its JSON, refusing other schema versions with a clear message
+    /// (checked before the body is parsed, so an old plan is named as such).
+    pub fn from_json(text: &str) -> Result<Plan, PlanError> {
+        #[derive(Deserialize)]
+        struct Head {
+            #[serde(default)]
+            version: u64,
+        }
+        let head: Head = serde_json::from_str(text).map_err(|e| PlanError::Json(e.to_string()))?;
+        if head.version != u64::from(PLAN_VERSION) {
+            return Err(PlanError::Version {
+                found: head.version,
+            });
+        }
+        serde_json::from_str(text).map_err(|e| PlanError::Json(e.to_string()))
+    }
+
+    /// The moves of step `step`: one for a Redistribute, one per fetch of a ComputePhase,
+    /// none otherwise (or for a step out of range).
+    pub fn step_moves(&self, step: usize) -> Vec<MoveView> {
+        let shape = |id: TensorId| self.tensor(id).map(|t| t.shape.clone()).unwrap_or_default();
+        match self.steps.get(step) {
+            Some(PlanStep::Redistribute {
+                tensor,
+                from,
+                to,
+                sum,
+                ..
+            }) => vec![MoveView::new(&shape(*tensor), from, to, *sum, self.procs)],
+            Some(PlanStep::ComputePhase { fetch, .. }) => fetch
+                .iter()
+                .map(|f| MoveView::new(&shape(f.tensor), &f.from, &f.to, false, self.procs))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// `rank`'s transfers in step `step`, one list per move of the step ([`Plan::step_moves`]):
+    /// what it receives (its copy to itself included) and what it sends, derived in time
+    /// proportional to its own pieces (O(P) at worst for a sender).
+    pub fn step_transfers(&self, step: usize, rank: usize) -> Vec<Vec<Transfer>> {
+        self.step_moves(step)
+            .iter()
+            .map(|m| m.transfers_of(rank))
+            .collect()
+    }
+
+    /// `rank`'s transfers in every step that moves data: `(step, one list per move)`.
+    pub fn transfers_of(&self, rank: usize) -> Vec<(usize, Vec<Vec<Transfer>>)> {
+        (0..self.steps.len())
+            .map(|s| (s, self.step_transfers(s, rank)))
+            .filter(|(_, t)| !t.is_empty())
+            .collect()
+    }
+
+    /// Words `rank` sends and receives in step `step` (closed form, O(1) per move).
+    pub fn step_words(&self, step: usize, rank: usize) -> (u64, u64) {
+        self.step_moves(step).iter().fold((0, 0), |(s, r), m| {
+            (s + m.sent_of(rank), r + m.received_of(rank))
+        })
+    }
+
+    /// Predicted peak memory of `rank` in words: the tensor data alone, and with the message
+    /// buffers of each step.
+    pub fn peak_of(&self, rank: usize) -> (u64, u64) {
+        memory::Memory::new(
+            &self.steps,
+            &self.tensors,
+            &self.groups,
+            &self.tree,
+            self.procs,
+        )
+        .of_rank(rank)
+    }
 }
 
 mod builder;
 mod grids;
-mod redistribute;
+mod memory;
+mod moves;
 pub use builder::{build_from, canonical_distribution, reduced_distribution, MIN_CANONICAL_BLOCK};
 pub use grids::{axis_candidates, enumerate as enumerate_grids, tight};
-pub use redistribute::{block_len, received_words, redistribute};
+pub use moves::{block_len, coord, MoveKind, MoveView};

@@ -4,10 +4,6 @@ mod common;
 use common::*;
 use deinsum_plan::{build_from, PlanOptions};
 
-fn no_bound(_: &deinsum_soap::FusedGroup) -> (f64, f64) {
-    (0.0, 0.0)
-}
-
 fn sizes(p: &deinsum_plan::Plan, g: usize) -> Vec<(char, usize)> {
     p.groups[g]
         .grid
@@ -27,7 +23,7 @@ fn opts(p: usize) -> PlanOptions {
 #[test]
 fn deinsum_example_p8() {
     let (e, t, f) = mttkrp_mm(10);
-    let p = build_from(&e, &t, vec![], &f, &opts(8), &no_bound).unwrap();
+    let p = build_from(&e, &t, vec![], &f, &opts(8)).unwrap();
     println!("{:?}\n{:?}", sizes(&p, 0), sizes(&p, 1));
     assert_eq!(sizes(&p, 0), vec![('j', 2), ('a', 1), ('k', 2), ('i', 2)]);
     assert_eq!(p.groups[1].grid.size(), 8);
@@ -37,7 +33,7 @@ fn deinsum_example_p8() {
 fn mm_cubes() {
     for (procs, c) in [(8, 2), (64, 4), (512, 8)] {
         let (e, t, f) = mm(64);
-        let p = build_from(&e, &t, vec![], &f, &opts(procs), &no_bound).unwrap();
+        let p = build_from(&e, &t, vec![], &f, &opts(procs)).unwrap();
         println!(
             "{procs}: {:?} {:?}",
             sizes(&p, 0),

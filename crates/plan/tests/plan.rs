@@ -37,12 +37,70 @@ fn json_round_trip() {
     let e = einsum("ijk,ja,ka,al->il", None, 7);
     let p = build(&e, &opts(6)).unwrap();
     let s = serde_json::to_string(&p).unwrap();
-    assert!(s.starts_with("{\"version\":2,"));
-    let q: Plan = serde_json::from_str(&s).unwrap();
+    assert!(s.starts_with("{\"version\":3,"));
+    let q = Plan::from_json(&s).unwrap();
     assert_eq!(p, q);
+    // With per-rank lists, too.
+    let mut o = opts(6);
+    o.per_rank = true;
+    let pr = build(&e, &o).unwrap();
+    let q = Plan::from_json(&serde_json::to_string(&pr).unwrap()).unwrap();
+    assert_eq!(pr, q);
     // Same input, same bytes.
     let again = serde_json::to_string(&build(&e, &opts(6)).unwrap()).unwrap();
     assert_eq!(s, again);
+}
+
+#[test]
+fn version_2_plans_are_refused_by_name() {
+    let e = einsum("ij,jk->ik", None, 4);
+    let s = serde_json::to_string(&build(&e, &opts(4)).unwrap()).unwrap();
+    let old = s.replacen("\"version\":3", "\"version\":2", 1);
+    let err = Plan::from_json(&old).unwrap_err();
+    assert!(matches!(err, PlanError::Version { found: 2 }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("version 2") && msg.contains("version 3"),
+        "{msg}"
+    );
+    assert!(matches!(
+        Plan::from_json("{\"steps\": []}"),
+        Err(PlanError::Version { found: 0 })
+    ));
+    assert!(matches!(Plan::from_json("[1"), Err(PlanError::Json(_))));
+}
+
+#[test]
+fn per_rank_lists_only_when_asked() {
+    let e = einsum("ij,jk->ik", None, 64);
+    let p = build(&e, &opts(16)).unwrap();
+    assert!(p.prediction.received.is_empty() && p.prediction.peak_memory.is_empty());
+    let mut o = opts(16);
+    o.per_rank = true;
+    let q = build(&e, &o).unwrap();
+    // The same plan, with the lists; every derived per-rank figure matches them.
+    assert_eq!(p.prediction.max_per_rank, q.prediction.max_per_rank);
+    assert_eq!(p.prediction.max_peak_memory, q.prediction.max_peak_memory);
+    for r in 0..16 {
+        let (m, mb) = p.peak_of(r);
+        assert_eq!(m, deinsum_plan::lookup(&q.prediction.peak_memory, r));
+        assert_eq!(
+            mb,
+            deinsum_plan::lookup(&q.prediction.peak_memory_with_buffers, r)
+        );
+        let (mut s, mut w) = (0, 0);
+        for (k, st) in q.steps.iter().enumerate() {
+            let (ds, dw) = p.step_words(k, r);
+            s += ds;
+            w += dw;
+            if let PlanStep::Redistribute { volume, .. } = st {
+                assert_eq!(dw, deinsum_plan::lookup(&volume.received, r));
+                assert_eq!(ds, deinsum_plan::lookup(&volume.sent, r));
+            }
+        }
+        assert_eq!(w, deinsum_plan::lookup(&q.prediction.received, r));
+        assert_eq!(s, deinsum_plan::lookup(&q.prediction.sent, r));
+    }
 }
 
 #[test]
@@ -172,8 +230,9 @@ fn two_to_the_twenty_ranks_with_small_extents() {
     assert!(p.ranks_used <= 10_000);
     let idle = p.idle.as_deref().unwrap();
     assert!(idle.contains("allow at most"), "{idle}");
-    // Sparse volumes stay small.
-    assert!(p.prediction.received.len() <= p.ranks_used);
+    // No per-rank lists unless asked: the plan stays small.
+    assert!(p.prediction.received.is_empty());
+    assert!(serde_json::to_string(&p).unwrap().len() < 100_000);
 }
 
 /// Per-element count of what each target rank receives in one step (the brute force).
@@ -233,7 +292,9 @@ fn predicted_volumes_equal_brute_force() {
         ("ij->", "i=5,j=4", 3),
     ] {
         let e = einsum(expr, Some(sizes), 0);
-        let p = build(&e, &opts(procs)).unwrap();
+        let mut o = opts(procs);
+        o.per_rank = true;
+        let p = build(&e, &o).unwrap();
         let mut total: BTreeMap<usize, u64> = BTreeMap::new();
         for s in &p.steps {
             if let PlanStep::Redistribute {

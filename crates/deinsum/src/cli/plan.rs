@@ -1,6 +1,6 @@
 //! `deinsum plan`: build the distributed plan for P ranks and print it (text or JSON).
 
-use deinsum_plan::{build, Distribution, Plan, PlanError, PlanOptions, PlanStep};
+use deinsum_plan::{build, Distribution, Grid, MoveKind, Plan, PlanError, PlanOptions, PlanStep};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
@@ -23,6 +23,10 @@ pub struct Args {
     /// Plan as if every input already sits in the distribution its group needs (no input moves).
     #[arg(long)]
     pub inputs_in_place: bool,
+    /// Also list per-rank figures in the plan (words sent and received per rank, peak memory
+    /// per rank): O(P) numbers, left out by default.
+    #[arg(long)]
+    pub per_rank: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = super::Format::Text)]
     pub format: super::Format,
@@ -39,6 +43,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         mem: args.mem,
         path: deinsum_path::PathOptions::with_strategy(&args.optimize),
         inputs_in_place: args.inputs_in_place,
+        per_rank: args.per_rank,
         ..PlanOptions::default()
     };
     let plan = build(&einsum, &opts).map_err(|e| match e {
@@ -67,6 +72,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // A closed pipe (`| head`) is not an error of the plan.
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// What a move is, in words: `all-gather along k`, `all-to-all`.
+pub fn kind_text(kind: &MoveKind, grid: &Grid) -> String {
+    let along = |dims: &[usize]| -> String {
+        let names: Vec<String> = dims
+            .iter()
+            .filter_map(|&g| grid.dims.get(g))
+            .map(|d| format!("{}{}", d.index, d.size))
+            .collect();
+        if names.is_empty() {
+            String::new()
+        } else {
+            format!(" along {}", names.join(" "))
+        }
+    };
+    match kind {
+        MoveKind::Local => "local copy".into(),
+        MoveKind::AllGather { dims } => format!("all-gather{}", along(dims)),
+        MoveKind::ReduceScatter { dims } => format!("reduce-scatter{}", along(dims)),
+        MoveKind::AllReduce { dims } => format!("all-reduce{}", along(dims)),
+        MoveKind::Reduce => "reduce to one rank".into(),
+        MoveKind::Gather => "gather to one rank".into(),
+        MoveKind::Broadcast => "broadcast".into(),
+        MoveKind::Permute => "permutation".into(),
+        MoveKind::AllToAll => "all-to-all".into(),
     }
 }
 
@@ -229,18 +261,17 @@ pub fn render_text(plan: &Plan, strategy: &str) -> String {
                 from,
                 to,
                 sum,
-                transfers,
+                pattern,
                 volume,
             } => {
-                let msgs = transfers.iter().filter(|t| t.src != t.dst).count();
                 let _ = writeln!(
                     o,
-                    "  {k:>3} {} {}  {}  ->  {}\n        {} messages, words received: max/rank {}, total {}",
+                    "  {k:>3} {} {}  {}  ->  {}\n        {}, words received: max/rank {}, total {}",
                     if *sum { "reduce" } else { "move" },
                     name(*tensor),
                     describe(from, &idx(*tensor)),
                     describe(to, &idx(*tensor)),
-                    msgs,
+                    kind_text(pattern, &from.grid),
                     volume.max_per_rank,
                     volume.total
                 );
@@ -252,22 +283,23 @@ pub fn render_text(plan: &Plan, strategy: &str) -> String {
                 group,
                 phase,
                 fetch,
+                volume,
             } => {
-                let msgs: usize = fetch
+                let kinds: Vec<String> = fetch
                     .iter()
-                    .map(|f| f.transfers.iter().filter(|t| t.src != t.dst).count())
-                    .sum();
-                let max: u64 = fetch.iter().map(|f| f.volume.max_per_rank).sum();
-                let total: u64 = fetch.iter().map(|f| f.volume.total).sum();
+                    .map(|f| kind_text(&f.pattern, &f.from.grid))
+                    .collect();
                 let _ = writeln!(
                     o,
-                    "  {k:>3} compute group {group} phase {phase}: fetch {} ({} messages, words received: max/rank {max}, total {total})",
+                    "  {k:>3} compute group {group} phase {phase}: fetch {} ({}, words received: max/rank {}, total {})",
                     fetch
                         .iter()
                         .map(|f| name(f.tensor))
                         .collect::<Vec<_>>()
                         .join(", "),
-                    msgs
+                    kinds.join(", "),
+                    volume.max_per_rank,
+                    volume.total
                 );
             }
             PlanStep::Free { tensor } => {

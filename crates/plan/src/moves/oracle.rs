@@ -1,47 +1,8 @@
-//! Redistribution schedules: who sends which box to whom when a tensor moves from one block
-//! distribution to another (optionally summing partial replicas on the way).
+//! The explicit scheduler plans used to store (the whole list of transfers, sources chosen by a
+//! global least-loaded greedy), kept as the oracle of the derived transfers' property test.
 
-use crate::{block_range, Block, Distribution, Grid, Transfer, Volume};
-
-/// A nonempty interval of one tensor index under a nested blocking, with the coordinates of
-/// the grid dimensions that produced it (in the order of the split list).
-#[derive(Clone, Debug)]
-struct Interval {
-    start: usize,
-    end: usize,
-    coords: Vec<usize>,
-}
-
-/// The nonempty intervals of `[0, n)` blocked by the grid dimensions `dims` (nested, outermost
-/// first), in increasing order.
-fn partition(n: usize, dims: &[usize], grid: &Grid) -> Vec<Interval> {
-    let mut cur = vec![Interval {
-        start: 0,
-        end: n,
-        coords: Vec::new(),
-    }];
-    for &g in dims {
-        let p = grid.dims[g].size;
-        let mut next = Vec::with_capacity(cur.len() * p.min(n.max(1)));
-        for iv in &cur {
-            for x in 0..p {
-                let (s, e) = block_range(iv.start, iv.end, p, x);
-                if s < e {
-                    let mut coords = iv.coords.clone();
-                    coords.push(x);
-                    next.push(Interval {
-                        start: s,
-                        end: e,
-                        coords,
-                    });
-                }
-            }
-        }
-        cur = next;
-    }
-    cur.retain(|iv| iv.start < iv.end);
-    cur
-}
+use crate::moves::{partition, Interval};
+use crate::{Block, Distribution, Grid, Transfer};
 
 /// The schedule that moves a tensor of `shape` from `from` to `to` on `procs` ranks.
 ///
@@ -64,7 +25,7 @@ pub fn redistribute(
     to: &Distribution,
     sum: bool,
     procs: usize,
-) -> (Vec<Transfer>, Volume) {
+) -> Vec<Transfer> {
     // Sources are partitioned by their grid splits alone: a phase buffer is never a source.
     assert!(
         from.window.is_empty(),
@@ -79,7 +40,7 @@ fn schedule(
     to: &Distribution,
     sum: bool,
     procs: usize,
-) -> (Vec<Transfer>, Volume) {
+) -> Vec<Transfer> {
     let fg = &from.grid;
     let nd = shape.len();
     let src_size = fg.size().min(procs.max(1));
@@ -175,9 +136,8 @@ fn schedule(
     debug_assert!(out
         .windows(2)
         .all(|w| (w[0].dst, w[0].src) < (w[1].dst, w[1].src)));
-    let volume = Volume::from_dense(sent_load, received);
-    debug_assert_eq!(volume, Volume::of_transfers(&out));
-    (out, volume)
+    let _ = received;
+    out
 }
 
 /// Per tensor index, the source intervals of `parts` that the target block `tb` meets
@@ -290,91 +250,4 @@ fn pick_source(
     }
     set(coords, best.1);
     fg.rank_of(coords)
-}
-
-/// Number of elements of the block `rank` holds in `dist` (0 outside the grid), without
-/// allocating for tensors of up to four indices.
-pub fn block_len(dist: &Distribution, rank: usize, shape: &[usize]) -> u64 {
-    ranges_of(dist, rank, shape).map_or(0, |r| r.iter().map(|&(lo, hi)| (hi - lo) as u64).product())
-}
-
-/// Coordinate of `rank` along grid dimension `k` (row-major, last fastest).
-pub fn coord(g: &Grid, rank: usize, k: usize) -> usize {
-    let inner: usize = g.dims[k + 1..].iter().map(|d| d.size).product();
-    (rank / inner) % g.dims[k].size
-}
-
-/// The words each rank receives in `redistribute(shape, from, to, sum, procs)` without building
-/// the schedule: a target rank receives its block once from every partial replica (once in all
-/// without `sum`), minus what its own `from` block already holds. Only `received`,
-/// `max_per_rank` and `total` are filled (`sent` depends on the replica choice).
-pub fn received_words(
-    shape: &[usize],
-    from: &Distribution,
-    to: &Distribution,
-    sum: bool,
-    procs: usize,
-) -> Volume {
-    let fg = &from.grid;
-    let mut is_split = vec![false; fg.dims.len()];
-    for dims in &from.split {
-        for &g in dims {
-            is_split[g] = true;
-        }
-    }
-    let partials: u64 = if sum {
-        from.partial
-            .iter()
-            .filter(|&&g| !is_split[g])
-            .map(|&g| fg.dims[g].size as u64)
-            .product()
-    } else {
-        1
-    };
-    let src_size = fg.size().min(procs.max(1));
-    let dst_size = to.grid.size().min(procs.max(1));
-    let mut received: Vec<(usize, u64)> = Vec::new();
-    for d in 0..dst_size {
-        let Some(tb) = ranges_of(to, d, shape) else {
-            continue;
-        };
-        let t_len: u64 = tb
-            .iter()
-            .map(|&(s, e)| e.saturating_sub(s) as u64)
-            .product();
-        if t_len == 0 {
-            continue;
-        }
-        let own = match (d < src_size).then(|| ranges_of(from, d, shape)).flatten() {
-            Some(fb) => fb
-                .iter()
-                .zip(&tb)
-                .map(|(&(a, b), &(c, e))| b.min(e).saturating_sub(a.max(c)) as u64)
-                .product(),
-            None => 0,
-        };
-        let w = t_len * partials - own;
-        if w > 0 {
-            received.push((d, w));
-        }
-    }
-    Volume::from_sparse(Vec::new(), received)
-}
-
-/// The ranges of the block `rank` holds in `dist` (`None` outside the grid), inline and
-/// without the coordinate vector `Distribution::block` allocates.
-fn ranges_of(dist: &Distribution, rank: usize, shape: &[usize]) -> Option<crate::Ranges> {
-    let g = &dist.grid;
-    if rank >= g.size() {
-        return None;
-    }
-    let mut out = crate::Ranges::with_capacity(shape.len());
-    for (v, &n) in shape.iter().enumerate() {
-        let (mut lo, mut hi) = (0, n);
-        for &gd in &dist.split[v] {
-            (lo, hi) = block_range(lo, hi, g.dims[gd].size, coord(g, rank, gd));
-        }
-        out.push(dist.windowed(v, (lo, hi)));
-    }
-    Some(out)
 }

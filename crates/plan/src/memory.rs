@@ -1,0 +1,201 @@
+//! Predicted memory per rank: the blocks each rank holds at every step, with and without the
+//! message buffers of the step's moves. Built once per plan (rank-independent), queried per
+//! rank, so one rank's peak costs O(steps) and all ranks' O(P · steps).
+
+use crate::moves::{block_len, MoveView};
+use crate::{Distribution, GroupPlan, PlanStep, Tensor, TensorId, Window};
+use deinsum_path::ContractionTree;
+use std::collections::BTreeMap;
+
+/// What ranks hold during one step: blocks (distribution, tensor shape, how many copies) and
+/// the moves whose buffers sit beside them.
+struct Held {
+    blocks: Vec<(Distribution, Vec<usize>, u64)>,
+    moves: Vec<MoveView>,
+}
+
+/// The memory model of a plan.
+pub(crate) struct Memory {
+    held: Vec<Held>,
+    /// Ranks that can hold anything (the largest grid, at most P).
+    pub(crate) active: usize,
+    /// Ranks that compute in at least one group.
+    pub(crate) ranks_used: usize,
+}
+
+/// The shape of tensor `id` (empty when unknown: a scalar).
+pub(crate) fn tensor_shape(tensors: &[Tensor], id: TensorId) -> Vec<usize> {
+    tensors
+        .iter()
+        .find(|t| t.id == id)
+        .map(|t| t.shape.clone())
+        .unwrap_or_default()
+}
+
+impl Memory {
+    /// Walks `steps` once to learn what is live at each of them.
+    pub(crate) fn new(
+        steps: &[PlanStep],
+        tensors: &[Tensor],
+        groups: &[GroupPlan],
+        tree: &ContractionTree,
+        procs: usize,
+    ) -> Memory {
+        let shape = |id: TensorId| tensor_shape(tensors, id);
+        let mut active = groups.iter().map(|g| g.grid.size()).max().unwrap_or(1);
+        let ranks_used = active.min(procs);
+        for s in steps {
+            let m = match s {
+                PlanStep::Load { dist, .. } => dist.grid.size(),
+                PlanStep::Redistribute { from, to, .. } => from.grid.size().max(to.grid.size()),
+                _ => 0,
+            };
+            active = active.max(m);
+        }
+        let mut live: BTreeMap<TensorId, Distribution> = BTreeMap::new();
+        let blocks_of = |live: &BTreeMap<TensorId, Distribution>| -> Vec<_> {
+            live.iter()
+                .map(|(&id, d)| (d.clone(), shape(id), 1u64))
+                .collect()
+        };
+        let mut held = Vec::new();
+        for s in steps {
+            let blocks = match s {
+                PlanStep::Load { tensor, dist } => {
+                    live.insert(*tensor, dist.clone());
+                    blocks_of(&live)
+                }
+                PlanStep::Redistribute { tensor, to, .. } => {
+                    let mut b = blocks_of(&live);
+                    b.push((to.clone(), shape(*tensor), 1));
+                    live.insert(*tensor, to.clone());
+                    b
+                }
+                PlanStep::Compute { group } => {
+                    let g = &groups[*group];
+                    let mut b = blocks_of(&live);
+                    compute_blocks(&mut b, g, tree, &[], None);
+                    live.insert(g.output.0, g.output.1.clone());
+                    b
+                }
+                PlanStep::ComputePhase {
+                    group,
+                    phase,
+                    fetch,
+                    ..
+                } => {
+                    let g = &groups[*group];
+                    let cut = g.phases.as_ref().map(|ph| (ph.index, ph.count, *phase));
+                    let mut b = blocks_of(&live);
+                    let windows: Vec<_> = fetch
+                        .iter()
+                        .map(|f| (f.to.clone(), shape(f.tensor), 1))
+                        .collect();
+                    compute_blocks(&mut b, g, tree, &windows, cut);
+                    if cut.is_some_and(|(_, t, p)| p + 1 == t) {
+                        live.insert(g.output.0, g.output.1.clone());
+                    }
+                    b
+                }
+                PlanStep::Free { tensor } => {
+                    live.remove(tensor);
+                    continue;
+                }
+            };
+            let moves = match s {
+                PlanStep::Redistribute {
+                    tensor,
+                    from,
+                    to,
+                    sum,
+                    ..
+                } => vec![MoveView::new(&shape(*tensor), from, to, *sum, procs)],
+                PlanStep::ComputePhase { fetch, .. } => fetch
+                    .iter()
+                    .map(|f| MoveView::new(&shape(f.tensor), &f.from, &f.to, false, procs))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            held.push(Held { blocks, moves });
+        }
+        Memory {
+            held,
+            active: active.min(procs),
+            ranks_used,
+        }
+    }
+
+    /// Peak words of `rank` over the steps: the data, and the data with message buffers (a
+    /// rank's packed sends and its receives exist at once).
+    pub(crate) fn of_rank(&self, rank: usize) -> (u64, u64) {
+        let (mut peak, mut peak_buf) = (0u64, 0u64);
+        for h in &self.held {
+            let x: u64 = h
+                .blocks
+                .iter()
+                .map(|(d, sh, n)| block_len(d, rank, sh) * n)
+                .sum();
+            let bufs: u64 = h
+                .moves
+                .iter()
+                .map(|m| m.sent_of(rank) + m.received_of(rank))
+                .sum();
+            peak = peak.max(x);
+            peak_buf = peak_buf.max(x + bufs);
+        }
+        (peak, peak_buf)
+    }
+}
+
+/// Adds what a compute (or one phase of it) holds beside the live blocks: the fetched
+/// windows, the result block (twice after phase 0: the accumulated output and the phase's
+/// part) and the group-local intermediates over the rank's box, the phased index cut to the
+/// phase's part.
+fn compute_blocks(
+    out: &mut Vec<(Distribution, Vec<usize>, u64)>,
+    g: &GroupPlan,
+    tree: &ContractionTree,
+    windows: &[(Distribution, Vec<usize>, u64)],
+    cut: Option<(deinsum_expr::Index, usize, usize)>,
+) {
+    let ext = |c: &deinsum_expr::Index| tree.extents.get(c).copied().unwrap_or(1);
+    let osh: Vec<usize> = g.group.output.indices.iter().map(ext).collect();
+    let result_blocks = if cut.is_some_and(|(_, _, part)| part > 0) {
+        2
+    } else {
+        1
+    };
+    out.push((g.output.1.clone(), osh, result_blocks));
+    out.extend(windows.iter().cloned());
+    let inner = g
+        .group
+        .steps
+        .iter()
+        .take(g.group.steps.len().saturating_sub(1));
+    for &st in inner {
+        let o = &tree.steps[st].output;
+        let window = match cut {
+            Some((ci, t, part)) => o
+                .iter()
+                .position(|&c| c == ci)
+                .map(|dim| Window {
+                    dim,
+                    parts: t,
+                    part,
+                })
+                .into_iter()
+                .collect(),
+            None => Vec::new(),
+        };
+        let d = Distribution {
+            grid: g.grid.clone(),
+            split: o
+                .iter()
+                .map(|&c| g.grid.position(c).map(|k| vec![k]).unwrap_or_default())
+                .collect(),
+            partial: Vec::new(),
+            window,
+        };
+        out.push((d, o.iter().map(ext).collect(), 1));
+    }
+}

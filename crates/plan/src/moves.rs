@@ -1,0 +1,607 @@
+//! Structured redistributions: what a move between two block distributions is
+//! ([`MoveKind`]), its exact words per rank in closed form, and each rank's explicit transfers
+//! derived on demand ([`MoveView::transfers_of`]) instead of being stored in the plan.
+//!
+//! The source of a piece held by several replicas is chosen by a local, deterministic rule
+//! ([`MoveView`]): a rank holding the piece copies it to itself; otherwise the replica with the
+//! target's own replica coordinates (or `target mod replicas` for a target outside the source
+//! grid) sends it. Sender and receiver evaluate the same rule, so both derive the same list
+//! without anyone building the whole schedule.
+
+use crate::{block_range, Block, Distribution, Grid, Transfer, Volume};
+use serde::{Deserialize, Serialize};
+
+/// What a redistribution is, classified from its source, target and `sum` flag. Grid dims are
+/// positions in the source grid (the same grid as the target's for the same-grid kinds).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum MoveKind {
+    /// Nothing crosses ranks: every target block lies in the same rank's source block.
+    Local,
+    /// Same grid: each rank gathers, along the grid dims `dims`, the pieces of its target block
+    /// (or of a phase window of it) that its fibre holds.
+    AllGather {
+        /// The grid dims gathered along.
+        dims: Vec<usize>,
+    },
+    /// Same grid: partial sums along `dims` are reduced and scattered (the target nests the
+    /// summed dims into its split).
+    ReduceScatter {
+        /// The grid dims holding partial sums.
+        dims: Vec<usize>,
+    },
+    /// Same grid: partial sums along `dims` are reduced and every rank of the fibre keeps the sum.
+    AllReduce {
+        /// The grid dims holding partial sums.
+        dims: Vec<usize>,
+    },
+    /// Partial sums reduced onto a single rank.
+    Reduce,
+    /// Blocks gathered onto a single rank.
+    Gather,
+    /// One rank's whole tensor copied to every rank of the target grid.
+    Broadcast,
+    /// Grids of one shape whose blocks match one to one: each rank sends its block to one rank.
+    Permute,
+    /// The general block all-to-all (grid changes, canonical to grid, anything else).
+    AllToAll,
+}
+
+/// A nonempty interval of one tensor index under a nested blocking, with the coordinates of
+/// the grid dimensions that produced it (in the order of the split list).
+#[derive(Clone, Debug)]
+pub(crate) struct Interval {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) coords: Vec<usize>,
+}
+
+/// The nonempty intervals of `[0, n)` blocked by the grid dimensions `dims` (nested, outermost
+/// first), in increasing order.
+pub(crate) fn partition(n: usize, dims: &[usize], grid: &Grid) -> Vec<Interval> {
+    let mut cur = vec![Interval {
+        start: 0,
+        end: n,
+        coords: Vec::new(),
+    }];
+    for &g in dims {
+        let p = grid.dims[g].size;
+        let mut next = Vec::with_capacity(cur.len() * p.min(n.max(1)));
+        for iv in &cur {
+            for x in 0..p {
+                let (s, e) = block_range(iv.start, iv.end, p, x);
+                if s < e {
+                    let mut coords = iv.coords.clone();
+                    coords.push(x);
+                    next.push(Interval {
+                        start: s,
+                        end: e,
+                        coords,
+                    });
+                }
+            }
+        }
+        cur = next;
+    }
+    cur.retain(|iv| iv.start < iv.end);
+    cur
+}
+
+/// The intervals of `parts` that meet `[s, e)` (a contiguous run: `parts` is sorted and
+/// disjoint).
+fn meeting(parts: &[Interval], (s, e): (usize, usize)) -> &[Interval] {
+    let lo = parts.partition_point(|iv| iv.end <= s);
+    let hi = parts.partition_point(|iv| iv.start < e);
+    &parts[lo..hi.max(lo)]
+}
+
+/// Length of the overlap of two half-open ranges.
+fn overlap((a, b): (usize, usize), (c, d): (usize, usize)) -> u64 {
+    b.min(d).saturating_sub(a.max(c)) as u64
+}
+
+/// Coordinate of `rank` along grid dimension `k` (row-major, last fastest).
+pub fn coord(g: &Grid, rank: usize, k: usize) -> usize {
+    let inner: usize = g.dims[k + 1..].iter().map(|d| d.size).product();
+    (rank / inner) % g.dims[k].size
+}
+
+/// The ranges of the block `rank` holds in `dist` (`None` outside the grid), inline and
+/// without the coordinate vector `Distribution::block` allocates.
+pub(crate) fn ranges_of(
+    dist: &Distribution,
+    rank: usize,
+    shape: &[usize],
+) -> Option<crate::Ranges> {
+    let g = &dist.grid;
+    if rank >= g.size() {
+        return None;
+    }
+    let mut out = crate::Ranges::with_capacity(shape.len());
+    for (v, &n) in shape.iter().enumerate() {
+        let (mut lo, mut hi) = (0, n);
+        for &gd in &dist.split[v] {
+            (lo, hi) = block_range(lo, hi, g.dims[gd].size, coord(g, rank, gd));
+        }
+        out.push(dist.windowed(v, (lo, hi)));
+    }
+    Some(out)
+}
+
+/// Number of elements of the block `rank` holds in `dist` (0 outside the grid), without
+/// allocating for tensors of up to four indices.
+pub fn block_len(dist: &Distribution, rank: usize, shape: &[usize]) -> u64 {
+    ranges_of(dist, rank, shape).map_or(0, |r| r.iter().map(|&(lo, hi)| (hi - lo) as u64).product())
+}
+
+/// One redistribution (a tensor of `shape` from `from` to `to` on `procs` ranks, summing the
+/// partial replicas of `from` when `sum`) with the geometry that per-rank queries share:
+/// both partitions and the roles of the source grid's dims. Building it costs the size of the
+/// two partitions (at most the number of blocks); every query is about one rank.
+///
+/// Without `sum`, every element of every nonempty target block is received exactly once, from
+/// a rank whose `from` block holds it; a rank that already holds a piece copies it to itself (a
+/// transfer with `src == dst`, not counted in the volume). With `sum`, every target element
+/// receives exactly one contribution from every partial replica. One transfer per (src, dst)
+/// pair, carrying the one box where the source block meets the target block. `to` may be a
+/// phase window; `from` must not be (panics). Grids must fit in `procs` ranks.
+#[derive(Clone, Debug)]
+pub struct MoveView {
+    shape: Vec<usize>,
+    from: Distribution,
+    to: Distribution,
+    sum: bool,
+    /// Source partition per tensor index.
+    src_parts: Vec<Vec<Interval>>,
+    /// Target partition per tensor index, cut to the target's windows (empty cuts dropped).
+    dst_parts: Vec<Vec<Interval>>,
+    /// Source grid dims whose coordinates pick a partial replica (only with `sum`).
+    partial_dims: Vec<usize>,
+    /// Source grid dims whose coordinates only pick a replica of the same data.
+    replica_dims: Vec<usize>,
+    replicas: usize,
+    partial_count: usize,
+    /// Target grid dims that split no index (the target's replicas).
+    to_rep_dims: Vec<usize>,
+    src_size: usize,
+    dst_size: usize,
+}
+
+impl MoveView {
+    /// The view of moving a tensor of `shape` from `from` to `to` on `procs` ranks.
+    pub fn new(
+        shape: &[usize],
+        from: &Distribution,
+        to: &Distribution,
+        sum: bool,
+        procs: usize,
+    ) -> MoveView {
+        // Sources are partitioned by their grid splits alone: a phase buffer is never a source.
+        assert!(
+            from.window.is_empty(),
+            "redistribute from a phase window (a planner bug)"
+        );
+        let fg = &from.grid;
+        let nd = shape.len();
+        let src_parts: Vec<Vec<Interval>> = (0..nd)
+            .map(|v| partition(shape[v], &from.split[v], fg))
+            .collect();
+        let dst_parts: Vec<Vec<Interval>> = (0..nd)
+            .map(|v| {
+                let mut p = partition(shape[v], &to.split[v], &to.grid);
+                for iv in &mut p {
+                    (iv.start, iv.end) = to.windowed(v, (iv.start, iv.end));
+                }
+                p.retain(|iv| iv.start < iv.end);
+                p
+            })
+            .collect();
+        let split_dims = |d: &Distribution| {
+            let mut is = vec![false; d.grid.dims.len()];
+            for dims in &d.split {
+                for &g in dims {
+                    is[g] = true;
+                }
+            }
+            is
+        };
+        let is_split = split_dims(from);
+        let partial_dims: Vec<usize> = if sum {
+            let mut p: Vec<usize> = from
+                .partial
+                .iter()
+                .copied()
+                .filter(|&g| !is_split[g])
+                .collect();
+            p.sort_unstable();
+            p.dedup();
+            p
+        } else {
+            Vec::new()
+        };
+        let replica_dims: Vec<usize> = (0..fg.dims.len())
+            .filter(|&g| !is_split[g] && !partial_dims.contains(&g))
+            .collect();
+        let to_split = split_dims(to);
+        MoveView {
+            shape: shape.to_vec(),
+            replicas: replica_dims.iter().map(|&g| fg.dims[g].size).product(),
+            partial_count: partial_dims.iter().map(|&g| fg.dims[g].size).product(),
+            to_rep_dims: (0..to.grid.dims.len()).filter(|&g| !to_split[g]).collect(),
+            src_size: fg.size().min(procs.max(1)),
+            dst_size: to.grid.size().min(procs.max(1)),
+            from: from.clone(),
+            to: to.clone(),
+            sum,
+            src_parts,
+            dst_parts,
+            partial_dims,
+            replica_dims,
+        }
+    }
+
+    /// Words `rank` receives (its target block once per partial replica, minus what its own
+    /// source block already holds).
+    pub fn received_of(&self, rank: usize) -> u64 {
+        if rank >= self.dst_size {
+            return 0;
+        }
+        let Some(tb) = ranges_of(&self.to, rank, &self.shape) else {
+            return 0;
+        };
+        let t_len: u64 = tb
+            .iter()
+            .map(|&(s, e)| e.saturating_sub(s) as u64)
+            .product();
+        if t_len == 0 {
+            return 0;
+        }
+        let own = self.own_overlap(rank, &tb);
+        t_len * self.partial_count as u64 - own
+    }
+
+    /// Words of `rank`'s source block that lie in its own target block (what it keeps).
+    fn own_overlap(&self, rank: usize, tb: &[(usize, usize)]) -> u64 {
+        if rank >= self.src_size {
+            return 0;
+        }
+        match ranges_of(&self.from, rank, &self.shape) {
+            Some(fb) => fb.iter().zip(tb).map(|(&a, &b)| overlap(a, b)).product(),
+            None => 0,
+        }
+    }
+
+    /// Words `rank` sends. With one holder per piece this is closed form: every target rank
+    /// whose block meets the rank's source block takes that overlap from it, so the sum
+    /// separates per index; with replicas it counts the rank's derived sends.
+    pub fn sent_of(&self, rank: usize) -> u64 {
+        if rank >= self.src_size {
+            return 0;
+        }
+        if self.replicas > 1 || self.to.grid.size() > self.dst_size {
+            return self
+                .sends(rank)
+                .iter()
+                .filter(|t| t.dst != rank)
+                .map(|t| t.boxes.iter().map(Block::len).sum::<u64>())
+                .sum();
+        }
+        let Some(sb) = ranges_of(&self.from, rank, &self.shape) else {
+            return 0;
+        };
+        if sb.iter().any(|&(s, e)| s >= e) {
+            return 0;
+        }
+        let rep_to: u64 = self
+            .to_rep_dims
+            .iter()
+            .map(|&g| self.to.grid.dims[g].size as u64)
+            .product();
+        let cover: u64 = sb
+            .iter()
+            .zip(&self.dst_parts)
+            .map(|(&r, parts)| {
+                meeting(parts, r)
+                    .iter()
+                    .map(|iv| overlap(r, (iv.start, iv.end)))
+                    .sum::<u64>()
+            })
+            .product();
+        let own = if rank < self.dst_size {
+            ranges_of(&self.to, rank, &self.shape).map_or(0, |tb| {
+                sb.iter().zip(&tb).map(|(&a, &b)| overlap(a, b)).product()
+            })
+        } else {
+            0
+        };
+        cover * rep_to - own
+    }
+
+    /// Words received per rank, sparse `(rank, words)` ascending (nonzero only): what the
+    /// planner scores candidates by (it does not depend on the choice of senders).
+    pub fn received(&self) -> Vec<(usize, u64)> {
+        (0..self.dst_size)
+            .map(|r| (r, self.received_of(r)))
+            .filter(|&(_, w)| w > 0)
+            .collect()
+    }
+
+    /// The volume of the move over all ranks: max and total always, the sparse per-rank lists
+    /// when `per_rank`. Costs O(P) rank queries.
+    pub fn volume(&self, per_rank: bool) -> Volume {
+        let n = self.src_size.max(self.dst_size);
+        let mut v = Volume::default();
+        for r in 0..n {
+            let (s, w) = (self.sent_of(r), self.received_of(r));
+            v.max_per_rank = v.max_per_rank.max(w);
+            v.max_sent = v.max_sent.max(s);
+            v.total += w;
+            if per_rank && s > 0 {
+                v.sent.push((r, s));
+            }
+            if per_rank && w > 0 {
+                v.received.push((r, w));
+            }
+        }
+        v
+    }
+
+    /// The sender of the piece of the source cell at `coords` (split and partial dims set)
+    /// to target `d`: `d` itself when it holds the piece, else the replica at `d`'s own replica
+    /// coordinates (`d mod replicas` outside the source grid). Sets the replica dims of
+    /// `coords` to the sender's.
+    fn pick(&self, d: usize, coords: &mut [usize]) -> usize {
+        let fg = &self.from.grid;
+        if d < self.src_size {
+            let holds = (0..coords.len())
+                .filter(|g| !self.replica_dims.contains(g))
+                .all(|g| coords[g] == coord(fg, d, g));
+            if holds {
+                for &g in &self.replica_dims {
+                    coords[g] = coord(fg, d, g);
+                }
+                return d;
+            }
+            for &g in &self.replica_dims {
+                coords[g] = coord(fg, d, g);
+            }
+        } else {
+            let mut r = d % self.replicas.max(1);
+            for &g in self.replica_dims.iter().rev() {
+                coords[g] = r % fg.dims[g].size;
+                r /= fg.dims[g].size;
+            }
+        }
+        fg.rank_of(coords)
+    }
+
+    /// The transfers `d` receives (including its copy to itself), sorted by sender. Costs the
+    /// number of pieces of its target block.
+    pub fn receives(&self, d: usize) -> Vec<Transfer> {
+        let mut out = Vec::new();
+        if d >= self.dst_size {
+            return out;
+        }
+        let Some(tb) = ranges_of(&self.to, d, &self.shape) else {
+            return out;
+        };
+        if tb.iter().any(|&(s, e)| s >= e) {
+            return out;
+        }
+        let fg = &self.from.grid;
+        let lists: Vec<&[Interval]> = self
+            .src_parts
+            .iter()
+            .zip(&tb)
+            .map(|(p, &r)| meeting(p, r))
+            .collect();
+        let mut coords = vec![0usize; fg.dims.len()];
+        odometer(&lists, |pos| {
+            let mut ranges = crate::Ranges::with_capacity(lists.len());
+            for (v, list) in lists.iter().enumerate() {
+                let iv = &list[pos[v]];
+                ranges.push((iv.start.max(tb[v].0), iv.end.min(tb[v].1)));
+                for (k, &g) in self.from.split[v].iter().enumerate() {
+                    coords[g] = iv.coords[k];
+                }
+            }
+            for q in 0..self.partial_count {
+                let mut r = q;
+                for &g in self.partial_dims.iter().rev() {
+                    coords[g] = r % fg.dims[g].size;
+                    r /= fg.dims[g].size;
+                }
+                let src = self.pick(d, &mut coords);
+                out.push(Transfer {
+                    src,
+                    dst: d,
+                    boxes: smallvec::smallvec![Block {
+                        ranges: ranges.clone()
+                    }],
+                });
+            }
+        });
+        out.sort_unstable_by_key(|t| t.src);
+        out
+    }
+
+    /// The transfers `s` sends (including its copy to itself), sorted by receiver. Costs the
+    /// number of target ranks whose block meets its source block (O(P) at worst).
+    pub fn sends(&self, s: usize) -> Vec<Transfer> {
+        let mut out = Vec::new();
+        if s >= self.src_size {
+            return out;
+        }
+        let Some(sb) = ranges_of(&self.from, s, &self.shape) else {
+            return out;
+        };
+        if sb.iter().any(|&(a, b)| a >= b) {
+            return out;
+        }
+        let fg = &self.from.grid;
+        let tg = &self.to.grid;
+        let own: Vec<usize> = (0..fg.dims.len()).map(|g| coord(fg, s, g)).collect();
+        let lists: Vec<&[Interval]> = self
+            .dst_parts
+            .iter()
+            .zip(&sb)
+            .map(|(p, &r)| meeting(p, r))
+            .collect();
+        let reps: usize = self.to_rep_dims.iter().map(|&g| tg.dims[g].size).product();
+        let mut tcoords = vec![0usize; tg.dims.len()];
+        let mut coords = own.clone();
+        odometer(&lists, |pos| {
+            let mut ranges = crate::Ranges::with_capacity(lists.len());
+            for (v, list) in lists.iter().enumerate() {
+                let iv = &list[pos[v]];
+                ranges.push((iv.start.max(sb[v].0), iv.end.min(sb[v].1)));
+                for (k, &g) in self.to.split[v].iter().enumerate() {
+                    tcoords[g] = iv.coords[k];
+                }
+            }
+            for q in 0..reps {
+                let mut r = q;
+                for &g in self.to_rep_dims.iter().rev() {
+                    tcoords[g] = r % tg.dims[g].size;
+                    r /= tg.dims[g].size;
+                }
+                let d = tg.rank_of(&tcoords);
+                if d >= self.dst_size {
+                    continue;
+                }
+                coords.copy_from_slice(&own);
+                if self.pick(d, &mut coords) == s {
+                    out.push(Transfer {
+                        src: s,
+                        dst: d,
+                        boxes: smallvec::smallvec![Block {
+                            ranges: ranges.clone()
+                        }],
+                    });
+                }
+            }
+        });
+        out.sort_unstable_by_key(|t| t.dst);
+        out
+    }
+
+    /// Every transfer `rank` takes part in: what it receives (its copy to itself included),
+    /// then what it sends to others.
+    pub fn transfers_of(&self, rank: usize) -> Vec<Transfer> {
+        let mut out = self.receives(rank);
+        out.extend(self.sends(rank).into_iter().filter(|t| t.dst != rank));
+        out
+    }
+
+    /// What the move is (see [`MoveKind`]); `total` is its total volume (0: [`MoveKind::Local`]).
+    pub fn kind(&self, total: u64) -> MoveKind {
+        if total == 0 {
+            return MoveKind::Local;
+        }
+        classify(
+            &self.from,
+            &self.to,
+            self.sum && !self.partial_dims.is_empty(),
+        )
+    }
+}
+
+/// Calls `f(pos)` for every combination of one entry per list (last list fastest); nothing
+/// when a list is empty.
+fn odometer(lists: &[&[Interval]], mut f: impl FnMut(&[usize])) {
+    if lists.iter().any(|l| l.is_empty()) {
+        return;
+    }
+    let mut pos = vec![0usize; lists.len()];
+    loop {
+        f(&pos);
+        let mut v = lists.len();
+        loop {
+            if v == 0 {
+                return;
+            }
+            v -= 1;
+            pos[v] += 1;
+            if pos[v] < lists[v].len() {
+                break;
+            }
+            pos[v] = 0;
+        }
+    }
+}
+
+/// The kind of a move that moves words (`sum`: partial sums are reduced on the way).
+fn classify(from: &Distribution, to: &Distribution, sum: bool) -> MoveKind {
+    if to.grid.size() == 1 {
+        return if sum {
+            MoveKind::Reduce
+        } else {
+            MoveKind::Gather
+        };
+    }
+    if from.grid.size() == 1 && !sum && to.split.iter().all(Vec::is_empty) && to.window.is_empty() {
+        return MoveKind::Broadcast;
+    }
+    if from.grid == to.grid {
+        let prefix = from
+            .split
+            .iter()
+            .zip(&to.split)
+            .all(|(f, t)| t.len() <= f.len() && f[..t.len()] == t[..]);
+        let extends = from
+            .split
+            .iter()
+            .zip(&to.split)
+            .all(|(f, t)| f.len() <= t.len() && t[..f.len()] == f[..]);
+        if sum {
+            let dims: Vec<usize> = from
+                .partial
+                .iter()
+                .copied()
+                .filter(|&g| from.grid.dims[g].size > 1)
+                .collect();
+            if from.split == to.split {
+                return MoveKind::AllReduce { dims };
+            }
+            let added: Vec<usize> = from
+                .split
+                .iter()
+                .zip(&to.split)
+                .flat_map(|(f, t)| t.get(f.len()..).unwrap_or(&[]).to_vec())
+                .collect();
+            if extends && added.iter().all(|g| from.partial.contains(g)) {
+                return MoveKind::ReduceScatter { dims };
+            }
+        } else if prefix {
+            let dims = from
+                .split
+                .iter()
+                .zip(&to.split)
+                .flat_map(|(f, t)| f[t.len()..].to_vec())
+                .collect();
+            return MoveKind::AllGather { dims };
+        }
+    }
+    let unreplicated = |d: &Distribution| {
+        d.partial.is_empty()
+            && d.window.is_empty()
+            && d.grid
+                .dims
+                .iter()
+                .enumerate()
+                .all(|(g, gd)| gd.size == 1 || d.split.iter().any(|s| s.contains(&g)))
+    };
+    let sizes = |d: &Distribution| -> Vec<Vec<usize>> {
+        d.split
+            .iter()
+            .map(|s| s.iter().map(|&g| d.grid.dims[g].size).collect())
+            .collect()
+    };
+    if !sum && unreplicated(from) && unreplicated(to) && sizes(from) == sizes(to) {
+        return MoveKind::Permute;
+    }
+    MoveKind::AllToAll
+}
+
+#[cfg(test)]
+mod tests;
