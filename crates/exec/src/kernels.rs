@@ -145,6 +145,30 @@ impl<T: Scalar> LocalTensor<T> {
     }
 }
 
+/// Threads the current kernel may use: those of the rank's rayon pool when running inside one
+/// (the executor installs a pool of [`crate::ExecOptions::threads`] threads around compute
+/// steps), else 1.
+pub fn threads() -> usize {
+    if rayon::current_thread_index().is_some() {
+        rayon::current_num_threads()
+    } else {
+        1
+    }
+}
+
+/// Below this many multiply-adds a GEMM runs on one thread (splitting costs more than it saves).
+const PAR_MIN_MADDS: usize = 1 << 18;
+
+/// faer's parallelism for an `m x n x k` product under [`threads`].
+pub(crate) fn gemm_par(m: usize, n: usize, k: usize) -> faer::Par {
+    let t = threads();
+    if t > 1 && m.saturating_mul(n).saturating_mul(k) >= PAR_MIN_MADDS {
+        faer::Par::rayon(t)
+    } else {
+        faer::Par::Seq
+    }
+}
+
 /// Row-major strides of `shape`.
 fn row_major_strides(shape: &[usize]) -> Vec<usize> {
     let mut st = vec![1usize; shape.len()];
@@ -300,16 +324,27 @@ pub fn contract<T: Scalar>(
             }
         }
     } else if m * n * k > 0 {
-        for t in 0..nb {
+        let one = |t: usize, cb: &mut [T]| {
             T::gemm(
                 m,
                 n,
                 k,
                 &ap.data[t * m * k..(t + 1) * m * k],
                 &bp.data[t * k * n..(t + 1) * k * n],
-                &mut c[t * m * n..(t + 1) * m * n],
+                cb,
                 false,
-            );
+            )
+        };
+        if nb > 1 && threads() > 1 {
+            // Many products: one per task (each then runs on its own thread).
+            use rayon::prelude::*;
+            c.par_chunks_mut(m * n)
+                .enumerate()
+                .for_each(|(t, cb)| one(t, cb));
+        } else {
+            for (t, cb) in c.chunks_mut(m * n).enumerate() {
+                one(t, cb);
+            }
         }
     }
     let c_order: Vec<Index> = batch.iter().chain(&left).chain(&right).copied().collect();

@@ -16,6 +16,7 @@ pub trait Scalar:
     + AddAssign
     + Mul<Output = Self>
     + ndarray::LinalgScalar
+    + bytemuck::Pod
     + 'static
 {
     /// The `.npy` dtype descriptor (little-endian), `<f8` or `<f4`.
@@ -32,8 +33,9 @@ pub trait Scalar:
     fn extend_bytes(xs: &[Self], out: &mut Vec<u8>);
     /// Reads little-endian values from `bytes` (length a multiple of [`Scalar::BYTES`]).
     fn from_bytes(bytes: &[u8], out: &mut Vec<Self>);
-    /// Row-major GEMM `c (m x n) = a (m x k) * b (k x n)` (plus `c` when `accumulate`), one
-    /// thread, through faer.
+    /// Row-major GEMM `c (m x n) = a (m x k) * b (k x n)` (plus `c` when `accumulate`),
+    /// through faer: on the threads of the rank's pool when called inside one (see
+    /// [`crate::kernels::threads`]), else on the calling thread.
     fn gemm(m: usize, n: usize, k: usize, a: &[Self], b: &[Self], c: &mut [Self], accumulate: bool);
     /// Element-wise sum over all ranks of `comm`, in place (dispatches to the typed collective).
     fn all_reduce_sum<C: crate::Communicator>(
@@ -85,7 +87,8 @@ macro_rules! impl_scalar {
                 } else {
                     faer::Accum::Replace
                 };
-                faer::linalg::matmul::matmul(c, acc, a, b, 1.0, faer::Par::Seq);
+                let par = crate::kernels::gemm_par(m, n, k);
+                faer::linalg::matmul::matmul(c, acc, a, b, 1.0, par);
             }
             fn all_reduce_sum<C: crate::Communicator>(
                 comm: &C,
