@@ -13,6 +13,8 @@ pub struct Traffic {
     pub received: u64,
 }
 
+use crate::Scalar;
+
 /// A communication failure (a peer failed, a count does not fit, the backend reported an error).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommError {
@@ -82,6 +84,70 @@ pub trait Communicator {
     /// Bytes moved to and from other ranks so far by this rank (over all communicators split
     /// from the same world).
     fn traffic(&self) -> Traffic;
+
+    /// Typed point-to-point exchange: sends `sends` (destination rank, elements; at most one
+    /// message per destination) and returns one message from each rank of `from`, in that
+    /// order. Every rank calls it together, like a collective, and the pairs match: rank s
+    /// lists r in `from` exactly when r sends to s (an empty message still counts). Bytes are
+    /// counted as by [`Communicator::all_to_all_v`]. The default packs the messages into one
+    /// buffer for [`Communicator::all_to_all_v`]; backends that can hand buffers over or post
+    /// them directly override it.
+    fn exchange<T: Scalar>(
+        &self,
+        sends: Vec<(usize, Vec<T>)>,
+        from: &[usize],
+    ) -> Result<Vec<Vec<T>>, CommError> {
+        let p = self.size();
+        let mut by_dst: Vec<Option<Vec<T>>> = vec![None; p];
+        for (d, v) in sends {
+            let slot = by_dst
+                .get_mut(d)
+                .ok_or_else(|| CommError::Invalid(format!("message to rank {d} of {p}")))?;
+            if slot.replace(v).is_some() {
+                return Err(CommError::Invalid(format!("two messages to rank {d}")));
+            }
+        }
+        let mut send: Vec<u8> = Vec::new();
+        let mut counts = vec![0usize; p];
+        for (d, v) in by_dst.iter().enumerate() {
+            if let Some(v) = v {
+                let b: &[u8] = bytemuck::cast_slice(v);
+                send.extend_from_slice(b);
+                counts[d] = b.len();
+            }
+        }
+        drop(by_dst);
+        let (recv, rc) = self.all_to_all_v(&send, &counts)?;
+        drop(send);
+        let mut offs = vec![0usize; p + 1];
+        for r in 0..p {
+            offs[r + 1] = offs[r] + rc[r];
+        }
+        let mut listed = vec![false; p];
+        let mut out = Vec::with_capacity(from.len());
+        for &s in from {
+            let flag = listed
+                .get_mut(s)
+                .ok_or_else(|| CommError::Invalid(format!("message from rank {s} of {p}")))?;
+            *flag = true;
+            let bytes = &recv[offs[s]..offs[s + 1]];
+            if bytes.len() % T::BYTES != 0 {
+                return Err(CommError::Invalid(format!(
+                    "rank {s} sent {} bytes, not whole elements",
+                    bytes.len()
+                )));
+            }
+            let mut v = vec![T::default(); bytes.len() / T::BYTES];
+            bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(bytes);
+            out.push(v);
+        }
+        if let Some(s) = (0..p).find(|&s| !listed[s] && rc[s] > 0) {
+            return Err(CommError::Invalid(format!(
+                "rank {s} sent a message that was not expected"
+            )));
+        }
+        Ok(out)
+    }
 }
 
 /// Checks the arguments of [`Communicator::all_to_all_v`] (one count per rank, counts adding

@@ -141,7 +141,8 @@ fn strides_of(shape: &[usize]) -> Vec<usize> {
 }
 
 /// Calls `f(src_offset, dst_offset, run_len)` for the contiguous runs of `bx` (global) inside
-/// the blocks `src` and `dst` (global ranges), both row-major.
+/// the blocks `src` and `dst` (global ranges), both row-major. Trailing dims that the box
+/// covers whole in both blocks merge into one run, so a contiguous box is a single run.
 fn for_each_run(
     bx: &[(usize, usize)],
     src: &[(usize, usize)],
@@ -159,19 +160,25 @@ fn for_each_run(
     }
     let ss = strides_of(&src.iter().map(|&(s, e)| e - s).collect::<Vec<_>>());
     let ds = strides_of(&dst.iter().map(|&(s, e)| e - s).collect::<Vec<_>>());
-    let run = shape[nd - 1];
-    let outer: usize = shape[..nd - 1].iter().product();
-    let mut idx = vec![0usize; nd];
+    // Dims `inner..` form one run: each is whole in both blocks, but the outermost may be cut.
+    let whole = |d: usize| bx[d] == src[d] && bx[d] == dst[d];
+    let mut inner = nd - 1;
+    while inner > 0 && whole(inner) {
+        inner -= 1;
+    }
+    let run: usize = shape[inner..].iter().product();
+    let outer: usize = shape[..inner].iter().product();
+    let mut idx = vec![0usize; inner];
     for _ in 0..outer {
         let mut so = 0;
         let mut dof = 0;
         for d in 0..nd {
-            let g = bx[d].0 + idx[d];
+            let g = bx[d].0 + if d < inner { idx[d] } else { 0 };
             so += (g - src[d].0) * ss[d];
             dof += (g - dst[d].0) * ds[d];
         }
         f(so, dof, run);
-        let mut d = nd - 1;
+        let mut d = inner;
         while d > 0 {
             d -= 1;
             idx[d] += 1;
@@ -190,17 +197,27 @@ pub fn pack_box<T: Scalar>(t: &LocalTensor<T>, bx: &Block, out: &mut Vec<T>) {
     });
 }
 
+/// Copies (or adds, with `sum`) box `bx` of block `src` into block `dst`, run by run, without
+/// an intermediate buffer.
+pub fn copy_box<T: Scalar>(src: &LocalTensor<T>, dst: &mut LocalTensor<T>, bx: &Block, sum: bool) {
+    for_each_run(&bx.ranges, &src.ranges, &dst.ranges, |so, dof, n| {
+        add_or_copy(&mut dst.data[dof..dof + n], &src.data[so..so + n], sum);
+    });
+}
+
+fn add_or_copy<T: Scalar>(d: &mut [T], s: &[T], sum: bool) {
+    if sum {
+        for (x, &y) in d.iter_mut().zip(s) {
+            *x += y;
+        }
+    } else {
+        d.copy_from_slice(s);
+    }
+}
+
 /// Copies (or adds, with `sum`) the row-major box `bx` held in `src` into block `t`.
 pub fn unpack_box<T: Scalar>(t: &mut LocalTensor<T>, bx: &Block, src: &[T], sum: bool) {
     for_each_run(&bx.ranges, &bx.ranges, &t.ranges, |so, dof, n| {
-        let d = &mut t.data[dof..dof + n];
-        let s = &src[so..so + n];
-        if sum {
-            for (x, &y) in d.iter_mut().zip(s) {
-                *x += y;
-            }
-        } else {
-            d.copy_from_slice(s);
-        }
+        add_or_copy(&mut t.data[dof..dof + n], &src[so..so + n], sum);
     });
 }

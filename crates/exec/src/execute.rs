@@ -1,6 +1,6 @@
 //! The plan executor: runs [`Plan::steps`] in order on every rank of a communicator.
 
-use crate::data::{block_of_full, pack_box, seeded_block, unpack_box, Inputs};
+use crate::data::{block_of_full, copy_box, pack_box, seeded_block, unpack_box, Inputs};
 use crate::kernels::{eval_group, GroupStats, GroupSteps, LocalTensor};
 use crate::{CommError, Communicator, Scalar};
 use deinsum_plan::{
@@ -39,6 +39,9 @@ pub enum ExecError {
         /// What is wrong.
         message: String,
     },
+    /// The rank's thread pool cannot be made.
+    #[error("cannot start the rank's threads: {0}")]
+    Threads(String),
     /// Bad input data (wrong length, unreadable file).
     #[error("rank {rank}: input operand {operand}: {message}")]
     Input {
@@ -57,12 +60,21 @@ pub struct ExecOptions {
     /// Largest intermediate of a fused group evaluated at once, in words (tiles are cut so
     /// that none exceeds it).
     pub tile_words: u64,
+    /// Timed runs of the plan's steps (at least 1); the inputs are read once, before them.
+    pub repeat: usize,
+    /// Untimed runs before the timed ones (first-touch page faults, caches, thread pools).
+    pub warmup: usize,
+    /// Threads per rank for GEMMs, fused kernels and packing (at least 1).
+    pub threads: usize,
 }
 
 impl Default for ExecOptions {
     fn default() -> Self {
         ExecOptions {
             tile_words: 1 << 16,
+            repeat: 1,
+            warmup: 0,
+            threads: 1,
         }
     }
 }
@@ -76,8 +88,11 @@ pub struct StepMeasure {
     pub kind: String,
     /// Tensor moved or produced.
     pub tensor: Option<TensorId>,
-    /// Wall time in seconds.
+    /// Wall time in seconds (of the last run).
     pub seconds: f64,
+    /// Wall time in seconds of each timed run (after the warm-up runs), in run order.
+    #[serde(default)]
+    pub samples: Vec<f64>,
     /// Words sent to other ranks.
     pub sent: u64,
     /// Words received from other ranks.
@@ -97,8 +112,14 @@ pub struct RunReport {
     pub rank: usize,
     /// Per step.
     pub steps: Vec<StepMeasure>,
-    /// Wall time of the whole run, seconds.
+    /// Wall time of the whole run (reading the inputs and every repetition), seconds.
     pub seconds: f64,
+    /// Seconds spent reading or generating the input blocks, before the timed runs.
+    #[serde(default)]
+    pub load_seconds: f64,
+    /// Threads this rank computed with.
+    #[serde(default)]
+    pub threads: usize,
     /// Multiply-adds done by this rank.
     pub madds: f64,
     /// Peak words of tensor data held at once: blocks, the new block of a redistribution and
@@ -254,7 +275,132 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
         return Err(ExecError::PlanMismatch { rank: me, hash: h });
     }
     let start = Instant::now();
-    let mut held: BTreeMap<TensorId, (Distribution, Option<LocalTensor<T>>)> = BTreeMap::new();
+    // Inputs are read (or generated) before the timed runs: a Load step then only places the
+    // block, so repetitions time the contraction, not the input source.
+    let mut loaded = preload(plan, me, inputs)?;
+    // The rank's threads: kernels use them inside `on_pool`; communication stays on the
+    // rank's own thread (MPI is initialized for one thread per process).
+    let pool = if opts.threads > 1 {
+        let p = rayon::ThreadPoolBuilder::new()
+            .num_threads(opts.threads)
+            .thread_name(move |i| format!("deinsum-rank-{me}-worker-{i}"))
+            .build()
+            .map_err(|e| ExecError::Threads(e.to_string()))?;
+        Some(p)
+    } else {
+        None
+    };
+    let load_seconds = start.elapsed().as_secs_f64();
+    let runs = opts.warmup + opts.repeat.max(1);
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); plan.steps.len()];
+    let mut last = None;
+    for run in 0..runs {
+        // Every rank starts each run together: a step's time is its own, not a late peer's.
+        comm.barrier()?;
+        let r = run_steps(
+            plan,
+            comm,
+            &mut loaded,
+            run + 1 == runs,
+            opts,
+            pool.as_ref(),
+        )?;
+        if run >= opts.warmup {
+            for (s, m) in samples.iter_mut().zip(&r.2.steps) {
+                s.push(m.seconds);
+            }
+        }
+        last = Some(r);
+    }
+    let (mut held, mem, mut report) = last.expect("at least one run");
+    for (m, s) in report.steps.iter_mut().zip(samples) {
+        m.samples = s;
+    }
+    report.load_seconds = load_seconds;
+    report.threads = opts.threads.max(1);
+    report.predicted_peak_words = Some(plan.peak_of(me).0);
+    let (out_id, out_dist) = &plan.output;
+    let out_t = plan.tensor(*out_id).ok_or_else(|| ExecError::InvalidPlan {
+        step: plan.steps.len(),
+        message: format!("unknown output tensor {out_id}"),
+    })?;
+    let (d, local) = held.remove(out_id).ok_or_else(|| ExecError::InvalidPlan {
+        step: plan.steps.len(),
+        message: "the output is not live at the end".into(),
+    })?;
+    if &d != out_dist {
+        return Err(ExecError::InvalidPlan {
+            step: plan.steps.len(),
+            message: "the output is not in the plan's final distribution".into(),
+        });
+    }
+    report.seconds = start.elapsed().as_secs_f64();
+    report.peak_words = mem.peak;
+    report.peak_words_with_buffers = mem.peak_buffers;
+    Ok((
+        DistTensor {
+            tensor: out_t.clone(),
+            dist: d,
+            local,
+            rank: me,
+        },
+        report,
+    ))
+}
+
+/// Input blocks read ahead of the runs, by tensor (`None` for a rank outside the load's grid).
+type Loaded<T> = BTreeMap<TensorId, Option<LocalTensor<T>>>;
+
+/// Reads this rank's block of every loaded input, checking each Load step.
+fn preload<T: Scalar>(plan: &Plan, me: usize, inputs: &Inputs<T>) -> Result<Loaded<T>, ExecError> {
+    let mut loaded = BTreeMap::new();
+    for (i, step) in plan.steps.iter().enumerate() {
+        let PlanStep::Load { tensor, dist } = step else {
+            continue;
+        };
+        let bad = |message: String| ExecError::InvalidPlan { step: i, message };
+        let t = plan
+            .tensor(*tensor)
+            .ok_or_else(|| bad(format!("unknown tensor {tensor}")))?;
+        let TensorKind::Input(k) = t.kind else {
+            return Err(bad(format!("load of {} which is not an input", t.name)));
+        };
+        if k >= plan.einsum.inputs.len() || dist.split.len() != t.shape.len() {
+            return Err(bad(format!("load of {} does not fit the einsum", t.name)));
+        }
+        let local = match dist.block(me, &t.shape) {
+            None => None,
+            Some(b) => {
+                let data = load_block(plan, k, &b, inputs, me)?;
+                Some(LocalTensor {
+                    indices: t.indices.clone(),
+                    ranges: b.ranges.to_vec(),
+                    data,
+                })
+            }
+        };
+        if loaded.insert(*tensor, local).is_some() {
+            return Err(bad(format!("{} is loaded twice", t.name)));
+        }
+    }
+    Ok(loaded)
+}
+
+/// Held blocks by tensor, with their distributions.
+type Held<T> = BTreeMap<TensorId, (Distribution, Option<LocalTensor<T>>)>;
+
+/// One run of the plan's steps from the preloaded inputs (taken on the `last` run, copied on
+/// the others); returns the blocks held at the end, the memory tally and the step measures.
+fn run_steps<T: Scalar, C: Communicator>(
+    plan: &Plan,
+    comm: &C,
+    loaded: &mut Loaded<T>,
+    last: bool,
+    opts: &ExecOptions,
+    pool: Option<&rayon::ThreadPool>,
+) -> Result<(Held<T>, Mem, RunReport), ExecError> {
+    let me = comm.rank();
+    let mut held: Held<T> = BTreeMap::new();
     let mut mem = Mem {
         cur: 0,
         peak: 0,
@@ -262,7 +408,6 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     };
     let mut report = RunReport {
         rank: me,
-        predicted_peak_words: Some(plan.peak_of(me).0),
         ..RunReport::default()
     };
     for (i, step) in plan.steps.iter().enumerate() {
@@ -274,6 +419,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
             kind: String::new(),
             tensor: None,
             seconds: 0.0,
+            samples: Vec::new(),
             sent: 0,
             received: 0,
             predicted_sent: 0,
@@ -287,23 +433,10 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                 let t = plan
                     .tensor(*tensor)
                     .ok_or_else(|| bad(format!("unknown tensor {tensor}")))?;
-                let TensorKind::Input(k) = t.kind else {
-                    return Err(bad(format!("load of {} which is not an input", t.name)));
-                };
-                if k >= plan.einsum.inputs.len() || dist.split.len() != t.shape.len() {
-                    return Err(bad(format!("load of {} does not fit the einsum", t.name)));
-                }
-                let local = match dist.block(me, &t.shape) {
-                    None => None,
-                    Some(b) => {
-                        let data = load_block(plan, k, &b, inputs, me)?;
-                        Some(LocalTensor {
-                            indices: t.indices.clone(),
-                            ranges: b.ranges.to_vec(),
-                            data,
-                        })
-                    }
-                };
+                let cached = loaded
+                    .get_mut(tensor)
+                    .ok_or_else(|| bad(format!("{} was not read ahead", t.name)))?;
+                let local = if last { cached.take() } else { cached.clone() };
                 mem.add(words(&local));
                 held.insert(*tensor, (dist.clone(), local));
             }
@@ -350,8 +483,10 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                     ins.push((*tid, held_input(&held, *tid, d).map_err(bad)?));
                 }
                 let mut stats = GroupStats::default();
-                let result =
-                    compute_group(plan, g, me, &ins, None, opts, &mut stats).map_err(bad)?;
+                let result = on_pool(pool, || {
+                    compute_group(plan, g, me, &ins, None, opts, &mut stats)
+                })
+                .map_err(bad)?;
                 m.madds = stats.madds;
                 mem.touch(stats.max_intermediate + words(&result));
                 mem.add(words(&result));
@@ -409,7 +544,10 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
                 }
                 let cut = Some((ph.index, ph.count, *phase));
                 let mut stats = GroupStats::default();
-                let part = compute_group(plan, g, me, &ins, cut, opts, &mut stats).map_err(bad)?;
+                let part = on_pool(pool, || {
+                    compute_group(plan, g, me, &ins, cut, opts, &mut stats)
+                })
+                .map_err(bad)?;
                 m.madds = stats.madds;
                 mem.touch(stats.max_intermediate + words(&part));
                 drop(ins);
@@ -457,33 +595,15 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
         report.madds += m.madds;
         report.steps.push(m);
     }
-    let (out_id, out_dist) = &plan.output;
-    let out_t = plan.tensor(*out_id).ok_or_else(|| ExecError::InvalidPlan {
-        step: plan.steps.len(),
-        message: format!("unknown output tensor {out_id}"),
-    })?;
-    let (d, local) = held.remove(out_id).ok_or_else(|| ExecError::InvalidPlan {
-        step: plan.steps.len(),
-        message: "the output is not live at the end".into(),
-    })?;
-    if &d != out_dist {
-        return Err(ExecError::InvalidPlan {
-            step: plan.steps.len(),
-            message: "the output is not in the plan's final distribution".into(),
-        });
+    Ok((held, mem, report))
+}
+
+/// Runs `f` on the rank's thread pool, if it has one.
+fn on_pool<R: Send>(pool: Option<&rayon::ThreadPool>, f: impl FnOnce() -> R + Send) -> R {
+    match pool {
+        Some(p) => p.install(f),
+        None => f(),
     }
-    report.seconds = start.elapsed().as_secs_f64();
-    report.peak_words = mem.peak;
-    report.peak_words_with_buffers = mem.peak_buffers;
-    Ok((
-        DistTensor {
-            tensor: out_t.clone(),
-            dist: d,
-            local,
-            rank: me,
-        },
-        report,
-    ))
 }
 
 /// The block of input `tid` this rank holds, checked to be in the group's distribution `d`.
@@ -693,8 +813,11 @@ fn redistribute<T: Scalar, C: Communicator>(
             .zip(&blk.ranges)
             .any(|(&(s, e), &(bs, be))| s < e && (s < bs || e > be))
     };
-    // Pack, per destination rank, the boxes in transfer order.
-    let mut per_dst: Vec<Vec<T>> = vec![Vec::new(); p];
+    // Pack, per destination rank, the boxes in transfer order, straight into the typed
+    // message (sized first, so it is allocated once).
+    let mut slot: Vec<usize> = vec![usize::MAX; p];
+    let mut sends: Vec<(usize, Vec<T>)> = Vec::new();
+    let mut lens: Vec<usize> = Vec::new();
     for tr in transfers.iter().filter(|tr| tr.src == me && tr.dst != me) {
         if tr.dst >= p {
             return Err(RedistError::Plan(format!(
@@ -702,30 +825,50 @@ fn redistribute<T: Scalar, C: Communicator>(
                 tr.dst
             )));
         }
+        if slot[tr.dst] == usize::MAX {
+            slot[tr.dst] = lens.len();
+            lens.push(0);
+        }
+        lens[slot[tr.dst]] += tr.boxes.iter().map(|b| b.len() as usize).sum::<usize>();
+    }
+    for (d, &k) in slot.iter().enumerate() {
+        if k != usize::MAX {
+            sends.push((d, Vec::with_capacity(lens[k])));
+        }
+    }
+    // `sends` is in destination order; re-point the slots at it.
+    for (i, (d, _)) in sends.iter().enumerate() {
+        slot[*d] = i;
+    }
+    for tr in transfers.iter().filter(|tr| tr.src == me && tr.dst != me) {
         let blk = cur.as_ref().ok_or_else(missing)?;
         for b in &tr.boxes {
             if outside(b, blk) {
                 return Err(missing());
             }
-            pack_box(blk, b, &mut per_dst[tr.dst]);
+            pack_box(blk, b, &mut sends[slot[tr.dst]].1);
         }
     }
-    let mut send = Vec::new();
-    let mut counts = vec![0usize; p];
-    for (r, v) in per_dst.iter().enumerate() {
-        let before = send.len();
-        T::extend_bytes(v, &mut send);
-        counts[r] = send.len() - before;
-    }
-    drop(per_dst);
-    let send_words = (send.len() / T::BYTES) as u64;
+    let send_words: u64 = sends.iter().map(|(_, v)| v.len() as u64).sum();
     let mut new = to
         .block(me, &t.shape)
         .map(|b| LocalTensor::<T>::zeros(t.indices.clone(), b.ranges.to_vec()));
     mem.touch_buffers(send_words + words(&new));
-    let (recv, rcounts) = comm.all_to_all_v(&send, &counts)?;
-    drop(send);
-    mem.touch_buffers(((recv.len() / T::BYTES) as u64) + words(&new));
+    // This rank's incoming transfers by source, in list order: one pass, not one per source.
+    let mut incoming: Vec<Vec<&deinsum_plan::Transfer>> = vec![Vec::new(); p];
+    for tr in transfers.iter().filter(|tr| tr.dst == me && tr.src != me) {
+        if tr.src >= p {
+            return Err(RedistError::Plan(format!(
+                "transfer from rank {} of {p}",
+                tr.src
+            )));
+        }
+        incoming[tr.src].push(tr);
+    }
+    let from: Vec<usize> = (0..p).filter(|&s| !incoming[s].is_empty()).collect();
+    let recv = comm.exchange(sends, &from)?;
+    let recv_words: u64 = recv.iter().map(|v| v.len() as u64).sum();
+    mem.touch_buffers(recv_words + words(&new));
     mem.add(words(&new));
     // Local part: src == dst == me. A whole block staying in place is moved, not copied.
     for tr in transfers.iter().filter(|tr| tr.src == me && tr.dst == me) {
@@ -750,31 +893,10 @@ fn redistribute<T: Scalar, C: Communicator>(
             if outside(b, blk) || outside(b, dst) {
                 return Err(missing());
             }
-            let mut tmp = Vec::with_capacity(b.len() as usize);
-            pack_box(blk, b, &mut tmp);
-            unpack_box(dst, b, &tmp, sum);
+            copy_box(blk, dst, b, sum);
         }
     }
-    let mut offs = vec![0usize; p + 1];
-    for r in 0..p {
-        offs[r + 1] = offs[r] + rcounts[r];
-    }
-    // This rank's incoming transfers by source, in list order: one pass, not one per source.
-    let mut incoming: Vec<Vec<&deinsum_plan::Transfer>> = vec![Vec::new(); p];
-    for tr in transfers.iter().filter(|tr| tr.dst == me && tr.src != me) {
-        if tr.src >= p {
-            return Err(RedistError::Plan(format!(
-                "transfer from rank {} of {p}",
-                tr.src
-            )));
-        }
-        incoming[tr.src].push(tr);
-    }
-    let mut vals: Vec<T> = Vec::new();
-    for src in (0..p).filter(|&s| s != me) {
-        let bytes = &recv[offs[src]..offs[src + 1]];
-        vals.clear();
-        T::from_bytes(bytes, &mut vals);
+    for (&src, vals) in from.iter().zip(&recv) {
         let mut pos = 0usize;
         for tr in incoming[src].iter().copied() {
             let dst = new

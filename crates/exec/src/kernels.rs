@@ -145,6 +145,30 @@ impl<T: Scalar> LocalTensor<T> {
     }
 }
 
+/// Threads the current kernel may use: those of the rank's rayon pool when running inside one
+/// (the executor installs a pool of [`crate::ExecOptions::threads`] threads around compute
+/// steps), else 1.
+pub fn threads() -> usize {
+    if rayon::current_thread_index().is_some() {
+        rayon::current_num_threads()
+    } else {
+        1
+    }
+}
+
+/// Below this many multiply-adds a GEMM runs on one thread (splitting costs more than it saves).
+const PAR_MIN_MADDS: usize = 1 << 18;
+
+/// faer's parallelism for an `m x n x k` product under [`threads`].
+pub(crate) fn gemm_par(m: usize, n: usize, k: usize) -> faer::Par {
+    let t = threads();
+    if t > 1 && m.saturating_mul(n).saturating_mul(k) >= PAR_MIN_MADDS {
+        faer::Par::rayon(t)
+    } else {
+        faer::Par::Seq
+    }
+}
+
 /// Row-major strides of `shape`.
 fn row_major_strides(shape: &[usize]) -> Vec<usize> {
     let mut st = vec![1usize; shape.len()];
@@ -282,10 +306,47 @@ pub fn contract<T: Scalar>(
     let len =
         |v: &[Index]| -> usize { v.iter().map(|&c| range_of(c)).map(|(s, e)| e - s).product() };
     let (nb, m, n, k) = (len(&batch), len(&left), len(&right), len(&summed));
-    let a_order: Vec<Index> = batch.iter().chain(&left).chain(&summed).copied().collect();
-    let b_order: Vec<Index> = batch.iter().chain(&summed).chain(&right).copied().collect();
-    let ap = a.permute_cow(&a_order);
-    let bp = b.permute_cow(&b_order);
+    // Each operand is used in place when its storage is (batch, rows, cols) of the product or
+    // (batch, cols, rows), read as a transposed matrix; only an operand that is neither is
+    // copied into order. The order of the summed indices follows the operand used in place.
+    let fa = in_place_form(&a.indices, &batch, &left, &summed);
+    let fb = in_place_form(&b.indices, &batch, &summed, &right);
+    let summed_order = match (&fa, &fb) {
+        (Some(f), _) => f.order.1.clone(),
+        (None, Some(f)) => f.order.0.clone(),
+        (None, None) => summed.clone(),
+    };
+    let fb = fb.filter(|f| f.order.0 == summed_order);
+    let (left, a_trans) = match &fa {
+        Some(f) => (f.order.0.clone(), f.trans),
+        None => (left, false),
+    };
+    let (right, b_trans) = match &fb {
+        Some(f) => (f.order.1.clone(), f.trans),
+        None => (right, false),
+    };
+    let a_order: Vec<Index> = batch
+        .iter()
+        .chain(&left)
+        .chain(&summed_order)
+        .copied()
+        .collect();
+    let b_order: Vec<Index> = batch
+        .iter()
+        .chain(&summed_order)
+        .chain(&right)
+        .copied()
+        .collect();
+    let ap = if fa.is_some() {
+        Cow::Borrowed(&*a)
+    } else {
+        a.permute_cow(&a_order)
+    };
+    let bp = if fb.is_some() {
+        Cow::Borrowed(&*b)
+    } else {
+        b.permute_cow(&b_order)
+    };
     let mut c = vec![T::default(); nb * m * n];
     if summed.is_empty() {
         // Outer product per batch (Hadamard when left and right are empty too).
@@ -300,16 +361,29 @@ pub fn contract<T: Scalar>(
             }
         }
     } else if m * n * k > 0 {
-        for t in 0..nb {
-            T::gemm(
+        let layout = crate::scalar::Layout { a_trans, b_trans };
+        let one = |t: usize, cb: &mut [T]| {
+            T::gemm_layout(
                 m,
                 n,
                 k,
                 &ap.data[t * m * k..(t + 1) * m * k],
                 &bp.data[t * k * n..(t + 1) * k * n],
-                &mut c[t * m * n..(t + 1) * m * n],
+                cb,
                 false,
-            );
+                layout,
+            )
+        };
+        if nb > 1 && threads() > 1 {
+            // Many products: one per task (each then runs on its own thread).
+            use rayon::prelude::*;
+            c.par_chunks_mut(m * n)
+                .enumerate()
+                .for_each(|(t, cb)| one(t, cb));
+        } else {
+            for (t, cb) in c.chunks_mut(m * n).enumerate() {
+                one(t, cb);
+            }
         }
     }
     let c_order: Vec<Index> = batch.iter().chain(&left).chain(&right).copied().collect();
@@ -319,6 +393,44 @@ pub fn contract<T: Scalar>(
         data: c,
     };
     ct.into_order(out)
+}
+
+/// How an operand's storage reads as the (batched) matrix of a product: index orders of its
+/// rows and columns, and whether it is stored transposed (columns first).
+struct InPlace {
+    order: (Vec<Index>, Vec<Index>),
+    trans: bool,
+}
+
+/// The in-place form of an operand stored over `indices` for a product with the given batch,
+/// row and column index sets: storage `batch, rows, cols` (in any order within rows and
+/// within cols) or `batch, cols, rows`; `None` when it needs a copy.
+fn in_place_form(
+    indices: &[Index],
+    batch: &[Index],
+    rows: &[Index],
+    cols: &[Index],
+) -> Option<InPlace> {
+    if indices.len() != batch.len() + rows.len() + cols.len() || indices[..batch.len()] != *batch {
+        return None;
+    }
+    let rest = &indices[batch.len()..];
+    let all_in = |xs: &[Index], set: &[Index]| xs.iter().all(|c| set.contains(c));
+    let (r, c) = rest.split_at(rows.len());
+    if all_in(r, rows) && all_in(c, cols) {
+        return Some(InPlace {
+            order: (r.to_vec(), c.to_vec()),
+            trans: false,
+        });
+    }
+    let (c, r) = rest.split_at(cols.len());
+    if all_in(c, cols) && all_in(r, rows) {
+        return Some(InPlace {
+            order: (r.to_vec(), c.to_vec()),
+            trans: true,
+        });
+    }
+    None
 }
 
 /// The steps of a fused group, as the local evaluator sees them.

@@ -1,55 +1,115 @@
 //! The in-process world: P ranks as threads of one process, exchanging real messages.
 //!
-//! Each rank owns only its own data; ranks talk through mailboxes (one FIFO queue per
-//! communicator context and ordered pair of ranks). Sends never block, receives wait on a
-//! condition variable and give up when a peer has failed or has exited without sending, so a
-//! failing rank can never deadlock the others. [`InProcess::run`] joins every thread and reports
-//! the first rank that failed, with its own error.
+//! Point-to-point messages go to the receiving rank's own mailbox (a lock and a condition
+//! variable per rank, one FIFO queue per communicator context and sender), so a send wakes
+//! only its receiver and typed buffers are handed over without a copy. Collectives meet on a
+//! board per communicator context and call number: every member leaves its messages there and
+//! takes its own once all have arrived, so a collective of P ranks costs one wake-up per rank,
+//! not P. Receives give up when a peer has failed or has exited without sending, so a failing
+//! rank can never deadlock the others. [`InProcess::run`] joins every thread and reports the
+//! first rank that failed, with its own error.
 
 use crate::comm::{CommError, Communicator, Traffic};
+use crate::Scalar;
+use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-/// Mailbox key: communicator context, sending world rank, receiving world rank.
-type Key = (Vec<u64>, usize, usize);
+/// Communicator context: the world is `[]`, a split appends (split number, color).
+type Ctx = Vec<u64>;
 
+/// A message in a mailbox: a typed buffer, handed over as it is.
+type Msg = Box<dyn Any + Send>;
+
+/// Locks `m`, recovering from poisoning (no panic happens while these locks are held).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One rank's incoming point-to-point messages, by (context, sending world rank).
 #[derive(Default)]
-struct State {
-    queues: HashMap<Key, VecDeque<Vec<u8>>>,
-    /// The first rank that failed and its message.
-    failed: Option<(usize, String)>,
-    /// Ranks whose closure has returned.
-    done: Vec<bool>,
+struct Mailbox {
+    queues: Mutex<HashMap<(Ctx, usize), VecDeque<Msg>>>,
+    cv: Condvar,
+}
+
+/// One collective call in progress: each member's outgoing messages (one per member).
+struct Board {
+    msgs: Vec<Option<Vec<Vec<u8>>>>,
+    arrived: usize,
+    departed: usize,
 }
 
 struct Shared {
-    state: Mutex<State>,
-    cv: Condvar,
+    boxes: Vec<Mailbox>,
+    boards: Mutex<HashMap<(Ctx, u64), Board>>,
+    boards_cv: Condvar,
+    /// The first rank that failed and its message.
+    failed: Mutex<Option<(usize, String)>>,
+    any_failed: AtomicBool,
+    /// Ranks whose closure has returned, and how many.
+    done: Vec<AtomicBool>,
+    done_count: AtomicUsize,
     sent: Vec<AtomicU64>,
     received: Vec<AtomicU64>,
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic never happens while the lock is held, but recover from poisoning anyway.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn new(p: usize) -> Self {
+        Shared {
+            boxes: (0..p).map(|_| Mailbox::default()).collect(),
+            boards: Mutex::new(HashMap::new()),
+            boards_cv: Condvar::new(),
+            failed: Mutex::new(None),
+            any_failed: AtomicBool::new(false),
+            done: (0..p).map(|_| AtomicBool::new(false)).collect(),
+            done_count: AtomicUsize::new(0),
+            sent: (0..p).map(|_| AtomicU64::new(0)).collect(),
+            received: (0..p).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Wakes every waiting rank (after a failure or an exit, which any of them may be
+    /// waiting on). Taking each lock first means no waiter misses the news.
+    fn wake_all(&self) {
+        for b in &self.boxes {
+            drop(lock(&b.queues));
+            b.cv.notify_all();
+        }
+        drop(lock(&self.boards));
+        self.boards_cv.notify_all();
     }
 
     fn fail(&self, rank: usize, message: String) {
-        let mut st = self.lock();
-        if st.failed.is_none() {
-            st.failed = Some((rank, message));
+        let mut f = lock(&self.failed);
+        if f.is_none() {
+            *f = Some((rank, message));
         }
-        drop(st);
-        self.cv.notify_all();
+        drop(f);
+        self.any_failed.store(true, Ordering::SeqCst);
+        self.wake_all();
     }
 
     fn finish(&self, rank: usize) {
-        self.lock().done[rank] = true;
-        self.cv.notify_all();
+        self.done[rank].store(true, Ordering::SeqCst);
+        self.done_count.fetch_add(1, Ordering::SeqCst);
+        self.wake_all();
+    }
+
+    /// The failure to report to a waiting rank, if a rank has failed.
+    fn failure(&self) -> Option<CommError> {
+        if !self.any_failed.load(Ordering::SeqCst) {
+            return None;
+        }
+        lock(&self.failed)
+            .as_ref()
+            .map(|(rank, message)| CommError::PeerFailed {
+                rank: *rank,
+                message: message.clone(),
+            })
     }
 }
 
@@ -57,14 +117,15 @@ impl Shared {
 /// sub-communicator from [`Communicator::split`]). Not shared between threads.
 pub struct LocalComm {
     shared: Arc<Shared>,
-    /// Context id: the world is `[]`, a split appends (split number, color).
-    ctx: Vec<u64>,
+    ctx: Ctx,
     /// World ranks of the members, in communicator rank order.
     members: Vec<usize>,
     /// This rank's position in `members`.
     rank: usize,
     /// Splits done so far on this communicator (makes child contexts unique).
     splits: std::cell::Cell<u64>,
+    /// Collectives called so far on this communicator (names their boards).
+    calls: std::cell::Cell<u64>,
 }
 
 impl LocalComm {
@@ -72,66 +133,141 @@ impl LocalComm {
         self.members[self.rank]
     }
 
-    fn send(&self, dst: usize, msg: Vec<u8>) {
+    /// Queues `msg` (`bytes` long) for communicator rank `dst`.
+    fn post(&self, dst: usize, msg: Msg, bytes: usize) {
         let me = self.world_rank();
         let to = self.members[dst];
         if to != me {
-            self.shared.sent[me].fetch_add(msg.len() as u64, Ordering::Relaxed);
+            self.shared.sent[me].fetch_add(bytes as u64, Ordering::Relaxed);
         }
-        let mut st = self.shared.lock();
-        st.queues
-            .entry((self.ctx.clone(), me, to))
+        let mb = &self.shared.boxes[to];
+        lock(&mb.queues)
+            .entry((self.ctx.clone(), me))
             .or_default()
             .push_back(msg);
-        drop(st);
-        self.shared.cv.notify_all();
+        mb.cv.notify_all();
     }
 
-    fn recv(&self, src: usize) -> Result<Vec<u8>, CommError> {
+    /// Takes the next message from communicator rank `src`, waiting for it.
+    fn take(&self, src: usize) -> Result<Msg, CommError> {
         let me = self.world_rank();
         let from = self.members[src];
-        let key = (self.ctx.clone(), from, me);
-        let mut st = self.shared.lock();
+        let key = (self.ctx.clone(), from);
+        let mb = &self.shared.boxes[me];
+        let mut q = lock(&mb.queues);
         loop {
-            if let Some((rank, message)) = &st.failed {
-                return Err(CommError::PeerFailed {
-                    rank: *rank,
-                    message: message.clone(),
-                });
+            if let Some(e) = self.shared.failure() {
+                return Err(e);
             }
-            if let Some(m) = st.queues.get_mut(&key).and_then(|q| q.pop_front()) {
-                drop(st);
-                if from != me {
-                    self.shared.received[me].fetch_add(m.len() as u64, Ordering::Relaxed);
-                }
+            if let Some(m) = q.get_mut(&key).and_then(|q| q.pop_front()) {
                 return Ok(m);
             }
-            if st.done[from] {
+            if self.shared.done[from].load(Ordering::SeqCst) {
                 return Err(CommError::Backend(format!(
                     "rank {from} exited while rank {me} waited for its message"
                 )));
             }
-            st = self.shared.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            q = mb.cv.wait(q).unwrap_or_else(|e| e.into_inner());
         }
     }
 
-    /// Sends `msgs[r]` to every rank r and returns what each rank sent to this one.
-    fn exchange(&self, msgs: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, CommError> {
-        if msgs.len() != self.members.len() {
+    /// Takes the next message from `src`, which must be a `Vec<E>`; counts its bytes.
+    fn take_vec<E: 'static>(&self, src: usize) -> Result<Vec<E>, CommError> {
+        let m = self.take(src)?;
+        let v = m.downcast::<Vec<E>>().map_err(|_| {
+            CommError::Invalid(format!(
+                "rank {} expected a message of {} from rank {src}",
+                self.rank,
+                std::any::type_name::<E>()
+            ))
+        })?;
+        if self.members[src] != self.world_rank() {
+            self.shared.received[self.world_rank()]
+                .fetch_add(std::mem::size_of_val(&v[..]) as u64, Ordering::Relaxed);
+        }
+        Ok(*v)
+    }
+
+    /// The collective core: `msgs[r]` goes to member r; returns what each member sent to this
+    /// one. Every member calls it, in the same order on this communicator.
+    fn collective(&self, msgs: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, CommError> {
+        let n = self.members.len();
+        if msgs.len() != n {
             return Err(CommError::Invalid(format!(
-                "{} messages for {} ranks",
-                msgs.len(),
-                self.members.len()
+                "{} messages for {n} ranks",
+                msgs.len()
             )));
         }
-        for (r, m) in msgs.into_iter().enumerate() {
-            self.send(r, m);
+        let me = self.world_rank();
+        let out: u64 = msgs
+            .iter()
+            .enumerate()
+            .filter(|&(r, _)| r != self.rank)
+            .map(|(_, m)| m.len() as u64)
+            .sum();
+        self.shared.sent[me].fetch_add(out, Ordering::Relaxed);
+        let call = self.calls.get();
+        self.calls.set(call + 1);
+        let key = (self.ctx.clone(), call);
+        let sh = &self.shared;
+        let mut boards = lock(&sh.boards);
+        let b = boards.entry(key.clone()).or_insert_with(|| Board {
+            msgs: vec![None; n],
+            arrived: 0,
+            departed: 0,
+        });
+        b.msgs[self.rank] = Some(msgs);
+        b.arrived += 1;
+        if b.arrived == n {
+            sh.boards_cv.notify_all();
         }
-        (0..self.members.len()).map(|r| self.recv(r)).collect()
+        loop {
+            if let Some(e) = sh.failure() {
+                return Err(e);
+            }
+            let b = boards
+                .get(&key)
+                .expect("the board stays until all have left");
+            if b.arrived == n {
+                break;
+            }
+            if sh.done_count.load(Ordering::SeqCst) > 0 {
+                if let Some(r) = (0..n).find(|&r| {
+                    b.msgs[r].is_none() && sh.done[self.members[r]].load(Ordering::SeqCst)
+                }) {
+                    return Err(CommError::Backend(format!(
+                        "rank {} exited while rank {me} waited for it in a collective",
+                        self.members[r]
+                    )));
+                }
+            }
+            boards = sh.boards_cv.wait(boards).unwrap_or_else(|e| e.into_inner());
+        }
+        let b = boards
+            .get_mut(&key)
+            .expect("the board stays until all have left");
+        let got: Vec<Vec<u8>> = b
+            .msgs
+            .iter_mut()
+            .map(|m| std::mem::take(&mut m.as_mut().expect("every member arrived")[self.rank]))
+            .collect();
+        b.departed += 1;
+        if b.departed == n {
+            boards.remove(&key);
+        }
+        drop(boards);
+        let inc: u64 = got
+            .iter()
+            .enumerate()
+            .filter(|&(r, _)| r != self.rank)
+            .map(|(_, m)| m.len() as u64)
+            .sum();
+        sh.received[me].fetch_add(inc, Ordering::Relaxed);
+        Ok(got)
     }
 
     fn all_gather(&self, msg: Vec<u8>) -> Result<Vec<Vec<u8>>, CommError> {
-        self.exchange(vec![msg; self.members.len()])
+        self.collective(vec![msg; self.members.len()])
     }
 }
 
@@ -200,6 +336,7 @@ impl Communicator for LocalComm {
             members,
             rank,
             splits: std::cell::Cell::new(0),
+            calls: std::cell::Cell::new(0),
         })
     }
 
@@ -215,7 +352,7 @@ impl Communicator for LocalComm {
             msgs.push(send[off..off + c].to_vec());
             off += c;
         }
-        let got = self.exchange(msgs)?;
+        let got = self.collective(msgs)?;
         let counts = got.iter().map(Vec::len).collect();
         Ok((got.concat(), counts))
     }
@@ -260,7 +397,7 @@ impl Communicator for LocalComm {
             msgs.push(f64s_to_bytes(&send[off..off + c]));
             off += c;
         }
-        let parts = self.exchange(msgs)?;
+        let parts = self.collective(msgs)?;
         let mut out = vec![0.0; recv_counts[self.rank]];
         sum_into!(out, parts, f64, 8);
         Ok(out)
@@ -276,13 +413,33 @@ impl Communicator for LocalComm {
         if self.rank == root {
             for r in 0..self.size() {
                 if r != root {
-                    self.send(r, buf.clone());
+                    self.post(r, Box::new(buf.clone()), buf.len());
                 }
             }
         } else {
-            *buf = self.recv(root)?;
+            *buf = self.take_vec::<u8>(root)?;
         }
         Ok(())
+    }
+
+    fn exchange<T: Scalar>(
+        &self,
+        sends: Vec<(usize, Vec<T>)>,
+        from: &[usize],
+    ) -> Result<Vec<Vec<T>>, CommError> {
+        let n = self.size();
+        if let Some(&(d, _)) = sends.iter().find(|(d, _)| *d >= n) {
+            return Err(CommError::Invalid(format!("message to rank {d} of {n}")));
+        }
+        if let Some(&s) = from.iter().find(|&&s| s >= n) {
+            return Err(CommError::Invalid(format!("message from rank {s} of {n}")));
+        }
+        // The buffers themselves are handed over: the receiver unpacks from the sender's pack.
+        for (d, v) in sends {
+            let bytes = std::mem::size_of_val(&v[..]);
+            self.post(d, Box::new(v), bytes);
+        }
+        from.iter().map(|&s| self.take_vec::<T>(s)).collect()
     }
 
     fn barrier(&self) -> Result<(), CommError> {
@@ -373,15 +530,7 @@ impl InProcess {
         F: Fn(&LocalComm) -> Result<R, E> + Sync,
     {
         let p = self.procs;
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                done: vec![false; p],
-                ..State::default()
-            }),
-            cv: Condvar::new(),
-            sent: (0..p).map(|_| AtomicU64::new(0)).collect(),
-            received: (0..p).map(|_| AtomicU64::new(0)).collect(),
-        });
+        let shared = Arc::new(Shared::new(p));
         enum Outcome<R, E> {
             Ok(R),
             Err(E),
@@ -402,6 +551,7 @@ impl InProcess {
                             members: (0..p).collect(),
                             rank,
                             splits: std::cell::Cell::new(0),
+                            calls: std::cell::Cell::new(0),
                         };
                         let out = match catch_unwind(AssertUnwindSafe(|| f(&comm))) {
                             Ok(Ok(r)) => Outcome::Ok(r),
@@ -434,7 +584,7 @@ impl InProcess {
                 })
                 .collect()
         });
-        let first = shared.lock().failed.clone();
+        let first = lock(&shared.failed).clone();
         if outcomes.len() < p {
             let msg = first.map(|f| f.1).unwrap_or_default();
             return Err(RankFailure::World(msg));

@@ -16,6 +16,7 @@ pub trait Scalar:
     + AddAssign
     + Mul<Output = Self>
     + ndarray::LinalgScalar
+    + bytemuck::Pod
     + 'static
 {
     /// The `.npy` dtype descriptor (little-endian), `<f8` or `<f4`.
@@ -32,14 +33,49 @@ pub trait Scalar:
     fn extend_bytes(xs: &[Self], out: &mut Vec<u8>);
     /// Reads little-endian values from `bytes` (length a multiple of [`Scalar::BYTES`]).
     fn from_bytes(bytes: &[u8], out: &mut Vec<Self>);
-    /// Row-major GEMM `c (m x n) = a (m x k) * b (k x n)` (plus `c` when `accumulate`), one
-    /// thread, through faer.
-    fn gemm(m: usize, n: usize, k: usize, a: &[Self], b: &[Self], c: &mut [Self], accumulate: bool);
+    /// Row-major GEMM `c (m x n) = a (m x k) * b (k x n)` (plus `c` when `accumulate`),
+    /// through faer: on the threads of the rank's pool when called inside one (see
+    /// [`crate::kernels::threads`]), else on the calling thread.
+    fn gemm(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[Self],
+        b: &[Self],
+        c: &mut [Self],
+        accumulate: bool,
+    ) {
+        Self::gemm_layout(m, n, k, a, b, c, accumulate, Layout::default());
+    }
+    /// [`Scalar::gemm`] with `a` stored as `k x m` and/or `b` as `n x k` (row-major) when the
+    /// layout says so: a transposed operand is read in place, not copied.
+    // The GEMM's own arguments; bundling them would only rename them.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_layout(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[Self],
+        b: &[Self],
+        c: &mut [Self],
+        accumulate: bool,
+        layout: Layout,
+    );
     /// Element-wise sum over all ranks of `comm`, in place (dispatches to the typed collective).
     fn all_reduce_sum<C: crate::Communicator>(
         comm: &C,
         buf: &mut [Self],
     ) -> Result<(), crate::CommError>;
+}
+
+/// Storage of a GEMM's operands: `a_trans` means `a` holds the `k x m` transpose row-major,
+/// `b_trans` that `b` holds the `n x k` transpose.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// `a` is stored transposed.
+    pub a_trans: bool,
+    /// `b` is stored transposed.
+    pub b_trans: bool,
 }
 
 macro_rules! impl_scalar {
@@ -68,7 +104,7 @@ macro_rules! impl_scalar {
                     out.push(<$t>::from_le_bytes(a));
                 }
             }
-            fn gemm(
+            fn gemm_layout(
                 m: usize,
                 n: usize,
                 k: usize,
@@ -76,16 +112,26 @@ macro_rules! impl_scalar {
                 b: &[Self],
                 c: &mut [Self],
                 accumulate: bool,
+                layout: Layout,
             ) {
-                let a = faer::MatRef::from_row_major_slice(&a[..m * k], m, k);
-                let b = faer::MatRef::from_row_major_slice(&b[..k * n], k, n);
+                let a = if layout.a_trans {
+                    faer::MatRef::from_row_major_slice(&a[..m * k], k, m).transpose()
+                } else {
+                    faer::MatRef::from_row_major_slice(&a[..m * k], m, k)
+                };
+                let b = if layout.b_trans {
+                    faer::MatRef::from_row_major_slice(&b[..k * n], n, k).transpose()
+                } else {
+                    faer::MatRef::from_row_major_slice(&b[..k * n], k, n)
+                };
                 let c = faer::MatMut::from_row_major_slice_mut(&mut c[..m * n], m, n);
                 let acc = if accumulate {
                     faer::Accum::Add
                 } else {
                     faer::Accum::Replace
                 };
-                faer::linalg::matmul::matmul(c, acc, a, b, 1.0, faer::Par::Seq);
+                let par = crate::kernels::gemm_par(m, n, k);
+                faer::linalg::matmul::matmul(c, acc, a, b, 1.0, par);
             }
             fn all_reduce_sum<C: crate::Communicator>(
                 comm: &C,

@@ -2,6 +2,7 @@
 //! the plan's prediction.
 
 mod support;
+use deinsum_exec::reference::{max_error, naive_seeded};
 use deinsum_exec::Communicator;
 use support::*;
 
@@ -13,6 +14,45 @@ fn matmul_1mm_every_p() {
     let t = left_tree(&e);
     for p in PS {
         check(&e, &t, &unfused(&t), p, 1 << 16);
+    }
+}
+
+/// Repeated runs (after warm-up runs) and several threads per rank give the serial result,
+/// move exactly the predicted words in the reported run and report one sample per timed run.
+#[test]
+fn repeated_runs_with_threads_equal_serial() {
+    let cases = [
+        einsum("ij,jk->ik", &[('i', 37), ('j', 29), ('k', 31)]),
+        einsum("ijk,ja,ka->ia", &[('i', 13), ('j', 11), ('k', 9), ('a', 5)]),
+        einsum("bij,bjk->bik", &[('b', 6), ('i', 9), ('j', 7), ('k', 5)]),
+    ];
+    let opts = deinsum_exec::ExecOptions {
+        repeat: 3,
+        warmup: 1,
+        threads: 2,
+        ..deinsum_exec::ExecOptions::default()
+    };
+    for e in &cases {
+        let t = left_tree(e);
+        for (p, fusion) in [
+            (1, fused(&t)),
+            (2, unfused(&t)),
+            (3, fused(&t)),
+            (7, unfused(&t)),
+        ] {
+            let pl = plan(e, &t, &fusion, p);
+            let (got, reps) = run_with::<f64>(&pl, 3, &opts);
+            let (abs, rel) = max_error(&got, &naive_seeded(e, 3));
+            assert!(rel < 1e-12, "P={p}: max abs {abs}, rel {rel}");
+            assert_volume(&pl, &reps);
+            assert_memory(&pl, &reps);
+            for r in &reps {
+                assert_eq!(r.threads, 2);
+                for m in &r.steps {
+                    assert_eq!(m.samples.len(), 3, "rank {} step {}", r.rank, m.step);
+                }
+            }
+        }
     }
 }
 

@@ -132,3 +132,122 @@ fn rank_that_exits_early_does_not_hang_others() {
     let e = r.unwrap_err();
     assert!(e.to_string().contains("exited"), "{e}");
 }
+
+/// A communicator that forwards everything but `exchange` to the in-process one, so the
+/// trait's default `exchange` (through `all_to_all_v`) runs.
+struct BytesOnly<'a>(&'a deinsum_exec::LocalComm);
+
+impl Communicator for BytesOnly<'_> {
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+    fn split(&self, _: usize, _: usize) -> Result<Self, CommError> {
+        Err(CommError::Invalid("not needed".into()))
+    }
+    fn all_to_all_v(&self, s: &[u8], c: &[usize]) -> Result<(Vec<u8>, Vec<usize>), CommError> {
+        self.0.all_to_all_v(s, c)
+    }
+    fn all_reduce_sum_f64(&self, b: &mut [f64]) -> Result<(), CommError> {
+        self.0.all_reduce_sum_f64(b)
+    }
+    fn all_reduce_sum_f32(&self, b: &mut [f32]) -> Result<(), CommError> {
+        self.0.all_reduce_sum_f32(b)
+    }
+    fn all_reduce_max_u64(&self, b: &mut [u64]) -> Result<(), CommError> {
+        self.0.all_reduce_max_u64(b)
+    }
+    fn reduce_scatter_sum_f64(&self, s: &[f64], c: &[usize]) -> Result<Vec<f64>, CommError> {
+        self.0.reduce_scatter_sum_f64(s, c)
+    }
+    fn broadcast(&self, b: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
+        self.0.broadcast(b, root)
+    }
+    fn barrier(&self) -> Result<(), CommError> {
+        self.0.barrier()
+    }
+    fn traffic(&self) -> deinsum_exec::Traffic {
+        self.0.traffic()
+    }
+}
+
+/// Rank r sends `r * 100 + d` repeated (r + d) % 3 times to each rank d with (r + d) % 2 == 0,
+/// itself included; checks what arrives and the bytes counted.
+fn exchange_pattern<C: Communicator>(c: &C) -> Result<(), CommError> {
+    let (me, p) = (c.rank(), c.size());
+    let talks = |r: usize, d: usize| (r + d).is_multiple_of(2);
+    let msg = |r: usize, d: usize| vec![(r * 100 + d) as f64; (r + d) % 3];
+    let sends: Vec<(usize, Vec<f64>)> = (0..p)
+        .filter(|&d| talks(me, d))
+        .map(|d| (d, msg(me, d)))
+        .collect();
+    let from: Vec<usize> = (0..p).rev().filter(|&r| talks(r, me)).collect();
+    let t0 = c.traffic();
+    let got = c.exchange(sends, &from)?;
+    let t1 = c.traffic();
+    assert_eq!(got.len(), from.len());
+    for (&r, m) in from.iter().zip(&got) {
+        assert_eq!(m, &msg(r, me), "rank {me} from {r}");
+    }
+    let sent: usize = (0..p)
+        .filter(|&d| d != me && talks(me, d))
+        .map(|d| msg(me, d).len())
+        .sum();
+    let recv: usize = from
+        .iter()
+        .filter(|&&r| r != me)
+        .map(|&r| msg(r, me).len())
+        .sum();
+    assert_eq!(t1.sent - t0.sent, 8 * sent as u64);
+    assert_eq!(t1.received - t0.received, 8 * recv as u64);
+    Ok(())
+}
+
+#[test]
+fn typed_exchange_hands_over_and_default_agrees() {
+    for p in [1usize, 2, 3, 5, 8] {
+        InProcess::new(p)
+            .unwrap()
+            .run(|c| {
+                exchange_pattern(c)?;
+                exchange_pattern(&BytesOnly(c))?;
+                // Several exchanges in a row keep their order per pair.
+                exchange_pattern(c)
+            })
+            .unwrap();
+    }
+}
+
+#[test]
+fn exchange_rejects_a_rank_out_of_range() {
+    InProcess::new(2)
+        .unwrap()
+        .run(|c| {
+            let e = c.exchange::<f64>(vec![(5, vec![1.0])], &[]).unwrap_err();
+            assert!(e.to_string().contains("rank 5"), "{e}");
+            let e = BytesOnly(c)
+                .exchange::<f64>(vec![(5, vec![1.0])], &[])
+                .unwrap_err();
+            assert!(e.to_string().contains("rank 5"), "{e}");
+            Ok::<_, CommError>(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn a_thousand_ranks_meet_in_collectives() {
+    // One wake-up per rank per collective: a barrier and a reduction of 1000 threads.
+    let p = 1000;
+    let out = InProcess::new(p)
+        .unwrap()
+        .run(|c| {
+            c.barrier()?;
+            let mut v = vec![1.0];
+            c.all_reduce_sum_f64(&mut v)?;
+            Ok::<_, CommError>(v[0])
+        })
+        .unwrap();
+    assert!(out.iter().all(|&x| x == p as f64));
+}

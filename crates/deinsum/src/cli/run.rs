@@ -66,6 +66,17 @@ pub struct Args {
     /// Write the output to this .npy file.
     #[arg(long)]
     pub output: Option<PathBuf>,
+    /// Timed runs of the plan's steps (inputs are read once, before them); the report gives
+    /// the minimum and the median over them, per step the slowest rank.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Untimed runs before the timed ones.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: usize,
+    /// Threads per rank (default: in-process max(1, cores / procs); under MPI
+    /// OMP_NUM_THREADS, else 1).
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 /// What rank 0 knows at the end of a run.
@@ -80,10 +91,11 @@ fn rank_main<T: Scalar, C: Communicator>(
     plan: &Plan,
     comm: &C,
     inputs: &Inputs<T>,
+    opts: &ExecOptions,
     gather: bool,
     output: Option<&PathBuf>,
 ) -> anyhow::Result<Option<Outcome>> {
-    let (t, rep) = execute_measured(plan, comm, inputs, &ExecOptions::default())?;
+    let (t, rep) = execute_measured(plan, comm, inputs, opts)?;
     if let Some(path) = output {
         let local: &[T] = t.local.as_ref().map_or(&[], |l| &l.data);
         deinsum_exec::npy::write_distributed(path, comm, &t.tensor.shape, &t.dist, local)?;
@@ -99,8 +111,10 @@ fn rank_main<T: Scalar, C: Communicator>(
 fn run_local<T: Scalar>(plan: &Plan, args: &Args) -> anyhow::Result<Outcome> {
     let inputs = inputs_of::<T>(args);
     let world = deinsum_exec::InProcess::new(plan.procs).map_err(ExecError::from)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let opts = exec_options(args, args.threads.unwrap_or((cores / plan.procs).max(1)));
     let outs = world
-        .run(|comm| rank_main(plan, comm, &inputs, args.check, args.output.as_ref()))
+        .run(|comm| rank_main(plan, comm, &inputs, &opts, args.check, args.output.as_ref()))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     outs.into_iter()
         .flatten()
@@ -141,6 +155,7 @@ fn run_mpi<T: Scalar>(
         });
     }
     let inputs = inputs_of::<T>(args);
+    let opts = exec_options(args, args.threads.or_else(omp_threads).unwrap_or(1));
     // A rank's error aborts the whole job with its message: the other ranks may be waiting in
     // a collective that would otherwise never complete.
     let outcome = comm.or_abort(
@@ -148,6 +163,7 @@ fn run_mpi<T: Scalar>(
             compiled.plan(),
             &comm,
             &inputs,
+            &opts,
             args.check,
             args.output.as_ref(),
         )
@@ -227,6 +243,25 @@ fn check_words(plan: &Plan) -> u128 {
         .sum()
 }
 
+/// The executor's options from the flags, with `threads` per rank.
+fn exec_options(args: &Args, threads: usize) -> ExecOptions {
+    ExecOptions {
+        repeat: args.repeat,
+        warmup: args.warmup,
+        threads,
+        ..ExecOptions::default()
+    }
+}
+
+/// Threads per rank from OMP_NUM_THREADS (the usual way to say it under mpirun), if set.
+#[cfg(feature = "mpi")]
+fn omp_threads() -> Option<usize> {
+    std::env::var("OMP_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+}
+
 fn inputs_of<T>(args: &Args) -> Inputs<T> {
     match &args.inputs {
         Some(paths) => Inputs::Npy(paths.clone()),
@@ -255,6 +290,12 @@ fn compile(
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.procs == Some(0) {
         return Err(InputError("--procs must be at least 1".into()).into());
+    }
+    if args.repeat == 0 {
+        return Err(InputError("--repeat must be at least 1".into()).into());
+    }
+    if args.threads == Some(0) {
+        return Err(InputError("--threads must be at least 1".into()).into());
     }
     let einsum = super::einsum_from_args(&args.expr, &args.extents)?;
     if let Some(paths) = &args.inputs {
@@ -392,7 +433,10 @@ struct StepRow {
     step: usize,
     kind: String,
     tensor: String,
+    /// Median over the timed runs of the slowest rank's time.
     seconds: f64,
+    /// Minimum over the timed runs of the slowest rank's time.
+    seconds_min: f64,
     measured_max: u64,
     measured_total: u64,
     predicted_max: u64,
@@ -404,8 +448,12 @@ struct StepRow {
 struct Summary {
     rows: Vec<StepRow>,
     seconds: f64,
+    /// Per timed run, the steps but loads (each its slowest rank's time), summed.
+    contraction: Vec<f64>,
+    load_seconds: f64,
     madds: f64,
     gflops: f64,
+    threads: usize,
     measured_total: u64,
     predicted_total: u64,
     measured_max_per_rank: u64,
@@ -421,10 +469,25 @@ struct Summary {
 impl Summary {
     fn new(plan: &Plan, reports: &[RunReport], dtype: Dtype) -> Self {
         let mut rows = Vec::new();
+        let mut contraction: Vec<f64> = Vec::new();
         let mut exact_all = true;
         for (i, step) in plan.steps.iter().enumerate() {
             let ms: Vec<_> = reports.iter().filter_map(|r| r.steps.get(i)).collect();
-            let seconds = ms.iter().map(|m| m.seconds).fold(0.0, f64::max);
+            // Per timed run, the slowest rank.
+            let runs = ms.iter().map(|m| m.samples.len()).max().unwrap_or(0);
+            let per_run: Vec<f64> = (0..runs)
+                .map(|r| {
+                    ms.iter()
+                        .filter_map(|m| m.samples.get(r))
+                        .fold(0.0, |a, &b| f64::max(a, b))
+                })
+                .collect();
+            if ms.first().is_some_and(|m| m.kind != "load") {
+                contraction.resize(runs.max(contraction.len()), 0.0);
+                for (c, x) in contraction.iter_mut().zip(&per_run) {
+                    *c += x;
+                }
+            }
             let measured_max = ms.iter().map(|m| m.received).max().unwrap_or(0);
             let measured_total = ms.iter().map(|m| m.received).sum();
             let (predicted_max, predicted_total) =
@@ -441,7 +504,8 @@ impl Summary {
                     .and_then(|t| plan.tensor(t))
                     .map(|t| t.name.clone())
                     .unwrap_or_default(),
-                seconds,
+                seconds: median(&per_run),
+                seconds_min: per_run.iter().copied().fold(f64::INFINITY, f64::min),
                 measured_max,
                 measured_total,
                 predicted_max,
@@ -454,12 +518,16 @@ impl Summary {
         let per_rank_received = |r: &RunReport| r.steps.iter().map(|m| m.received).sum::<u64>();
         Summary {
             seconds,
+            contraction: contraction.clone(),
+            load_seconds: reports.iter().map(|r| r.load_seconds).fold(0.0, f64::max),
             madds,
-            gflops: if seconds > 0.0 {
-                2.0 * madds / seconds / 1e9
+            // The rate of the contraction (median run), not of reading the inputs.
+            gflops: if median(&contraction) > 0.0 {
+                2.0 * madds / median(&contraction) / 1e9
             } else {
                 0.0
             },
+            threads: reports.first().map_or(1, |r| r.threads),
             measured_total: rows.iter().map(|r| r.measured_total).sum(),
             predicted_total: rows.iter().map(|r| r.predicted_total).sum(),
             measured_max_per_rank: reports.iter().map(per_rank_received).max().unwrap_or(0),
@@ -497,16 +565,23 @@ fn print_text(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) {
         s.dtype
     );
     println!(
-        "{:>4}  {:<12} {:<8} {:>10}  {:>24}  {:>24}",
-        "step", "kind", "tensor", "time [ms]", "words max/rank meas/pred", "words total meas/pred"
+        "{:>4}  {:<12} {:<8} {:>10} {:>10}  {:>24}  {:>24}",
+        "step",
+        "kind",
+        "tensor",
+        "min [ms]",
+        "med [ms]",
+        "words max/rank meas/pred",
+        "words total meas/pred"
     );
     for r in &s.rows {
         let moved = r.kind == "redistribute";
         println!(
-            "{:>4}  {:<12} {:<8} {:>10.3}  {:>24}  {:>24}  {}",
+            "{:>4}  {:<12} {:<8} {:>10.3} {:>10.3}  {:>24}  {:>24}  {}",
             r.step,
             r.kind,
             r.tensor,
+            r.seconds_min * 1e3,
             r.seconds * 1e3,
             if moved {
                 format!("{} / {}", r.measured_max, r.predicted_max)
@@ -521,6 +596,15 @@ fn print_text(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) {
             if r.exact { "" } else { "DIFFERS from the plan" }
         );
     }
+    println!(
+        "contraction (all steps but loads, per step the slowest rank): min {:.3} ms, median {:.3} ms over {} run(s) after {} warm-up; {} thread(s) per rank; inputs read in {:.3} ms",
+        s.contraction.iter().copied().fold(f64::INFINITY, f64::min) * 1e3,
+        median(&s.contraction) * 1e3,
+        s.contraction.len(),
+        args.warmup,
+        s.threads,
+        s.load_seconds * 1e3
+    );
     println!(
         "total: {:.3} ms, {:.3} GFLOP/s ({:.3e} multiply-adds), words moved {} (predicted {}), max per rank {} (predicted {}){}",
         s.seconds * 1e3,
@@ -561,6 +645,7 @@ fn print_json(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) -> a
         .map(|r| {
             json!({
                 "step": r.step, "kind": r.kind, "tensor": r.tensor, "seconds": r.seconds,
+                "seconds_min": r.seconds_min, "seconds_median": r.seconds,
                 "words_max_per_rank": r.measured_max, "predicted_max_per_rank": r.predicted_max,
                 "words_total": r.measured_total, "predicted_total": r.predicted_total,
                 "exact": r.exact,
@@ -574,6 +659,13 @@ fn print_json(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) -> a
         "dtype": match s.dtype { Dtype::F64 => "f64", Dtype::F32 => "f32" },
         "steps": steps,
         "seconds": s.seconds,
+        "repeat": s.contraction.len(),
+        "warmup": args.warmup,
+        "threads": s.threads,
+        "load_seconds": s.load_seconds,
+        "contraction_seconds_min": s.contraction.iter().copied().fold(f64::INFINITY, f64::min),
+        "contraction_seconds_median": median(&s.contraction),
+        "contraction_seconds": s.contraction,
         "multiply_adds": s.madds,
         "gflops": s.gflops,
         "words_total": s.measured_total,
@@ -592,4 +684,15 @@ fn print_json(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) -> a
     });
     println!("{}", serde_json::to_string_pretty(&v)?);
     Ok(())
+}
+
+/// The median of `xs` (the mean of the middle two for an even count); 0 when empty.
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }

@@ -179,8 +179,17 @@ pub fn plan(e: &Einsum, tree: &ContractionTree, fusion: &Fusion, p: usize) -> Pl
 
 /// Runs `plan` on its ranks; returns the gathered output and every rank's report.
 pub fn run<T: Scalar>(plan: &Plan, seed: u64, tile_words: u64) -> (Vec<T>, Vec<RunReport>) {
+    let opts = ExecOptions {
+        tile_words,
+        ..ExecOptions::default()
+    };
+    run_with(plan, seed, &opts)
+}
+
+/// [`run`] with all the executor's options.
+pub fn run_with<T: Scalar>(plan: &Plan, seed: u64, opts: &ExecOptions) -> (Vec<T>, Vec<RunReport>) {
     let world = InProcess::new(plan.procs).unwrap();
-    let opts = ExecOptions { tile_words };
+    let opts = opts.clone();
     let res = world
         .run(|comm| {
             let (t, rep) = execute_measured::<T, _>(plan, comm, &Inputs::Seeded { seed }, &opts)?;

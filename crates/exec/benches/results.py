@@ -1,0 +1,42 @@
+"""Writes RESULTS.md (to stdout) from the JSON lines benches/e2e.sh collected (argv[1])."""
+import json
+import sys
+
+TARGETS = {"mm": 1.2, "3mm": 1.25, "mttkrp": 0.6, "ttmc": 1.0, "chain5": 1.0}
+CONFIGS = [("p1t2", "P=1 x 2 threads"), ("p2t1", "P=2 x 1, in-process"),
+           ("mpi2t1", "P=2 x 1, MPI")]
+
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+quick = "--quick" in sys.argv
+load = {k: r[k] for r in rows for k in ("load_before", "load_after") if k in r}
+by = {(r["config"], r["case"]): r for r in rows if "config" in r}
+cases = [r["case"] for r in rows if r.get("config") == "numpy2"]
+exprs = {r["case"]: r["expr"] for r in rows if r.get("config") == "numpy2"}
+configs = [c for c in CONFIGS if any(k[0] == c[0] for k in by)]
+
+print("# End-to-end results (issue 12)\n")
+print("Written by `crates/exec/benches/e2e.sh`%s. Times are medians of the contraction alone "
+      "(inputs made beforehand; deinsum: per step the slowest rank, `run --repeat --warmup 1`), "
+      "in seconds; the ratio is deinsum's median over numpy's (`einsum(optimize=True)`, "
+      "2 BLAS threads) measured in the same command. Target: the ratio at most the "
+      "kernel's target in every configuration.\n" % (" --quick (small sizes)" if quick else ""))
+for k, v in load.items():
+    print(f"- {k.replace('_', ' ')}: `{v.strip()}`")
+print()
+head = "| kernel | expression | numpy 2 thr | " + " | ".join(
+    f"{label} | ratio" for _, label in configs) + " | target |"
+print(head)
+print("|" + "---|" * (head.count("|") - 1))
+for c in cases:
+    np_t = by[("numpy2", c)]["median"]
+    cells = [c, f"`{exprs[c]}`", f"{np_t:.4f}"]
+    for key, _ in configs:
+        r = by.get((key, c))
+        if r is None:
+            cells += ["-", "-"]
+            continue
+        ratio = r["median"] / np_t
+        ok = "" if ratio <= TARGETS.get(c, 1.0) else " (over)"
+        cells += [f"{r['median']:.4f}", f"{ratio:.2f}{ok}"]
+    cells.append(f"<= {TARGETS.get(c, 1.0)}")
+    print("| " + " | ".join(cells) + " |")
