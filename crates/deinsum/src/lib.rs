@@ -39,7 +39,7 @@ pub enum Error {
     Expr(#[from] deinsum_expr::ExprError),
     /// No plan could be built (for instance the memory budget is too small).
     #[error("planning failed: {0}")]
-    Plan(String),
+    Plan(#[from] deinsum_plan::PlanError),
     /// The run failed.
     #[error(transparent)]
     Exec(#[from] ExecError),
@@ -97,7 +97,7 @@ fn build_plan(einsum: &deinsum_expr::Einsum, o: &Options) -> Result<Plan, Error>
         path: o.path.clone(),
         ..deinsum_plan::PlanOptions::default()
     };
-    deinsum_plan::build(einsum, &opts).map_err(|e| Error::Plan(e.to_string()))
+    Ok(deinsum_plan::build(einsum, &opts)?)
 }
 
 impl Einsum {

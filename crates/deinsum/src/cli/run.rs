@@ -281,7 +281,7 @@ fn compile(
         ..deinsum::Options::default()
     };
     deinsum::Einsum::compile_parsed(einsum, &opts).map_err(|e| match e {
-        deinsum::Error::Plan(m) => anyhow::Error::new(InputError(m)),
+        deinsum::Error::Plan(m) => anyhow::Error::new(InputError(m.to_string())),
         other => other.into(),
     })
 }
