@@ -136,3 +136,14 @@ impl WithDefault for ExtentSpec {
         self
     }
 }
+
+#[test]
+fn opt_einsum_symbols_survive_the_plan_json_and_run() {
+    // get_symbol(75), (107) and (397): '×', '÷' and 'ș', as indices in the plan JSON too.
+    let spec = ExtentSpec::from_flags(Some("×=5,÷=3,ș=4"), None, None).unwrap();
+    let c = Einsum::compile("ș×,×÷->ș÷", &spec, &Options::procs(3)).unwrap();
+    let json = serde_json::to_string(c.plan()).unwrap();
+    let back: deinsum::plan::Plan = serde_json::from_str(&json).unwrap();
+    assert_eq!(&back, c.plan());
+    check(&Einsum::from_plan(back), "ș×,×÷->ș÷", 3);
+}
