@@ -179,3 +179,15 @@ fn opt_einsum_symbols_parse_in_the_expression_and_in_sizes() {
     // U+3000 is wide: the caret counts two columns for it only after it, so it sits at 4.
     assert_eq!(err.lines().nth(2), Some("      ^"), "{err}");
 }
+
+#[test]
+fn named_broadcast_dims_are_shown() {
+    let o = deinsum(&["parse", "bhqd,bhkd->bhqk", "--shapes", "2x1x5x4,2x3x7x4"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("output   bhqk        2x3x5x7"), "{out}");
+    assert!(
+        out.contains("h      3       free    1[1] 0[1]=1 (broadcast) out[1]"),
+        "{out}"
+    );
+}
