@@ -151,3 +151,43 @@ fn usage_errors_exit_2_and_help_exits_0() {
     assert_eq!(o.status.code(), Some(0));
     assert!(stdout(&o).contains("default: 10 when no extent flag is given"));
 }
+
+#[test]
+fn opt_einsum_symbols_parse_in_the_expression_and_in_sizes() {
+    // The report's example: get_symbol(75) is '×'.
+    let o = deinsum(&["parse", "a×,×b->ab", "--size", "3"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("×      3       summed"),
+        "{}",
+        stdout(&o)
+    );
+    let o = deinsum(&["parse", "a×,×b->ab", "--sizes", "×=5,a=2,b=4"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("×      5       summed"),
+        "{}",
+        stdout(&o)
+    );
+    // Non-ASCII whitespace is still not an index: caret under it, exit 2.
+    let o = deinsum(&["parse", "a×,×\u{3000}b", "--size", "3"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    // The invisible character is named by its code point.
+    let head = r"error: syntax error at position 4: '\u{3000}' is not a valid index";
+    assert!(err.starts_with(head), "{err}");
+    // U+3000 is wide: the caret counts two columns for it only after it, so it sits at 4.
+    assert_eq!(err.lines().nth(2), Some("      ^"), "{err}");
+}
+
+#[test]
+fn named_broadcast_dims_are_shown() {
+    let o = deinsum(&["parse", "bhqd,bhkd->bhqk", "--shapes", "2x1x5x4,2x3x7x4"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("output   bhqk        2x3x5x7"), "{out}");
+    assert!(
+        out.contains("h      3       free    1[1] 0[1]=1 (broadcast) out[1]"),
+        "{out}"
+    );
+}

@@ -148,3 +148,34 @@ fn impossible_rank_counts_are_input_errors() {
     let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--size", "8", "--procs", "-3"]);
     assert_eq!(code, 2, "{err}");
 }
+
+#[test]
+fn named_extent_one_dims_broadcast_as_numpy() {
+    // NumPy: einsum("bhqd,bhkd->bhqk", (2,1,5,4), (2,3,7,4)) has shape (2, 3, 5, 7).
+    let dir = std::env::temp_dir().join(format!("deinsum-cli-bcast-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("s.npy");
+    for procs in ["1", "3", "5"] {
+        let (code, s, err) = deinsum(&[
+            "run",
+            "bhqd,bhkd->bhqk",
+            "--shapes",
+            "2x1x5x4,2x3x7x4",
+            "--procs",
+            procs,
+            "--check",
+            "--format",
+            "json",
+            "--output",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{s}{err}");
+        let v: serde_json::Value = serde_json::from_str(&s).expect("json");
+        assert_eq!(v["check"]["pass"], true, "{s}");
+        assert_eq!(v["volume_exact"], true, "{s}");
+        let bytes = std::fs::read(&out).unwrap();
+        let header = String::from_utf8_lossy(&bytes[..bytes.len().min(128)]).into_owned();
+        assert!(header.contains("'shape': (2, 3, 5, 7)"), "{header}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -66,8 +66,9 @@ pub const INDEX_RULE: &str =
 pub enum Dim {
     /// The dimension is indexed by this label. A label repeated in one operand is a diagonal.
     Index(Index),
-    /// An extent-1 dimension that broadcasts against a larger extent (from `...`): always
-    /// accessed at coordinate 0, and not an index of the operand.
+    /// An extent-1 dimension that broadcasts against a larger extent (in `...`, or of a named
+    /// index whose extent elsewhere is larger): always accessed at coordinate 0, and not an
+    /// index of the operand.
     Broadcast,
 }
 

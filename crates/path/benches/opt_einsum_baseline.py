@@ -97,6 +97,23 @@ def lattice(rows, cols, bond):
     return inputs, "", sizes
 
 
+def with_own(spec, seed):
+    """`spec` with an index of its own (in no other operand, not in the output, extent 6..12)
+    added to about half the operands: summing it out of that operand first can pay."""
+    inputs, output, sizes = spec
+    rng = random.Random(seed)
+    o = 0x5E00  # past every symbol alphabet() gives the networks here
+    out = []
+    for t in inputs:
+        if rng.random() < 0.5:
+            c = chr(o)
+            o += 1
+            t += c
+            sizes[c] = rng.randint(6, 12)
+        out.append(t)
+    return out, output, sizes
+
+
 def generate():
     small = ["optimal", "branch-all", "branch-2", "branch-1", "dp", "greedy", "auto"]
     cases = []
@@ -112,6 +129,7 @@ def generate():
     add("rand14", from_rand(14, 3, 2, 13), ["optimal", "branch-1", "dp", "greedy", "auto"])
     add("rand100", from_rand(100, 3, 2, 14), ["greedy", "auto"])
     add("lattice6x6", lattice(6, 6, 2), ["dp", "greedy"])
+    add("own10", with_own(from_rand(10, 3, 2, 15), 16), ["optimal", "dp", "greedy", "auto"])
     with open(CASES, "w") as f:
         json.dump(cases, f, ensure_ascii=False, indent=1)
         f.write("\n")

@@ -64,6 +64,9 @@ struct IndexRow {
     ellipsis: bool,
     /// Storage dimensions of each input where it occurs.
     inputs: Vec<Occurrence>,
+    /// Extent-1 storage dimensions written with this index that broadcast (NumPy's rule).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    broadcast: Vec<Occurrence>,
     /// Its position in the output, if there.
     output: Option<usize>,
 }
@@ -160,6 +163,10 @@ impl Report {
                     format!("{}[{}]", o.operand, dims.join(","))
                 })
                 .collect();
+            for o in &r.broadcast {
+                let dims: Vec<String> = o.dims.iter().map(|d| d.to_string()).collect();
+                occ.push(format!("{}[{}]=1 (broadcast)", o.operand, dims.join(",")));
+            }
             if let Some(p) = r.output {
                 occ.push(format!("out[{p}]"));
             }
@@ -196,6 +203,20 @@ fn row(e: &Einsum, c: Index) -> IndexRow {
             (!dims.is_empty()).then_some(Occurrence { operand: k, dims })
         })
         .collect();
+    let broadcast = e
+        .inputs
+        .iter()
+        .enumerate()
+        .filter_map(|(k, op)| {
+            let dims: Vec<usize> = op
+                .named_broadcast
+                .iter()
+                .filter(|&&(_, l)| l == c)
+                .map(|&(d, _)| d)
+                .collect();
+            (!dims.is_empty()).then_some(Occurrence { operand: k, dims })
+        })
+        .collect();
     let output = e.output.iter().position(|&o| o == c);
     IndexRow {
         index: c.to_string(),
@@ -203,6 +224,7 @@ fn row(e: &Einsum, c: Index) -> IndexRow {
         role: if output.is_some() { "free" } else { "summed" },
         ellipsis: e.ellipsis.contains(&c),
         inputs,
+        broadcast,
         output,
     }
 }

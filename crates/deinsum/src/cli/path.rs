@@ -142,23 +142,30 @@ pub fn render_text(
         .max()
         .unwrap_or(6)
         .max(6);
-    let _ = writeln!(s, "{}", "-".repeat(width + 48));
+    // Python's tuple spelling, as opt_einsum prints paths: `(0,)` for one operand.
+    let tuples: Vec<String> = info
+        .path
+        .iter()
+        .map(|p| {
+            let pos: Vec<String> = p.iter().map(|x| x.to_string()).collect();
+            match pos.as_slice() {
+                [one] => format!("({one},)"),
+                _ => format!("({})", pos.join(", ")),
+            }
+        })
+        .collect();
+    let pw = tuples.iter().map(|t| t.len()).max().unwrap_or(0).max(10);
+    let _ = writeln!(s, "{}", "-".repeat(width + pw + 38));
     let _ = writeln!(
         s,
-        "{:>4}  {:<10}  {:<width$}  {:>14}  {:>14}",
+        "{:>4}  {:<pw$}  {:<width$}  {:>14}  {:>14}",
         "step", "path", "einsum", "flops", "intermediate"
     );
-    let _ = writeln!(s, "{}", "-".repeat(width + 48));
-    for (k, (st, p)) in info.steps.iter().zip(&info.path).enumerate() {
-        let pos: Vec<String> = p.iter().map(|x| x.to_string()).collect();
-        // Python's tuple spelling, as opt_einsum prints paths: `(0,)` for one operand.
-        let tuple = match pos.as_slice() {
-            [one] => format!("({one},)"),
-            _ => format!("({})", pos.join(", ")),
-        };
+    let _ = writeln!(s, "{}", "-".repeat(width + pw + 38));
+    for (k, (st, tuple)) in info.steps.iter().zip(&tuples).enumerate() {
         let _ = writeln!(
             s,
-            "{:>4}  {:<10}  {:<width$}  {:>14}  {:>14}",
+            "{:>4}  {:<pw$}  {:<width$}  {:>14}  {:>14}",
             k,
             tuple,
             st.einsum,

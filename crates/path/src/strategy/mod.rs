@@ -236,17 +236,16 @@ fn with_singles(
     search: impl Fn(&Problem<'_>) -> Result<SsaPath, PathError>,
 ) -> Result<SsaPath, PathError> {
     let n = p.num_inputs();
-    let needed = |t: usize, c: &crate::Index| {
-        p.output.contains(c) || (0..n).any(|u| u != t && p.inputs[u].contains(c))
-    };
-    let inputs: Vec<Vec<crate::Index>> = (0..n)
-        .map(|t| {
-            p.inputs[t]
-                .iter()
-                .copied()
-                .filter(|c| needed(t, c))
-                .collect()
-        })
+    // How many inputs hold each index (an input's index list is distinct), the output counting
+    // as one more: an index held once is the input's own.
+    let mut holders: crate::bits::FastMap<crate::Index, usize> = Default::default();
+    for c in p.inputs.iter().flatten().chain(p.output.iter()) {
+        *holders.entry(*c).or_insert(0) += 1;
+    }
+    let inputs: Vec<Vec<crate::Index>> = p
+        .inputs
+        .iter()
+        .map(|t| t.iter().copied().filter(|c| holders[c] > 1).collect())
         .collect();
     let reducible: Vec<usize> = (0..n)
         .filter(|&t| inputs[t].len() < p.inputs[t].len())

@@ -8,7 +8,8 @@
 //! input the indices that no other input and not the output has (an intermediate already
 //! holds only what is needed). So each input is either consumed as it is or reduced first,
 //! and that choice is made where the input is consumed: every split whose side is a single
-//! input tries both, which keeps the search exact over opt_einsum's whole path space.
+//! input tries both, which keeps the search exact over pairwise paths with such steps. (Steps
+//! over three or more operands, which opt_einsum's format also allows, are not searched.)
 
 use super::SsaPath;
 use crate::bits::Bits;
