@@ -126,23 +126,29 @@ impl Move {
 struct Totals {
     received: Vec<u64>,
     sent: Vec<u64>,
+    /// Per step that moves: its index and the words sent plus received per rank (the
+    /// step's message buffers), handed to the memory model.
+    buffers: Vec<(usize, Vec<u64>)>,
 }
 
 impl Totals {
     /// The volume of `views` moved together in one step (per-rank lists when `per_rank`),
     /// added into the totals.
-    fn tally(&mut self, views: &[MoveView], n: usize, per_rank: bool) -> Volume {
+    fn tally(&mut self, step: usize, views: &[MoveView], n: usize, per_rank: bool) -> Volume {
         if self.received.len() < n {
             self.received.resize(n, 0);
             self.sent.resize(n, 0);
         }
         let mut v = Volume::default();
-        for r in 0..n {
-            let (s, w) = views
-                .iter()
-                .fold((0, 0), |(s, w), m| (s + m.sent_of(r), w + m.received_of(r)));
+        let mut bufs = vec![0u64; n];
+        for (r, buf) in bufs.iter_mut().enumerate() {
+            let (s, w) = views.iter().fold((0, 0), |(s, w), m| {
+                let (ms, mw) = m.words_of(r);
+                (s + ms, w + mw)
+            });
             self.sent[r] += s;
             self.received[r] += w;
+            *buf = s + w;
             v.max_per_rank = v.max_per_rank.max(w);
             v.max_sent = v.max_sent.max(s);
             v.total += w;
@@ -153,6 +159,7 @@ impl Totals {
                 v.received.push((r, w));
             }
         }
+        self.buffers.push((step, bufs));
         v
     }
 }
@@ -778,7 +785,7 @@ pub fn build_from(
                 });
             }
             for mv in m {
-                steps.push(emit_move(a.node, mv, &mut totals, opts));
+                emit_move(a.node, mv, &mut totals, &mut steps, opts);
             }
             state.insert(a.node, State::At(target.clone()));
             if target != whole {
@@ -816,7 +823,7 @@ pub fn build_from(
                         group: gi,
                         phase: part,
                         fetch,
-                        volume: totals.tally(&views, procs, opts.per_rank),
+                        volume: totals.tally(steps.len(), &views, procs, opts.per_rank),
                     });
                 }
             }
@@ -874,11 +881,14 @@ pub fn build_from(
     let oshape = shape_of(&tree.steps[tree.steps.len() - 1].output, ext);
     let final_dist = reduced_distribution(&out_dist, &oshape);
     for mv in plan_move(&oshape, &out_dist, &final_dist, procs) {
-        steps.push(emit_move(out_id, mv, &mut totals, opts));
+        emit_move(out_id, mv, &mut totals, &mut steps, opts);
     }
 
     let touched_per_rank = touched(&groups, &tensors, procs);
-    let memory = Memory::new(&steps, &tensors, &groups, tree, procs);
+    let mut memory = Memory::new(&steps, &tensors, &groups, tree, procs);
+    for (step, words) in std::mem::take(&mut totals.buffers) {
+        memory.set_buffers(step, words);
+    }
     let ranks_used = memory.ranks_used;
     let (mut peak, mut peak_buf) = (Vec::new(), Vec::new());
     let (mut max_peak, mut max_peak_buf) = (0u64, 0u64);
@@ -999,15 +1009,26 @@ fn per_rank(dense: &[u64], wanted: bool) -> Vec<(usize, u64)> {
 
 /// Emits one planned move of `tensor` as a Redistribute step, its volume counted into
 /// `totals`.
-fn emit_move(tensor: TensorId, mv: Move, totals: &mut Totals, opts: &PlanOptions) -> PlanStep {
+fn emit_move(
+    tensor: TensorId,
+    mv: Move,
+    totals: &mut Totals,
+    steps: &mut Vec<PlanStep>,
+    opts: &PlanOptions,
+) {
     let view = MoveView::new(&mv.shape, &mv.from, &mv.to, mv.sum, opts.procs);
-    let volume = totals.tally(std::slice::from_ref(&view), opts.procs, opts.per_rank);
-    PlanStep::Redistribute {
+    let volume = totals.tally(
+        steps.len(),
+        std::slice::from_ref(&view),
+        opts.procs,
+        opts.per_rank,
+    );
+    steps.push(PlanStep::Redistribute {
         tensor,
         pattern: view.kind(volume.total),
         from: mv.from,
         to: mv.to,
         sum: mv.sum,
         volume,
-    }
+    });
 }

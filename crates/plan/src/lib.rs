@@ -490,7 +490,8 @@ impl Plan {
     /// Words `rank` sends and receives in step `step` (closed form, O(1) per move).
     pub fn step_words(&self, step: usize, rank: usize) -> (u64, u64) {
         self.step_moves(step).iter().fold((0, 0), |(s, r), m| {
-            (s + m.sent_of(rank), r + m.received_of(rank))
+            let (ms, mr) = m.words_of(rank);
+            (s + ms, r + mr)
         })
     }
 
