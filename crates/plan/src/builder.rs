@@ -2,7 +2,7 @@
 
 use crate::grids;
 use crate::memory::{tensor_shape, Memory};
-use crate::moves::{block_len, coord, MoveView};
+use crate::moves::{block_len, MoveView};
 use crate::{
     Distribution, Fetch, Grid, GridDim, GroupPlan, Phases, Plan, PlanError, PlanOptions, PlanStep,
     Prediction, Tensor, TensorId, TensorKind, Volume, Window, PLAN_VERSION,
@@ -447,6 +447,19 @@ pub fn build_from(
                 .product()
         };
         let tile = &group.bound.tile;
+        // Per grid dim, the log of the tile's count along it (what `tile_dist` compares to).
+        let tile_ln: Vec<f64> = gidx
+            .iter()
+            .zip(&gext)
+            .map(|(c, &n)| {
+                let t = tile.get(c).copied().unwrap_or(n as f64).max(1.0);
+                (n as f64 / t).max(1.0).ln()
+            })
+            .collect();
+        let positions =
+            |idx: &[Index]| -> Vec<usize> { idx.iter().map(|&c| pos(c).unwrap_or(0)).collect() };
+        let out_pos = positions(&out_idx);
+        let inner_pos: Vec<Vec<usize>> = inner_outputs.iter().map(|o| positions(o)).collect();
         let all = grids::enumerate(&gext, procs, opts.balance_tolerance);
         // Per input, once per group: where it is now, its shape, its target split positions.
         struct InputInfo {
@@ -455,6 +468,17 @@ pub fn build_from(
             pos: Vec<usize>,
             partial_q: usize,
             partial_block: u64,
+            /// Rank 0's block where the input is now.
+            from_first: Option<crate::Ranges>,
+            /// The candidate sizes on which the input already sits in the group's
+            /// distribution (then it does not move).
+            same_grid: Option<Vec<usize>>,
+        }
+        impl InputInfo {
+            /// Rank `last`'s block where the input is now.
+            fn block_of_last(&self, last: usize, from: &Distribution) -> Option<crate::Ranges> {
+                crate::moves::ranges_of(from, last, &self.shape)
+            }
         }
         let infos: Vec<InputInfo> = group
             .inputs
@@ -477,12 +501,28 @@ pub fn build_from(
                     ),
                     _ => (1, 0),
                 };
+                let from_first = from
+                    .as_ref()
+                    .and_then(|d| crate::moves::ranges_of(d, 0, &shape));
+                // The input sits in the group's distribution on the grid of these sizes.
+                let same_grid = from.as_ref().and_then(|f| {
+                    let same = f.partial.is_empty()
+                        && f.grid.dims.len() == gidx.len()
+                        && f.grid.dims.iter().zip(gidx).all(|(d, &c)| d.index == c)
+                        && f.split
+                            .iter()
+                            .zip(&pos)
+                            .all(|(sp, &v)| sp.len() == 1 && sp[0] == v);
+                    same.then(|| f.grid.dims.iter().map(|d| d.size).collect())
+                });
                 InputInfo {
                     from,
                     shape,
                     pos,
                     partial_q,
                     partial_block,
+                    from_first,
+                    same_grid,
                 }
             })
             .collect();
@@ -491,87 +531,71 @@ pub fn build_from(
             .map(|sizes| {
                 let mut comm = 0f64;
                 let mut mem = 0u64;
+                // Ceil block of every group index on this grid, and of a tensor over `at`.
+                let bs: smallvec::SmallVec<[u64; 12]> = gext
+                    .iter()
+                    .zip(&sizes)
+                    .map(|(&n, &p)| n.div_ceil(p) as u64)
+                    .collect();
+                let blk_at = |at: &[usize]| -> u64 { at.iter().map(|&v| bs[v]).product() };
                 let size: usize = sizes.iter().product();
                 let last = size.saturating_sub(1);
-                // Row-major coordinate of rank r along candidate dim v.
-                let coord_of = |r: usize, v: usize| -> usize {
-                    let inner: usize = sizes[v + 1..].iter().product();
-                    (r / inner) % sizes[v]
-                };
-                for (a, info) in group.inputs.iter().zip(&infos) {
-                    let b = blk(&sizes, &a.indices);
+                for info in &infos {
+                    let b = blk_at(&info.pos);
                     mem += b;
                     let Some(from) = &info.from else { continue };
-                    let same = from.partial.is_empty()
-                        && from.grid.dims.len() == sizes.len()
-                        && from
-                            .grid
-                            .dims
-                            .iter()
-                            .zip(gidx.iter().zip(&sizes))
-                            .all(|(d, (&c, &p))| d.index == c && d.size == p)
-                        && from
-                            .split
-                            .iter()
-                            .zip(&info.pos)
-                            .all(|(sp, &v)| sp.len() == 1 && sp[0] == v);
-                    if same {
+                    if info.same_grid.as_deref() == Some(&sizes[..]) {
                         continue;
                     }
-                    // What ranks 0 and size-1 lack of their target block (a sample of the grid).
-                    let lack = [0, last]
-                        .iter()
-                        .map(|&r| {
-                            let mut t_len = 1u64;
-                            let mut both = 1u64;
-                            let inside = r < from.grid.size();
-                            for (k, (&n, &v)) in info.shape.iter().zip(&info.pos).enumerate() {
-                                let (ts, te) = crate::block_range(0, n, sizes[v], coord_of(r, v));
-                                t_len *= (te - ts) as u64;
-                                if inside {
-                                    let (mut lo, mut hi) = (0, n);
-                                    for &g in &from.split[k] {
-                                        let x = coord(&from.grid, r, g);
-                                        (lo, hi) =
-                                            crate::block_range(lo, hi, from.grid.dims[g].size, x);
-                                    }
-                                    both *= te.min(hi).saturating_sub(ts.max(lo)) as u64;
-                                }
+                    // What ranks 0 and size-1 lack of their target block (a sample of the
+                    // grid): rank 0 is at coordinates 0, rank size-1 at sizes-1 everywhere.
+                    let lack = [
+                        (0usize, &info.from_first),
+                        (last, &info.block_of_last(last, from)),
+                    ]
+                    .iter()
+                    .map(|&(r, fb)| {
+                        let mut t_len = 1u64;
+                        let mut both = 1u64;
+                        for (k, (&n, &v)) in info.shape.iter().zip(&info.pos).enumerate() {
+                            let x = if r == 0 { 0 } else { sizes[v] - 1 };
+                            let (ts, te) = crate::block_range(0, n, sizes[v], x);
+                            t_len *= (te - ts) as u64;
+                            if let Some(fb) = fb {
+                                let (lo, hi) = fb[k];
+                                both *= te.min(hi).saturating_sub(ts.max(lo)) as u64;
                             }
-                            if inside {
-                                t_len - both
-                            } else {
-                                t_len
-                            }
-                        })
-                        .max()
-                        .unwrap_or(b);
+                        }
+                        if fb.is_some() {
+                            t_len - both
+                        } else {
+                            t_len
+                        }
+                    })
+                    .max()
+                    .unwrap_or(b);
                     comm += lack as f64;
                     if info.partial_q > 1 {
                         let q = info.partial_q;
                         comm += info.partial_block as f64 * (q - 1) as f64 / q as f64;
                     }
                 }
-                let ob = blk(&sizes, &out_idx);
+                let ob = blk_at(&out_pos);
                 mem += ob;
                 let q: usize = summed.iter().map(|&v| sizes[v]).product();
                 comm += ob as f64 * (q - 1) as f64 / q as f64;
-                for o in &inner_outputs {
-                    mem += blk(&sizes, o);
+                for o in &inner_pos {
+                    mem += blk_at(o);
                 }
                 let work: u128 = gext
                     .iter()
                     .zip(&sizes)
                     .map(|(&n, &p)| n.div_ceil(p) as u128)
                     .product();
-                let tile_dist = gidx
+                let tile_dist = sizes
                     .iter()
-                    .zip(&sizes)
-                    .zip(&gext)
-                    .map(|((c, &p), &n)| {
-                        let t = tile.get(c).copied().unwrap_or(n as f64).max(1.0);
-                        ((p as f64).ln() - (n as f64 / t).max(1.0).ln()).abs()
-                    })
+                    .zip(&tile_ln)
+                    .map(|(&p, &t)| ((p as f64).ln() - t).abs())
                     .sum();
                 Candidate {
                     sizes,
@@ -659,7 +683,7 @@ pub fn build_from(
             }
         }
         let considered = cands.len();
-        cands.sort_by(|a, b| {
+        let order = |a: &Candidate, b: &Candidate| {
             a.model_comm
                 .total_cmp(&b.model_comm)
                 .then(a.memory.cmp(&b.memory))
@@ -672,11 +696,19 @@ pub fn build_from(
                         .cmp(&a.sizes.iter().product::<usize>()),
                 )
                 .then(a.sizes.cmp(&b.sizes))
-        });
+        };
         let best_full_p = cands
             .iter()
-            .find(|c| c.sizes.iter().product::<usize>() == procs)
+            .filter(|c| c.sizes.iter().product::<usize>() == procs)
+            .min_by(|a, b| order(a, b))
             .cloned();
+        // Only the best few are scheduled exactly: select them, then sort those (the order
+        // is total, so this is the same prefix a full sort gives).
+        if cands.len() > EXACT_CANDIDATES {
+            cands.select_nth_unstable_by(EXACT_CANDIDATES, order);
+            cands.truncate(EXACT_CANDIDATES);
+        }
+        cands.sort_by(order);
 
         // Exact schedules for the best few; the chosen one keeps its moves.
         let mut best: Option<Scheduled> = None;
