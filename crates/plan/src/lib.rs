@@ -513,6 +513,7 @@ mod builder;
 mod grids;
 mod memory;
 mod moves;
+mod planner;
 pub use builder::{build_from, canonical_distribution, reduced_distribution, MIN_CANONICAL_BLOCK};
 pub use grids::{axis_candidates, enumerate as enumerate_grids, tight};
 pub use moves::{block_len, coord, MoveKind, MoveView};
