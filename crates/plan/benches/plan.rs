@@ -5,57 +5,60 @@ use deinsum_expr::{parse, ExtentSpec};
 use deinsum_plan::{build, PlanOptions};
 use std::hint::black_box;
 
-/// (name, einsum, sizes, P)
-const CASES: &[(&str, &str, &str, usize)] = &[
-    ("1mm", "ij,jk->ik", "i=4096,j=4096,k=4096", 512),
-    ("2mm", "ij,jk,kl->il", "i=2048,j=2048,k=2048,l=2048", 512),
+/// Deinsum's ten benchmark kernels at their P=512 weak-scaling extents (matrices 32768; order
+/// 3: 4872 and R=120; order 5 and TTMc: 192 and R=68): (name, einsum, sizes).
+const KERNELS: &[(&str, &str, &str)] = &[
+    ("1mm", "ij,jk->ik", "i=32768,j=32768,k=32768"),
+    ("2mm", "ij,jk,kl->il", "i=32768,j=32768,k=32768,l=32768"),
     (
         "3mm",
         "ij,jk,kl,lm->im",
-        "i=2048,j=2048,k=2048,l=2048,m=2048",
-        512,
+        "i=32768,j=32768,k=32768,l=32768,m=32768",
     ),
     (
         "mttkrp3_mode0",
         "ijk,ja,ka->ia",
-        "i=512,j=512,k=512,a=24",
-        512,
+        "i=4872,j=4872,k=4872,a=120",
     ),
     (
         "mttkrp3_mode1",
         "ijk,ia,ka->ja",
-        "i=512,j=512,k=512,a=24",
-        512,
+        "i=4872,j=4872,k=4872,a=120",
     ),
     (
         "mttkrp3_mode2",
         "ijk,ia,ja->ka",
-        "i=512,j=512,k=512,a=24",
-        512,
+        "i=4872,j=4872,k=4872,a=120",
     ),
     (
         "mttkrp5_mode0",
         "ijklm,ja,ka,la,ma->ia",
-        "i=48,j=48,k=48,l=48,m=48,a=24",
-        512,
+        "i=192,j=192,k=192,l=192,m=192,a=68",
     ),
     (
         "mttkrp5_mode2",
         "ijklm,ia,ja,la,ma->ka",
-        "i=48,j=48,k=48,l=48,m=48,a=24",
-        512,
+        "i=192,j=192,k=192,l=192,m=192,a=68",
     ),
     (
         "mttkrp5_mode4",
         "ijklm,ia,ja,ka,la->ma",
-        "i=48,j=48,k=48,l=48,m=48,a=24",
-        512,
+        "i=192,j=192,k=192,l=192,m=192,a=68",
     ),
     (
         "ttmc5_mode0",
         "ijklm,jb,kc,ld,me->ibcde",
-        "i=48,j=48,k=48,l=48,m=48,b=8,c=8,d=8,e=8",
-        512,
+        "i=192,j=192,k=192,l=192,m=192,b=68,c=68,d=68,e=68",
+    ),
+];
+
+/// Cases beyond the kernels: (name, einsum, sizes, P).
+const LARGE: &[(&str, &str, &str, usize)] = &[
+    (
+        "1mm_4096_p2^20",
+        "ij,jk->ik",
+        "i=4096,j=4096,k=4096",
+        1 << 20,
     ),
     (
         "deinsum_example_p2^20",
@@ -67,8 +70,18 @@ const CASES: &[(&str, &str, &str, usize)] = &[
 
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("plan");
-    g.sample_size(10);
-    for &(name, expr, sizes, procs) in CASES {
+    g.sample_size(10)
+        .warm_up_time(std::time::Duration::from_millis(200))
+        .measurement_time(std::time::Duration::from_secs(1));
+    let cases = [512, 4096]
+        .iter()
+        .flat_map(|&p| {
+            KERNELS
+                .iter()
+                .map(move |&(n, e, s)| (format!("{n}_p{p}"), e, s, p))
+        })
+        .chain(LARGE.iter().map(|&(n, e, s, p)| (n.to_string(), e, s, p)));
+    for (name, expr, sizes, procs) in cases {
         let spec = ExtentSpec::from_flags(Some(sizes), None, None).expect("sizes");
         let e = parse(expr, &spec).expect("einsum");
         let opts = PlanOptions {
@@ -77,7 +90,8 @@ fn bench(c: &mut Criterion) {
         };
         let p = build(&e, &opts).expect("plan");
         eprintln!(
-            "{name}: P={procs} groups {} ranks {} received/rank {} touched/rank {} bound {:.0} ratio {:.3}",
+            "{name}: P={procs} JSON {} bytes, groups {} ranks {} received/rank {} touched/rank {} bound {:.0} ratio {:.3}",
+            serde_json::to_string(&p).expect("json").len(),
             p.groups.len(),
             p.ranks_used,
             p.prediction.max_per_rank,
@@ -85,9 +99,8 @@ fn bench(c: &mut Criterion) {
             p.prediction.bound_per_rank,
             p.prediction.ratio
         );
-        // The plan's drop (up to ~P^2 messages at P = 512) is left out of the timing: it is
-        // freeing, not planning. `plan_time` reports both.
-        g.bench_function(name, |b| {
+        // The plan's drop is left out of the timing: it is freeing, not planning.
+        g.bench_function(&name, |b| {
             b.iter_with_large_drop(|| build(black_box(&e), black_box(&opts)).unwrap())
         });
     }

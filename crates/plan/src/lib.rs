@@ -510,7 +510,8 @@ impl Plan {
     /// Words `rank` sends and receives in step `step` (closed form, O(1) per move).
     pub fn step_words(&self, step: usize, rank: usize) -> (u64, u64) {
         self.step_moves(step).iter().fold((0, 0), |(s, r), m| {
-            (s + m.sent_of(rank), r + m.received_of(rank))
+            let (ms, mr) = m.words_of(rank);
+            (s + ms, r + mr)
         })
     }
 
@@ -532,6 +533,7 @@ mod builder;
 mod grids;
 mod memory;
 mod moves;
+mod planner;
 pub use builder::{build_from, canonical_distribution, reduced_distribution, MIN_CANONICAL_BLOCK};
 pub use grids::{axis_candidates, enumerate as enumerate_grids, tight};
 pub use moves::{block_len, coord, MoveKind, MoveView};

@@ -10,13 +10,20 @@ use std::collections::BTreeMap;
 /// What ranks hold during one step: blocks (distribution, tensor shape, how many copies) and
 /// the moves whose buffers sit beside them.
 struct Held {
-    blocks: Vec<(Distribution, Vec<usize>, u64)>,
+    /// Index of the step in the plan.
+    step: usize,
+    /// (index into [`Memory::blocks`], copies).
+    blocks: Vec<(usize, u64)>,
     moves: Vec<MoveView>,
 }
 
 /// The memory model of a plan.
 pub(crate) struct Memory {
     held: Vec<Held>,
+    /// The distinct blocks held at some step: a rank's length of each is taken once.
+    blocks: Vec<(Distribution, Vec<usize>)>,
+    /// Message buffer words per rank of some steps, already counted by the planner.
+    buffers: BTreeMap<usize, Vec<u64>>,
     /// Ranks that can hold anything (the largest grid, at most P).
     pub(crate) active: usize,
     /// Ranks that compute in at least one group.
@@ -59,7 +66,8 @@ impl Memory {
                 .collect()
         };
         let mut held = Vec::new();
-        for s in steps {
+        let mut distinct: Vec<(Distribution, Vec<usize>)> = Vec::new();
+        for (step, s) in steps.iter().enumerate() {
             let blocks = match s {
                 PlanStep::Load { tensor, dist } => {
                     live.insert(*tensor, dist.clone());
@@ -116,10 +124,29 @@ impl Memory {
                     .collect(),
                 _ => Vec::new(),
             };
-            held.push(Held { blocks, moves });
+            let blocks = blocks
+                .into_iter()
+                .map(|(d, sh, n)| {
+                    let i = match distinct.iter().position(|(e, esh)| e == &d && esh == &sh) {
+                        Some(i) => i,
+                        None => {
+                            distinct.push((d, sh));
+                            distinct.len() - 1
+                        }
+                    };
+                    (i, n)
+                })
+                .collect();
+            held.push(Held {
+                step,
+                blocks,
+                moves,
+            });
         }
         Memory {
             held,
+            blocks: distinct,
+            buffers: BTreeMap::new(),
             active: active.min(procs),
             ranks_used,
         }
@@ -128,22 +155,37 @@ impl Memory {
     /// Peak words of `rank` over the steps: the data, and the data with message buffers (a
     /// rank's packed sends and its receives exist at once).
     pub(crate) fn of_rank(&self, rank: usize) -> (u64, u64) {
+        let lens: smallvec::SmallVec<[u64; 16]> = self
+            .blocks
+            .iter()
+            .map(|(d, sh)| block_len(d, rank, sh))
+            .collect();
         let (mut peak, mut peak_buf) = (0u64, 0u64);
         for h in &self.held {
-            let x: u64 = h
-                .blocks
-                .iter()
-                .map(|(d, sh, n)| block_len(d, rank, sh) * n)
-                .sum();
-            let bufs: u64 = h
-                .moves
-                .iter()
-                .map(|m| m.sent_of(rank) + m.received_of(rank))
-                .sum();
+            let x: u64 = h.blocks.iter().map(|&(i, n)| lens[i] * n).sum();
+            let bufs: u64 = match self.buffers.get(&h.step) {
+                Some(b) => b.get(rank).copied().unwrap_or(0),
+                None => h
+                    .moves
+                    .iter()
+                    .map(|m| {
+                        let (s, w) = m.words_of(rank);
+                        s + w
+                    })
+                    .sum(),
+            };
             peak = peak.max(x);
             peak_buf = peak_buf.max(x + bufs);
         }
         (peak, peak_buf)
+    }
+}
+
+impl Memory {
+    /// Takes the message buffer words per rank (sent plus received, indexed by rank) of
+    /// step `step` as already counted, instead of deriving them again.
+    pub(crate) fn set_buffers(&mut self, step: usize, words: Vec<u64>) {
+        self.buffers.insert(step, words);
     }
 }
 

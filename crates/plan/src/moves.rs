@@ -106,24 +106,34 @@ pub fn coord(g: &Grid, rank: usize, k: usize) -> usize {
     (rank / inner) % g.dims[k].size
 }
 
-/// The ranges of the block `rank` holds in `dist` (`None` outside the grid), inline and
-/// without the coordinate vector `Distribution::block` allocates.
+/// The ranges of the block `rank` holds in `dist` (`None` outside the grid), inline: the
+/// rank's coordinates are taken once (one division per grid dim), then each index is cut.
 pub(crate) fn ranges_of(
     dist: &Distribution,
     rank: usize,
     shape: &[usize],
 ) -> Option<crate::Ranges> {
     let g = &dist.grid;
-    if rank >= g.size() {
+    let mut coords = smallvec::SmallVec::<[usize; 8]>::from_elem(0, g.dims.len());
+    let mut r = rank;
+    for (k, d) in g.dims.iter().enumerate().rev() {
+        coords[k] = r % d.size;
+        r /= d.size;
+    }
+    if r > 0 {
         return None;
     }
     let mut out = crate::Ranges::with_capacity(shape.len());
     for (v, &n) in shape.iter().enumerate() {
         let (mut lo, mut hi) = (0, n);
         for &gd in &dist.split[v] {
-            (lo, hi) = block_range(lo, hi, g.dims[gd].size, coord(g, rank, gd));
+            (lo, hi) = block_range(lo, hi, g.dims[gd].size, coords[gd]);
         }
-        out.push(dist.windowed(v, (lo, hi)));
+        out.push(if dist.window.is_empty() {
+            (lo, hi)
+        } else {
+            dist.windowed(v, (lo, hi))
+        });
     }
     Some(out)
 }
@@ -163,6 +173,10 @@ pub struct MoveView {
     partial_count: usize,
     /// Target grid dims that split no index (the target's replicas).
     to_rep_dims: Vec<usize>,
+    /// Number of target ranks per target block (the product of `to_rep_dims`).
+    rep_to: u64,
+    /// Whether each piece has one holder (closed-form sends).
+    one_holder: bool,
     src_size: usize,
     dst_size: usize,
 }
@@ -223,11 +237,18 @@ impl MoveView {
             .filter(|&g| !is_split[g] && !partial_dims.contains(&g))
             .collect();
         let to_split = split_dims(to);
+        let to_rep_dims: Vec<usize> = (0..to.grid.dims.len()).filter(|&g| !to_split[g]).collect();
+        let replicas: usize = replica_dims.iter().map(|&g| fg.dims[g].size).product();
         MoveView {
+            rep_to: to_rep_dims
+                .iter()
+                .map(|&g| to.grid.dims[g].size as u64)
+                .product(),
+            one_holder: replicas <= 1 && to.grid.size() <= procs.max(1),
+            replicas,
+            to_rep_dims,
             shape: shape.to_vec(),
-            replicas: replica_dims.iter().map(|&g| fg.dims[g].size).product(),
             partial_count: partial_dims.iter().map(|&g| fg.dims[g].size).product(),
-            to_rep_dims: (0..to.grid.dims.len()).filter(|&g| !to_split[g]).collect(),
             src_size: fg.size().min(procs.max(1)),
             dst_size: to.grid.size().min(procs.max(1)),
             from: from.clone(),
@@ -243,9 +264,11 @@ impl MoveView {
     /// Words `rank` receives (its target block once per partial replica, minus what its own
     /// source block already holds).
     pub fn received_of(&self, rank: usize) -> u64 {
-        if rank >= self.dst_size {
-            return 0;
-        }
+        self.words_of(rank).1
+    }
+
+    /// Words `rank` receives, without the sends.
+    fn received_only(&self, rank: usize) -> u64 {
         let Some(tb) = ranges_of(&self.to, rank, &self.shape) else {
             return 0;
         };
@@ -256,29 +279,57 @@ impl MoveView {
         if t_len == 0 {
             return 0;
         }
-        let own = self.own_overlap(rank, &tb);
+        let own = match (rank < self.src_size)
+            .then(|| ranges_of(&self.from, rank, &self.shape))
+            .flatten()
+        {
+            Some(fb) => fb.iter().zip(&tb).map(|(&a, &b)| overlap(a, b)).product(),
+            None => 0,
+        };
         t_len * self.partial_count as u64 - own
     }
 
-    /// Words of `rank`'s source block that lie in its own target block (what it keeps).
-    fn own_overlap(&self, rank: usize, tb: &[(usize, usize)]) -> u64 {
-        if rank >= self.src_size {
-            return 0;
-        }
-        match ranges_of(&self.from, rank, &self.shape) {
-            Some(fb) => fb.iter().zip(tb).map(|(&a, &b)| overlap(a, b)).product(),
-            None => 0,
-        }
+    /// Words `rank` sends and receives, each block of the rank cut once.
+    pub fn words_of(&self, rank: usize) -> (u64, u64) {
+        let sb = if rank < self.src_size {
+            ranges_of(&self.from, rank, &self.shape)
+        } else {
+            None
+        };
+        let tb = if rank < self.dst_size {
+            ranges_of(&self.to, rank, &self.shape)
+        } else {
+            None
+        };
+        let len = |b: &crate::Ranges| -> u64 {
+            b.iter().map(|&(s, e)| e.saturating_sub(s) as u64).product()
+        };
+        let own = match (&sb, &tb) {
+            (Some(a), Some(b)) => a.iter().zip(b).map(|(&x, &y)| overlap(x, y)).product(),
+            _ => 0,
+        };
+        let received = match &tb {
+            Some(b) if len(b) > 0 => len(b) * self.partial_count as u64 - own,
+            _ => 0,
+        };
+        let sent = match &sb {
+            Some(b) if len(b) > 0 => self.sent_from(rank, b, own),
+            _ => 0,
+        };
+        (sent, received)
     }
 
-    /// Words `rank` sends. With one holder per piece this is closed form: every target rank
-    /// whose block meets the rank's source block takes that overlap from it, so the sum
-    /// separates per index; with replicas it counts the rank's derived sends.
+    /// Words `rank` sends.
     pub fn sent_of(&self, rank: usize) -> u64 {
-        if rank >= self.src_size {
-            return 0;
-        }
-        if self.replicas > 1 || self.to.grid.size() > self.dst_size {
+        self.words_of(rank).0
+    }
+
+    /// Words `rank` sends from its nonempty source block `sb`, `own` of which stay with it.
+    /// With one holder per piece this is closed form: every target rank whose block meets
+    /// `sb` takes that overlap from it, so the sum separates per index; with replicas it
+    /// counts the rank's derived sends.
+    fn sent_from(&self, rank: usize, sb: &[(usize, usize)], own: u64) -> u64 {
+        if !self.one_holder {
             return self
                 .sends(rank)
                 .iter()
@@ -286,17 +337,6 @@ impl MoveView {
                 .map(|t| t.boxes.iter().map(Block::len).sum::<u64>())
                 .sum();
         }
-        let Some(sb) = ranges_of(&self.from, rank, &self.shape) else {
-            return 0;
-        };
-        if sb.iter().any(|&(s, e)| s >= e) {
-            return 0;
-        }
-        let rep_to: u64 = self
-            .to_rep_dims
-            .iter()
-            .map(|&g| self.to.grid.dims[g].size as u64)
-            .product();
         let cover: u64 = sb
             .iter()
             .zip(&self.dst_parts)
@@ -307,21 +347,16 @@ impl MoveView {
                     .sum::<u64>()
             })
             .product();
-        let own = if rank < self.dst_size {
-            ranges_of(&self.to, rank, &self.shape).map_or(0, |tb| {
-                sb.iter().zip(&tb).map(|(&a, &b)| overlap(a, b)).product()
-            })
-        } else {
-            0
-        };
-        cover * rep_to - own
+        // A rank's own piece stays only when it also holds that target block (it is in
+        // the target grid); `own` is 0 otherwise.
+        cover * self.rep_to - own
     }
 
     /// Words received per rank, sparse `(rank, words)` ascending (nonzero only): what the
     /// planner scores candidates by (it does not depend on the choice of senders).
     pub fn received(&self) -> Vec<(usize, u64)> {
         (0..self.dst_size)
-            .map(|r| (r, self.received_of(r)))
+            .map(|r| (r, self.received_only(r)))
             .filter(|&(_, w)| w > 0)
             .collect()
     }
@@ -332,7 +367,7 @@ impl MoveView {
         let n = self.src_size.max(self.dst_size);
         let mut v = Volume::default();
         for r in 0..n {
-            let (s, w) = (self.sent_of(r), self.received_of(r));
+            let (s, w) = self.words_of(r);
             v.max_per_rank = v.max_per_rank.max(w);
             v.max_sent = v.max_sent.max(s);
             v.total += w;

@@ -181,6 +181,14 @@ pub fn render_text(plan: &Plan, strategy: &str) -> String {
         }
     );
     let _ = writeln!(o, "path ({strategy}): {:?}", plan.path);
+    render_groups(&mut o, plan);
+    render_steps(&mut o, plan);
+    render_totals(&mut o, plan);
+    o
+}
+
+/// The groups: grid, SOAP bound and phases of each.
+fn render_groups(o: &mut String, plan: &Plan) {
     for (gi, g) in plan.groups.iter().enumerate() {
         let steps: Vec<String> = g
             .group
@@ -235,17 +243,13 @@ pub fn render_text(plan: &Plan, strategy: &str) -> String {
             );
         }
     }
+}
+
+/// The steps in order, with each move's pattern and words.
+fn render_steps(o: &mut String, plan: &Plan) {
     let _ = writeln!(o, "steps:");
-    let name = |id: usize| {
-        plan.tensor(id)
-            .map(|t| format!("{} ({})", t.name, t.indices.iter().collect::<String>()))
-            .unwrap_or_else(|| format!("#{id}"))
-    };
-    let idx = |id: usize| {
-        plan.tensor(id)
-            .map(|t| t.indices.clone())
-            .unwrap_or_default()
-    };
+    let name = |id: usize| tensor_name(plan, id);
+    let idx = |id: usize| tensor_indices(plan, id);
     for (k, s) in plan.steps.iter().enumerate() {
         match s {
             PlanStep::Load { tensor, dist } => {
@@ -307,6 +311,26 @@ pub fn render_text(plan: &Plan, strategy: &str) -> String {
             }
         }
     }
+}
+
+/// `T0 (ij)`: a tensor's name and indices.
+fn tensor_name(plan: &Plan, id: usize) -> String {
+    plan.tensor(id)
+        .map(|t| format!("{} ({})", t.name, t.indices.iter().collect::<String>()))
+        .unwrap_or_else(|| format!("#{id}"))
+}
+
+/// A tensor's indices (none when unknown).
+fn tensor_indices(plan: &Plan, id: usize) -> Vec<char> {
+    plan.tensor(id)
+        .map(|t| t.indices.clone())
+        .unwrap_or_default()
+}
+
+/// The predicted totals, the output and the idle ranks.
+fn render_totals(o: &mut String, plan: &Plan) {
+    let name = |id: usize| tensor_name(plan, id);
+    let idx = |id: usize| tensor_indices(plan, id);
     let p = &plan.prediction;
     let _ = writeln!(
         o,
@@ -334,5 +358,4 @@ pub fn render_text(plan: &Plan, strategy: &str) -> String {
         "idle ranks: {}",
         plan.idle.clone().unwrap_or_else(|| "none".into())
     );
-    o
 }

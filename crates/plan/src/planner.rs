@@ -1,0 +1,864 @@
+//! The planner's stages over one fused group at a time: candidate grids and their model
+//! figures, the phase fit under a budget, exact scoring of the best few, emission of the
+//! steps, and at the end the predictions. [`Planner`] carries what the stages share.
+
+use crate::builder::{
+    add_received, canonical_distribution, current, emit_move, max_of, per_rank, phased_dim,
+    plan_move, reduced_distribution, replicas_of, resting_for, shape_of, touched, windowed,
+    Candidate, Move, State, Totals, EXACT_CANDIDATES, EXACT_MAX_GRID,
+};
+use crate::grids;
+use crate::memory::Memory;
+use crate::moves::{block_len, ranges_of, MoveView};
+use crate::{
+    Distribution, Fetch, Grid, GridDim, GroupPlan, Phases, Plan, PlanError, PlanOptions, PlanStep,
+    Prediction, Tensor, TensorId, TensorKind, PLAN_VERSION,
+};
+use deinsum_expr::{Einsum, Index};
+use deinsum_path::ContractionTree;
+use deinsum_soap::FusedGroup;
+use std::collections::BTreeMap;
+
+/// The exact schedule of one candidate grid: what the busiest rank receives, the words in
+/// total, which candidate, and the moves that bring each input in.
+pub(crate) struct Scheduled {
+    /// Max over ranks of the words received (inputs in, fetches, output reduction).
+    pub(crate) max_per_rank: u64,
+    /// Words received over all ranks.
+    pub(crate) total: u64,
+    /// Index of the candidate.
+    pub(crate) candidate: usize,
+    /// Per input of the group, its moves.
+    pub(crate) moves: Vec<Vec<Move>>,
+}
+
+/// One group as the stages see it: its iteration space and what it reads and writes.
+pub(crate) struct GroupCtx<'a> {
+    gi: usize,
+    group: &'a FusedGroup,
+    gidx: &'a [Index],
+    gext: Vec<usize>,
+    out_idx: Vec<Index>,
+    /// Positions in `gidx` of the summed indices.
+    summed: Vec<usize>,
+    /// Index lists of the group-local intermediates.
+    inner_outputs: Vec<Vec<Index>>,
+}
+
+impl GroupCtx<'_> {
+    fn pos(&self, c: Index) -> usize {
+        self.gidx.iter().position(|&x| x == c).unwrap_or(0)
+    }
+
+    fn positions(&self, idx: &[Index]) -> Vec<usize> {
+        idx.iter().map(|&c| self.pos(c)).collect()
+    }
+
+    fn grid(&self, sizes: &[usize]) -> Grid {
+        Grid {
+            dims: self
+                .gidx
+                .iter()
+                .zip(sizes)
+                .map(|(&c, &p)| GridDim { index: c, size: p })
+                .collect(),
+        }
+    }
+
+    /// A tensor over `idx` split along its indices' grid dims; with `partial`, partial along
+    /// the dims of the summed indices.
+    fn dist(&self, grid: &Grid, idx: &[Index], partial: bool) -> Distribution {
+        Distribution {
+            grid: grid.clone(),
+            split: idx.iter().map(|&c| vec![self.pos(c)]).collect(),
+            partial: if partial {
+                self.summed
+                    .iter()
+                    .copied()
+                    .filter(|&v| grid.dims[v].size > 1)
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            window: Vec::new(),
+        }
+    }
+
+    /// The largest block of a tensor over `idx` on a grid of `sizes`.
+    fn blk(&self, sizes: &[usize], idx: &[Index]) -> u64 {
+        idx.iter()
+            .map(|&c| {
+                let v = self.pos(c);
+                self.gext[v].div_ceil(sizes[v]) as u64
+            })
+            .product()
+    }
+}
+
+/// What the candidate model needs of one input, once per group.
+struct InputInfo {
+    /// Where the input is now (`None`: loaded in place).
+    from: Option<Distribution>,
+    shape: Vec<usize>,
+    /// Positions of its indices in the group's.
+    pos: Vec<usize>,
+    partial_q: usize,
+    partial_block: u64,
+    /// Rank 0's block where the input is now.
+    from_first: Option<crate::Ranges>,
+    /// The candidate sizes on which the input already sits in the group's distribution.
+    same_grid: Option<Vec<usize>>,
+}
+
+/// The planner's state between groups.
+pub(crate) struct Planner<'a> {
+    einsum: &'a Einsum,
+    tree: &'a ContractionTree,
+    opts: &'a PlanOptions,
+    tensors: Vec<Tensor>,
+    state: BTreeMap<TensorId, State>,
+    steps: Vec<PlanStep>,
+    groups: Vec<GroupPlan>,
+    totals: Totals,
+    idle_reasons: Vec<String>,
+}
+
+impl<'a> Planner<'a> {
+    /// Checks the tree against the einsum and registers the inputs.
+    pub(crate) fn new(
+        einsum: &'a Einsum,
+        tree: &'a ContractionTree,
+        opts: &'a PlanOptions,
+    ) -> Result<Self, PlanError> {
+        if opts.procs == 0 {
+            return Err(PlanError::ZeroProcs);
+        }
+        let ext = &einsum.extents;
+        let n_in = einsum.num_inputs();
+        if tree.num_inputs != n_in || tree.steps.is_empty() {
+            return Err(PlanError::Inconsistent(format!(
+                "tree has {} inputs and {} steps for an einsum of {} inputs",
+                tree.num_inputs,
+                tree.steps.len(),
+                n_in
+            )));
+        }
+        // Every size the plan multiplies must fit in u64.
+        for k in 0..n_in {
+            let s = shape_of(einsum.input_indices(k), ext);
+            s.iter()
+                .try_fold(1u64, |a, &n| a.checked_mul(n as u64))
+                .ok_or_else(|| PlanError::Overflow(format!("operand {k} has too many elements")))?;
+        }
+        let tensors = (0..n_in)
+            .map(|k| Tensor {
+                id: k,
+                name: format!("T{k}"),
+                indices: einsum.input_indices(k).to_vec(),
+                shape: shape_of(einsum.input_indices(k), ext),
+                kind: TensorKind::Input(k),
+            })
+            .collect();
+        Ok(Planner {
+            einsum,
+            tree,
+            opts,
+            tensors,
+            state: (0..n_in).map(|k| (k, State::Unloaded)).collect(),
+            steps: Vec::new(),
+            groups: Vec::new(),
+            totals: Totals::default(),
+            idle_reasons: Vec::new(),
+        })
+    }
+
+    /// Plans group `gi`: every stage in turn.
+    pub(crate) fn plan_group(&mut self, gi: usize, group: &FusedGroup) -> Result<(), PlanError> {
+        let g = self.group_ctx(gi, group)?;
+        let mut cands = self.candidates(&g)?;
+        self.fit_phases(&g, &mut cands)?;
+        let considered = cands.len();
+        let best_full_p = select_best(&mut cands, self.opts.procs);
+        let sched = self.score(&g, &cands)?;
+        let c = cands[sched.candidate].clone();
+        self.note_idle(&g, &c, best_full_p.as_ref());
+        self.emit(&g, &c, sched, considered);
+        Ok(())
+    }
+
+    /// The group as the stages see it; registers its output tensor and checks its accesses.
+    fn group_ctx<'g>(
+        &mut self,
+        gi: usize,
+        group: &'g FusedGroup,
+    ) -> Result<GroupCtx<'g>, PlanError> {
+        let ext = &self.einsum.extents;
+        let root = self.tree.root();
+        let out_node = group.output.node;
+        let out_idx = group.output.indices.clone();
+        if !self.tensors.iter().any(|t| t.id == out_node) {
+            let (name, kind) = if out_node == root {
+                ("out".to_string(), TensorKind::Output)
+            } else {
+                (format!("t{out_node}"), TensorKind::Intermediate)
+            };
+            self.tensors.push(Tensor {
+                id: out_node,
+                name,
+                indices: out_idx.clone(),
+                shape: shape_of(&out_idx, ext),
+                kind,
+            });
+        }
+        if let Some(a) = group
+            .inputs
+            .iter()
+            .find(|a| !self.state.contains_key(&a.node))
+        {
+            return Err(PlanError::Inconsistent(format!(
+                "group {gi} reads node {} before it is produced",
+                a.node
+            )));
+        }
+        let gidx = &group.indices[..];
+        let inside = |idx: &[Index]| idx.iter().all(|c| gidx.contains(c));
+        if !group
+            .inputs
+            .iter()
+            .chain(std::iter::once(&group.output))
+            .all(|a| inside(&a.indices))
+        {
+            return Err(PlanError::Inconsistent(format!(
+                "group {gi} accesses an index outside its iteration space"
+            )));
+        }
+        Ok(GroupCtx {
+            gi,
+            group,
+            gidx,
+            gext: shape_of(gidx, ext),
+            summed: (0..gidx.len())
+                .filter(|&v| !out_idx.contains(&gidx[v]))
+                .collect(),
+            inner_outputs: group
+                .steps
+                .iter()
+                .take(group.steps.len().saturating_sub(1))
+                .map(|&s| self.tree.steps[s].output.clone())
+                .collect(),
+            out_idx,
+        })
+    }
+
+    /// What the model needs of each input of the group.
+    fn input_infos(&self, g: &GroupCtx) -> Vec<InputInfo> {
+        let procs = self.opts.procs;
+        g.group
+            .inputs
+            .iter()
+            .map(|a| {
+                let shape = shape_of(&a.indices, &self.einsum.extents);
+                let pos = g.positions(&a.indices);
+                let from = match &self.state[&a.node] {
+                    State::Unloaded if self.opts.inputs_in_place => None,
+                    State::Unloaded => {
+                        let t = &self.tensors[a.node];
+                        Some(canonical_distribution(&t.indices, &t.shape, procs))
+                    }
+                    State::At(d) => Some(d.clone()),
+                };
+                let (partial_q, partial_block) = match &from {
+                    Some(d) if d.is_partial() => (
+                        d.partial.iter().map(|&k| d.grid.dims[k].size).product(),
+                        block_len(d, 0, &shape),
+                    ),
+                    _ => (1, 0),
+                };
+                let from_first = from.as_ref().and_then(|d| ranges_of(d, 0, &shape));
+                // The input sits in the group's distribution on the grid of these sizes.
+                let same_grid = from.as_ref().and_then(|f| {
+                    let same = f.partial.is_empty()
+                        && f.grid.dims.len() == g.gidx.len()
+                        && f.grid.dims.iter().zip(g.gidx).all(|(d, &c)| d.index == c)
+                        && f.split
+                            .iter()
+                            .zip(&pos)
+                            .all(|(sp, &v)| sp.len() == 1 && sp[0] == v);
+                    same.then(|| f.grid.dims.iter().map(|d| d.size).collect())
+                });
+                InputInfo {
+                    from,
+                    shape,
+                    pos,
+                    partial_q,
+                    partial_block,
+                    from_first,
+                    same_grid,
+                }
+            })
+            .collect()
+    }
+
+    /// Stage 1: every enumerated grid with its model figures (words, memory, work, distance
+    /// to the SOAP tile), keeping those that balance the work.
+    fn candidates(&self, g: &GroupCtx) -> Result<Vec<Candidate>, PlanError> {
+        let infos = self.input_infos(g);
+        // Per grid dim, the log of the tile's count along it (what `tile_dist` compares to).
+        let tile_ln: Vec<f64> = g
+            .gidx
+            .iter()
+            .zip(&g.gext)
+            .map(|(c, &n)| {
+                let t = g
+                    .group
+                    .bound
+                    .tile
+                    .get(c)
+                    .copied()
+                    .unwrap_or(n as f64)
+                    .max(1.0);
+                (n as f64 / t).max(1.0).ln()
+            })
+            .collect();
+        let out_pos = g.positions(&g.out_idx);
+        let inner_pos: Vec<Vec<usize>> = g.inner_outputs.iter().map(|o| g.positions(o)).collect();
+        let all = grids::enumerate(&g.gext, self.opts.procs, self.opts.balance_tolerance);
+        let mut cands: Vec<Candidate> = all
+            .into_iter()
+            .map(|sizes| model(g, &infos, &out_pos, &inner_pos, &tile_ln, sizes))
+            .collect();
+        if cands.is_empty() {
+            return Err(PlanError::Inconsistent(format!(
+                "group {} has no grid",
+                g.gi
+            )));
+        }
+        let w_min = cands.iter().map(|c| c.work).min().unwrap_or(1);
+        let limit = (w_min as f64) * (1.0 + self.opts.balance_tolerance.max(0.0));
+        cands.retain(|c| (c.work as f64) <= limit * (1.0 + 1e-12));
+        Ok(cands)
+    }
+
+    /// Stage 2: under a budget, a grid whose blocks exceed it may still fit when it walks a
+    /// summed index in phases (2.5D / SUMMA): the fewest phases that fit are taken; grids
+    /// that fit neither way are dropped.
+    fn fit_phases(&self, g: &GroupCtx, cands: &mut Vec<Candidate>) -> Result<(), PlanError> {
+        let Some(s) = self.opts.mem else {
+            return Ok(());
+        };
+        for c in cands.iter_mut().filter(|c| c.memory > s) {
+            if let Some((v, t, m)) = fewest_phases(g, &c.sizes, s) {
+                c.memory = m;
+                c.phases = Some((v, t));
+            }
+        }
+        let min_mem = cands.iter().map(|c| c.memory).min().unwrap_or(0);
+        cands.retain(|c| c.memory <= s);
+        if cands.is_empty() {
+            return Err(PlanError::MemoryTooSmall {
+                budget: s,
+                needed: min_mem,
+                detail: format!(" (group {}: {})", g.gi, g.group.einsum_string()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Stage 3: exact words of the best few candidates (sorted by the model), the busiest
+    /// rank first, then the total; the winner keeps its moves.
+    fn score(&self, g: &GroupCtx, cands: &[Candidate]) -> Result<Scheduled, PlanError> {
+        let mut best: Option<Scheduled> = None;
+        for (ci, c) in cands.iter().enumerate().take(EXACT_CANDIDATES) {
+            let size: usize = c.sizes.iter().product();
+            if ci > 0 && size > EXACT_MAX_GRID {
+                continue;
+            }
+            let s = self.schedule(g, c, ci);
+            if best
+                .as_ref()
+                .is_none_or(|b| (s.max_per_rank, s.total) < (b.max_per_rank, b.total))
+            {
+                best = Some(s);
+            }
+            if size > EXACT_MAX_GRID {
+                break;
+            }
+        }
+        best.ok_or_else(|| PlanError::Inconsistent(format!("group {}: no grid scheduled", g.gi)))
+    }
+
+    /// The exact schedule of candidate `ci`: the moves of its inputs, its phase fetches and
+    /// the reduction of its output, counted per rank.
+    fn schedule(&self, g: &GroupCtx, c: &Candidate, ci: usize) -> Scheduled {
+        let (procs, ext) = (self.opts.procs, &self.einsum.extents);
+        let grid = g.grid(&c.sizes);
+        let mut acc = Vec::new();
+        let mut moves = Vec::new();
+        let mut total = 0u64;
+        for a in &g.group.inputs {
+            let shape = shape_of(&a.indices, ext);
+            let target = resting_for(&grid, g.gidx, &a.indices, c.phases);
+            let from = current(&self.state, &self.tensors, self.opts, a.node, &target);
+            let m = plan_move(&shape, &from, &target, procs);
+            for mv in &m {
+                add_received(&mut acc, &mv.received);
+                total += mv.total();
+            }
+            if let (Some(k), Some((_, t))) = (phased_dim(c.phases, g.gidx, &a.indices), c.phases) {
+                let whole = g.dist(&grid, &a.indices, false);
+                for part in 0..t {
+                    let w = windowed(&whole, k, t, part);
+                    let v = MoveView::new(&shape, &target, &w, false, procs).received();
+                    add_received(&mut acc, &v);
+                    total += v.iter().map(|&(_, w)| w).sum::<u64>();
+                }
+            }
+            moves.push(m);
+        }
+        // The reduction of this group's output (scattered over its own grid).
+        let od = g.dist(&grid, &g.out_idx, true);
+        if od.is_partial() {
+            let oshape = shape_of(&g.out_idx, ext);
+            let rd = reduced_distribution(&od, &oshape);
+            for mv in plan_move(&oshape, &od, &rd, procs) {
+                add_received(&mut acc, &mv.received);
+                total += mv.total();
+            }
+        }
+        Scheduled {
+            max_per_rank: max_of(&acc),
+            total,
+            candidate: ci,
+            moves,
+        }
+    }
+
+    /// Why the chosen grid leaves ranks idle, when it does.
+    fn note_idle(&mut self, g: &GroupCtx, c: &Candidate, best_full_p: Option<&Candidate>) {
+        let procs = self.opts.procs;
+        let used: usize = c.sizes.iter().product();
+        if used >= procs {
+            return;
+        }
+        let (gi, name) = (g.gi, g.group.einsum_string());
+        let max_possible: u128 = g.gext.iter().map(|&n| n as u128).product();
+        let why = if max_possible < procs as u128 {
+            format!("the extents of group {gi} ({name}) allow at most {max_possible} ranks")
+        } else if let Some(f) = best_full_p {
+            format!(
+                "group {gi} ({name}): the grid {:?} on {used} ranks moves fewer words (model {:.0}) than the best {procs}-rank grid {:?} (model {:.0})",
+                c.sizes, c.model_comm, f.sizes, f.model_comm
+            )
+        } else {
+            format!(
+                "group {gi} ({name}): no grid of {procs} ranks balances the work within {:.0}% (or fits the memory budget); {:?} uses {used}",
+                self.opts.balance_tolerance * 100.0,
+                c.sizes
+            )
+        };
+        self.idle_reasons.push(why);
+    }
+
+    /// Stage 4: the steps of the chosen grid — loads, moves, the compute (or its phases with
+    /// their fetches), frees — and the group's record.
+    fn emit(&mut self, g: &GroupCtx, c: &Candidate, sched: Scheduled, considered: usize) {
+        let grid = g.grid(&c.sizes);
+        let mut inputs = Vec::new();
+        let mut resting: Vec<(TensorId, Distribution)> = Vec::new();
+        for (a, m) in g.group.inputs.iter().zip(sched.moves) {
+            let whole = g.dist(&grid, &a.indices, false);
+            let target = resting_for(&grid, g.gidx, &a.indices, c.phases);
+            if let State::Unloaded = self.state[&a.node] {
+                let d = current(&self.state, &self.tensors, self.opts, a.node, &target);
+                self.steps.push(PlanStep::Load {
+                    tensor: a.node,
+                    dist: d,
+                });
+            }
+            for mv in m {
+                emit_move(a.node, mv, &mut self.totals, &mut self.steps, self.opts);
+            }
+            self.state.insert(a.node, State::At(target.clone()));
+            if target != whole {
+                resting.push((a.node, target));
+            }
+            inputs.push((a.node, whole));
+        }
+        match c.phases {
+            None => self.steps.push(PlanStep::Compute { group: g.gi }),
+            Some((_, t)) => {
+                for part in 0..t {
+                    self.emit_phase(g, c, &grid, &inputs, part);
+                }
+            }
+        }
+        for a in &g.group.inputs {
+            self.steps.push(PlanStep::Free { tensor: a.node });
+            self.state.remove(&a.node);
+        }
+        let od = g.dist(&grid, &g.out_idx, true);
+        self.state
+            .insert(g.group.output.node, State::At(od.clone()));
+        let box_ceil: BTreeMap<Index, usize> = g
+            .gidx
+            .iter()
+            .zip(&g.gext)
+            .zip(&c.sizes)
+            .map(|((&i, &n), &p)| (i, n.div_ceil(p)))
+            .collect();
+        let flops: f64 = g
+            .group
+            .steps
+            .iter()
+            .map(|&s| {
+                self.tree.steps[s]
+                    .indices()
+                    .iter()
+                    .map(|i| box_ceil.get(i).copied().unwrap_or(1) as f64)
+                    .product::<f64>()
+            })
+            .sum();
+        self.groups.push(GroupPlan {
+            group: g.group.clone(),
+            grid,
+            inputs,
+            output: (g.group.output.node, od),
+            max_flops_per_rank: flops,
+            bound_memory_independent: 0.0,
+            bound_memory_dependent: 0.0,
+            predicted_max_per_rank: sched.max_per_rank,
+            candidates_considered: considered,
+            phases: c.phases.map(|(v, t)| Phases {
+                index: g.gidx[v],
+                count: t,
+                resting,
+            }),
+        });
+    }
+
+    /// One phase of a phased compute: the windows every rank fetches, then the compute.
+    fn emit_phase(
+        &mut self,
+        g: &GroupCtx,
+        c: &Candidate,
+        grid: &Grid,
+        inputs: &[(TensorId, Distribution)],
+        part: usize,
+    ) {
+        let procs = self.opts.procs;
+        let Some((_, t)) = c.phases else { return };
+        let mut fetch = Vec::new();
+        let mut views = Vec::new();
+        for (a, (_, whole)) in g.group.inputs.iter().zip(inputs) {
+            let Some(k) = phased_dim(c.phases, g.gidx, &a.indices) else {
+                continue;
+            };
+            let rest = resting_for(grid, g.gidx, &a.indices, c.phases);
+            let w = windowed(whole, k, t, part);
+            let shape = shape_of(&a.indices, &self.einsum.extents);
+            let view = MoveView::new(&shape, &rest, &w, false, procs);
+            let volume = view.volume(self.opts.per_rank);
+            let pattern = view.kind(volume.total);
+            views.push(view);
+            fetch.push(Fetch {
+                tensor: a.node,
+                pattern,
+                from: rest,
+                to: w,
+                volume,
+            });
+        }
+        let volume = self
+            .totals
+            .tally(self.steps.len(), &views, procs, self.opts.per_rank);
+        self.steps.push(PlanStep::ComputePhase {
+            group: g.gi,
+            phase: part,
+            fetch,
+            volume,
+        });
+    }
+
+    /// Stage 5: the output's reduction, then the predictions (words, memory, per-rank I/O
+    /// against the SOAP bound, idle ranks) and the plan.
+    pub(crate) fn finish(mut self, path: Vec<Vec<usize>>) -> Result<Plan, PlanError> {
+        let (procs, opts, tree) = (self.opts.procs, self.opts, self.tree);
+        let out_id = tree.root();
+        let Some(State::At(out_dist)) = self.state.get(&out_id).cloned() else {
+            return Err(PlanError::Inconsistent(
+                "no group produces the einsum's output".into(),
+            ));
+        };
+        let oshape = shape_of(
+            &tree.steps[tree.steps.len() - 1].output,
+            &self.einsum.extents,
+        );
+        let final_dist = reduced_distribution(&out_dist, &oshape);
+        for mv in plan_move(&oshape, &out_dist, &final_dist, procs) {
+            emit_move(out_id, mv, &mut self.totals, &mut self.steps, opts);
+        }
+        let touched_per_rank = touched(&self.groups, &self.tensors, procs);
+        let mut memory = Memory::new(&self.steps, &self.tensors, &self.groups, tree, procs);
+        for (step, words) in std::mem::take(&mut self.totals.buffers) {
+            memory.set_buffers(step, words);
+        }
+        let ranks_used = memory.ranks_used;
+        let (mut peak, mut peak_buf) = (Vec::new(), Vec::new());
+        let (mut max_peak, mut max_peak_buf) = (0u64, 0u64);
+        for r in 0..memory.active {
+            let (m, mb) = memory.of_rank(r);
+            max_peak = max_peak.max(m);
+            max_peak_buf = max_peak_buf.max(mb);
+            if opts.per_rank {
+                peak.push(m);
+                peak_buf.push(mb);
+            }
+        }
+        if let Some(s) = opts.mem.filter(|&s| max_peak > s) {
+            return Err(PlanError::MemoryTooSmall {
+                budget: s,
+                needed: max_peak,
+                detail: " (peak over the plan's steps, including input blocks in their starting distribution and receive buffers)".into(),
+            });
+        }
+        // The SOAP bound for the budget S, or without one for the plan's own peak per rank.
+        let s_bound = opts.mem.map_or((max_peak as f64).max(1.0), |s| s as f64);
+        let mut bound_per_rank = 0.0;
+        for g in &mut self.groups {
+            let b = deinsum_soap::parallel_bound(&g.group, procs, s_bound);
+            g.bound_memory_independent = b.memory_independent;
+            g.bound_memory_dependent = b.memory_dependent;
+            bound_per_rank += b.binding();
+        }
+        let ratio = if bound_per_rank > 0.0 {
+            touched_per_rank as f64 / bound_per_rank
+        } else {
+            f64::NAN
+        };
+        let idle = (ranks_used < procs).then(|| {
+            let why = if self.idle_reasons.is_empty() {
+                "no group needs them".to_string()
+            } else {
+                self.idle_reasons.join("; ")
+            };
+            format!("{} of {procs} ranks idle: {why}", procs - ranks_used)
+        });
+        let einsum = self.einsum;
+        let expression = format!(
+            "{}->{}",
+            (0..einsum.num_inputs())
+                .map(|k| einsum.input_indices(k).iter().collect::<String>())
+                .collect::<Vec<_>>()
+                .join(","),
+            einsum.output.iter().collect::<String>()
+        );
+        let totals = &self.totals;
+        Ok(Plan {
+            version: PLAN_VERSION,
+            expression,
+            einsum: einsum.clone(),
+            procs,
+            mem: opts.mem,
+            tree: tree.clone(),
+            path,
+            tensors: self.tensors,
+            groups: self.groups,
+            steps: self.steps,
+            output: (out_id, final_dist),
+            prediction: Prediction {
+                max_per_rank: max_of(&totals.received),
+                total: totals.received.iter().sum(),
+                max_sent_per_rank: max_of(&totals.sent),
+                received: per_rank(&totals.received, opts.per_rank),
+                sent: per_rank(&totals.sent, opts.per_rank),
+                peak_memory: crate::sparse(peak),
+                max_peak_memory: max_peak,
+                peak_memory_with_buffers: crate::sparse(peak_buf),
+                max_peak_memory_with_buffers: max_peak_buf,
+                touched_per_rank,
+                bound_per_rank,
+                ratio,
+            },
+            idle,
+            ranks_used,
+            inputs_in_place: opts.inputs_in_place,
+        })
+    }
+}
+
+/// The model figures of the grid of `sizes`: what ranks 0 and size-1 lack of their input
+/// blocks plus the reduction of the output (words), the blocks held (memory), the busiest
+/// box (work) and the distance to the SOAP tile.
+fn model(
+    g: &GroupCtx,
+    infos: &[InputInfo],
+    out_pos: &[usize],
+    inner_pos: &[Vec<usize>],
+    tile_ln: &[f64],
+    sizes: Vec<usize>,
+) -> Candidate {
+    let mut comm = 0f64;
+    let mut mem = 0u64;
+    // Ceil block of every group index on this grid, and of a tensor over `at`.
+    let bs: smallvec::SmallVec<[u64; 12]> = g
+        .gext
+        .iter()
+        .zip(&sizes)
+        .map(|(&n, &p)| n.div_ceil(p) as u64)
+        .collect();
+    let blk_at = |at: &[usize]| -> u64 { at.iter().map(|&v| bs[v]).product() };
+    let last = sizes.iter().product::<usize>().saturating_sub(1);
+    for info in infos {
+        let b = blk_at(&info.pos);
+        mem += b;
+        let Some(from) = &info.from else { continue };
+        if info.same_grid.as_deref() == Some(&sizes[..]) {
+            continue;
+        }
+        // What ranks 0 and size-1 lack of their target block (a sample of the grid): rank 0
+        // is at coordinates 0, rank size-1 at sizes-1 everywhere.
+        let from_last = ranges_of(from, last, &info.shape);
+        let lack = [(0usize, &info.from_first), (last, &from_last)]
+            .iter()
+            .map(|&(r, fb)| {
+                let mut t_len = 1u64;
+                let mut both = 1u64;
+                for (k, (&n, &v)) in info.shape.iter().zip(&info.pos).enumerate() {
+                    let x = if r == 0 { 0 } else { sizes[v] - 1 };
+                    let (ts, te) = crate::block_range(0, n, sizes[v], x);
+                    t_len *= (te - ts) as u64;
+                    if let Some(fb) = fb {
+                        let (lo, hi) = fb[k];
+                        both *= te.min(hi).saturating_sub(ts.max(lo)) as u64;
+                    }
+                }
+                if fb.is_some() {
+                    t_len - both
+                } else {
+                    t_len
+                }
+            })
+            .max()
+            .unwrap_or(b);
+        comm += lack as f64;
+        if info.partial_q > 1 {
+            let q = info.partial_q;
+            comm += info.partial_block as f64 * (q - 1) as f64 / q as f64;
+        }
+    }
+    let ob = blk_at(out_pos);
+    mem += ob;
+    let q: usize = g.summed.iter().map(|&v| sizes[v]).product();
+    comm += ob as f64 * (q - 1) as f64 / q as f64;
+    for o in inner_pos {
+        mem += blk_at(o);
+    }
+    let work: u128 = g
+        .gext
+        .iter()
+        .zip(&sizes)
+        .map(|(&n, &p)| n.div_ceil(p) as u128)
+        .product();
+    let tile_dist = sizes
+        .iter()
+        .zip(tile_ln)
+        .map(|(&p, &t)| ((p as f64).ln() - t).abs())
+        .sum();
+    Candidate {
+        sizes,
+        model_comm: comm,
+        memory: mem,
+        work,
+        tile_dist,
+        phases: None,
+    }
+}
+
+/// The summed index to walk in phases on the grid of `sizes` and the fewest phases whose
+/// blocks fit `s` words, with the memory they take (`None` when no phasing fits).
+fn fewest_phases(g: &GroupCtx, sizes: &[usize], s: u64) -> Option<(usize, usize, u64)> {
+    let gidx = g.gidx;
+    let bv = |v: usize| g.gext[v].div_ceil(sizes[v]);
+    let v =
+        g.summed
+            .iter()
+            .copied()
+            .filter(|&v| {
+                g.group.inputs.iter().any(|a| {
+                    a.indices.contains(&gidx[v]) && replicas_of(sizes, gidx, &a.indices) > 1
+                })
+            })
+            .max_by_key(|&v| (bv(v), usize::MAX - v))?;
+    let mem_at = |t: usize| -> u64 {
+        let b = bv(v) as u64;
+        let mut m = 0u64;
+        for a in &g.group.inputs {
+            let full = g.blk(sizes, &a.indices);
+            if a.indices.contains(&gidx[v]) {
+                let rep = replicas_of(sizes, gidx, &a.indices) as u64;
+                let others = full / b.max(1);
+                m += others * (b.div_ceil(rep) + b.div_ceil(t as u64));
+            } else {
+                m += full;
+            }
+        }
+        // The accumulated output block and the phase's partial result beside it.
+        m += 2 * g.blk(sizes, &g.out_idx);
+        for o in &g.inner_outputs {
+            let full = g.blk(sizes, o);
+            m += if o.contains(&gidx[v]) {
+                (full / b.max(1)) * b.div_ceil(t as u64)
+            } else {
+                full
+            };
+        }
+        m
+    };
+    let (mut lo, mut hi) = (2usize, bv(v).max(2));
+    if mem_at(hi) > s {
+        return None;
+    }
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if mem_at(mid) <= s {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Some((v, lo, mem_at(lo)))
+}
+
+/// The model's order of candidates: fewer words, then less memory, less work, closer to the
+/// tile, more ranks, and the sizes themselves (a total order).
+fn order(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
+    a.model_comm
+        .total_cmp(&b.model_comm)
+        .then(a.memory.cmp(&b.memory))
+        .then(a.work.cmp(&b.work))
+        .then(a.tile_dist.total_cmp(&b.tile_dist))
+        .then(
+            b.sizes
+                .iter()
+                .product::<usize>()
+                .cmp(&a.sizes.iter().product::<usize>()),
+        )
+        .then(a.sizes.cmp(&b.sizes))
+}
+
+/// Keeps the best [`EXACT_CANDIDATES`] of `cands` in the model's order (selected, then
+/// sorted: the order is total, so this is the prefix a full sort gives); returns the best
+/// grid on all `procs` ranks, if any (for the idle-ranks message).
+fn select_best(cands: &mut Vec<Candidate>, procs: usize) -> Option<Candidate> {
+    let best_full_p = cands
+        .iter()
+        .filter(|c| c.sizes.iter().product::<usize>() == procs)
+        .min_by(|a, b| order(a, b))
+        .cloned();
+    if cands.len() > EXACT_CANDIDATES {
+        cands.select_nth_unstable_by(EXACT_CANDIDATES, order);
+        cands.truncate(EXACT_CANDIDATES);
+    }
+    cands.sort_by(order);
+    best_full_p
+}
