@@ -58,7 +58,10 @@ pub enum ExecError {
 #[derive(Clone, Debug)]
 pub struct ExecOptions {
     /// Largest intermediate of a fused group evaluated at once, in words (tiles are cut so
-    /// that none exceeds it).
+    /// that none exceeds it). The plan's memory model counts whole intermediates, so any
+    /// value keeps within the prediction; the default (4 Mi words) leaves GEMM-sized
+    /// intermediates whole, so a fused group reads its large operands in place once instead
+    /// of copying a slice of them per tile.
     pub tile_words: u64,
     /// Timed runs of the plan's steps (at least 1); the inputs are read once, before them.
     pub repeat: usize,
@@ -71,7 +74,7 @@ pub struct ExecOptions {
 impl Default for ExecOptions {
     fn default() -> Self {
         ExecOptions {
-            tile_words: 1 << 16,
+            tile_words: 1 << 22,
             repeat: 1,
             warmup: 0,
             threads: 1,
