@@ -210,12 +210,69 @@ impl<T: Scalar> DistTensor<T> {
     }
 }
 
-/// FNV-1a over the plan's canonical JSON: every rank must hold the same plan.
+/// A hash of the plan's canonical JSON (FNV-1a-style over 8-byte words, streamed while the
+/// JSON is written, so a large plan is neither held as text nor hashed byte by byte): every
+/// rank must hold the same plan.
 pub fn plan_hash(plan: &Plan) -> u64 {
-    let json = serde_json::to_vec(plan).unwrap_or_default();
-    json.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    let mut h = WordHasher {
+        h: 0xcbf2_9ce4_8422_2325,
+        tail: [0; 8],
+        n: 0,
+    };
+    // Writing into the hasher cannot fail; a plan that does not serialize hashes what it wrote.
+    let _ = serde_json::to_writer(&mut h, plan);
+    h.finish()
+}
+
+/// The streaming hasher of [`plan_hash`].
+struct WordHasher {
+    h: u64,
+    tail: [u8; 8],
+    n: usize,
+}
+
+impl WordHasher {
+    fn word(&mut self, w: u64) {
+        self.h = (self.h ^ w)
+            .wrapping_mul(0x0000_0100_0000_01b3)
+            .rotate_left(29);
+    }
+
+    fn finish(mut self) -> u64 {
+        let n = self.n;
+        self.tail[n..].fill(0);
+        self.word(u64::from_le_bytes(self.tail) ^ ((n as u64) << 56));
+        self.h
+    }
+}
+
+impl std::io::Write for WordHasher {
+    fn write(&mut self, mut buf: &[u8]) -> std::io::Result<usize> {
+        let len = buf.len();
+        if self.n > 0 {
+            let k = (8 - self.n).min(buf.len());
+            self.tail[self.n..self.n + k].copy_from_slice(&buf[..k]);
+            self.n += k;
+            buf = &buf[k..];
+            if self.n < 8 {
+                return Ok(len);
+            }
+            self.word(u64::from_le_bytes(self.tail));
+            self.n = 0;
+        }
+        let mut words = buf.chunks_exact(8);
+        for c in &mut words {
+            self.word(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = words.remainder();
+        self.tail[..rest.len()].copy_from_slice(rest);
+        self.n = rest.len();
+        Ok(len)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Runs `plan` on `comm` and returns this rank's part of the distributed output.
