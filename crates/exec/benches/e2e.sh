@@ -29,17 +29,17 @@ RUN="--repeat $REPEAT --warmup 1 --format json"
 "$PY" crates/exec/benches/numpy_baseline.py --list $QUICK | while IFS="$(printf '\t')" read -r name expr sizes; do
     echo "# $name $expr $sizes" >&2
     OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 \
-        "$PY" crates/exec/benches/numpy_baseline.py --case "$name" --repeat "$REPEAT" $QUICK |
+        "$PY" crates/exec/benches/numpy_baseline.py --case "$name" --repeat "$REPEAT" $QUICK </dev/null |
         sed "s/^{/{\"config\": \"numpy2\", /" >>"$OUT"
     # shellcheck disable=SC2086
-    "$BIN" run "$expr" --sizes "$sizes" --procs 1 --threads 2 $RUN |
+    "$BIN" run "$expr" --sizes "$sizes" --procs 1 --threads 2 $RUN </dev/null |
         "$PY" -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'config':'p1t2','case':'$name','min':d['contraction_seconds_min'],'median':d['contraction_seconds_median'],'exact':d['volume_exact']}))" >>"$OUT"
     # shellcheck disable=SC2086
-    "$BIN" run "$expr" --sizes "$sizes" --procs 2 --threads 1 $RUN |
+    "$BIN" run "$expr" --sizes "$sizes" --procs 2 --threads 1 $RUN </dev/null |
         "$PY" -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'config':'p2t1','case':'$name','min':d['contraction_seconds_min'],'median':d['contraction_seconds_median'],'exact':d['volume_exact']}))" >>"$OUT"
     if [ -n "$FEATURES" ]; then
         # shellcheck disable=SC2086
-        "$MPIRUN" -n 2 "$BIN" run "$expr" --sizes "$sizes" --backend mpi --threads 1 $RUN |
+        "$MPIRUN" -n 2 "$BIN" run "$expr" --sizes "$sizes" --backend mpi --threads 1 $RUN </dev/null |
             "$PY" -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'config':'mpi2t1','case':'$name','min':d['contraction_seconds_min'],'median':d['contraction_seconds_median'],'exact':d['volume_exact']}))" >>"$OUT"
     fi
 done

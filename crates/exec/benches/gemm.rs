@@ -39,6 +39,12 @@ fn gemm(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("deinsum_step", &id), |bch| {
             bch.iter(|| contract(&a, &b, &['i', 'k']))
         });
+        // Both operands stored transposed (a as j,i and b as k,j): read in place by faer.
+        let at = a.permute(&['j', 'i']);
+        let bt = b.permute(&['k', 'j']);
+        g.bench_function(BenchmarkId::new("deinsum_step_transposed", &id), |bch| {
+            bch.iter(|| contract(&at, &bt, &['i', 'k']))
+        });
         let aa = ndarray::Array2::from_shape_vec((m, k), a.data.clone()).unwrap();
         let bb = ndarray::Array2::from_shape_vec((k, n), b.data.clone()).unwrap();
         g.bench_function(BenchmarkId::new("matrixmultiply", &id), |bch| {

@@ -58,7 +58,10 @@ pub enum ExecError {
 #[derive(Clone, Debug)]
 pub struct ExecOptions {
     /// Largest intermediate of a fused group evaluated at once, in words (tiles are cut so
-    /// that none exceeds it).
+    /// that none exceeds it). The plan's memory model counts whole intermediates, so any
+    /// value keeps within the prediction; the default (4 Mi words) leaves GEMM-sized
+    /// intermediates whole, so a fused group reads its large operands in place once instead
+    /// of copying a slice of them per tile.
     pub tile_words: u64,
     /// Timed runs of the plan's steps (at least 1); the inputs are read once, before them.
     pub repeat: usize,
@@ -71,7 +74,7 @@ pub struct ExecOptions {
 impl Default for ExecOptions {
     fn default() -> Self {
         ExecOptions {
-            tile_words: 1 << 16,
+            tile_words: 1 << 22,
             repeat: 1,
             warmup: 0,
             threads: 1,
@@ -207,12 +210,69 @@ impl<T: Scalar> DistTensor<T> {
     }
 }
 
-/// FNV-1a over the plan's canonical JSON: every rank must hold the same plan.
+/// A hash of the plan's canonical JSON (FNV-1a-style over 8-byte words, streamed while the
+/// JSON is written, so a large plan is neither held as text nor hashed byte by byte): every
+/// rank must hold the same plan.
 pub fn plan_hash(plan: &Plan) -> u64 {
-    let json = serde_json::to_vec(plan).unwrap_or_default();
-    json.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    let mut h = WordHasher {
+        h: 0xcbf2_9ce4_8422_2325,
+        tail: [0; 8],
+        n: 0,
+    };
+    // Writing into the hasher cannot fail; a plan that does not serialize hashes what it wrote.
+    let _ = serde_json::to_writer(&mut h, plan);
+    h.finish()
+}
+
+/// The streaming hasher of [`plan_hash`].
+struct WordHasher {
+    h: u64,
+    tail: [u8; 8],
+    n: usize,
+}
+
+impl WordHasher {
+    fn word(&mut self, w: u64) {
+        self.h = (self.h ^ w)
+            .wrapping_mul(0x0000_0100_0000_01b3)
+            .rotate_left(29);
+    }
+
+    fn finish(mut self) -> u64 {
+        let n = self.n;
+        self.tail[n..].fill(0);
+        self.word(u64::from_le_bytes(self.tail) ^ ((n as u64) << 56));
+        self.h
+    }
+}
+
+impl std::io::Write for WordHasher {
+    fn write(&mut self, mut buf: &[u8]) -> std::io::Result<usize> {
+        let len = buf.len();
+        if self.n > 0 {
+            let k = (8 - self.n).min(buf.len());
+            self.tail[self.n..self.n + k].copy_from_slice(&buf[..k]);
+            self.n += k;
+            buf = &buf[k..];
+            if self.n < 8 {
+                return Ok(len);
+            }
+            self.word(u64::from_le_bytes(self.tail));
+            self.n = 0;
+        }
+        let mut words = buf.chunks_exact(8);
+        for c in &mut words {
+            self.word(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = words.remainder();
+        self.tail[..rest.len()].copy_from_slice(rest);
+        self.n = rest.len();
+        Ok(len)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Runs `plan` on `comm` and returns this rank's part of the distributed output.
@@ -297,14 +357,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     for run in 0..runs {
         // Every rank starts each run together: a step's time is its own, not a late peer's.
         comm.barrier()?;
-        let r = run_steps(
-            plan,
-            comm,
-            &mut loaded,
-            run + 1 == runs,
-            opts,
-            pool.as_ref(),
-        )?;
+        let r = run_steps(plan, comm, &mut loaded, inputs, opts, pool.as_ref())?;
         if run >= opts.warmup {
             for (s, m) in samples.iter_mut().zip(&r.2.steps) {
                 s.push(m.seconds);
@@ -348,8 +401,50 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     ))
 }
 
-/// Input blocks read ahead of the runs, by tensor (`None` for a rank outside the load's grid).
-type Loaded<T> = BTreeMap<TensorId, Option<LocalTensor<T>>>;
+/// An input block read ahead of the runs.
+struct Slot<T> {
+    /// The block's ranges (`None`: this rank holds no block of the input).
+    ranges: Option<Vec<(usize, usize)>>,
+    /// The block, while no run holds it: a run takes it at the Load step and gives it back
+    /// where it would drop it (inputs are never written), so repeated runs neither copy nor
+    /// free the inputs.
+    block: Option<LocalTensor<T>>,
+}
+
+/// Input blocks read ahead of the runs, by tensor.
+type Loaded<T> = BTreeMap<TensorId, Slot<T>>;
+
+/// Reads this rank's block of the input loaded by step `i` (`Load { tensor, dist }`).
+fn read_input<T: Scalar>(
+    plan: &Plan,
+    me: usize,
+    inputs: &Inputs<T>,
+    i: usize,
+    tensor: TensorId,
+    dist: &Distribution,
+) -> Result<Option<LocalTensor<T>>, ExecError> {
+    let bad = |message: String| ExecError::InvalidPlan { step: i, message };
+    let t = plan
+        .tensor(tensor)
+        .ok_or_else(|| bad(format!("unknown tensor {tensor}")))?;
+    let TensorKind::Input(k) = t.kind else {
+        return Err(bad(format!("load of {} which is not an input", t.name)));
+    };
+    if k >= plan.einsum.inputs.len() || dist.split.len() != t.shape.len() {
+        return Err(bad(format!("load of {} does not fit the einsum", t.name)));
+    }
+    Ok(match dist.block(me, &t.shape) {
+        None => None,
+        Some(b) => {
+            let data = load_block(plan, k, &b, inputs, me)?;
+            Some(LocalTensor {
+                indices: t.indices.clone(),
+                ranges: b.ranges.to_vec(),
+                data,
+            })
+        }
+    })
+}
 
 /// Reads this rank's block of every loaded input, checking each Load step.
 fn preload<T: Scalar>(plan: &Plan, me: usize, inputs: &Inputs<T>) -> Result<Loaded<T>, ExecError> {
@@ -358,44 +453,41 @@ fn preload<T: Scalar>(plan: &Plan, me: usize, inputs: &Inputs<T>) -> Result<Load
         let PlanStep::Load { tensor, dist } = step else {
             continue;
         };
-        let bad = |message: String| ExecError::InvalidPlan { step: i, message };
-        let t = plan
-            .tensor(*tensor)
-            .ok_or_else(|| bad(format!("unknown tensor {tensor}")))?;
-        let TensorKind::Input(k) = t.kind else {
-            return Err(bad(format!("load of {} which is not an input", t.name)));
+        let block = read_input(plan, me, inputs, i, *tensor, dist)?;
+        let slot = Slot {
+            ranges: block.as_ref().map(|b| b.ranges.clone()),
+            block,
         };
-        if k >= plan.einsum.inputs.len() || dist.split.len() != t.shape.len() {
-            return Err(bad(format!("load of {} does not fit the einsum", t.name)));
-        }
-        let local = match dist.block(me, &t.shape) {
-            None => None,
-            Some(b) => {
-                let data = load_block(plan, k, &b, inputs, me)?;
-                Some(LocalTensor {
-                    indices: t.indices.clone(),
-                    ranges: b.ranges.to_vec(),
-                    data,
-                })
-            }
-        };
-        if loaded.insert(*tensor, local).is_some() {
-            return Err(bad(format!("{} is loaded twice", t.name)));
+        if loaded.insert(*tensor, slot).is_some() {
+            return Err(ExecError::InvalidPlan {
+                step: i,
+                message: format!("tensor {tensor} is loaded twice"),
+            });
         }
     }
     Ok(loaded)
 }
 
+/// Gives an input's block back to its slot (a run is done with it); other blocks are dropped.
+fn give_back<T>(loaded: &mut Loaded<T>, tensor: TensorId, block: Option<LocalTensor<T>>) {
+    if let (Some(slot), Some(b)) = (loaded.get_mut(&tensor), block) {
+        if slot.block.is_none() && slot.ranges.as_ref() == Some(&b.ranges) {
+            slot.block = Some(b);
+        }
+    }
+}
+
 /// Held blocks by tensor, with their distributions.
 type Held<T> = BTreeMap<TensorId, (Distribution, Option<LocalTensor<T>>)>;
 
-/// One run of the plan's steps from the preloaded inputs (taken on the `last` run, copied on
-/// the others); returns the blocks held at the end, the memory tally and the step measures.
+/// One run of the plan's steps from the preloaded inputs (`inputs` again only for a block a
+/// previous run did not give back); returns the blocks held at the end, the memory tally and
+/// the step measures.
 fn run_steps<T: Scalar, C: Communicator>(
     plan: &Plan,
     comm: &C,
     loaded: &mut Loaded<T>,
-    last: bool,
+    inputs: &Inputs<T>,
     opts: &ExecOptions,
     pool: Option<&rayon::ThreadPool>,
 ) -> Result<(Held<T>, Mem, RunReport), ExecError> {
@@ -433,10 +525,15 @@ fn run_steps<T: Scalar, C: Communicator>(
                 let t = plan
                     .tensor(*tensor)
                     .ok_or_else(|| bad(format!("unknown tensor {tensor}")))?;
-                let cached = loaded
+                let slot = loaded
                     .get_mut(tensor)
                     .ok_or_else(|| bad(format!("{} was not read ahead", t.name)))?;
-                let local = if last { cached.take() } else { cached.clone() };
+                let local = match (&slot.ranges, slot.block.take()) {
+                    (None, _) => None,
+                    (Some(_), Some(b)) => Some(b),
+                    // Kept by the previous run (an input that is also the output): read again.
+                    (Some(_), None) => read_input(plan, me, inputs, i, *tensor, dist)?,
+                };
                 mem.add(words(&local));
                 held.insert(*tensor, (dist.clone(), local));
             }
@@ -468,6 +565,7 @@ fn run_steps<T: Scalar, C: Communicator>(
                 let new = redistribute(comm, t, &mut cur, false, to, *sum, &transfers, &mut mem)
                     .map_err(|e| e.into_exec(bad))?;
                 mem.sub(cur_words);
+                give_back(loaded, *tensor, cur);
                 held.insert(*tensor, (to.clone(), new));
             }
             PlanStep::Compute { group } => {
@@ -585,6 +683,7 @@ fn run_steps<T: Scalar, C: Communicator>(
                 m.tensor = Some(*tensor);
                 if let Some((_, b)) = held.remove(tensor) {
                     mem.sub(words(&b));
+                    give_back(loaded, *tensor, b);
                 }
             }
         }

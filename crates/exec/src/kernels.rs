@@ -159,14 +159,11 @@ pub fn threads() -> usize {
 /// Below this many multiply-adds a GEMM runs on one thread (splitting costs more than it saves).
 const PAR_MIN_MADDS: usize = 1 << 18;
 
-/// faer's parallelism for an `m x n x k` product under [`threads`].
-pub(crate) fn gemm_par(m: usize, n: usize, k: usize) -> faer::Par {
-    let t = threads();
-    if t > 1 && m.saturating_mul(n).saturating_mul(k) >= PAR_MIN_MADDS {
-        faer::Par::rayon(t)
-    } else {
-        faer::Par::Seq
-    }
+/// Threads for an `m x n x k` product under [`threads`]: one below [`PAR_MIN_MADDS`], else
+/// as many as give each at least that much work.
+pub(crate) fn gemm_threads(m: usize, n: usize, k: usize) -> usize {
+    let work = m.saturating_mul(n).saturating_mul(k);
+    threads().min(work / PAR_MIN_MADDS).max(1)
 }
 
 /// Row-major strides of `shape`.

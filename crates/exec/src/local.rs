@@ -34,6 +34,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Mailbox {
     queues: Mutex<HashMap<(Ctx, usize), VecDeque<Msg>>>,
     cv: Condvar,
+    /// The owner waits on `cv` (set under the lock): only then is a wake-up (a system call)
+    /// needed, which keeps P ranks' exits and sends from costing P^2 of them.
+    waiting: AtomicBool,
 }
 
 /// One collective call in progress: each member's outgoing messages (one per member).
@@ -76,8 +79,10 @@ impl Shared {
     /// waiting on). Taking each lock first means no waiter misses the news.
     fn wake_all(&self) {
         for b in &self.boxes {
-            drop(lock(&b.queues));
-            b.cv.notify_all();
+            if b.waiting.load(Ordering::SeqCst) {
+                drop(lock(&b.queues));
+                b.cv.notify_all();
+            }
         }
         drop(lock(&self.boards));
         self.boards_cv.notify_all();
@@ -141,11 +146,12 @@ impl LocalComm {
             self.shared.sent[me].fetch_add(bytes as u64, Ordering::Relaxed);
         }
         let mb = &self.shared.boxes[to];
-        lock(&mb.queues)
-            .entry((self.ctx.clone(), me))
-            .or_default()
-            .push_back(msg);
-        mb.cv.notify_all();
+        let mut q = lock(&mb.queues);
+        q.entry((self.ctx.clone(), me)).or_default().push_back(msg);
+        if mb.waiting.load(Ordering::SeqCst) {
+            mb.cv.notify_all();
+        }
+        drop(q);
     }
 
     /// Takes the next message from communicator rank `src`, waiting for it.
@@ -155,20 +161,24 @@ impl LocalComm {
         let key = (self.ctx.clone(), from);
         let mb = &self.shared.boxes[me];
         let mut q = lock(&mb.queues);
-        loop {
+        // Announced before the checks: an exit or failure after them sees it and wakes us.
+        mb.waiting.store(true, Ordering::SeqCst);
+        let got = loop {
             if let Some(e) = self.shared.failure() {
-                return Err(e);
+                break Err(e);
             }
             if let Some(m) = q.get_mut(&key).and_then(|q| q.pop_front()) {
-                return Ok(m);
+                break Ok(m);
             }
             if self.shared.done[from].load(Ordering::SeqCst) {
-                return Err(CommError::Backend(format!(
+                break Err(CommError::Backend(format!(
                     "rank {from} exited while rank {me} waited for its message"
                 )));
             }
             q = mb.cv.wait(q).unwrap_or_else(|e| e.into_inner());
-        }
+        };
+        mb.waiting.store(false, Ordering::SeqCst);
+        got
     }
 
     /// Takes the next message from `src`, which must be a `Vec<E>`; counts its bytes.

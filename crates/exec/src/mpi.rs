@@ -10,6 +10,10 @@
 //! broadcast as root-to-each), messages to self are not counted, and the size exchanges MPI
 //! needs before a variable all-to-all are protocol, not payload. So a run on MPI reports the
 //! same bytes as the same run in-process, and both can be held against the plan's volume.
+//!
+//! [`Communicator::exchange`] is point-to-point (non-blocking sends, then the receives): ranks
+//! that exchange nothing do not synchronize, and each message is a length header (protocol,
+//! not counted) and the typed buffer itself, received straight into a typed buffer.
 
 use std::ffi::{c_int, c_void};
 use std::fmt::Display;
@@ -20,9 +24,15 @@ use std::sync::Arc;
 use mpi::collective::SystemOperation;
 use mpi::datatype::{Partition, PartitionMut};
 use mpi::topology::{Color, SimpleCommunicator};
-use mpi::traits::{AsRaw, Communicator as _, CommunicatorCollectives, Equivalence, Root};
+use mpi::traits::{
+    AsRaw, Communicator as _, CommunicatorCollectives, Destination, Equivalence, Root, Source,
+};
 
 use crate::comm::{CommError, Communicator, Traffic};
+use crate::Scalar;
+
+/// Tag of the point-to-point messages of [`Communicator::exchange`].
+const EXCHANGE_TAG: i32 = 0x5e1;
 
 /// Byte counters shared by a world communicator and everything split from it.
 #[derive(Debug, Default)]
@@ -436,6 +446,85 @@ impl Communicator for MpiComm {
     fn barrier(&self) -> Result<(), CommError> {
         self.comm.barrier();
         Ok(())
+    }
+
+    fn exchange<T: Scalar>(
+        &self,
+        sends: Vec<(usize, Vec<T>)>,
+        from: &[usize],
+    ) -> Result<Vec<Vec<T>>, CommError> {
+        let p = self.size();
+        let me = self.rank();
+        let mut seen = vec![false; p];
+        for (d, _) in &sends {
+            let s = seen
+                .get_mut(*d)
+                .ok_or_else(|| CommError::Invalid(format!("message to rank {d} of {p}")))?;
+            if std::mem::replace(s, true) {
+                return Err(CommError::Invalid(format!("two messages to rank {d}")));
+            }
+        }
+        if let Some(s) = from.iter().find(|&&s| s >= p) {
+            return Err(CommError::Invalid(format!("message from rank {s} of {p}")));
+        }
+        let headers: Vec<[u8; 8]> = sends
+            .iter()
+            .map(|(_, v)| (std::mem::size_of_val(&v[..]) as u64).to_le_bytes())
+            .collect();
+        let chunk = self.max_count;
+        let out = mpi::request::scope(|scope| {
+            let mut reqs = Vec::new();
+            for ((d, v), h) in sends.iter().zip(&headers) {
+                let to = self.comm.process_at_rank(*d as i32);
+                reqs.push(to.immediate_send_with_tag(scope, &h[..], EXCHANGE_TAG));
+                let bytes: &[u8] = bytemuck::cast_slice(v);
+                for c in bytes.chunks(chunk) {
+                    reqs.push(to.immediate_send_with_tag(scope, c, EXCHANGE_TAG));
+                }
+            }
+            let mut out = Vec::with_capacity(from.len());
+            let mut bad = None;
+            for &s in from {
+                let src = self.comm.process_at_rank(s as i32);
+                let mut h = [0u8; 8];
+                src.receive_into_with_tag(&mut h[..], EXCHANGE_TAG);
+                let n = u64::from_le_bytes(h);
+                let n = usize::try_from(n).unwrap_or(usize::MAX);
+                if n % T::BYTES != 0 || n == usize::MAX {
+                    // The sender's chunks stay unreceived; the caller fails the run.
+                    bad = Some(CommError::Invalid(format!(
+                        "rank {s} sent {n} bytes, not whole elements"
+                    )));
+                    break;
+                }
+                let mut v = vec![T::default(); n / T::BYTES];
+                for c in bytemuck::cast_slice_mut::<T, u8>(&mut v).chunks_mut(chunk) {
+                    src.receive_into_with_tag(c, EXCHANGE_TAG);
+                }
+                out.push(v);
+            }
+            for r in reqs {
+                r.wait();
+            }
+            match bad {
+                Some(e) => Err(e),
+                None => Ok(out),
+            }
+        })?;
+        let sent: usize = sends
+            .iter()
+            .filter(|(d, _)| *d != me)
+            .map(|(_, v)| std::mem::size_of_val(&v[..]))
+            .sum();
+        let received: usize = from
+            .iter()
+            .zip(&out)
+            .filter(|(s, _)| **s != me)
+            .map(|(_, v)| std::mem::size_of_val(&v[..]))
+            .sum();
+        self.count_sent(sent as u64);
+        self.count_received(received as u64);
+        Ok(out)
     }
 
     fn traffic(&self) -> Traffic {

@@ -78,6 +78,43 @@ pub struct Layout {
     pub b_trans: bool,
 }
 
+/// `c (+)= a b` on `threads` threads: the output is cut in two along its longer side and the
+/// halves run as a rayon join (each then cut again), every piece one sequential faer GEMM.
+/// Unlike a GEMM parallelized inside (faer's `Par::rayon`, whose workers meet at spinning
+/// barriers), the pieces never wait on each other, which keeps ranks sharing cores fast.
+fn split_gemm<T: faer::traits::ComplexField + Copy + Send + Sync + From<f32>>(
+    c: faer::MatMut<'_, T>,
+    acc: faer::Accum,
+    a: faer::MatRef<'_, T>,
+    b: faer::MatRef<'_, T>,
+    threads: usize,
+) {
+    let (m, n) = (c.nrows(), c.ncols());
+    if threads <= 1 || (m < 2 && n < 2) {
+        faer::linalg::matmul::matmul(c, acc, a, b, T::from(1.0f32), faer::Par::Seq);
+        return;
+    }
+    let t0 = threads / 2;
+    let t1 = threads - t0;
+    if m >= n {
+        let mid = m * t0 / threads;
+        let (c0, c1) = c.split_at_row_mut(mid);
+        let (a0, a1) = a.split_at_row(mid);
+        rayon::join(
+            || split_gemm(c0, acc, a0, b, t0),
+            || split_gemm(c1, acc, a1, b, t1),
+        );
+    } else {
+        let mid = n * t0 / threads;
+        let (c0, c1) = c.split_at_col_mut(mid);
+        let (b0, b1) = b.split_at_col(mid);
+        rayon::join(
+            || split_gemm(c0, acc, a, b0, t0),
+            || split_gemm(c1, acc, a, b1, t1),
+        );
+    }
+}
+
 macro_rules! impl_scalar {
     ($t:ty, $dtype:expr, $name:expr, $reduce:expr) => {
         impl Scalar for $t {
@@ -130,8 +167,7 @@ macro_rules! impl_scalar {
                 } else {
                     faer::Accum::Replace
                 };
-                let par = crate::kernels::gemm_par(m, n, k);
-                faer::linalg::matmul::matmul(c, acc, a, b, 1.0, par);
+                split_gemm(c, acc, a, b, crate::kernels::gemm_threads(m, n, k));
             }
             fn all_reduce_sum<C: crate::Communicator>(
                 comm: &C,

@@ -180,3 +180,34 @@ fn every_storage_order_of_the_operands_gives_the_same_product() {
         }
     }
 }
+
+#[test]
+fn products_split_over_a_rank_pool_equal_one_thread() {
+    // Large enough to be split (by rows when m >= n, by columns otherwise), with transposed
+    // operands and a batch; the pool's result must equal the single-thread one.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    // Operand a, its shape, operand b, its shape, the output.
+    type Case<'a> = (&'a str, &'a [usize], &'a str, &'a [usize], &'a [char]);
+    let cases: [Case; 3] = [
+        ("ij", &[120, 90], "jk", &[90, 100], &['i', 'k']),
+        ("ji", &[100, 60], "kj", &[150, 100], &['i', 'k']),
+        ("bij", &[3, 70, 40], "bjk", &[3, 40, 50], &['b', 'i', 'k']),
+    ];
+    for (ia, sa, ib, sb, out) in cases {
+        let a = tensor(ia, sa, 1);
+        let b = tensor(ib, sb, 2);
+        let one = contract(&a, &b, out);
+        assert_eq!(deinsum_exec::kernels::threads(), 1);
+        let par = pool.install(|| {
+            assert_eq!(deinsum_exec::kernels::threads(), 3);
+            contract(&a, &b, out)
+        });
+        assert_eq!(one.indices, par.indices);
+        for (x, y) in one.data.iter().zip(&par.data) {
+            assert!((x - y).abs() < 1e-12, "{ia},{ib}: {x} vs {y}");
+        }
+    }
+}

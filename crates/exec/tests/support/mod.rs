@@ -262,8 +262,9 @@ pub fn check(e: &Einsum, tree: &ContractionTree, fusion: &Fusion, p: usize, tile
     assert!(rel < 1e-12, "P={p}: max abs {abs}, rel {rel}");
     assert_volume(&pl, &reps);
     // Tiny tiles keep a partial sum of the output beside each tile, which the plan's model
-    // (whole intermediates, no tiling) does not count; at the default tile it is an upper bound.
-    if tile >= ExecOptions::default().tile_words {
+    // (whole intermediates, no tiling) does not count; at tiles of 64 Ki words and more (these
+    // tests' intermediates are smaller) nothing is tiled and the model is an upper bound.
+    if tile >= 1 << 16 {
         assert_memory(&pl, &reps);
     }
 }
