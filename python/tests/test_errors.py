@@ -87,3 +87,62 @@ def test_fuzz_paths_and_plans(expr, shapes):
     except ValueError:
         return
     deinsum.Plan.from_json(plan.to_json())
+
+
+@st.composite
+def near_valid(draw):
+    """Expressions over a few indices with shapes that mostly fit: extents drawn per index,
+    then sometimes set to 1 (broadcast) or off by one (a mismatch); `...` now and then."""
+    letters = "ijkl"
+    ext = {c: draw(st.integers(1, 4)) for c in letters}
+    ell = draw(st.lists(st.integers(1, 3), max_size=2))
+    n = draw(st.integers(1, 3))
+    terms, shapes = [], []
+    for _ in range(n):
+        idx = draw(st.text(alphabet=letters, max_size=3))
+        use_ell = bool(ell) and draw(st.booleans())
+        shape = [ext[c] for c in idx]
+        if use_ell:
+            shape = list(ell) + shape
+            idx = "..." + idx
+        if shape and draw(st.integers(0, 5)) == 0:
+            d = draw(st.integers(0, len(shape) - 1))
+            shape[d] = draw(st.sampled_from([1, shape[d] + 1]))
+        terms.append(idx)
+        shapes.append(shape)
+    expr = ",".join(terms)
+    if draw(st.booleans()):
+        used = sorted(set("".join(terms).replace(".", "")))
+        out = "".join(c for c in used if draw(st.booleans()))
+        if any("..." in t for t in terms) and draw(st.booleans()):
+            out = "..." + out
+        expr += "->" + out
+    return expr, shapes
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=near_valid(), procs=st.integers(1, 4), f32=st.booleans())
+def test_fuzz_near_valid_einsums_equal_numpy(case, procs, f32):
+    """Mostly valid einsums: deinsum and NumPy agree on the result or both refuse it."""
+    expr, shapes = case
+    rng = np.random.default_rng(len(expr) * 31 + procs)
+    ops = [rng.standard_normal(s).astype(np.float32 if f32 else np.float64) for s in shapes]
+    ops64 = [o.astype(np.float64) for o in ops]
+    try:
+        want = np.einsum(expr, *ops64)
+    except ValueError as e:
+        if "..." in expr and "->" in expr and "..." not in expr.split("->")[1] and (
+            "more dimensions than subscripts" in str(e)
+        ):
+            # NumPy refuses an explicit output that drops `...`; deinsum sums those dims
+            # away, as opt_einsum does.
+            head, out = expr.split("->")
+            full = np.einsum(head + "->..." + out, *ops64)
+            want = full.reshape((-1,) + full.shape[full.ndim - len(out):]).sum(axis=0)
+        else:
+            with pytest.raises(ValueError):
+                deinsum.einsum(expr, *ops, procs=procs)
+            return
+    got = deinsum.einsum(expr, *ops, procs=procs)
+    tol = 1e-4 if f32 else 1e-10
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"{expr} {shapes}")
