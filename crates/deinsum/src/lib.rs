@@ -19,6 +19,8 @@
 //! assert_eq!(c, a); // A times the identity
 //! ```
 
+pub mod cli;
+
 pub use deinsum_exec as exec;
 pub use deinsum_expr as expr;
 pub use deinsum_path as path;
@@ -163,6 +165,66 @@ impl Einsum {
             preflight::check_memory(&self.plan, demand, avail)?;
         }
         Ok(())
+    }
+
+    /// [`Einsum::run_local`] on whole operands the caller lends (storage layout, row-major over
+    /// `Operand::dims`) with `threads` threads per rank: no operand is copied whole; each rank
+    /// copies only its own block out of them (a NumPy array is read in place this way).
+    pub fn run_local_borrowed<T: Scalar>(
+        &self,
+        operands: &[&[T]],
+        threads: usize,
+    ) -> Result<Vec<T>, Error> {
+        use deinsum_plan::{PlanStep, TensorKind};
+        let plan = &self.plan;
+        if operands.len() != plan.einsum.inputs.len() {
+            return Err(Error::Rank(format!(
+                "{} operands given, the einsum has {}",
+                operands.len(),
+                plan.einsum.inputs.len()
+            )));
+        }
+        deinsum_exec::preflight::check_in_process_ranks(plan.procs)?;
+        self.check_fits::<T>(plan.procs)?;
+        let world = InProcess::new(plan.procs).map_err(|e| Error::Exec(ExecError::Comm(e)))?;
+        let opts = ExecOptions {
+            threads: threads.max(1),
+            ..ExecOptions::default()
+        };
+        let out = world
+            .run(|comm| {
+                let me = comm.rank();
+                // This rank's block of every loaded operand, cut out of the lent arrays.
+                let mut blocks = std::collections::BTreeMap::new();
+                for step in &plan.steps {
+                    let PlanStep::Load { tensor, dist } = step else {
+                        continue;
+                    };
+                    let Some(t) = plan.tensor(*tensor) else {
+                        continue;
+                    };
+                    let TensorKind::Input(k) = t.kind else {
+                        continue;
+                    };
+                    if let (Some(b), Some(full)) = (dist.block(me, &t.shape), operands.get(k)) {
+                        let data = deinsum_exec::data::block_of_full(&plan.einsum, k, full, &b)
+                            .map_err(|message| ExecError::Input {
+                                rank: me,
+                                operand: k,
+                                message,
+                            })?;
+                        blocks.insert(k, data);
+                    }
+                }
+                let inputs = Inputs::Blocks(blocks);
+                let (t, _) = deinsum_exec::execute_measured(plan, comm, &inputs, &opts)?;
+                t.gather(comm)
+            })
+            .map_err(|e| Error::Rank(e.to_string()))?;
+        out.into_iter()
+            .flatten()
+            .next()
+            .ok_or_else(|| Error::Rank("rank 0 returned no output".into()))
     }
 
     /// Runs on the plan's P ranks as threads of this process and returns the whole output,

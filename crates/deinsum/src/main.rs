@@ -3,7 +3,7 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
-mod cli;
+use deinsum::cli;
 
 /// Compile an einsum into a distributed, communication-optimal plan, and run it.
 #[derive(Parser, Debug)]

@@ -42,9 +42,7 @@ fn check(c: &Einsum, what: &str, p: usize) {
     assert!(rel < 1e-12, "{what} P={p}: abs {abs} rel {rel}");
     for (_, rep) in &outs {
         for m in &rep.steps {
-            let (ps, pr) = plan.steps[m.step]
-                .volume()
-                .map_or((0, 0), |v| (v.sent_by(rep.rank), v.received_by(rep.rank)));
+            let (ps, pr) = plan.step_words(m.step, rep.rank);
             assert_eq!(
                 (m.sent, m.received),
                 (ps, pr),

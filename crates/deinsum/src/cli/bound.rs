@@ -1,6 +1,6 @@
 //! `deinsum bound`: the fusion partition and the SOAP I/O lower bound of every group.
 
-use deinsum_path::{optimize, PathError, PathOptions};
+use deinsum_path::{optimize as optimize_path, PathError, PathOptions};
 use deinsum_soap::{analyze_with, parallel_bound, Fusion, IoCost, Partition, SearchMode};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -66,11 +66,29 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mem = parse_mem(args.mem.as_deref())?;
     let procs = args.procs.as_deref().map(parse_procs).transpose()?;
     let einsum = super::einsum_from_args(&args.expr, &args.extents)?;
+    let (text, json) = bound_report(&einsum, mem, procs, &args.optimize, &args.path_cost)?;
+    let out = match args.format {
+        super::Format::Text => text,
+        super::Format::Json => serde_json::to_string_pretty(&json)? + "\n",
+    };
+    print!("{out}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The bound report of `einsum` for fast memory `mem` (and `procs` ranks): its text and its
+/// JSON, as `deinsum bound` prints them. Errors the caller caused are [`super::InputError`]s.
+pub fn bound_report(
+    einsum: &deinsum_expr::Einsum,
+    mem: f64,
+    procs: Option<usize>,
+    optimize: &str,
+    path_cost: &str,
+) -> anyhow::Result<(String, Value)> {
     let mut opts = PathOptions {
-        strategy: args.optimize.clone(),
+        strategy: optimize.to_string(),
         ..PathOptions::default()
     };
-    match args.path_cost.as_str() {
+    match path_cost {
         "flops" => {}
         "io" => {
             let cost = IoCost::new(mem).map_err(|e| super::InputError(e.to_string()))?;
@@ -83,7 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .into())
         }
     }
-    let info = optimize(&einsum, &opts).map_err(|e| match e {
+    let info = optimize_path(einsum, &opts).map_err(|e| match e {
         PathError::InvalidPath(_) => anyhow::Error::new(e),
         other => anyhow::Error::new(super::InputError(other.to_string())),
     })?;
@@ -106,12 +124,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         fusion: &fusion,
         runner: runner.as_ref(),
     };
-    let out = match args.format {
-        super::Format::Text => report.text(),
-        super::Format::Json => serde_json::to_string_pretty(&report.json())? + "\n",
-    };
-    print!("{out}");
-    Ok(ExitCode::SUCCESS)
+    Ok((report.text(), report.json()))
 }
 
 /// What `deinsum bound` prints.

@@ -1,4 +1,5 @@
-//! Subcommands of the `deinsum` binary, one module each, and what they share.
+//! Subcommands of the `deinsum` binary, one module each, and what they share. They live in the
+//! library so that other front ends (the Python binding) print exactly what the CLI prints.
 
 pub mod bound;
 pub mod parse;

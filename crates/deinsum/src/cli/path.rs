@@ -61,7 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The einsum as `ab,bc->ac` over distinct operand indices.
-fn canonical(e: &deinsum_expr::Einsum) -> String {
+pub fn canonical(e: &deinsum_expr::Einsum) -> String {
     let ins: Vec<String> = e
         .inputs
         .iter()

@@ -126,7 +126,7 @@ fn run_local<T: Scalar>(plan: &Plan, args: &Args) -> anyhow::Result<Outcome> {
 fn run_mpi<T: Scalar>(
     einsum: &deinsum_expr::Einsum,
     args: &Args,
-) -> anyhow::Result<(deinsum::Einsum, Option<Outcome>)> {
+) -> anyhow::Result<(crate::Einsum, Option<Outcome>)> {
     let universe = mpi::initialize().context("MPI initialization failed")?;
     let comm = deinsum_exec::mpi::MpiComm::world(&universe);
     let procs = args.procs.unwrap_or(comm.size());
@@ -177,7 +177,7 @@ fn run_mpi<T: Scalar>(
 fn run_mpi<T: Scalar>(
     _einsum: &deinsum_expr::Einsum,
     _args: &Args,
-) -> anyhow::Result<(deinsum::Einsum, Option<Outcome>)> {
+) -> anyhow::Result<(crate::Einsum, Option<Outcome>)> {
     Err(InputError(
         "--backend mpi needs a build with the `mpi` feature (cargo build --features mpi)".into(),
     )
@@ -214,9 +214,9 @@ fn preflight<T: Scalar>(
         pf::PreflightError::NotEnoughMemory {
             fit_mem: Some(w), ..
         } => {
-            let mut o = deinsum::Options::procs(plan.procs);
+            let mut o = crate::Options::procs(plan.procs);
             o.mem = Some(*w);
-            match deinsum::Einsum::compile_parsed(&plan.einsum, &o) {
+            match crate::Einsum::compile_parsed(&plan.einsum, &o) {
                 Ok(c) => format!(
                     " (the planner meets --mem {w}: peak {} words per rank with buffers)",
                     c.plan().prediction.max_peak_memory_with_buffers
@@ -274,14 +274,14 @@ fn compile(
     einsum: &deinsum_expr::Einsum,
     args: &Args,
     procs: usize,
-) -> anyhow::Result<deinsum::Einsum> {
-    let opts = deinsum::Options {
+) -> anyhow::Result<crate::Einsum> {
+    let opts = crate::Options {
         procs,
         mem: args.mem,
-        ..deinsum::Options::default()
+        ..crate::Options::default()
     };
-    deinsum::Einsum::compile_parsed(einsum, &opts).map_err(|e| match e {
-        deinsum::Error::Plan(m) => anyhow::Error::new(InputError(m.to_string())),
+    crate::Einsum::compile_parsed(einsum, &opts).map_err(|e| match e {
+        crate::Error::Plan(m) => anyhow::Error::new(InputError(m.to_string())),
         other => other.into(),
     })
 }

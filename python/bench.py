@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""deinsum from Python against NumPy and opt_einsum, in one process.
+
+  python bench.py [--full] [--repeat N] [--procs P] [--skip-exec] [--skip-path]
+
+Execution: the end-to-end kernels of crates/exec/benches/numpy_baseline.py (their --quick sizes
+unless --full), timed as `deinsum.einsum(procs=P)` (default 2, one thread per rank),
+`numpy.einsum(optimize=True)` and `opt_einsum.contract`; minimum of N runs after a warm-up,
+operands made beforehand. Planning: `deinsum.contract_path` against `opt_einsum.contract_path`
+on the equations of crates/path/benches/cases.json (shapes only), per strategy, with the cost
+each finds. Prints markdown tables with the ratios. Needs numpy and opt_einsum.
+"""
+
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import opt_einsum as oe
+
+import deinsum
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+# opt_einsum's optimal search explodes past ~10 tensors: those rows are left out.
+OPTIMAL_MAX_TENSORS = 10
+PLANNING_BUDGET_S = 0.5
+
+
+def arg(name, default):
+    if name in sys.argv:
+        return sys.argv[sys.argv.index(name) + 1]
+    return default
+
+
+def best_time(f, reps):
+    f()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def timed_enough(f, budget=PLANNING_BUDGET_S, max_reps=200):
+    """Minimum time of f over as many runs as fit the budget (at least 3)."""
+    f()
+    times, start = [], time.perf_counter()
+    while len(times) < 3 or (time.perf_counter() - start < budget and len(times) < max_reps):
+        t0 = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def fmt(t):
+    return f"{t * 1e3:.2f} ms" if t >= 1e-3 else f"{t * 1e6:.1f} µs"
+
+
+def execution(full, reps, procs):
+    spec = importlib.util.spec_from_file_location(
+        "numpy_baseline", os.path.join(ROOT, "crates/exec/benches/numpy_baseline.py")
+    )
+    base = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(base)
+    rng = np.random.default_rng(1)
+    print(f"## execution ({'full' if full else 'quick'} sizes, procs={procs}, min of {reps})\n")
+    print("| kernel | einsum | deinsum | numpy optimize=True | opt_einsum | numpy / deinsum | opt_einsum / deinsum |")
+    print("|---|---|---|---|---|---|---|")
+    for name, expr, big, small in base.KERNELS:
+        ext = big if full else small
+        ins = expr.split("->")[0].split(",")
+        ops = [rng.uniform(-1, 1, [ext[c] for c in op]) for op in ins]
+        got = deinsum.einsum(expr, *ops, procs=procs, threads=1)
+        np.testing.assert_allclose(got, np.einsum(expr, *ops, optimize=True), rtol=1e-8, atol=1e-8)
+        td = best_time(lambda: deinsum.einsum(expr, *ops, procs=procs, threads=1), reps)
+        tn = best_time(lambda: np.einsum(expr, *ops, optimize=True), reps)
+        to = best_time(lambda: oe.contract(expr, *ops), reps)
+        print(f"| {name} | {expr} | {fmt(td)} | {fmt(tn)} | {fmt(to)} | {tn / td:.2f}× | {to / td:.2f}× |")
+    print()
+
+
+def planning():
+    with open(os.path.join(ROOT, "crates/path/benches/cases.json")) as f:
+        cases = json.load(f)
+    print("## planning: contract_path in process\n")
+    print("| case | tensors | strategy | deinsum cost | opt_einsum cost | deinsum | opt_einsum | speedup |")
+    print("|---|---|---|---|---|---|---|---|")
+    for case in cases:
+        eq = ",".join(case["inputs"]) + "->" + case["output"]
+        shapes = [tuple(case["sizes"][c] for c in op) for op in case["inputs"]]
+        n = len(shapes)
+        for strat in case["strategies"]:
+            if strat in ("optimal", "branch-all") and n > OPTIMAL_MAX_TENSORS:
+                continue
+            _, di = deinsum.contract_path(eq, *shapes, shapes=True, optimize=strat)
+            _, oi = oe.contract_path(eq, *shapes, shapes=True, optimize=strat)
+            td = timed_enough(lambda: deinsum.contract_path(eq, *shapes, shapes=True, optimize=strat))
+            to = timed_enough(lambda: oe.contract_path(eq, *shapes, shapes=True, optimize=strat))
+            print(
+                f"| {case['name']} | {n} | {strat} | {int(di.opt_cost):,} | {int(oi.opt_cost):,} "
+                f"| {fmt(td)} | {fmt(to)} | {to / td:.1f}× |"
+            )
+    print()
+
+
+def main():
+    reps = int(arg("--repeat", "3"))
+    procs = int(arg("--procs", "2"))
+    if "--skip-exec" not in sys.argv:
+        execution("--full" in sys.argv, reps, procs)
+    if "--skip-path" not in sys.argv:
+        planning()
+
+
+if __name__ == "__main__":
+    main()

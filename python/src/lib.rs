@@ -1,0 +1,249 @@
+//! The Python binding of deinsum: converts NumPy arrays and Python values to the deinsum crates'
+//! types and back. Every decision (parsing, paths, bounds, plans, execution) is the crates';
+//! `deinsum/__init__.py` holds the Python-facing signatures.
+
+use deinsum::cli::InputError;
+use deinsum::expr::ExtentSpec;
+use numpy::ndarray::IxDyn;
+use numpy::PyUntypedArrayMethods;
+use numpy::{Element, IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn};
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+/// A deinsum error as the Python exception a caller expects: what the caller got wrong is a
+/// `ValueError`; a run that cannot fit the machine is a `MemoryError`; the rest `RuntimeError`.
+fn to_py(e: deinsum::Error) -> PyErr {
+    match e {
+        deinsum::Error::Expr(e) => PyValueError::new_err(e.to_string()),
+        deinsum::Error::Plan(m) => PyValueError::new_err(m),
+        deinsum::Error::Preflight(p) => PyMemoryError::new_err(p.to_string()),
+        other => PyRuntimeError::new_err(other.to_string()),
+    }
+}
+
+/// An error of the CLI's report functions: input errors are `ValueError`s.
+fn cli_to_py(e: anyhow::Error) -> PyErr {
+    let input = e.chain().any(|c| {
+        c.downcast_ref::<InputError>().is_some()
+            || c.downcast_ref::<deinsum::expr::ExprError>().is_some()
+    });
+    if input {
+        PyValueError::new_err(e.to_string())
+    } else {
+        PyRuntimeError::new_err(e.to_string())
+    }
+}
+
+/// Parses `expr` with per-operand `shapes`.
+fn parse(expr: &str, shapes: Vec<Vec<usize>>) -> PyResult<deinsum::expr::Einsum> {
+    let spec = ExtentSpec {
+        shapes: Some(shapes),
+        ..ExtentSpec::default()
+    };
+    deinsum::expr::parse(expr, &spec).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// A compiled plan (the `Plan` of the Python package wraps it).
+#[pyclass(module = "deinsum._native", frozen)]
+struct NativePlan {
+    inner: deinsum::Einsum,
+    /// Path strategy asked for (printed by `explain`, as the CLI prints it).
+    strategy: String,
+}
+
+/// Runs `e` on `arrays` of element type `T`: arrays are lent to the executor without a copy
+/// (the caller passes C-contiguous, aligned arrays); the GIL is released meanwhile.
+fn run_typed<'py, T: deinsum::Scalar + Element>(
+    py: Python<'py>,
+    e: &deinsum::Einsum,
+    arrays: Vec<PyReadonlyArrayDyn<'py, T>>,
+    threads: usize,
+) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
+    let einsum = &e.plan().einsum;
+    if arrays.len() != einsum.inputs.len() {
+        return Err(PyValueError::new_err(format!(
+            "the plan takes {} operands, {} given",
+            einsum.inputs.len(),
+            arrays.len()
+        )));
+    }
+    for (k, (a, op)) in arrays.iter().zip(&einsum.inputs).enumerate() {
+        let want = op.shape(&einsum.extents);
+        if a.shape() != want.as_slice() {
+            return Err(PyValueError::new_err(format!(
+                "operand {k} has shape {:?}, the plan was compiled for {:?}",
+                a.shape(),
+                want
+            )));
+        }
+    }
+    let slices = arrays
+        .iter()
+        .map(|a| a.as_slice())
+        .collect::<Result<Vec<&[T]>, _>>()
+        .map_err(|e| PyValueError::new_err(format!("operand not C-contiguous: {e}")))?;
+    let shape: Vec<usize> = einsum.output.iter().map(|c| einsum.extents[c]).collect();
+    // The run cannot be stopped midway; a pending Ctrl-C is raised before it starts and
+    // one pressed during it right after it ends.
+    py.check_signals()?;
+    let out = py
+        .allow_threads(|| e.run_local_borrowed(&slices, threads))
+        .map_err(to_py)?;
+    py.check_signals()?;
+    let arr = out.into_pyarray(py);
+    arr.reshape(IxDyn(&shape))
+}
+
+#[pymethods]
+impl NativePlan {
+    /// The plan JSON, as `deinsum plan --format json` prints it (without the final newline).
+    fn to_json(&self) -> PyResult<String> {
+        serde_json::to_string_pretty(self.inner.plan())
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// The plan in words, as `deinsum plan` prints it.
+    fn explain(&self) -> String {
+        deinsum::cli::plan::render_text(self.inner.plan(), &self.strategy)
+    }
+
+    /// Reads a plan from its JSON.
+    #[staticmethod]
+    fn from_json(text: &str) -> PyResult<Self> {
+        let plan = deinsum::plan::Plan::from_json(text)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(NativePlan {
+            inner: deinsum::Einsum::from_plan(plan),
+            strategy: "from JSON".into(),
+        })
+    }
+
+    /// Storage shape of every operand the plan takes.
+    fn input_shapes(&self) -> Vec<Vec<usize>> {
+        let e = &self.inner.plan().einsum;
+        e.inputs.iter().map(|o| o.shape(&e.extents)).collect()
+    }
+
+    /// Shape of the output.
+    fn output_shape(&self) -> Vec<usize> {
+        let e = &self.inner.plan().einsum;
+        e.output.iter().map(|c| e.extents[c]).collect()
+    }
+
+    /// Number of ranks.
+    fn procs(&self) -> usize {
+        self.inner.plan().procs
+    }
+
+    /// Runs on float64 arrays.
+    fn run_f64<'py>(
+        &self,
+        py: Python<'py>,
+        arrays: Vec<PyReadonlyArrayDyn<'py, f64>>,
+        threads: usize,
+    ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
+        run_typed(py, &self.inner, arrays, threads)
+    }
+
+    /// Runs on float32 arrays.
+    fn run_f32<'py>(
+        &self,
+        py: Python<'py>,
+        arrays: Vec<PyReadonlyArrayDyn<'py, f32>>,
+        threads: usize,
+    ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+        run_typed(py, &self.inner, arrays, threads)
+    }
+}
+
+/// Compiles `expr` for operands of `shapes` on `procs` ranks with `mem` words per rank.
+#[pyfunction]
+fn compile(
+    expr: &str,
+    shapes: Vec<Vec<usize>>,
+    procs: usize,
+    mem: Option<u64>,
+    optimize: &str,
+) -> PyResult<NativePlan> {
+    if procs == 0 {
+        return Err(PyValueError::new_err("procs must be at least 1"));
+    }
+    let e = parse(expr, shapes)?;
+    let options = deinsum::Options {
+        procs,
+        mem,
+        path: deinsum::path::PathOptions::with_strategy(optimize),
+    };
+    let inner = deinsum::Einsum::compile_parsed(&e, &options).map_err(to_py)?;
+    Ok(NativePlan {
+        inner,
+        strategy: optimize.to_string(),
+    })
+}
+
+/// The contraction path: (linear path, the CLI's text report, the CLI's JSON report).
+#[pyfunction]
+fn contract_path(
+    expr: &str,
+    shapes: Vec<Vec<usize>>,
+    optimize: &str,
+    memory_limit: Option<u128>,
+) -> PyResult<(Vec<Vec<usize>>, String, String)> {
+    use deinsum::cli::path::{canonical, render_json, render_text};
+    if memory_limit == Some(0) {
+        return Err(PyValueError::new_err(
+            "memory_limit must be at least 1 element",
+        ));
+    }
+    let e = parse(expr, shapes)?;
+    let opts = deinsum::path::PathOptions {
+        strategy: optimize.to_string(),
+        memory_limit,
+        ..deinsum::path::PathOptions::default()
+    };
+    let info = deinsum::path::optimize(&e, &opts).map_err(|err| match err {
+        deinsum::path::PathError::InvalidPath(_) => PyRuntimeError::new_err(err.to_string()),
+        other => PyValueError::new_err(other.to_string()),
+    })?;
+    let c = canonical(&e);
+    let text = render_text(&c, &e.extents, &info, memory_limit);
+    let json = render_json(&c, &e.extents, &info, memory_limit)
+        .map_err(|err| PyRuntimeError::new_err(err.to_string()))?;
+    Ok((info.path, text, json))
+}
+
+/// The SOAP bounds: (the CLI's text report, its JSON).
+#[pyfunction]
+fn bound(
+    expr: &str,
+    shapes: Vec<Vec<usize>>,
+    mem: f64,
+    procs: Option<usize>,
+    optimize: &str,
+    path_cost: &str,
+) -> PyResult<(String, String)> {
+    if !(mem.is_finite() && mem > 0.0) {
+        return Err(PyValueError::new_err(format!(
+            "mem must be a positive number of words, got {mem}"
+        )));
+    }
+    if procs == Some(0) {
+        return Err(PyValueError::new_err("procs must be at least 1"));
+    }
+    let e = parse(expr, shapes)?;
+    let (text, json) = deinsum::cli::bound::bound_report(&e, mem, procs, optimize, path_cost)
+        .map_err(cli_to_py)?;
+    let json = serde_json::to_string_pretty(&json)
+        .map_err(|err| PyRuntimeError::new_err(err.to_string()))?;
+    Ok((text, json))
+}
+
+/// The native module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NativePlan>()?;
+    m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_function(wrap_pyfunction!(contract_path, m)?)?;
+    m.add_function(wrap_pyfunction!(bound, m)?)?;
+    Ok(())
+}
