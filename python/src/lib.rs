@@ -11,12 +11,18 @@ use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 /// A deinsum error as the Python exception a caller expects: what the caller got wrong is a
-/// `ValueError`; a run that cannot fit the machine is a `MemoryError`; the rest `RuntimeError`.
+/// `ValueError`; a run that cannot fit this node's memory is a `MemoryError`; the rest
+/// `RuntimeError`.
 fn to_py(e: deinsum::Error) -> PyErr {
     match e {
         deinsum::Error::Expr(e) => PyValueError::new_err(e.to_string()),
         deinsum::Error::Plan(m) => PyValueError::new_err(m),
-        deinsum::Error::Preflight(p) => PyMemoryError::new_err(p.to_string()),
+        deinsum::Error::Preflight(p) => match p {
+            deinsum::exec::preflight::PreflightError::NotEnoughMemory { .. } => {
+                PyMemoryError::new_err(p.to_string())
+            }
+            other => PyValueError::new_err(other.to_string()),
+        },
         other => PyRuntimeError::new_err(other.to_string()),
     }
 }

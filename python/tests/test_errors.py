@@ -151,3 +151,8 @@ def test_fuzz_near_valid_einsums_equal_numpy(case, procs, f32):
     got = deinsum.einsum(expr, *ops, procs=procs)
     tol = 1e-4 if f32 else 1e-10
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"{expr} {shapes}")
+
+
+def test_too_many_in_process_ranks_is_refused():
+    with pytest.raises(ValueError, match="ranks"):
+        deinsum.einsum("ij,jk->ik", np.ones((2, 2)), np.ones((2, 2)), procs=100_000)
