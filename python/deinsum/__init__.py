@@ -55,6 +55,13 @@ def _shapes(items, shapes):
     return [list(np.shape(a)) for a in items]
 
 
+def _strategy(optimize):
+    """The path strategy's name; NumPy's `optimize=True/False` mean the default search."""
+    if isinstance(optimize, bool):
+        return "auto"
+    return str(optimize)
+
+
 def _default_threads(procs):
     return max(1, (os.cpu_count() or 1) // max(1, procs))
 
@@ -129,7 +136,7 @@ def compile(expr, *shapes, procs=1, mem=None, optimize="auto"):
             _shapes(shapes, True),
             int(procs),
             None if mem is None else int(mem),
-            str(optimize),
+            _strategy(optimize),
         )
     )
 
@@ -149,34 +156,53 @@ def einsum(expr, *operands, procs=1, threads=None, mem=None, optimize="auto", dt
 
 
 class PathInfo:
-    """A contraction path's report, in the manner of opt_einsum's PathInfo."""
+    """A contraction path's report, in the manner of opt_einsum's PathInfo.
 
-    def __init__(self, text, report):
-        self._text = text
-        self.report = report
-        self.path = [tuple(p) for p in report["path"]]
-        self.opt_cost = report["flops"]
-        self.naive_cost = report["naive_flops"]
-        self.largest_intermediate = report["largest_intermediate"]
-        self.speedup = report["speedup"]
-        self.eq = report["expr"]
-        self.contraction_list = [s["einsum"] for s in report["steps"]]
+    `print(info)` shows the table `deinsum path` prints; `info.report` is the JSON of
+    `deinsum path --format json` as Python objects. Both are rendered on first use.
+    """
+
+    def __init__(self, native):
+        self._native = native
+        self.path = [tuple(p) for p in native.path()]
+        self.opt_cost = native.flops()
+        self.naive_cost = native.naive_flops()
+        self.largest_intermediate = native.largest_intermediate()
+        self._report = None
+
+    @property
+    def report(self):
+        if self._report is None:
+            self._report = json.loads(self._native.json())
+        return self._report
+
+    @property
+    def speedup(self):
+        return self.report["speedup"]
+
+    @property
+    def eq(self):
+        return self.report["expr"]
+
+    @property
+    def contraction_list(self):
+        return [s["einsum"] for s in self.report["steps"]]
 
     def __str__(self):
-        return self._text
+        return self._native.text()
 
     def __repr__(self):
-        return self._text
+        return self._native.text()
 
 
 def contract_path(expr, *operands, optimize="auto", memory_limit=None, shapes=False):
     """opt_einsum's `contract_path`: returns `(path, info)` for arrays (or shapes, with `shapes=True`)."""
     if memory_limit is not None:
         memory_limit = int(memory_limit)
-    path, text, report = _native.contract_path(
-        expr, _shapes(operands, shapes), str(optimize), memory_limit
+    info = PathInfo(
+        _native.contract_path(expr, _shapes(operands, shapes), _strategy(optimize), memory_limit)
     )
-    return [tuple(p) for p in path], PathInfo(text, json.loads(report))
+    return list(info.path), info
 
 
 def bound(expr, *shapes, mem, procs=None, optimize="auto", path_cost="flops"):
@@ -186,7 +212,7 @@ def bound(expr, *shapes, mem, procs=None, optimize="auto", path_cost="flops"):
         _shapes(shapes, True),
         float(mem),
         None if procs is None else int(procs),
-        str(optimize),
+        _strategy(optimize),
         str(path_cost),
     )
     return json.loads(report)

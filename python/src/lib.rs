@@ -11,12 +11,18 @@ use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 /// A deinsum error as the Python exception a caller expects: what the caller got wrong is a
-/// `ValueError`; a run that cannot fit the machine is a `MemoryError`; the rest `RuntimeError`.
+/// `ValueError`; a run that cannot fit this node's memory is a `MemoryError`; the rest
+/// `RuntimeError`.
 fn to_py(e: deinsum::Error) -> PyErr {
     match e {
         deinsum::Error::Expr(e) => PyValueError::new_err(e.to_string()),
         deinsum::Error::Plan(m) => PyValueError::new_err(m),
-        deinsum::Error::Preflight(p) => PyMemoryError::new_err(p.to_string()),
+        deinsum::Error::Preflight(p) => match p {
+            deinsum::exec::preflight::PreflightError::NotEnoughMemory { .. } => {
+                PyMemoryError::new_err(p.to_string())
+            }
+            other => PyValueError::new_err(other.to_string()),
+        },
         other => PyRuntimeError::new_err(other.to_string()),
     }
 }
@@ -181,35 +187,88 @@ fn compile(
     })
 }
 
-/// The contraction path: (linear path, the CLI's text report, the CLI's JSON report).
+/// A found contraction path; its reports are rendered only when asked for.
+#[pyclass(module = "deinsum._native", frozen)]
+struct NativePathInfo {
+    einsum: deinsum::expr::Einsum,
+    info: deinsum::path::PathInfo,
+    memory_limit: Option<u128>,
+}
+
+/// A count as a Python number: an int when exact, a float otherwise.
+fn count_to_py(py: Python<'_>, c: &deinsum::path::Count) -> PyResult<PyObject> {
+    Ok(match c {
+        deinsum::path::Count::Exact(v) => v.into_pyobject(py)?.into_any().unbind(),
+        deinsum::path::Count::Approx(v) => v.into_pyobject(py)?.into_any().unbind(),
+    })
+}
+
+#[pymethods]
+impl NativePathInfo {
+    /// The path in opt_einsum's linear format.
+    fn path(&self) -> Vec<Vec<usize>> {
+        self.info.path.clone()
+    }
+
+    /// FLOPs as opt_einsum counts them.
+    fn flops(&self, py: Python<'_>) -> PyResult<PyObject> {
+        count_to_py(py, &self.info.flops)
+    }
+
+    /// Naive FLOPs (one loop nest).
+    fn naive_flops(&self, py: Python<'_>) -> PyResult<PyObject> {
+        count_to_py(py, &self.info.naive_flops)
+    }
+
+    /// Largest step result, in elements.
+    fn largest_intermediate(&self, py: Python<'_>) -> PyResult<PyObject> {
+        count_to_py(py, &self.info.largest_intermediate)
+    }
+
+    /// The table `deinsum path` prints.
+    fn text(&self) -> String {
+        use deinsum::cli::path::{canonical, render_text};
+        let c = canonical(&self.einsum);
+        render_text(&c, &self.einsum.extents, &self.info, self.memory_limit)
+    }
+
+    /// The JSON `deinsum path --format json` prints.
+    fn json(&self) -> PyResult<String> {
+        use deinsum::cli::path::{canonical, render_json};
+        let c = canonical(&self.einsum);
+        render_json(&c, &self.einsum.extents, &self.info, self.memory_limit)
+            .map_err(|err| PyRuntimeError::new_err(err.to_string()))
+    }
+}
+
+/// Finds the contraction path of `expr` over operands of `shapes`.
 #[pyfunction]
 fn contract_path(
     expr: &str,
     shapes: Vec<Vec<usize>>,
     optimize: &str,
     memory_limit: Option<u128>,
-) -> PyResult<(Vec<Vec<usize>>, String, String)> {
-    use deinsum::cli::path::{canonical, render_json, render_text};
+) -> PyResult<NativePathInfo> {
     if memory_limit == Some(0) {
         return Err(PyValueError::new_err(
             "memory_limit must be at least 1 element",
         ));
     }
-    let e = parse(expr, shapes)?;
+    let einsum = parse(expr, shapes)?;
     let opts = deinsum::path::PathOptions {
         strategy: optimize.to_string(),
         memory_limit,
         ..deinsum::path::PathOptions::default()
     };
-    let info = deinsum::path::optimize(&e, &opts).map_err(|err| match err {
+    let info = deinsum::path::optimize(&einsum, &opts).map_err(|err| match err {
         deinsum::path::PathError::InvalidPath(_) => PyRuntimeError::new_err(err.to_string()),
         other => PyValueError::new_err(other.to_string()),
     })?;
-    let c = canonical(&e);
-    let text = render_text(&c, &e.extents, &info, memory_limit);
-    let json = render_json(&c, &e.extents, &info, memory_limit)
-        .map_err(|err| PyRuntimeError::new_err(err.to_string()))?;
-    Ok((info.path, text, json))
+    Ok(NativePathInfo {
+        einsum,
+        info,
+        memory_limit,
+    })
 }
 
 /// The SOAP bounds: (the CLI's text report, its JSON).
@@ -242,6 +301,7 @@ fn bound(
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativePlan>()?;
+    m.add_class::<NativePathInfo>()?;
     m.add_function(wrap_pyfunction!(compile, m)?)?;
     m.add_function(wrap_pyfunction!(contract_path, m)?)?;
     m.add_function(wrap_pyfunction!(bound, m)?)?;

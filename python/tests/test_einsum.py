@@ -111,3 +111,10 @@ def test_input_arrays_are_not_modified():
     deinsum.einsum("ij,jk->ik", a, b, procs=3)
     np.testing.assert_array_equal(a, a0)
     np.testing.assert_array_equal(b, b0)
+
+
+def test_numpy_style_optimize_flag():
+    a, b = np.ones((3, 4)), np.ones((4, 2))
+    np.testing.assert_array_equal(deinsum.einsum("ij,jk->ik", a, b, optimize=True), a @ b)
+    path, _ = deinsum.contract_path("ij,jk->ik", a, b, optimize=False)
+    assert path == [(0, 1)]

@@ -179,3 +179,45 @@ fn run_local_refuses_a_plan_that_cannot_fit_before_allocating() {
         ),
     }
 }
+
+#[test]
+fn run_local_borrowed_equals_serial_for_many_p() {
+    use deinsum::exec::data::seeded_value;
+    // Diagonal, broadcast and ellipsis operands, extents that no P divides evenly.
+    let cases: [(&str, Vec<Vec<usize>>); 3] = [
+        (
+            "ijk,ja,ka,al->il",
+            vec![vec![7, 5, 3], vec![5, 4], vec![3, 4], vec![4, 6]],
+        ),
+        ("iij,jk->ik", vec![vec![5, 5, 3], vec![3, 7]]),
+        ("...ij,jk->...ik", vec![vec![2, 1, 5, 3], vec![3, 4]]),
+    ];
+    for (expr, shapes) in cases {
+        let spec = ExtentSpec {
+            shapes: Some(shapes.clone()),
+            ..ExtentSpec::default()
+        };
+        let ops: Vec<Vec<f64>> = shapes
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                let n: usize = s.iter().product();
+                (0..n as u64).map(|x| seeded_value(5, k, x)).collect()
+            })
+            .collect();
+        let lent: Vec<&[f64]> = ops.iter().map(|v| v.as_slice()).collect();
+        for p in [1, 2, 3, 5, 7] {
+            let c = Einsum::compile(expr, &spec, &Options::procs(p)).unwrap();
+            let want = naive_seeded(&c.plan().einsum, 5);
+            for threads in [1, 2] {
+                let got = c.run_local_borrowed(&lent, threads).unwrap();
+                let (abs, rel) = max_error(&got, &want);
+                assert!(rel < 1e-12, "{expr} P={p}: abs {abs} rel {rel}");
+            }
+        }
+        // Too few operands: an error, not a panic.
+        let c = Einsum::compile(expr, &spec, &Options::procs(2)).unwrap();
+        let e = c.run_local_borrowed(&lent[1..], 1).unwrap_err();
+        assert!(e.to_string().contains("operands given"), "{e}");
+    }
+}
