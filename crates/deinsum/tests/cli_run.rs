@@ -69,6 +69,48 @@ fn bad_input_exits_2() {
     assert!(err.contains("2 operands"), "{err}");
 }
 
+#[test]
+fn repeated_runs_report_min_and_median_per_step_and_in_total() {
+    let (code, out, err) = deinsum(&[
+        "run",
+        "ij,jk,kl->il",
+        "--size",
+        "12",
+        "--procs",
+        "3",
+        "--repeat",
+        "4",
+        "--warmup",
+        "1",
+        "--threads",
+        "2",
+        "--check",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["check"]["pass"], true);
+    assert_eq!(v["volume_exact"], true);
+    assert_eq!(
+        (v["repeat"].as_u64(), v["threads"].as_u64()),
+        (Some(4), Some(2))
+    );
+    let runs = v["contraction_seconds"].as_array().expect("per-run times");
+    assert_eq!(runs.len(), 4);
+    let min = v["contraction_seconds_min"].as_f64().unwrap();
+    let med = v["contraction_seconds_median"].as_f64().unwrap();
+    assert!(min > 0.0 && min <= med, "min {min} median {med}");
+    for s in v["steps"].as_array().unwrap() {
+        assert!(s["seconds_min"].as_f64().unwrap() <= s["seconds_median"].as_f64().unwrap());
+    }
+    for bad in [["--repeat", "0"], ["--threads", "0"]] {
+        let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--size", "4", bad[0], bad[1]]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(bad[0]), "{err}");
+    }
+}
+
 #[cfg(not(feature = "mpi"))]
 #[test]
 fn mpi_backend_without_feature_is_a_clear_error() {
