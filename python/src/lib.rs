@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 fn to_py(e: deinsum::Error) -> PyErr {
     match e {
         deinsum::Error::Expr(e) => PyValueError::new_err(e.to_string()),
-        deinsum::Error::Plan(m) => PyValueError::new_err(m),
+        deinsum::Error::Plan(m) => PyValueError::new_err(m.to_string()),
         deinsum::Error::Preflight(p) => match p {
             deinsum::exec::preflight::PreflightError::NotEnoughMemory { .. } => {
                 PyMemoryError::new_err(p.to_string())
@@ -57,6 +57,56 @@ struct NativePlan {
     strategy: String,
 }
 
+/// Runs `job` on a worker thread with the GIL released, while this thread checks for Ctrl-C
+/// every 50 ms: a KeyboardInterrupt sets the executor's cancel flag, so the ranks stop before
+/// their next step, and is raised once the worker has returned (the lent arrays outlive it).
+fn run_interruptible<T: Send>(
+    py: Python<'_>,
+    job: impl FnOnce(&deinsum::ExecOptions) -> Result<Vec<T>, deinsum::Error> + Send,
+    threads: usize,
+) -> PyResult<Vec<T>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    let cancel = Arc::new(AtomicBool::new(false));
+    let opts = deinsum::ExecOptions {
+        threads,
+        cancel: Some(Arc::clone(&cancel)),
+        ..deinsum::ExecOptions::default()
+    };
+    let (result, interrupt) = py.allow_threads(|| {
+        std::thread::scope(|s| {
+            let (done, finished) = mpsc::channel::<()>();
+            let worker = s.spawn(move || {
+                let r = job(&opts);
+                // The receiver may have stopped waiting; nothing is lost then.
+                let _ = done.send(());
+                r
+            });
+            let mut interrupt = None;
+            while let Err(mpsc::RecvTimeoutError::Timeout) =
+                finished.recv_timeout(std::time::Duration::from_millis(50))
+            {
+                if interrupt.is_none() {
+                    if let Err(err) = Python::with_gil(|py| py.check_signals()) {
+                        cancel.store(true, Ordering::Relaxed);
+                        interrupt = Some(err);
+                    }
+                }
+            }
+            let result = worker
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (result, interrupt)
+        })
+    });
+    if let Some(err) = interrupt {
+        return Err(err);
+    }
+    let out = result.map_err(to_py)?;
+    py.check_signals()?;
+    Ok(out)
+}
+
 /// Runs `e` on `arrays` of element type `T`: arrays are lent to the executor without a copy
 /// (the caller passes C-contiguous, aligned arrays); the GIL is released meanwhile.
 fn run_typed<'py, T: deinsum::Scalar + Element>(
@@ -89,13 +139,8 @@ fn run_typed<'py, T: deinsum::Scalar + Element>(
         .collect::<Result<Vec<&[T]>, _>>()
         .map_err(|e| PyValueError::new_err(format!("operand not C-contiguous: {e}")))?;
     let shape: Vec<usize> = einsum.output.iter().map(|c| einsum.extents[c]).collect();
-    // The run cannot be stopped midway; a pending Ctrl-C is raised before it starts and
-    // one pressed during it right after it ends.
     py.check_signals()?;
-    let out = py
-        .allow_threads(|| e.run_local_borrowed(&slices, threads))
-        .map_err(to_py)?;
-    py.check_signals()?;
+    let out = run_interruptible(py, |opts| e.run_local_borrowed(&slices, opts), threads)?;
     let arr = out.into_pyarray(py);
     arr.reshape(IxDyn(&shape))
 }

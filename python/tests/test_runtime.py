@@ -64,3 +64,45 @@ def test_ctrl_c_during_a_run_raises_keyboard_interrupt():
     assert "run_f64" in err, err
     # Python ends on an uncaught KeyboardInterrupt with status 1 or by re-raising SIGINT.
     assert p.returncode in (1, -signal.SIGINT), (p.returncode, err)
+
+
+CHAIN = r"""
+import sys, time, numpy as np, deinsum
+n, k = int(sys.argv[1]), int(sys.argv[2])
+letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+expr = ",".join(letters[i] + letters[i + 1] for i in range(k)) + "->" + letters[0] + letters[k]
+ms = [np.random.default_rng(i).standard_normal((n, n)) / n for i in range(k)]
+print("start", flush=True)
+t0 = time.perf_counter()
+try:
+    deinsum.einsum(expr, *ms, procs=2, threads=1, optimize="greedy")
+finally:
+    print("seconds", time.perf_counter() - t0, flush=True)
+"""
+
+
+def test_ctrl_c_stops_a_long_run_between_its_steps():
+    # One product's time, measured here, sizes a chain whose full run would take ~20 s.
+    n = 600
+    a = np.random.default_rng(1).standard_normal((n, n))
+    deinsum.einsum("ij,jk->ik", a, a, procs=2, threads=1)
+    t0 = time.perf_counter()
+    deinsum.einsum("ij,jk->ik", a, a, procs=2, threads=1)
+    one = time.perf_counter() - t0
+    k = max(4, min(50, int(20.0 / max(one, 1e-3))))
+    full = k * one
+    p = subprocess.Popen(
+        [sys.executable, "-c", CHAIN, str(n), str(k)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    assert p.stdout.readline().strip() == "start"
+    time.sleep(min(0.5, full / 8))
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=600)
+    assert "KeyboardInterrupt" in err, err
+    took = float(out.split("seconds")[1])
+    # Stopped between steps: far sooner than the k products would take.
+    assert took < full / 2, (took, full, k)

@@ -168,12 +168,13 @@ impl Einsum {
     }
 
     /// [`Einsum::run_local`] on whole operands the caller lends (storage layout, row-major over
-    /// `Operand::dims`) with `threads` threads per rank: no operand is copied whole; each rank
-    /// copies only its own block out of them (a NumPy array is read in place this way).
+    /// `Operand::dims`) with the executor's `options` (threads per rank, a cancel flag): no
+    /// operand is copied whole; each rank copies only its own block out of them (a NumPy array
+    /// is read in place this way).
     pub fn run_local_borrowed<T: Scalar>(
         &self,
         operands: &[&[T]],
-        threads: usize,
+        options: &ExecOptions,
     ) -> Result<Vec<T>, Error> {
         use deinsum_plan::{PlanStep, TensorKind};
         let plan = &self.plan;
@@ -188,8 +189,8 @@ impl Einsum {
         self.check_fits::<T>(plan.procs)?;
         let world = InProcess::new(plan.procs).map_err(|e| Error::Exec(ExecError::Comm(e)))?;
         let opts = ExecOptions {
-            threads: threads.max(1),
-            ..ExecOptions::default()
+            threads: options.threads.max(1),
+            ..options.clone()
         };
         let out = world
             .run(|comm| {

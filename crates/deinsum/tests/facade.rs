@@ -210,14 +210,45 @@ fn run_local_borrowed_equals_serial_for_many_p() {
             let c = Einsum::compile(expr, &spec, &Options::procs(p)).unwrap();
             let want = naive_seeded(&c.plan().einsum, 5);
             for threads in [1, 2] {
-                let got = c.run_local_borrowed(&lent, threads).unwrap();
+                let got = c.run_local_borrowed(&lent, &threads_opt(threads)).unwrap();
                 let (abs, rel) = max_error(&got, &want);
                 assert!(rel < 1e-12, "{expr} P={p}: abs {abs} rel {rel}");
             }
         }
         // Too few operands: an error, not a panic.
         let c = Einsum::compile(expr, &spec, &Options::procs(2)).unwrap();
-        let e = c.run_local_borrowed(&lent[1..], 1).unwrap_err();
+        let e = c
+            .run_local_borrowed(&lent[1..], &threads_opt(1))
+            .unwrap_err();
         assert!(e.to_string().contains("operands given"), "{e}");
     }
+}
+
+/// Executor options with `threads` threads per rank.
+fn threads_opt(threads: usize) -> ExecOptions {
+    ExecOptions {
+        threads,
+        ..ExecOptions::default()
+    }
+}
+
+#[test]
+fn a_cancelled_run_stops_with_cancelled_on_every_rank() {
+    let spec = sizes(&[('i', 9), ('j', 7), ('k', 5)]);
+    let c = Einsum::compile("ij,jk->ik", &spec, &Options::procs(3)).unwrap();
+    let a: Vec<f64> = (0..63).map(f64::from).collect();
+    let b: Vec<f64> = (0..35).map(f64::from).collect();
+    let opts = ExecOptions {
+        cancel: Some(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+            true,
+        ))),
+        ..ExecOptions::default()
+    };
+    let e = c.run_local_borrowed(&[&a[..], &b[..]], &opts).unwrap_err();
+    assert!(e.to_string().contains("cancelled before step 0"), "{e}");
+    // The same plan runs to the end when nobody asks it to stop.
+    let ok = c
+        .run_local_borrowed(&[&a[..], &b[..]], &threads_opt(1))
+        .unwrap();
+    assert_eq!(ok.len(), 45);
 }

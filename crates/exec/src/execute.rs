@@ -15,6 +15,14 @@ pub enum ExecError {
     /// Communication failed (or a peer failed).
     #[error(transparent)]
     Comm(#[from] CommError),
+    /// The caller cancelled the run ([`ExecOptions::cancel`]); it stopped between steps.
+    #[error("rank {rank}: the run was cancelled before step {step}")]
+    Cancelled {
+        /// The rank that saw the request.
+        rank: usize,
+        /// The step it did not start.
+        step: usize,
+    },
     /// The ranks do not all hold the same plan.
     #[error("rank {rank}: the ranks hold different plans (plan hash {hash:016x} differs)")]
     PlanMismatch {
@@ -69,6 +77,9 @@ pub struct ExecOptions {
     pub warmup: usize,
     /// Threads per rank for GEMMs, fused kernels and packing (at least 1).
     pub threads: usize,
+    /// Set to true (from any thread) to stop the run before its next step; the ranks then fail
+    /// with [`ExecError::Cancelled`] (a rank waiting on a peer is woken by the peer's failure).
+    pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Default for ExecOptions {
@@ -78,6 +89,7 @@ impl Default for ExecOptions {
             repeat: 1,
             warmup: 0,
             threads: 1,
+            cancel: None,
         }
     }
 }
@@ -503,6 +515,13 @@ fn run_steps<T: Scalar, C: Communicator>(
         ..RunReport::default()
     };
     for (i, step) in plan.steps.iter().enumerate() {
+        if opts
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            return Err(ExecError::Cancelled { rank: me, step: i });
+        }
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
         let t0 = Instant::now();
         let tr0 = comm.traffic();
