@@ -179,3 +179,131 @@ fn named_extent_one_dims_broadcast_as_numpy() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Writes a `.npy` file of dtype `descr` and order with raw data bytes `data`.
+fn write_npy_raw(path: &std::path::Path, descr: &str, fortran: bool, shape: &[usize], data: &[u8]) {
+    let dims: Vec<String> = shape.iter().map(|n| n.to_string()).collect();
+    let shape_text = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let fo = if fortran { "True" } else { "False" };
+    let mut dict =
+        format!("{{'descr': '{descr}', 'fortran_order': {fo}, 'shape': {shape_text}, }}");
+    while (10 + dict.len() + 1) % 64 != 0 {
+        dict.push(' ');
+    }
+    dict.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(dict.as_bytes());
+    bytes.extend_from_slice(data);
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn inputs_as_a_user_has_them_extents_from_headers_and_dtypes_converted() {
+    let dir = std::env::temp_dir().join(format!("deinsum-cli-inputs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (m, k, n) = (11usize, 7usize, 13usize);
+    let a: Vec<i64> = (0..m * k).map(|x| (x as i64 * 37) % 19 - 9).collect();
+    let b: Vec<f64> = (0..k * n).map(|x| (x as f64 * 0.37).sin()).collect();
+    let pa = dir.join("A.npy");
+    let pb = dir.join("B.npy");
+    write_npy_raw(
+        &pa,
+        "<i8",
+        false,
+        &[m, k],
+        &a.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>(),
+    );
+    // B big-endian and Fortran-ordered: column j of B is contiguous.
+    let bf: Vec<u8> = (0..n)
+        .flat_map(|col| (0..k).map(move |row| row * n + col))
+        .flat_map(|ix| b[ix].to_be_bytes())
+        .collect();
+    write_npy_raw(&pb, ">f8", true, &[k, n], &bf);
+    let out = dir.join("C.npy");
+    let list = format!(" {} , {} ", pa.display(), pb.display());
+    let (code, s, err) = deinsum(&[
+        "run",
+        "ij,jk->ik",
+        "--inputs",
+        &list,
+        "--procs",
+        "3",
+        "--check",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{s}{err}");
+    assert!(s.contains("i=11,j=7,k=13"), "{s}");
+    assert!(s.contains(": ok"), "{s}");
+    assert!(
+        err.contains("A.npy holds int64; converted to float64"),
+        "{err}"
+    );
+    assert!(err.contains("B.npy holds big-endian float64"), "{err}");
+    // The output equals the product computed here, serially.
+    let got: Vec<f64> = deinsum::exec::npy::read_operand_block(
+        &out,
+        &deinsum::expr::Operand::new(vec![
+            deinsum::expr::Dim::Index('i'),
+            deinsum::expr::Dim::Index('k'),
+        ]),
+        &[('i', m), ('k', n)].into_iter().collect(),
+        &deinsum::plan::Block::full(&[m, n]),
+    )
+    .unwrap();
+    let want: Vec<f64> = (0..m * n)
+        .map(|ix| {
+            (0..k)
+                .map(|j| a[ix / n * k + j] as f64 * b[j * n + ix % n])
+                .sum()
+        })
+        .collect();
+    let (_, rel) = deinsum::exec::reference::max_error(&got, &want);
+    assert!(rel < 1e-13, "{rel}");
+
+    // An index the files disagree on names both files and the index.
+    let pbad = dir.join("Bbad.npy");
+    write_npy_raw(&pbad, "<f8", false, &[6, n], &vec![0u8; 6 * n * 8]);
+    let list = format!("{},{}", pa.display(), pbad.display());
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--inputs", &list]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("index 'j'") && err.contains("A.npy") && err.contains("Bbad.npy"),
+        "{err}"
+    );
+    // A trailing comma names the empty item.
+    let list = format!("{},{},", pa.display(), pb.display());
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--inputs", &list]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("item 3 of 3 is empty"), "{err}");
+    // A directory says so; a missing file exits 2 and says it once.
+    let list = format!("{},{}", pa.display(), dir.display());
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--inputs", &list]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is a directory"), "{err}");
+    let list = format!("{},{}", pa.display(), dir.join("none.npy").display());
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--inputs", &list]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.matches("No such file").count(), 1, "{err}");
+    // A wrong shape with extents from the flags exits 2 as well.
+    let list = format!("{},{}", pa.display(), pb.display());
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--size", "4", "--inputs", &list]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("expected shape (4, 4)"), "{err}");
+    // The output may not overwrite an input.
+    let (code, _, err) = deinsum(&[
+        "run",
+        "ij,jk->ik",
+        "--inputs",
+        &list,
+        "--output",
+        pa.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is also an input"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

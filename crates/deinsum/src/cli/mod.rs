@@ -2,6 +2,7 @@
 //! library so that other front ends (the Python binding) print exactly what the CLI prints.
 
 pub mod bound;
+pub mod inputs;
 pub mod parse;
 pub mod path;
 pub mod plan;
@@ -68,4 +69,20 @@ pub fn einsum_from_args(expr: &str, a: &ExtentArgs) -> anyhow::Result<deinsum_ex
         spec.default = Some(DEFAULT_SIZE);
     }
     Ok(deinsum_expr::parse(expr, &spec)?)
+}
+
+/// This process's rank when an MPI launcher started it (from the launcher's environment:
+/// Open MPI's `OMPI_COMM_WORLD_RANK`, PMI's `PMI_RANK`, PMIx's `PMIX_RANK`), else `None`.
+pub fn launch_rank() -> Option<usize> {
+    ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+}
+
+/// The world size when an MPI launcher started this process (`OMPI_COMM_WORLD_SIZE`,
+/// `PMI_SIZE`), else `None`.
+pub fn launch_size() -> Option<usize> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
 }

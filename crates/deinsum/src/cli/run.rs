@@ -61,8 +61,10 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Backend::Local)]
     pub backend: Backend,
     /// Input operands as .npy files, comma-separated, one per operand (default: generated).
-    #[arg(long, value_delimiter = ',')]
-    pub inputs: Option<Vec<PathBuf>>,
+    /// Without an extent flag the extents come from the files' headers; any float, integer or
+    /// bool dtype, C or Fortran order, is read (converted to --dtype as NumPy would).
+    #[arg(long, value_name = "A.npy,B.npy,...")]
+    pub inputs: Option<String>,
     /// Write the output to this .npy file.
     #[arg(long)]
     pub output: Option<PathBuf>,
@@ -263,10 +265,43 @@ fn omp_threads() -> Option<usize> {
 }
 
 fn inputs_of<T>(args: &Args) -> Inputs<T> {
-    match &args.inputs {
-        Some(paths) => Inputs::Npy(paths.clone()),
+    match input_paths(args) {
+        Some(paths) => Inputs::Npy(paths),
         None => Inputs::Seeded { seed: args.seed },
     }
+}
+
+/// The `--inputs` files (the list was checked by [`einsum_of_run`]).
+fn input_paths(args: &Args) -> Option<Vec<PathBuf>> {
+    args.inputs
+        .as_deref()
+        .and_then(|raw| super::inputs::parse_list(raw).ok())
+}
+
+/// The einsum of the run: extents from the flags, or from the `--inputs` headers when no
+/// extent flag is given. Every input file is checked here, before any rank moves data, and
+/// each dtype conversion is said once on stderr.
+fn einsum_of_run(args: &Args) -> anyhow::Result<deinsum_expr::Einsum> {
+    let Some(raw) = args.inputs.as_deref() else {
+        return super::einsum_from_args(&args.expr, &args.extents);
+    };
+    let paths = super::inputs::parse_list(raw)?;
+    let x = &args.extents;
+    let einsum = if x.sizes.is_none() && x.size.is_none() && x.shapes.is_none() {
+        super::inputs::einsum_from_files(&args.expr, &paths)?
+    } else {
+        super::einsum_from_args(&args.expr, &args.extents)?
+    };
+    let notes = super::inputs::check_files(&einsum, &paths, args.dtype == Dtype::F32)?;
+    if let Some(out) = &args.output {
+        super::inputs::check_output(out, &paths)?;
+    }
+    if super::launch_rank().unwrap_or(0) == 0 {
+        for n in notes {
+            eprintln!("{n}");
+        }
+    }
+    Ok(einsum)
 }
 
 /// Compiles the plan for `procs` ranks; planner errors are the user's (exit 2).
@@ -297,17 +332,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.threads == Some(0) {
         return Err(InputError("--threads must be at least 1".into()).into());
     }
-    let einsum = super::einsum_from_args(&args.expr, &args.extents)?;
-    if let Some(paths) = &args.inputs {
-        if paths.len() != einsum.inputs.len() {
-            return Err(InputError(format!(
-                "--inputs names {} files for {} operands",
-                paths.len(),
-                einsum.inputs.len()
-            ))
-            .into());
-        }
-    }
+    let einsum = einsum_of_run(&args)?;
     let (compiled, outcome) = match args.backend {
         Backend::Local => {
             let procs = args.procs.unwrap_or(1);
@@ -367,7 +392,7 @@ const NAIVE_MAX_POINTS: f64 = 2e7;
 
 fn check_result(plan: &Plan, args: &Args, got: &[f64]) -> anyhow::Result<Check> {
     let e = &plan.einsum;
-    let (method, want) = match &args.inputs {
+    let (method, want) = match &input_paths(args) {
         None if iteration_space(e) <= NAIVE_MAX_POINTS => {
             ("naive loop nest", naive_seeded(e, args.seed))
         }
