@@ -307,3 +307,48 @@ fn inputs_as_a_user_has_them_extents_from_headers_and_dtypes_converted() {
     assert!(err.contains("is also an input"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+fn deinsum_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_deinsum"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn an_mpi_launch_without_the_mpi_build_is_refused_not_run_n_times() {
+    let run = ["run", "ij,jk->ik", "--size", "4"];
+    let (code, out, err) = deinsum_env(&run, &[("OMPI_COMM_WORLD_SIZE", "3")]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("one of 3 ranks") && err.contains("mpi` feature"),
+        "{err}"
+    );
+    assert!(out.is_empty(), "{out}");
+    let (code, _, err) = deinsum_env(&run, &[("PMI_SIZE", "2")]);
+    assert_eq!(code, 2, "{err}");
+    // A launch of one rank runs in process; an explicit --backend local is obeyed.
+    let (code, out, err) = deinsum_env(&run, &[("OMPI_COMM_WORLD_SIZE", "1")]);
+    assert_eq!(code, 0, "{out}{err}");
+    let local = ["run", "ij,jk->ik", "--size", "4", "--backend", "local"];
+    let (code, out, err) = deinsum_env(&local, &[("OMPI_COMM_WORLD_SIZE", "3")]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn an_input_error_is_printed_by_launched_rank_0_only() {
+    let bad = ["run", "ij,jk->ik", "--size", "4", "--inputs", "a.npy"];
+    let (code, _, err) = deinsum_env(&bad, &[("OMPI_COMM_WORLD_RANK", "1")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.is_empty(), "{err}");
+    let (code, _, err) = deinsum_env(&bad, &[("OMPI_COMM_WORLD_RANK", "0")]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.matches("2 operands").count(), 1, "{err}");
+}

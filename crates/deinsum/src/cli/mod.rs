@@ -15,13 +15,16 @@ use std::process::ExitCode;
 #[error("{0}")]
 pub struct InputError(pub String);
 
-/// Prints an error and maps it to the exit status: 2 for input errors, 1 otherwise.
+/// Prints an error and maps it to the exit status: 2 for input errors, 1 otherwise. Under an
+/// MPI launcher every rank finds the same input error; only rank 0 prints it.
 pub fn report(e: &anyhow::Error) -> ExitCode {
-    eprintln!("error: {e}");
     let input = e.chain().any(|c| {
         c.downcast_ref::<InputError>().is_some()
             || c.downcast_ref::<deinsum_expr::ExprError>().is_some()
     });
+    if !input || launch_rank().unwrap_or(0) == 0 {
+        eprintln!("error: {}", chain_text(e));
+    }
     if input {
         ExitCode::from(2)
     } else {
@@ -85,4 +88,21 @@ pub fn launch_size() -> Option<usize> {
     ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
         .iter()
         .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+}
+
+/// An error and its causes on one line, each said once: a cause whose text is already in the
+/// line (errors that print their source) is left out.
+pub fn chain_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for c in e.chain() {
+        let t = c.to_string();
+        if out.contains(&t) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&t);
+    }
+    out
 }

@@ -57,9 +57,10 @@ pub struct Args {
     /// Element type.
     #[arg(long, value_enum, default_value_t = Dtype::F64)]
     pub dtype: Dtype,
-    /// Backend.
-    #[arg(long, value_enum, default_value_t = Backend::Local)]
-    pub backend: Backend,
+    /// Backend [default: mpi when started by an MPI launcher (mpirun, srun) in a build with
+    /// the `mpi` feature, else local].
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
     /// Input operands as .npy files, comma-separated, one per operand (default: generated).
     /// Without an extent flag the extents come from the files' headers; any float, integer or
     /// bool dtype, C or Fortran order, is read (converted to --dtype as NumPy would).
@@ -117,7 +118,15 @@ fn run_local<T: Scalar>(plan: &Plan, args: &Args) -> anyhow::Result<Outcome> {
     let opts = exec_options(args, args.threads.unwrap_or((cores / plan.procs).max(1)));
     let outs = world
         .run(|comm| rank_main(plan, comm, &inputs, &opts, args.check, args.output.as_ref()))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .map_err(|e| match e {
+            // The executor's errors often name the rank already: say it once.
+            deinsum_exec::RankFailure::Error { rank, error } => {
+                let text = super::chain_text(&error);
+                let me = format!("rank {rank}: ");
+                anyhow::anyhow!("rank {rank}: {}", text.strip_prefix(&me).unwrap_or(&text))
+            }
+            other => anyhow::anyhow!("{other}"),
+        })?;
     outs.into_iter()
         .flatten()
         .next()
@@ -169,7 +178,7 @@ fn run_mpi<T: Scalar>(
             args.check,
             args.output.as_ref(),
         )
-        .map_err(|e| format!("{e:#}")),
+        .map_err(|e| super::chain_text(&e)),
     );
     Ok((compiled, outcome))
 }
@@ -321,6 +330,25 @@ fn compile(
     })
 }
 
+/// The backend of the run: `--backend`, else MPI when an MPI launcher started this process
+/// (its environment says so) and the build has MPI. A launched world of several ranks in a
+/// build without MPI is refused: it would run that many independent in-process jobs.
+fn backend_of(args: &Args) -> anyhow::Result<Backend> {
+    if let Some(b) = args.backend {
+        return Ok(b);
+    }
+    match super::launch_size() {
+        Some(_) if cfg!(feature = "mpi") => Ok(Backend::Mpi),
+        Some(n) if n > 1 => Err(InputError(format!(
+            "started by an MPI launcher as one of {n} ranks, but this deinsum is built without \
+             the `mpi` feature: each rank would run its own in-process job (build with \
+             --features mpi, or run without mpirun and use --procs {n})"
+        ))
+        .into()),
+        _ => Ok(Backend::Local),
+    }
+}
+
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.procs == Some(0) {
@@ -333,7 +361,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Err(InputError("--threads must be at least 1".into()).into());
     }
     let einsum = einsum_of_run(&args)?;
-    let (compiled, outcome) = match args.backend {
+    let (compiled, outcome) = match backend_of(&args)? {
         Backend::Local => {
             let procs = args.procs.unwrap_or(1);
             deinsum_exec::preflight::check_in_process_ranks(procs)
@@ -592,7 +620,7 @@ fn print_text(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) {
             .collect::<Vec<_>>()
             .join(","),
         plan.procs,
-        match args.backend {
+        match backend_of(args).unwrap_or(Backend::Local) {
             Backend::Local => "in-process",
             Backend::Mpi => "MPI",
         },
@@ -689,7 +717,7 @@ fn print_json(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) -> a
     let v = json!({
         "expression": plan.expression,
         "procs": plan.procs,
-        "backend": match args.backend { Backend::Local => "local", Backend::Mpi => "mpi" },
+        "backend": match backend_of(args).unwrap_or(Backend::Local) { Backend::Local => "local", Backend::Mpi => "mpi" },
         "dtype": match s.dtype { Dtype::F64 => "f64", Dtype::F32 => "f32" },
         "steps": steps,
         "seconds": s.seconds,
