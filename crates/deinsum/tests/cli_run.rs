@@ -352,3 +352,107 @@ fn an_input_error_is_printed_by_launched_rank_0_only() {
     assert_eq!(code, 2, "{err}");
     assert_eq!(err.matches("2 operands").count(), 1, "{err}");
 }
+
+#[test]
+fn a_saved_plan_runs_exactly_and_bad_plan_files_are_refused_before_running() {
+    let dir = std::env::temp_dir().join(format!("deinsum-cli-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("plan.json");
+    let p = plan.to_str().unwrap();
+    let sizes = "i=7,j=6,k=8,a=5,l=9";
+    let (code, _, err) = deinsum(&[
+        "plan",
+        "ijk,ja,ka,al->il",
+        "--sizes",
+        sizes,
+        "--procs",
+        "5",
+        "-o",
+        p,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    // The saved plan runs on its 5 ranks, checked, with the plan's predicted words.
+    let (code, out, err) = deinsum(&["run", "--plan", p, "--check", "--format", "json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    assert_eq!(v["procs"], 5);
+    assert_eq!(v["check"]["pass"], true);
+    assert_eq!(v["volume_exact"], true);
+    assert_eq!(v["predicted_total"], saved["prediction"]["total"]);
+    // With input files: the output of a generated run, read back as an input of the plan.
+    let (code, _, err) = deinsum(&[
+        "plan",
+        "ij,jk->ik",
+        "--sizes",
+        "i=6,j=4,k=5",
+        "--procs",
+        "3",
+        "-o",
+        p,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let a = dir.join("a.npy");
+    let b = dir.join("b.npy");
+    for (f, s) in [(&a, "i=6,k=4"), (&b, "i=4,k=5")] {
+        let (code, _, err) = deinsum(&[
+            "run",
+            "ik->ik",
+            "--sizes",
+            s,
+            "--output",
+            f.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let list = format!("{},{}", a.display(), b.display());
+    let (code, out, err) = deinsum(&["run", "--plan", p, "--inputs", &list, "--check"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("on 3 ranks") && out.contains(": ok"), "{out}");
+
+    // Another number of ranks, another schema version, garbage, an inconsistent plan: exit 2,
+    // naming the file, and nothing runs (no report on stdout).
+    let (code, out, err) = deinsum(&["run", "--plan", p, "--procs", "4"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("for 3 ranks") && err.contains("has 4"),
+        "{err}"
+    );
+    assert!(out.is_empty(), "{out}");
+    let text = std::fs::read_to_string(&plan).unwrap();
+    let bad = dir.join("bad.json");
+    let cases = [
+        (
+            text.replacen("\"version\": 3", "\"version\": 2", 1),
+            "schema version 2",
+        ),
+        ("not json".to_string(), "does not parse"),
+        (
+            text.replacen("\"procs\": 3", "\"procs\": 2", 1),
+            "not a valid plan",
+        ),
+        (
+            text.replacen(
+                "\"expression\": \"ij,jk->ik\"",
+                "\"expression\": \"ij,jk->ki\"",
+                1,
+            ),
+            "does not match",
+        ),
+    ];
+    for (content, want) in cases {
+        assert_ne!(content, text, "the edit for {want:?} applies");
+        std::fs::write(&bad, content).unwrap();
+        let (code, out, err) = deinsum(&["run", "--plan", bad.to_str().unwrap()]);
+        assert_eq!(code, 2, "{want}: {err}");
+        assert!(
+            err.contains("bad.json") && err.contains(want),
+            "{want}: {err}"
+        );
+        assert!(out.is_empty(), "{out}");
+    }
+    let (code, _, err) = deinsum(&["run", "--plan", dir.join("none.json").to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

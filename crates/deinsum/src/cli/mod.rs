@@ -6,6 +6,7 @@ pub mod inputs;
 pub mod parse;
 pub mod path;
 pub mod plan;
+pub mod plan_file;
 pub mod run;
 
 use std::process::ExitCode;

@@ -33,10 +33,14 @@ pub enum Backend {
 /// Arguments of `deinsum run`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The einsum, such as "ijk,ja,ka,al->il".
-    pub expr: String,
+    /// The einsum, such as "ijk,ja,ka,al->il" (not with --plan).
+    #[arg(required_unless_present = "plan")]
+    pub expr: Option<String>,
     #[command(flatten)]
     pub extents: super::ExtentArgs,
+    /// Run this plan file (from `deinsum plan ... -o FILE`) exactly, instead of planning.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["expr", "sizes", "size", "shapes", "mem"])]
+    pub plan: Option<PathBuf>,
     /// Number of ranks (default 1 in-process; with --backend mpi the MPI world size, which it
     /// must equal when given).
     #[arg(long)]
@@ -137,6 +141,7 @@ fn run_local<T: Scalar>(plan: &Plan, args: &Args) -> anyhow::Result<Outcome> {
 fn run_mpi<T: Scalar>(
     einsum: &deinsum_expr::Einsum,
     args: &Args,
+    saved: Option<&Plan>,
 ) -> anyhow::Result<(crate::Einsum, Option<Outcome>)> {
     let universe = mpi::initialize().context("MPI initialization failed")?;
     let comm = deinsum_exec::mpi::MpiComm::world(&universe);
@@ -149,8 +154,8 @@ fn run_mpi<T: Scalar>(
         ))
         .into());
     }
-    // Every rank compiles the same plan deterministically; the executor checks the hashes.
-    let compiled = compile(einsum, args, procs)?;
+    // Every rank compiles (or reads) the same plan; the executor checks the hashes.
+    let compiled = compile_or_load(einsum, args, procs, saved, "the MPI world")?;
     // Every rank checks its node; all refuse together, so none waits on a refused peer.
     let ranks_on_node = deinsum_exec::preflight::mpi_ranks_on_node().unwrap_or(1);
     let verdict = preflight::<T>(compiled.plan(), args, ranks_on_node, comm.rank() == 0);
@@ -188,6 +193,7 @@ fn run_mpi<T: Scalar>(
 fn run_mpi<T: Scalar>(
     _einsum: &deinsum_expr::Einsum,
     _args: &Args,
+    _saved: Option<&Plan>,
 ) -> anyhow::Result<(crate::Einsum, Option<Outcome>)> {
     Err(InputError(
         "--backend mpi needs a build with the `mpi` feature (cargo build --features mpi)".into(),
@@ -290,16 +296,22 @@ fn input_paths(args: &Args) -> Option<Vec<PathBuf>> {
 /// The einsum of the run: extents from the flags, or from the `--inputs` headers when no
 /// extent flag is given. Every input file is checked here, before any rank moves data, and
 /// each dtype conversion is said once on stderr.
-fn einsum_of_run(args: &Args) -> anyhow::Result<deinsum_expr::Einsum> {
+fn einsum_of_run(args: &Args, saved: Option<&Plan>) -> anyhow::Result<deinsum_expr::Einsum> {
+    let expr = args.expr.as_deref().unwrap_or_default();
     let Some(raw) = args.inputs.as_deref() else {
-        return super::einsum_from_args(&args.expr, &args.extents);
+        return match saved {
+            Some(p) => Ok(p.einsum.clone()),
+            None => super::einsum_from_args(expr, &args.extents),
+        };
     };
     let paths = super::inputs::parse_list(raw)?;
     let x = &args.extents;
-    let einsum = if x.sizes.is_none() && x.size.is_none() && x.shapes.is_none() {
-        super::inputs::einsum_from_files(&args.expr, &paths)?
+    let einsum = if let Some(p) = saved {
+        p.einsum.clone()
+    } else if x.sizes.is_none() && x.size.is_none() && x.shapes.is_none() {
+        super::inputs::einsum_from_files(expr, &paths)?
     } else {
-        super::einsum_from_args(&args.expr, &args.extents)?
+        super::einsum_from_args(expr, &args.extents)?
     };
     let notes = super::inputs::check_files(&einsum, &paths, args.dtype == Dtype::F32)?;
     if let Some(out) = &args.output {
@@ -311,6 +323,24 @@ fn einsum_of_run(args: &Args) -> anyhow::Result<deinsum_expr::Einsum> {
         }
     }
     Ok(einsum)
+}
+
+/// The saved plan (refused when it is for another number of ranks than `procs`, which comes
+/// from `what`), else the plan compiled for `procs` ranks.
+fn compile_or_load(
+    einsum: &deinsum_expr::Einsum,
+    args: &Args,
+    procs: usize,
+    saved: Option<&Plan>,
+    what: &str,
+) -> anyhow::Result<crate::Einsum> {
+    match (saved, &args.plan) {
+        (Some(plan), Some(path)) => {
+            super::plan_file::check_procs(plan, path, procs, what)?;
+            Ok(crate::Einsum::from_plan(plan.clone()))
+        }
+        _ => compile(einsum, args, procs),
+    }
 }
 
 /// Compiles the plan for `procs` ranks; planner errors are the user's (exit 2).
@@ -360,13 +390,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.threads == Some(0) {
         return Err(InputError("--threads must be at least 1".into()).into());
     }
-    let einsum = einsum_of_run(&args)?;
+    let saved = match &args.plan {
+        Some(path) => Some(super::plan_file::load(path)?),
+        None => None,
+    };
+    let einsum = einsum_of_run(&args, saved.as_ref())?;
     let (compiled, outcome) = match backend_of(&args)? {
         Backend::Local => {
-            let procs = args.procs.unwrap_or(1);
+            let procs = args.procs.or(saved.as_ref().map(|p| p.procs)).unwrap_or(1);
             deinsum_exec::preflight::check_in_process_ranks(procs)
                 .map_err(|e| InputError(e.to_string()))?;
-            let compiled = compile(&einsum, &args, procs)?;
+            let compiled =
+                compile_or_load(&einsum, &args, procs, saved.as_ref(), "this run (--procs)")?;
             match args.dtype {
                 Dtype::F64 => preflight::<f64>(compiled.plan(), &args, procs, true)?,
                 Dtype::F32 => preflight::<f32>(compiled.plan(), &args, procs, true)?,
@@ -378,8 +413,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             (compiled, Some(outcome))
         }
         Backend::Mpi => match args.dtype {
-            Dtype::F64 => run_mpi::<f64>(&einsum, &args)?,
-            Dtype::F32 => run_mpi::<f32>(&einsum, &args)?,
+            Dtype::F64 => run_mpi::<f64>(&einsum, &args, saved.as_ref())?,
+            Dtype::F32 => run_mpi::<f32>(&einsum, &args, saved.as_ref())?,
         },
     };
     let plan = compiled.plan();
