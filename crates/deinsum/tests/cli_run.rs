@@ -305,6 +305,18 @@ fn inputs_as_a_user_has_them_extents_from_headers_and_dtypes_converted() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("is also an input"), "{err}");
+    // An output that cannot be created is refused before the run, exit 2.
+    for (o, want) in [
+        (dir.to_str().unwrap().to_string(), "is a directory"),
+        (
+            dir.join("no/C.npy").to_str().unwrap().to_string(),
+            "does not exist",
+        ),
+    ] {
+        let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--inputs", &list, "--output", &o]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(want), "{err}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -175,3 +175,25 @@ pub fn check_output(output: &Path, inputs: &[PathBuf]) -> Result<(), InputError>
     }
     Ok(())
 }
+
+/// Refuses an `--output` that cannot be created: a directory, or a file in a directory that
+/// does not exist (found before the run, rather than as a failed write on some rank).
+pub fn check_output_path(output: &Path) -> Result<(), InputError> {
+    if output.is_dir() {
+        return Err(InputError(format!(
+            "--output {}: is a directory; name a .npy file",
+            output.display()
+        )));
+    }
+    let parent = output.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(dir) = parent {
+        if !dir.is_dir() {
+            return Err(InputError(format!(
+                "--output {}: the directory {} does not exist",
+                output.display(),
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
+}

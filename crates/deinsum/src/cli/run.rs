@@ -298,6 +298,9 @@ fn input_paths(args: &Args) -> Option<Vec<PathBuf>> {
 /// each dtype conversion is said once on stderr.
 fn einsum_of_run(args: &Args, saved: Option<&Plan>) -> anyhow::Result<deinsum_expr::Einsum> {
     let expr = args.expr.as_deref().unwrap_or_default();
+    if let Some(out) = &args.output {
+        super::inputs::check_output_path(out)?;
+    }
     let Some(raw) = args.inputs.as_deref() else {
         return match saved {
             Some(p) => Ok(p.einsum.clone()),
