@@ -107,6 +107,11 @@ for ex in mttkrp ttmc matrix_chain; do
         run "example $ex -n $n" 0 -- -n "$n" "$target_dir/debug/examples/$ex"
     done
 done
+# The examples parse their flags: --help exits 0 without running, an unknown flag exits 2.
+for ex in mttkrp ttmc matrix_chain; do
+    run "example $ex --help" 0 -- -n 2 "$target_dir/debug/examples/$ex" --help
+    run "example $ex refuses an unknown flag" nonzero -- -n 2 "$target_dir/debug/examples/$ex" --bogus
+done
 # The examples' check can fail: a perturbed serial reference must give a non-zero exit.
 DEINSUM_EXAMPLE_PERTURB=1 run "example mttkrp with a wrong reference fails" nonzero -- -n 2 "$target_dir/debug/examples/mttkrp"
 
@@ -115,6 +120,49 @@ for n in $NPS; do
     run "deinsum run --backend mpi --check -n $n" 0 -- -n "$n" "$target_dir/debug/deinsum" run \
         "ijk,ja,ka,al->il" --sizes i=7,j=6,k=8,a=5,l=9 --procs "$n" --backend mpi --check
 done
+
+# Started by mpirun without --backend, the MPI build runs one MPI job (one report), not n.
+for n in 3; do
+    out=$(timeout "$TIMEOUT" "$MPIRUN" -n "$n" "$target_dir/debug/deinsum" run "ij,jk->ik" \
+        --sizes i=7,j=5,k=6 --check 2>&1)
+    st=$?
+    if [ $st -eq 0 ] && [ "$(echo "$out" | grep -c "on $n ranks (MPI")" -eq 1 ]; then
+        ok "mpirun -n $n deinsum run without --backend uses MPI"
+    else
+        echo "$out" | tail -20
+        bad "mpirun -n $n deinsum run without --backend uses MPI (exit $st)"
+    fi
+done
+# A saved plan runs exactly under mpirun; a plan for another world size is refused (exit 2).
+plan_dir=$(mktemp -d)
+"$target_dir/debug/deinsum" plan "ijk,ja,ka,al->il" --sizes i=7,j=6,k=8,a=5,l=9 --procs 3 \
+    -o "$plan_dir/plan.json" >/dev/null
+run "deinsum run --plan (P=3) -n 3" 0 -- -n 3 "$target_dir/debug/deinsum" run --plan "$plan_dir/plan.json" --check
+out=$(timeout "$TIMEOUT" "$MPIRUN" -n 2 "$target_dir/debug/deinsum" run --plan "$plan_dir/plan.json" 2>&1)
+st=$?
+if [ $st -eq 2 ] && [ "$(echo "$out" | grep -c "the plan is for 3 ranks but the MPI world has 2")" -eq 1 ]; then
+    ok "a plan for 3 ranks under mpirun -n 2 is refused once, exit 2"
+else
+    echo "$out" | tail -20
+    bad "a plan for 3 ranks under mpirun -n 2 is refused once, exit 2 (exit $st)"
+fi
+# The issue's new-user run: extents from the files' headers (97x61 and 61x83), no extent flag.
+"$target_dir/debug/deinsum" run "ij->ij" --sizes i=97,j=61 --output "$plan_dir/A.npy" >/dev/null
+"$target_dir/debug/deinsum" run "jk->jk" --sizes j=61,k=83 --seed 1 --output "$plan_dir/B.npy" >/dev/null
+run "deinsum run --inputs (extents from headers) -n 3" 0 -- -n 3 "$target_dir/debug/deinsum" run \
+    "ij,jk->ik" --backend mpi --inputs "$plan_dir/A.npy, $plan_dir/B.npy" \
+    --output "$plan_dir/C.npy" --check
+rm -rf "$plan_dir"
+# An input error is printed once (by rank 0), exit status 2.
+out=$(timeout "$TIMEOUT" "$MPIRUN" -n 3 "$target_dir/debug/deinsum" run "ij,jk->ik" \
+    --inputs /nonexistent-a.npy,/nonexistent-b.npy 2>&1)
+st=$?
+if [ $st -ne 0 ] && [ $st -ne 124 ] && [ "$(echo "$out" | grep -c "nonexistent-a.npy")" -eq 1 ]; then
+    ok "an input error under mpirun is printed once"
+else
+    echo "$out" | tail -20
+    bad "an input error under mpirun is printed once (exit $st)"
+fi
 
 rm -f "$build_log" "$build_log.err"
 finish

@@ -32,6 +32,9 @@ impl Example for Chain {
     fn name(&self) -> &str {
         "matrix_chain"
     }
+    fn flags(&self) -> Vec<(&'static str, &'static str)> {
+        vec![("size", "base extent of the chain (default 10)")]
+    }
     fn expr(&self) -> &str {
         "ij,jk,kl,lm->im"
     }

@@ -20,6 +20,12 @@ impl Example for Mttkrp {
     fn name(&self) -> &str {
         "mttkrp"
     }
+    fn flags(&self) -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("size", "extent of i, j and k (default 24)"),
+            ("rank", "CP rank r (default 8)"),
+        ]
+    }
     fn expr(&self) -> &str {
         "ijk,jr,kr->ir"
     }

@@ -19,6 +19,12 @@ impl Example for Ttmc {
     fn name(&self) -> &str {
         "ttmc"
     }
+    fn flags(&self) -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("size", "extent of the tensor modes (default 20)"),
+            ("rank", "extent of the factor ranks (default 5)"),
+        ]
+    }
     fn expr(&self) -> &str {
         "ijk,jb,kc->ibc"
     }

@@ -221,3 +221,292 @@ fn named_extent_one_dims_broadcast_as_numpy() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Writes a `.npy` file of dtype `descr` and order with raw data bytes `data`.
+fn write_npy_raw(path: &std::path::Path, descr: &str, fortran: bool, shape: &[usize], data: &[u8]) {
+    let dims: Vec<String> = shape.iter().map(|n| n.to_string()).collect();
+    let shape_text = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let fo = if fortran { "True" } else { "False" };
+    let mut dict =
+        format!("{{'descr': '{descr}', 'fortran_order': {fo}, 'shape': {shape_text}, }}");
+    while (10 + dict.len() + 1) % 64 != 0 {
+        dict.push(' ');
+    }
+    dict.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(dict.as_bytes());
+    bytes.extend_from_slice(data);
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn inputs_as_a_user_has_them_extents_from_headers_and_dtypes_converted() {
+    let dir = std::env::temp_dir().join(format!("deinsum-cli-inputs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (m, k, n) = (11usize, 7usize, 13usize);
+    let a: Vec<i64> = (0..m * k).map(|x| (x as i64 * 37) % 19 - 9).collect();
+    let b: Vec<f64> = (0..k * n).map(|x| (x as f64 * 0.37).sin()).collect();
+    let pa = dir.join("A.npy");
+    let pb = dir.join("B.npy");
+    write_npy_raw(
+        &pa,
+        "<i8",
+        false,
+        &[m, k],
+        &a.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>(),
+    );
+    // B big-endian and Fortran-ordered: column j of B is contiguous.
+    let bf: Vec<u8> = (0..n)
+        .flat_map(|col| (0..k).map(move |row| row * n + col))
+        .flat_map(|ix| b[ix].to_be_bytes())
+        .collect();
+    write_npy_raw(&pb, ">f8", true, &[k, n], &bf);
+    let out = dir.join("C.npy");
+    let list = format!(" {} , {} ", pa.display(), pb.display());
+    let (code, s, err) = deinsum(&[
+        "run",
+        "ij,jk->ik",
+        "--inputs",
+        &list,
+        "--procs",
+        "3",
+        "--check",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{s}{err}");
+    assert!(s.contains("i=11,j=7,k=13"), "{s}");
+    assert!(s.contains(": ok"), "{s}");
+    assert!(
+        err.contains("A.npy holds int64; converted to float64"),
+        "{err}"
+    );
+    assert!(err.contains("B.npy holds big-endian float64"), "{err}");
+    // The output equals the product computed here, serially.
+    let got: Vec<f64> = deinsum::exec::npy::read_operand_block(
+        &out,
+        &deinsum::expr::Operand::new(vec![
+            deinsum::expr::Dim::Index('i'),
+            deinsum::expr::Dim::Index('k'),
+        ]),
+        &[('i', m), ('k', n)].into_iter().collect(),
+        &deinsum::plan::Block::full(&[m, n]),
+    )
+    .unwrap();
+    let want: Vec<f64> = (0..m * n)
+        .map(|ix| {
+            (0..k)
+                .map(|j| a[ix / n * k + j] as f64 * b[j * n + ix % n])
+                .sum()
+        })
+        .collect();
+    let (_, rel) = deinsum::exec::reference::max_error(&got, &want);
+    assert!(rel < 1e-13, "{rel}");
+
+    // An index the files disagree on names both files and the index.
+    let pbad = dir.join("Bbad.npy");
+    write_npy_raw(&pbad, "<f8", false, &[6, n], &vec![0u8; 6 * n * 8]);
+    let list = format!("{},{}", pa.display(), pbad.display());
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--inputs", &list]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("index 'j'") && err.contains("A.npy") && err.contains("Bbad.npy"),
+        "{err}"
+    );
+    // A trailing comma names the empty item.
+    let list = format!("{},{},", pa.display(), pb.display());
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--inputs", &list]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("item 3 of 3 is empty"), "{err}");
+    // A directory says so; a missing file exits 2 and says it once.
+    let list = format!("{},{}", pa.display(), dir.display());
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--inputs", &list]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is a directory"), "{err}");
+    let list = format!("{},{}", pa.display(), dir.join("none.npy").display());
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--inputs", &list]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.matches("No such file").count(), 1, "{err}");
+    // A wrong shape with extents from the flags exits 2 as well.
+    let list = format!("{},{}", pa.display(), pb.display());
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--size", "4", "--inputs", &list]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("expected shape (4, 4)"), "{err}");
+    // The output may not overwrite an input.
+    let (code, _, err) = deinsum(&[
+        "run",
+        "ij,jk->ik",
+        "--inputs",
+        &list,
+        "--output",
+        pa.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is also an input"), "{err}");
+    // An output that cannot be created is refused before the run, exit 2.
+    for (o, want) in [
+        (dir.to_str().unwrap().to_string(), "is a directory"),
+        (
+            dir.join("no/C.npy").to_str().unwrap().to_string(),
+            "does not exist",
+        ),
+    ] {
+        let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--inputs", &list, "--output", &o]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(want), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn deinsum_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_deinsum"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn an_mpi_launch_without_the_mpi_build_is_refused_not_run_n_times() {
+    let run = ["run", "ij,jk->ik", "--size", "4"];
+    let (code, out, err) = deinsum_env(&run, &[("OMPI_COMM_WORLD_SIZE", "3")]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("one of 3 ranks") && err.contains("mpi` feature"),
+        "{err}"
+    );
+    assert!(out.is_empty(), "{out}");
+    let (code, _, err) = deinsum_env(&run, &[("PMI_SIZE", "2")]);
+    assert_eq!(code, 2, "{err}");
+    // A launch of one rank runs in process; an explicit --backend local is obeyed.
+    let (code, out, err) = deinsum_env(&run, &[("OMPI_COMM_WORLD_SIZE", "1")]);
+    assert_eq!(code, 0, "{out}{err}");
+    let local = ["run", "ij,jk->ik", "--size", "4", "--backend", "local"];
+    let (code, out, err) = deinsum_env(&local, &[("OMPI_COMM_WORLD_SIZE", "3")]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn an_input_error_is_printed_by_launched_rank_0_only() {
+    let bad = ["run", "ij,jk->ik", "--size", "4", "--inputs", "a.npy"];
+    let (code, _, err) = deinsum_env(&bad, &[("OMPI_COMM_WORLD_RANK", "1")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.is_empty(), "{err}");
+    let (code, _, err) = deinsum_env(&bad, &[("OMPI_COMM_WORLD_RANK", "0")]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.matches("2 operands").count(), 1, "{err}");
+}
+
+#[test]
+fn a_saved_plan_runs_exactly_and_bad_plan_files_are_refused_before_running() {
+    let dir = std::env::temp_dir().join(format!("deinsum-cli-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("plan.json");
+    let p = plan.to_str().unwrap();
+    let sizes = "i=7,j=6,k=8,a=5,l=9";
+    let (code, _, err) = deinsum(&[
+        "plan",
+        "ijk,ja,ka,al->il",
+        "--sizes",
+        sizes,
+        "--procs",
+        "5",
+        "-o",
+        p,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    // The saved plan runs on its 5 ranks, checked, with the plan's predicted words.
+    let (code, out, err) = deinsum(&["run", "--plan", p, "--check", "--format", "json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    assert_eq!(v["procs"], 5);
+    assert_eq!(v["check"]["pass"], true);
+    assert_eq!(v["volume_exact"], true);
+    assert_eq!(v["predicted_total"], saved["prediction"]["total"]);
+    // With input files: the output of a generated run, read back as an input of the plan.
+    let (code, _, err) = deinsum(&[
+        "plan",
+        "ij,jk->ik",
+        "--sizes",
+        "i=6,j=4,k=5",
+        "--procs",
+        "3",
+        "-o",
+        p,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let a = dir.join("a.npy");
+    let b = dir.join("b.npy");
+    for (f, s) in [(&a, "i=6,k=4"), (&b, "i=4,k=5")] {
+        let (code, _, err) = deinsum(&[
+            "run",
+            "ik->ik",
+            "--sizes",
+            s,
+            "--output",
+            f.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let list = format!("{},{}", a.display(), b.display());
+    let (code, out, err) = deinsum(&["run", "--plan", p, "--inputs", &list, "--check"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("on 3 ranks") && out.contains(": ok"), "{out}");
+
+    // Another number of ranks, another schema version, garbage, an inconsistent plan: exit 2,
+    // naming the file, and nothing runs (no report on stdout).
+    let (code, out, err) = deinsum(&["run", "--plan", p, "--procs", "4"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("for 3 ranks") && err.contains("has 4"),
+        "{err}"
+    );
+    assert!(out.is_empty(), "{out}");
+    let text = std::fs::read_to_string(&plan).unwrap();
+    let bad = dir.join("bad.json");
+    let cases = [
+        (
+            text.replacen("\"version\": 3", "\"version\": 2", 1),
+            "schema version 2",
+        ),
+        ("not json".to_string(), "does not parse"),
+        (
+            text.replacen("\"procs\": 3", "\"procs\": 2", 1),
+            "not a valid plan",
+        ),
+        (
+            text.replacen(
+                "\"expression\": \"ij,jk->ik\"",
+                "\"expression\": \"ij,jk->ki\"",
+                1,
+            ),
+            "does not match",
+        ),
+    ];
+    for (content, want) in cases {
+        assert_ne!(content, text, "the edit for {want:?} applies");
+        std::fs::write(&bad, content).unwrap();
+        let (code, out, err) = deinsum(&["run", "--plan", bad.to_str().unwrap()]);
+        assert_eq!(code, 2, "{want}: {err}");
+        assert!(
+            err.contains("bad.json") && err.contains(want),
+            "{want}: {err}"
+        );
+        assert!(out.is_empty(), "{out}");
+    }
+    let (code, _, err) = deinsum(&["run", "--plan", dir.join("none.json").to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -2,9 +2,11 @@
 //! library so that other front ends (the Python binding) print exactly what the CLI prints.
 
 pub mod bound;
+pub mod inputs;
 pub mod parse;
 pub mod path;
 pub mod plan;
+pub mod plan_file;
 pub mod run;
 
 use std::process::ExitCode;
@@ -14,13 +16,16 @@ use std::process::ExitCode;
 #[error("{0}")]
 pub struct InputError(pub String);
 
-/// Prints an error and maps it to the exit status: 2 for input errors, 1 otherwise.
+/// Prints an error and maps it to the exit status: 2 for input errors, 1 otherwise. Under an
+/// MPI launcher every rank finds the same input error; only rank 0 prints it.
 pub fn report(e: &anyhow::Error) -> ExitCode {
-    eprintln!("error: {e}");
     let input = e.chain().any(|c| {
         c.downcast_ref::<InputError>().is_some()
             || c.downcast_ref::<deinsum_expr::ExprError>().is_some()
     });
+    if !input || launch_rank().unwrap_or(0) == 0 {
+        eprintln!("error: {}", chain_text(e));
+    }
     if input {
         ExitCode::from(2)
     } else {
@@ -68,4 +73,37 @@ pub fn einsum_from_args(expr: &str, a: &ExtentArgs) -> anyhow::Result<deinsum_ex
         spec.default = Some(DEFAULT_SIZE);
     }
     Ok(deinsum_expr::parse(expr, &spec)?)
+}
+
+/// This process's rank when an MPI launcher started it (from the launcher's environment:
+/// Open MPI's `OMPI_COMM_WORLD_RANK`, PMI's `PMI_RANK`, PMIx's `PMIX_RANK`), else `None`.
+pub fn launch_rank() -> Option<usize> {
+    ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+}
+
+/// The world size when an MPI launcher started this process (`OMPI_COMM_WORLD_SIZE`,
+/// `PMI_SIZE`), else `None`.
+pub fn launch_size() -> Option<usize> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+}
+
+/// An error and its causes on one line, each said once: a cause whose text is already in the
+/// line (errors that print their source) is left out.
+pub fn chain_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for c in e.chain() {
+        let t = c.to_string();
+        if out.contains(&t) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&t);
+    }
+    out
 }

@@ -28,11 +28,23 @@ pub struct Args {
     #[arg(long)]
     pub per_rank: bool,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = super::Format::Text)]
-    pub format: super::Format,
+    #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
+    pub format: PlanFormat,
     /// Also write the plan JSON to this file.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<std::path::PathBuf>,
+}
+
+/// Output format of `deinsum plan`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlanFormat {
+    /// Human-readable text.
+    #[default]
+    Text,
+    /// The plan JSON on standard output.
+    Json,
+    /// Graphviz DOT: the contraction tree (steps clustered by fused group) and the SDG.
+    Dot,
 }
 
 /// Runs the subcommand.
@@ -64,8 +76,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
     let text = match args.format {
-        super::Format::Json => format!("{json}\n"),
-        super::Format::Text => render_text(&plan, &args.optimize),
+        PlanFormat::Json => format!("{json}\n"),
+        PlanFormat::Text => render_text(&plan, &args.optimize),
+        PlanFormat::Dot => render_dot(&plan)?,
     };
     let mut out = std::io::stdout().lock();
     match std::io::Write::write_all(&mut out, text.as_bytes()) {
@@ -358,4 +371,60 @@ fn render_totals(o: &mut String, plan: &Plan) {
         "idle ranks: {}",
         plan.idle.clone().unwrap_or_else(|| "none".into())
     );
+}
+
+/// The plan's contraction tree and its SDG as two Graphviz digraphs (petgraph's `Dot`): in the
+/// tree a vertex per input and per step (its einsum, multiply-adds and fused group), in the
+/// SDG a vertex per tensor and an edge per dependency, labelled with the consuming step.
+pub fn render_dot(plan: &Plan) -> anyhow::Result<String> {
+    use petgraph::dot::{Config, Dot};
+    use petgraph::graph::DiGraph;
+    let tree = &plan.tree;
+    let group_of = |s: usize| plan.groups.iter().position(|g| g.group.steps.contains(&s));
+    let mut g: DiGraph<String, String> = DiGraph::new();
+    let mut v = Vec::new();
+    for (k, idx) in tree.leaf_indices.iter().enumerate() {
+        let name: String = idx.iter().collect();
+        v.push(g.add_node(format!("input {k}: {name}")));
+    }
+    for (s, st) in tree.steps.iter().enumerate() {
+        let mut all: Vec<char> = st.operand_indices.iter().flatten().copied().collect();
+        all.sort_unstable();
+        all.dedup();
+        let madds: u128 = all
+            .iter()
+            .map(|c| tree.extents.get(c).copied().unwrap_or(1) as u128)
+            .product();
+        let group = group_of(s).map_or(String::from("-"), |k| k.to_string());
+        let node = g.add_node(format!(
+            "step {s}: {}\n{madds} multiply-adds\nfused group {group}",
+            st.einsum_string()
+        ));
+        for &op in &st.operands {
+            g.add_edge(v[op], node, String::new());
+        }
+        v.push(node);
+    }
+    let mut out = String::from("// contraction tree (deinsum plan --format dot)\n");
+    out.push_str(&format!("{}", Dot::with_config(&g, &[Config::EdgeNoLabel])));
+    let sdg = deinsum_soap::Sdg::new(tree).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let getter_node = |_, (_, n): (_, &deinsum_soap::SdgNode)| {
+        let name: String = n.indices.iter().collect();
+        let what = match n.step {
+            None => format!("input {}", n.node),
+            Some(s) => format!("result of step {s}"),
+        };
+        format!("label = \"{what}: {name}\"")
+    };
+    out.push_str("// symbolic directed graph (SDG)\n");
+    out.push_str(&format!(
+        "{:?}",
+        Dot::with_attr_getters(
+            sdg.graph(),
+            &[Config::NodeNoLabel, Config::EdgeNoLabel],
+            &|_, e| format!("label = \"step {}\"", e.weight().step),
+            &getter_node,
+        )
+    ));
+    Ok(out)
 }

@@ -33,10 +33,14 @@ pub enum Backend {
 /// Arguments of `deinsum run`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The einsum, such as "ijk,ja,ka,al->il".
-    pub expr: String,
+    /// The einsum, such as "ijk,ja,ka,al->il" (not with --plan).
+    #[arg(required_unless_present = "plan")]
+    pub expr: Option<String>,
     #[command(flatten)]
     pub extents: super::ExtentArgs,
+    /// Run this plan file (from `deinsum plan ... -o FILE`) exactly, instead of planning.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["expr", "sizes", "size", "shapes", "mem"])]
+    pub plan: Option<PathBuf>,
     /// Number of ranks (default 1 in-process; with --backend mpi the MPI world size, which it
     /// must equal when given).
     #[arg(long)]
@@ -57,12 +61,15 @@ pub struct Args {
     /// Element type.
     #[arg(long, value_enum, default_value_t = Dtype::F64)]
     pub dtype: Dtype,
-    /// Backend.
-    #[arg(long, value_enum, default_value_t = Backend::Local)]
-    pub backend: Backend,
+    /// Backend [default: mpi when started by an MPI launcher (mpirun, srun) in a build with
+    /// the `mpi` feature, else local].
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
     /// Input operands as .npy files, comma-separated, one per operand (default: generated).
-    #[arg(long, value_delimiter = ',')]
-    pub inputs: Option<Vec<PathBuf>>,
+    /// Without an extent flag the extents come from the files' headers; any float, integer or
+    /// bool dtype, C or Fortran order, is read (converted to --dtype as NumPy would).
+    #[arg(long, value_name = "A.npy,B.npy,...")]
+    pub inputs: Option<String>,
     /// Write the output to this .npy file.
     #[arg(long)]
     pub output: Option<PathBuf>,
@@ -115,7 +122,15 @@ fn run_local<T: Scalar>(plan: &Plan, args: &Args) -> anyhow::Result<Outcome> {
     let opts = exec_options(args, args.threads.unwrap_or((cores / plan.procs).max(1)));
     let outs = world
         .run(|comm| rank_main(plan, comm, &inputs, &opts, args.check, args.output.as_ref()))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .map_err(|e| match e {
+            // The executor's errors often name the rank already: say it once.
+            deinsum_exec::RankFailure::Error { rank, error } => {
+                let text = super::chain_text(&error);
+                let me = format!("rank {rank}: ");
+                anyhow::anyhow!("rank {rank}: {}", text.strip_prefix(&me).unwrap_or(&text))
+            }
+            other => anyhow::anyhow!("{other}"),
+        })?;
     outs.into_iter()
         .flatten()
         .next()
@@ -126,6 +141,7 @@ fn run_local<T: Scalar>(plan: &Plan, args: &Args) -> anyhow::Result<Outcome> {
 fn run_mpi<T: Scalar>(
     einsum: &deinsum_expr::Einsum,
     args: &Args,
+    saved: Option<&Plan>,
 ) -> anyhow::Result<(crate::Einsum, Option<Outcome>)> {
     let universe = mpi::initialize().context("MPI initialization failed")?;
     let comm = deinsum_exec::mpi::MpiComm::world(&universe);
@@ -138,8 +154,8 @@ fn run_mpi<T: Scalar>(
         ))
         .into());
     }
-    // Every rank compiles the same plan deterministically; the executor checks the hashes.
-    let compiled = compile(einsum, args, procs)?;
+    // Every rank compiles (or reads) the same plan; the executor checks the hashes.
+    let compiled = compile_or_load(einsum, args, procs, saved, "the MPI world")?;
     // Every rank checks its node; all refuse together, so none waits on a refused peer.
     let ranks_on_node = deinsum_exec::preflight::mpi_ranks_on_node().unwrap_or(1);
     let verdict = preflight::<T>(compiled.plan(), args, ranks_on_node, comm.rank() == 0);
@@ -167,7 +183,7 @@ fn run_mpi<T: Scalar>(
             args.check,
             args.output.as_ref(),
         )
-        .map_err(|e| format!("{e:#}")),
+        .map_err(|e| super::chain_text(&e)),
     );
     Ok((compiled, outcome))
 }
@@ -177,6 +193,7 @@ fn run_mpi<T: Scalar>(
 fn run_mpi<T: Scalar>(
     _einsum: &deinsum_expr::Einsum,
     _args: &Args,
+    _saved: Option<&Plan>,
 ) -> anyhow::Result<(crate::Einsum, Option<Outcome>)> {
     Err(InputError(
         "--backend mpi needs a build with the `mpi` feature (cargo build --features mpi)".into(),
@@ -263,9 +280,69 @@ fn omp_threads() -> Option<usize> {
 }
 
 fn inputs_of<T>(args: &Args) -> Inputs<T> {
-    match &args.inputs {
-        Some(paths) => Inputs::Npy(paths.clone()),
+    match input_paths(args) {
+        Some(paths) => Inputs::Npy(paths),
         None => Inputs::Seeded { seed: args.seed },
+    }
+}
+
+/// The `--inputs` files (the list was checked by [`einsum_of_run`]).
+fn input_paths(args: &Args) -> Option<Vec<PathBuf>> {
+    args.inputs
+        .as_deref()
+        .and_then(|raw| super::inputs::parse_list(raw).ok())
+}
+
+/// The einsum of the run: extents from the flags, or from the `--inputs` headers when no
+/// extent flag is given. Every input file is checked here, before any rank moves data, and
+/// each dtype conversion is said once on stderr.
+fn einsum_of_run(args: &Args, saved: Option<&Plan>) -> anyhow::Result<deinsum_expr::Einsum> {
+    let expr = args.expr.as_deref().unwrap_or_default();
+    if let Some(out) = &args.output {
+        super::inputs::check_output_path(out)?;
+    }
+    let Some(raw) = args.inputs.as_deref() else {
+        return match saved {
+            Some(p) => Ok(p.einsum.clone()),
+            None => super::einsum_from_args(expr, &args.extents),
+        };
+    };
+    let paths = super::inputs::parse_list(raw)?;
+    let x = &args.extents;
+    let einsum = if let Some(p) = saved {
+        p.einsum.clone()
+    } else if x.sizes.is_none() && x.size.is_none() && x.shapes.is_none() {
+        super::inputs::einsum_from_files(expr, &paths)?
+    } else {
+        super::einsum_from_args(expr, &args.extents)?
+    };
+    let notes = super::inputs::check_files(&einsum, &paths, args.dtype == Dtype::F32)?;
+    if let Some(out) = &args.output {
+        super::inputs::check_output(out, &paths)?;
+    }
+    if super::launch_rank().unwrap_or(0) == 0 {
+        for n in notes {
+            eprintln!("{n}");
+        }
+    }
+    Ok(einsum)
+}
+
+/// The saved plan (refused when it is for another number of ranks than `procs`, which comes
+/// from `what`), else the plan compiled for `procs` ranks.
+fn compile_or_load(
+    einsum: &deinsum_expr::Einsum,
+    args: &Args,
+    procs: usize,
+    saved: Option<&Plan>,
+    what: &str,
+) -> anyhow::Result<crate::Einsum> {
+    match (saved, &args.plan) {
+        (Some(plan), Some(path)) => {
+            super::plan_file::check_procs(plan, path, procs, what)?;
+            Ok(crate::Einsum::from_plan(plan.clone()))
+        }
+        _ => compile(einsum, args, procs),
     }
 }
 
@@ -286,6 +363,25 @@ fn compile(
     })
 }
 
+/// The backend of the run: `--backend`, else MPI when an MPI launcher started this process
+/// (its environment says so) and the build has MPI. A launched world of several ranks in a
+/// build without MPI is refused: it would run that many independent in-process jobs.
+fn backend_of(args: &Args) -> anyhow::Result<Backend> {
+    if let Some(b) = args.backend {
+        return Ok(b);
+    }
+    match super::launch_size() {
+        Some(_) if cfg!(feature = "mpi") => Ok(Backend::Mpi),
+        Some(n) if n > 1 => Err(InputError(format!(
+            "started by an MPI launcher as one of {n} ranks, but this deinsum is built without \
+             the `mpi` feature: each rank would run its own in-process job (build with \
+             --features mpi, or run without mpirun and use --procs {n})"
+        ))
+        .into()),
+        _ => Ok(Backend::Local),
+    }
+}
+
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.procs == Some(0) {
@@ -297,23 +393,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.threads == Some(0) {
         return Err(InputError("--threads must be at least 1".into()).into());
     }
-    let einsum = super::einsum_from_args(&args.expr, &args.extents)?;
-    if let Some(paths) = &args.inputs {
-        if paths.len() != einsum.inputs.len() {
-            return Err(InputError(format!(
-                "--inputs names {} files for {} operands",
-                paths.len(),
-                einsum.inputs.len()
-            ))
-            .into());
-        }
-    }
-    let (compiled, outcome) = match args.backend {
+    let saved = match &args.plan {
+        Some(path) => Some(super::plan_file::load(path)?),
+        None => None,
+    };
+    let einsum = einsum_of_run(&args, saved.as_ref())?;
+    let (compiled, outcome) = match backend_of(&args)? {
         Backend::Local => {
-            let procs = args.procs.unwrap_or(1);
+            let procs = args.procs.or(saved.as_ref().map(|p| p.procs)).unwrap_or(1);
             deinsum_exec::preflight::check_in_process_ranks(procs)
                 .map_err(|e| InputError(e.to_string()))?;
-            let compiled = compile(&einsum, &args, procs)?;
+            let compiled =
+                compile_or_load(&einsum, &args, procs, saved.as_ref(), "this run (--procs)")?;
             match args.dtype {
                 Dtype::F64 => preflight::<f64>(compiled.plan(), &args, procs, true)?,
                 Dtype::F32 => preflight::<f32>(compiled.plan(), &args, procs, true)?,
@@ -325,8 +416,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             (compiled, Some(outcome))
         }
         Backend::Mpi => match args.dtype {
-            Dtype::F64 => run_mpi::<f64>(&einsum, &args)?,
-            Dtype::F32 => run_mpi::<f32>(&einsum, &args)?,
+            Dtype::F64 => run_mpi::<f64>(&einsum, &args, saved.as_ref())?,
+            Dtype::F32 => run_mpi::<f32>(&einsum, &args, saved.as_ref())?,
         },
     };
     let plan = compiled.plan();
@@ -367,7 +458,7 @@ const NAIVE_MAX_POINTS: f64 = 2e7;
 
 fn check_result(plan: &Plan, args: &Args, got: &[f64]) -> anyhow::Result<Check> {
     let e = &plan.einsum;
-    let (method, want) = match &args.inputs {
+    let (method, want) = match &input_paths(args) {
         None if iteration_space(e) <= NAIVE_MAX_POINTS => {
             ("naive loop nest", naive_seeded(e, args.seed))
         }
@@ -567,7 +658,7 @@ fn print_text(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) {
             .collect::<Vec<_>>()
             .join(","),
         plan.procs,
-        match args.backend {
+        match backend_of(args).unwrap_or(Backend::Local) {
             Backend::Local => "in-process",
             Backend::Mpi => "MPI",
         },
@@ -664,7 +755,7 @@ fn print_json(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) -> a
     let v = json!({
         "expression": plan.expression,
         "procs": plan.procs,
-        "backend": match args.backend { Backend::Local => "local", Backend::Mpi => "mpi" },
+        "backend": match backend_of(args).unwrap_or(Backend::Local) { Backend::Local => "local", Backend::Mpi => "mpi" },
         "dtype": match s.dtype { Dtype::F64 => "f64", Dtype::F32 => "f32" },
         "steps": steps,
         "seconds": s.seconds,

@@ -4,6 +4,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
+use super::dtype::ElemType;
 use super::literal::Literal;
 use super::{fmt_shape, format_err, io_err, NpyError, NpyHeader, MAGIC};
 use crate::scalar::Scalar;
@@ -78,7 +79,7 @@ pub(super) fn read_header_from(path: &Path, f: &mut File) -> Result<NpyHeader, N
         other => {
             return Err(NpyError::Dtype {
                 path: path.to_path_buf(),
-                expected: "<f8 or <f4".into(),
+                expected: "a float, integer or bool dtype".into(),
                 found: format!("structured dtype {}", other.describe()),
             })
         }
@@ -107,19 +108,18 @@ pub(super) fn read_header_from(path: &Path, f: &mut File) -> Result<NpyHeader, N
     })
 }
 
-/// Checks the header against the dtype `T` and the expected shape.
-pub(super) fn check_header<T: Scalar>(
+/// Checks the header against the expected shape and returns its element type: `T` itself, or
+/// a numeric type (integer, bool, the other float, either byte order) converted on reading.
+pub(super) fn check_header(
     path: &Path,
     h: &NpyHeader,
     expected: &[usize],
-) -> Result<(), NpyError> {
-    if h.descr != T::NPY_DTYPE {
-        return Err(NpyError::Dtype {
-            path: path.to_path_buf(),
-            expected: T::NPY_DTYPE.into(),
-            found: h.descr.clone(),
-        });
-    }
+) -> Result<ElemType, NpyError> {
+    let elem = ElemType::parse(&h.descr).ok_or_else(|| NpyError::Dtype {
+        path: path.to_path_buf(),
+        expected: "a float, integer or bool dtype".into(),
+        found: h.descr.clone(),
+    })?;
     if h.shape != expected {
         return Err(NpyError::Shape {
             path: path.to_path_buf(),
@@ -127,12 +127,7 @@ pub(super) fn check_header<T: Scalar>(
             found: h.shape.clone(),
         });
     }
-    if h.fortran_order && h.shape.iter().filter(|&&n| n > 1).count() > 1 {
-        return Err(NpyError::FortranOrder {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(())
+    Ok(elem)
 }
 
 /// The `.npy` header (magic through padding) for a C-ordered array of `T` with `shape`:

@@ -2,7 +2,9 @@
 //!
 //! The format is NumPy's (versions 1.0, 2.0 and 3.0): a magic string, a version, a header
 //! length, a Python-literal header dictionary (`descr`, `fortran_order`, `shape`), then the raw
-//! little-endian data. Only C-ordered `<f8` and `<f4` arrays are accepted.
+//! data. Arrays in C or Fortran order are read; elements of any float, integer or bool type in
+//! either byte order are converted to the run's dtype as NumPy's `astype` does ([`ElemType`]);
+//! written files are C-ordered little-endian `<f8` or `<f4`.
 //!
 //! Readers map the distinct indices of an operand to its storage dimensions, so operands with
 //! diagonals (an index repeated in one operand) and broadcast dimensions are read in place.
@@ -11,11 +13,13 @@ use std::path::{Path, PathBuf};
 
 use crate::comm::CommError;
 
+mod dtype;
 mod header;
 mod literal;
 mod read;
 mod write;
 
+pub use dtype::{ElemType, Kind};
 pub use header::{header_bytes, read_header};
 pub use read::{check_operand_file, read_operand_block};
 pub use write::write_distributed;
@@ -43,12 +47,12 @@ pub enum NpyError {
         /// What is wrong.
         reason: String,
     },
-    /// The element type differs from the one asked for.
+    /// The element type is not one the reader converts (complex, half, strings, structured).
     #[error("{}: expected dtype {expected}, found {found}", .path.display())]
     Dtype {
         /// The file.
         path: PathBuf,
-        /// The dtype the computation needs (`<f8` or `<f4`).
+        /// What the reader accepts.
         expected: String,
         /// The dtype in the file.
         found: String,
@@ -62,16 +66,6 @@ pub enum NpyError {
         expected: Vec<usize>,
         /// The shape in the file.
         found: Vec<usize>,
-    },
-    /// The array is stored in Fortran (column-major) order.
-    #[error(
-        "{}: the array is stored in Fortran order; only C order is supported \
-         (save numpy.ascontiguousarray(a))",
-        .path.display()
-    )]
-    FortranOrder {
-        /// The file.
-        path: PathBuf,
     },
     /// The arguments do not describe a block of the array (wrong rank, out of range, sizes).
     #[error("{}: {reason}", .path.display())]
@@ -128,6 +122,11 @@ pub struct NpyHeader {
 }
 
 impl NpyHeader {
+    /// The element type, `None` when it is not one the reader converts.
+    pub fn elem_type(&self) -> Option<ElemType> {
+        ElemType::parse(&self.descr)
+    }
+
     /// Number of elements, `None` on overflow.
     pub fn len(&self) -> Option<u64> {
         self.shape

@@ -8,6 +8,7 @@ use std::path::Path;
 use deinsum_expr::{Dim, Index, Operand};
 use deinsum_plan::Block;
 
+use super::dtype::ElemType;
 use super::header::{check_header, read_header_from};
 use super::{format_err, invalid, io_err, NpyError, NpyHeader};
 use crate::scalar::Scalar;
@@ -75,25 +76,27 @@ pub(super) fn for_each_run<E>(
 }
 
 /// Checks, without reading any data, that the `.npy` file at `path` can hold input operand
-/// `operand`: dtype `T`, C order, the operand's storage shape, and a file long enough. Ranks
+/// `operand`: a dtype convertible to `T`, the operand's storage shape, and a file long enough. Ranks
 /// that hold no block of an operand call this so that a bad file is reported on every rank.
+// `T` is kept so callers name the run's dtype; every numeric file converts to either.
+#[allow(clippy::extra_unused_type_parameters)]
 pub fn check_operand_file<T: Scalar>(
     path: &Path,
     operand: &Operand,
     extents: &BTreeMap<Index, usize>,
 ) -> Result<NpyHeader, NpyError> {
     let mut f = File::open(path).map_err(io_err(path))?;
-    check_open::<T>(path, &mut f, operand, extents).map(|(h, _)| h)
+    check_open(path, &mut f, operand, extents).map(|(h, _, _)| h)
 }
 
-/// Header, dtype, shape and length checks of an open file; returns the header and the
-/// operand's storage shape.
-pub(super) fn check_open<T: Scalar>(
+/// Header, dtype, shape and length checks of an open file; returns the header, the operand's
+/// storage shape and the file's element type.
+pub(super) fn check_open(
     path: &Path,
     f: &mut File,
     operand: &Operand,
     extents: &BTreeMap<Index, usize>,
-) -> Result<(NpyHeader, Vec<usize>), NpyError> {
+) -> Result<(NpyHeader, Vec<usize>, ElemType), NpyError> {
     let mut expected = Vec::with_capacity(operand.dims.len());
     for d in &operand.dims {
         expected.push(match d {
@@ -104,12 +107,12 @@ pub(super) fn check_open<T: Scalar>(
         });
     }
     let h = read_header_from(path, f)?;
-    check_header::<T>(path, &h, &expected)?;
+    let elem = check_header(path, &h, &expected)?;
     let total = h
         .len()
         .ok_or_else(|| invalid(path, "element count overflows u64"))?;
     let need = total
-        .checked_mul(T::BYTES as u64)
+        .checked_mul(elem.bytes as u64)
         .and_then(|b| b.checked_add(h.data_offset))
         .ok_or_else(|| invalid(path, "file size overflows u64"))?;
     let have = f.metadata().map_err(io_err(path))?.len();
@@ -119,14 +122,16 @@ pub(super) fn check_open<T: Scalar>(
             format!("file is truncated: {have} bytes, the header promises {need}"),
         ));
     }
-    Ok((h, expected))
+    Ok((h, expected, elem))
 }
 
 /// Reads the block `block` (ranges over `operand.indices`, global coordinates) of input operand
 /// `operand` from the `.npy` file at `path`, row-major over `operand.indices`.
 ///
 /// The file must hold the operand's storage shape (`operand.shape(extents)`; broadcast
-/// dimensions have extent 1) in dtype `T`, C order. Only the block's bytes are read, by seeking.
+/// dimensions have extent 1), in C or Fortran order, of `T` or a numeric dtype converted to
+/// `T` as NumPy's `astype` does. Only the block's bytes are read, by seeking (a Fortran-ordered
+/// block is read along its contiguous runs, then transposed in memory).
 /// Diagonal storage dimensions (an index repeated in `operand.dims`) are read at equal
 /// coordinates, broadcast dimensions at coordinate 0.
 pub fn read_operand_block<T: Scalar>(
@@ -155,10 +160,18 @@ pub fn read_operand_block<T: Scalar>(
         }
     }
     let mut f = File::open(path).map_err(io_err(path))?;
-    let (h, expected) = check_open::<T>(path, &mut f, operand, extents)?;
+    let (h, expected, elem) = check_open(path, &mut f, operand, extents)?;
 
+    // Storage strides: row-major, or column-major for a Fortran-ordered file.
+    let sstride = if h.fortran_order {
+        let rev: Vec<usize> = expected.iter().rev().copied().collect();
+        let mut s = strides(&rev).ok_or_else(|| invalid(path, "shape overflows u64"))?;
+        s.reverse();
+        s
+    } else {
+        strides(&expected).ok_or_else(|| invalid(path, "shape overflows u64"))?
+    };
     // Storage stride of each distinct index: a diagonal index advances all its storage dims.
-    let sstride = strides(&expected).ok_or_else(|| invalid(path, "shape overflows u64"))?;
     let stride: Vec<u64> = operand
         .indices
         .iter()
@@ -174,22 +187,86 @@ pub fn read_operand_block<T: Scalar>(
         .collect();
 
     let n = usize::try_from(block.len()).map_err(|_| invalid(path, "block too large"))?;
-    let mut out: Vec<T> = Vec::with_capacity(n);
+    if !h.fortran_order {
+        let mut out: Vec<T> = Vec::with_capacity(n);
+        read_runs(path, &mut f, &h, elem, &stride, block, &mut out)?;
+        debug_assert_eq!(out.len(), n);
+        return Ok(out);
+    }
+    // Fortran order: walk the block with its dimensions reversed, so the runs are contiguous
+    // in the file, then transpose into the block's row-major order.
+    let rev_stride: Vec<u64> = stride.iter().rev().copied().collect();
+    let rev_block = Block {
+        ranges: block.ranges.iter().rev().copied().collect(),
+    };
+    let mut col: Vec<T> = Vec::with_capacity(n);
+    read_runs(path, &mut f, &h, elem, &rev_stride, &rev_block, &mut col)?;
+    debug_assert_eq!(col.len(), n);
+    let ext: Vec<usize> = block.ranges.iter().map(|&(s, e)| e - s).collect();
+    Ok(transpose_col_to_row(&col, &ext))
+}
+
+/// Reads the runs of `block` (strides `stride` in the file) into `out`, converting elements.
+fn read_runs<T: Scalar>(
+    path: &Path,
+    f: &mut File,
+    h: &NpyHeader,
+    elem: ElemType,
+    stride: &[u64],
+    block: &Block,
+    out: &mut Vec<T>,
+) -> Result<(), NpyError> {
     let mut buf: Vec<u8> = Vec::new();
     let data = h.data_offset;
-    for_each_run(&stride, block, |off, len| -> Result<(), NpyError> {
-        let mut left = len as usize * T::BYTES;
-        f.seek(SeekFrom::Start(data + off * T::BYTES as u64))
+    let size = elem.bytes;
+    // Whole elements per chunk, so a chunk never splits one.
+    let chunk = (CHUNK_BYTES / size) * size;
+    for_each_run(stride, block, |off, len| -> Result<(), NpyError> {
+        let mut left = len as usize * size;
+        f.seek(SeekFrom::Start(data + off * size as u64))
             .map_err(io_err(path))?;
         while left > 0 {
-            let take = left.min(CHUNK_BYTES);
+            let take = left.min(chunk);
             buf.resize(take, 0);
             f.read_exact(&mut buf).map_err(io_err(path))?;
-            T::from_bytes(&buf, &mut out);
+            elem.convert(&buf, out);
             left -= take;
         }
         Ok(())
-    })?;
-    debug_assert_eq!(out.len(), n);
-    Ok(out)
+    })
+}
+
+/// Reorders `col`, a block of extents `ext` stored column-major (first index fastest), into
+/// row-major order.
+pub(super) fn transpose_col_to_row<T: Copy>(col: &[T], ext: &[usize]) -> Vec<T> {
+    let nd = ext.len();
+    if nd < 2 || col.is_empty() {
+        return col.to_vec();
+    }
+    // Column-major stride of each dimension.
+    let mut cstride = vec![1usize; nd];
+    for q in 1..nd {
+        cstride[q] = cstride[q - 1] * ext[q - 1];
+    }
+    let mut out = Vec::with_capacity(col.len());
+    let mut x = vec![0usize; nd];
+    let mut pos = 0usize;
+    loop {
+        out.push(col[pos]);
+        // Odometer in row-major order, last index fastest.
+        let mut q = nd;
+        loop {
+            if q == 0 {
+                return out;
+            }
+            q -= 1;
+            x[q] += 1;
+            pos += cstride[q];
+            if x[q] < ext[q] {
+                break;
+            }
+            pos -= cstride[q] * ext[q];
+            x[q] = 0;
+        }
+    }
 }

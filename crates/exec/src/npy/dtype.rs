@@ -1,0 +1,125 @@
+//! Element types a `.npy` file may hold, and their conversion to the run's dtype as NumPy's
+//! `astype` does (integers and bools to floats, either byte order, f8 to f4 and back).
+
+use crate::scalar::Scalar;
+
+/// The kind of a `.npy` element type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `b1`: one byte, zero is False.
+    Bool,
+    /// `i1`..`i8`.
+    Int,
+    /// `u1`..`u8`.
+    Uint,
+    /// `f4`, `f8`.
+    Float,
+}
+
+/// A numeric `.npy` element type the reader converts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ElemType {
+    /// Bool, signed, unsigned or float.
+    pub kind: Kind,
+    /// Bytes per element.
+    pub bytes: usize,
+    /// Stored most significant byte first (`>`).
+    pub big_endian: bool,
+}
+
+impl ElemType {
+    /// Parses a NumPy `descr` such as `<f8`, `>i4`, `|b1`, `|u1`; `None` for any other type
+    /// (complex, half, strings, structured).
+    pub fn parse(descr: &str) -> Option<ElemType> {
+        let b = descr.as_bytes();
+        if b.len() != 3 {
+            return None;
+        }
+        let big_endian = match b[0] {
+            b'<' | b'|' => false,
+            b'>' => true,
+            // '=' is the machine's order; every target deinsum builds for is little-endian.
+            b'=' => cfg!(target_endian = "big"),
+            _ => return None,
+        };
+        let bytes = (b[2] as char).to_digit(10)? as usize;
+        let kind = match (b[1], bytes) {
+            (b'b', 1) | (b'?', 1) => Kind::Bool,
+            (b'i', 1 | 2 | 4 | 8) => Kind::Int,
+            (b'u', 1 | 2 | 4 | 8) => Kind::Uint,
+            (b'f', 4 | 8) => Kind::Float,
+            _ => return None,
+        };
+        Some(ElemType {
+            kind,
+            bytes,
+            big_endian,
+        })
+    }
+
+    /// NumPy's name of the type: `int64`, `bool`, `float32`, with `big-endian` when it is.
+    pub fn name(&self) -> String {
+        let base = match self.kind {
+            Kind::Bool => "bool".to_string(),
+            Kind::Int => format!("int{}", 8 * self.bytes),
+            Kind::Uint => format!("uint{}", 8 * self.bytes),
+            Kind::Float => format!("float{}", 8 * self.bytes),
+        };
+        if self.big_endian && self.bytes > 1 {
+            format!("big-endian {base}")
+        } else {
+            base
+        }
+    }
+
+    /// True when the bytes are `T`'s own (no conversion needed).
+    pub fn is<T: Scalar>(&self) -> bool {
+        self.kind == Kind::Float
+            && self.bytes == T::BYTES
+            && (self.big_endian == cfg!(target_endian = "big") || self.bytes == 1)
+    }
+
+    /// Appends the elements in `bytes` (a multiple of `self.bytes` long) to `out`, converted to
+    /// `T` with one rounding, as `numpy.ndarray.astype` does.
+    pub fn convert<T: Scalar>(&self, bytes: &[u8], out: &mut Vec<T>) {
+        if self.is::<T>() {
+            T::from_bytes(bytes, out);
+            return;
+        }
+        out.reserve(bytes.len() / self.bytes);
+        let mut word = [0u8; 8];
+        for chunk in bytes.chunks_exact(self.bytes) {
+            let w = &mut word[..self.bytes];
+            w.copy_from_slice(chunk);
+            if self.big_endian {
+                w.reverse();
+            }
+            // Little-endian now; sign-extend signed integers to 8 bytes.
+            let raw = u64::from_le_bytes({
+                let mut full = [0u8; 8];
+                full[..self.bytes].copy_from_slice(w);
+                if self.kind == Kind::Int && w[self.bytes - 1] & 0x80 != 0 {
+                    full[self.bytes..].fill(0xff);
+                }
+                full
+            });
+            out.push(self.value::<T>(raw));
+        }
+    }
+
+    /// One element (its little-endian bits, widened) as `T`. For an f32 run the value is
+    /// rounded to f32 directly (then widened exactly), so no value is rounded twice.
+    fn value<T: Scalar>(&self, raw: u64) -> T {
+        let single = T::BYTES == 4;
+        let x = match self.kind {
+            Kind::Bool => f64::from(u8::from(raw != 0)),
+            Kind::Int if single => f64::from(raw as i64 as f32),
+            Kind::Int => raw as i64 as f64,
+            Kind::Uint if single => f64::from(raw as f32),
+            Kind::Uint => raw as f64,
+            Kind::Float if self.bytes == 4 => f64::from(f32::from_bits(raw as u32)),
+            Kind::Float => f64::from_bits(raw),
+        };
+        T::from_f64(x)
+    }
+}
