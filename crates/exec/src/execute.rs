@@ -504,11 +504,20 @@ fn run_steps<T: Scalar, C: Communicator>(
     pool: Option<&rayon::ThreadPool>,
 ) -> Result<(Held<T>, Mem, RunReport), ExecError> {
     let me = comm.rank();
-    let mut held: Held<T> = BTreeMap::new();
-    let mut mem = Mem {
-        cur: 0,
-        peak: 0,
-        peak_buffers: 0,
+    let mut run = Interpreter {
+        plan,
+        comm,
+        loaded,
+        inputs,
+        opts,
+        pool,
+        me,
+        held: BTreeMap::new(),
+        mem: Mem {
+            cur: 0,
+            peak: 0,
+            peak_buffers: 0,
+        },
     };
     let mut report = RunReport {
         rank: me,
@@ -522,7 +531,6 @@ fn run_steps<T: Scalar, C: Communicator>(
         {
             return Err(ExecError::Cancelled { rank: me, step: i });
         }
-        let bad = |message: String| ExecError::InvalidPlan { step: i, message };
         let t0 = Instant::now();
         let tr0 = comm.traffic();
         let mut m = StepMeasure {
@@ -537,24 +545,39 @@ fn run_steps<T: Scalar, C: Communicator>(
             predicted_received: 0,
             madds: 0.0,
         };
+        run.step(i, step, &mut m)?;
+        let tr1 = comm.traffic();
+        m.sent = (tr1.sent - tr0.sent) / T::BYTES as u64;
+        m.received = (tr1.received - tr0.received) / T::BYTES as u64;
+        m.seconds = t0.elapsed().as_secs_f64();
+        report.madds += m.madds;
+        report.steps.push(m);
+    }
+    Ok((run.held, run.mem, report))
+}
+
+/// One rank walking one run of a plan: what it holds and its memory tally, with one method per
+/// [`PlanStep`] kind.
+struct Interpreter<'a, T: Scalar, C: Communicator> {
+    plan: &'a Plan,
+    comm: &'a C,
+    loaded: &'a mut Loaded<T>,
+    inputs: &'a Inputs<T>,
+    opts: &'a ExecOptions,
+    pool: Option<&'a rayon::ThreadPool>,
+    me: usize,
+    held: Held<T>,
+    mem: Mem,
+}
+
+impl<T: Scalar, C: Communicator> Interpreter<'_, T, C> {
+    /// Runs step `i`, filling in what `m` measures besides time and traffic.
+    fn step(&mut self, i: usize, step: &PlanStep, m: &mut StepMeasure) -> Result<(), ExecError> {
         match step {
             PlanStep::Load { tensor, dist } => {
                 m.kind = "load".into();
                 m.tensor = Some(*tensor);
-                let t = plan
-                    .tensor(*tensor)
-                    .ok_or_else(|| bad(format!("unknown tensor {tensor}")))?;
-                let slot = loaded
-                    .get_mut(tensor)
-                    .ok_or_else(|| bad(format!("{} was not read ahead", t.name)))?;
-                let local = match (&slot.ranges, slot.block.take()) {
-                    (None, _) => None,
-                    (Some(_), Some(b)) => Some(b),
-                    // Kept by the previous run (an input that is also the output): read again.
-                    (Some(_), None) => read_input(plan, me, inputs, i, *tensor, dist)?,
-                };
-                mem.add(words(&local));
-                held.insert(*tensor, (dist.clone(), local));
+                self.load(i, *tensor, dist)
             }
             PlanStep::Redistribute {
                 tensor,
@@ -565,49 +588,12 @@ fn run_steps<T: Scalar, C: Communicator>(
             } => {
                 m.kind = "redistribute".into();
                 m.tensor = Some(*tensor);
-                (m.predicted_sent, m.predicted_received) = plan.step_words(i, me);
-                // This rank's transfers, derived from the move (plans store none).
-                let transfers = plan.step_transfers(i, me).pop().unwrap_or_default();
-                let t = plan
-                    .tensor(*tensor)
-                    .ok_or_else(|| bad(format!("unknown tensor {tensor}")))?;
-                let (cur_dist, mut cur) = held
-                    .remove(tensor)
-                    .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
-                if &cur_dist != from {
-                    return Err(bad(format!(
-                        "{} is not in the redistribution's source distribution",
-                        t.name
-                    )));
-                }
-                let cur_words = words(&cur);
-                let new = redistribute(comm, t, &mut cur, false, to, *sum, &transfers, &mut mem)
-                    .map_err(|e| e.into_exec(bad))?;
-                mem.sub(cur_words);
-                give_back(loaded, *tensor, cur);
-                held.insert(*tensor, (to.clone(), new));
+                (m.predicted_sent, m.predicted_received) = self.plan.step_words(i, self.me);
+                self.redistribute(i, *tensor, from, to, *sum)
             }
             PlanStep::Compute { group } => {
                 m.kind = "compute".into();
-                let g = plan
-                    .groups
-                    .get(*group)
-                    .ok_or_else(|| bad(format!("unknown group {group}")))?;
-                let (out_id, out_dist) = &g.output;
-                m.tensor = Some(*out_id);
-                let mut ins: Vec<(usize, Option<&LocalTensor<T>>)> = Vec::new();
-                for (tid, d) in &g.inputs {
-                    ins.push((*tid, held_input(&held, *tid, d).map_err(bad)?));
-                }
-                let mut stats = GroupStats::default();
-                let result = on_pool(pool, || {
-                    compute_group(plan, g, me, &ins, None, opts, &mut stats)
-                })
-                .map_err(bad)?;
-                m.madds = stats.madds;
-                mem.touch(stats.max_intermediate + words(&result));
-                mem.add(words(&result));
-                held.insert(*out_id, (out_dist.clone(), result));
+                self.compute(i, *group, m)
             }
             PlanStep::ComputePhase {
                 group,
@@ -616,104 +602,237 @@ fn run_steps<T: Scalar, C: Communicator>(
                 ..
             } => {
                 m.kind = "compute_phase".into();
-                let g = plan
-                    .groups
-                    .get(*group)
-                    .ok_or_else(|| bad(format!("unknown group {group}")))?;
-                let ph = g
-                    .phases
-                    .as_ref()
-                    .ok_or_else(|| bad(format!("group {group} is not phased")))?;
-                if *phase >= ph.count {
-                    return Err(bad(format!("phase {phase} of {}", ph.count)));
-                }
-                let (out_id, out_dist) = &g.output;
-                m.tensor = Some(*out_id);
-                (m.predicted_sent, m.predicted_received) = plan.step_words(i, me);
-                let fetch_transfers = plan.step_transfers(i, me);
-                // Fetch the windows: the resting blocks stay, the windows are copies.
-                let mut windows: Vec<(usize, Distribution, Option<LocalTensor<T>>)> = Vec::new();
-                for (f, transfers) in fetch.iter().zip(&fetch_transfers) {
-                    let t = plan
-                        .tensor(f.tensor)
-                        .ok_or_else(|| bad(format!("unknown tensor {}", f.tensor)))?;
-                    let (_, cur) = held
-                        .get_mut(&f.tensor)
-                        .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
-                    let w = redistribute(comm, t, cur, true, &f.to, false, transfers, &mut mem)
-                        .map_err(|e| e.into_exec(bad))?;
-                    windows.push((f.tensor, f.to.clone(), w));
-                }
-                let mut ins: Vec<(usize, Option<&LocalTensor<T>>)> = Vec::new();
-                for (tid, d) in &g.inputs {
-                    if let Some((_, wd, w)) = windows.iter().find(|(id, _, _)| id == tid) {
-                        let mut expect = d.clone();
-                        expect.window = wd.window.clone();
-                        if wd != &expect || wd.window.len() != 1 || wd.window[0].part != *phase {
-                            return Err(bad(format!(
-                                "window of tensor {tid} is not phase {phase} of the group's distribution"
-                            )));
-                        }
-                        ins.push((*tid, w.as_ref()));
-                        continue;
-                    }
-                    ins.push((*tid, held_input(&held, *tid, d).map_err(bad)?));
-                }
-                let cut = Some((ph.index, ph.count, *phase));
-                let mut stats = GroupStats::default();
-                let part = on_pool(pool, || {
-                    compute_group(plan, g, me, &ins, cut, opts, &mut stats)
-                })
-                .map_err(bad)?;
-                m.madds = stats.madds;
-                mem.touch(stats.max_intermediate + words(&part));
-                drop(ins);
-                for (_, _, w) in windows {
-                    mem.sub(words(&w));
-                }
-                // Accumulate into the output block, held from phase 0 on.
-                if *phase == 0 {
-                    mem.add(words(&part));
-                    held.insert(*out_id, (out_dist.clone(), part));
-                } else {
-                    let (_, acc) = held
-                        .get_mut(out_id)
-                        .ok_or_else(|| bad("the phased output is not live".into()))?;
-                    match (acc.as_mut(), part) {
-                        (Some(a), Some(p)) => {
-                            if a.ranges != p.ranges || a.data.len() != p.data.len() {
-                                return Err(bad(
-                                    "phase result does not match the output block".into()
-                                ));
-                            }
-                            for (x, y) in a.data.iter_mut().zip(p.data) {
-                                *x += y;
-                            }
-                        }
-                        (None, None) => {}
-                        _ => {
-                            return Err(bad("phase result does not match the output block".into()))
-                        }
-                    }
-                }
+                (m.predicted_sent, m.predicted_received) = self.plan.step_words(i, self.me);
+                self.compute_phase(i, *group, *phase, fetch, m)
             }
             PlanStep::Free { tensor } => {
                 m.kind = "free".into();
                 m.tensor = Some(*tensor);
-                if let Some((_, b)) = held.remove(tensor) {
-                    mem.sub(words(&b));
-                    give_back(loaded, *tensor, b);
+                if let Some((_, b)) = self.held.remove(tensor) {
+                    self.mem.sub(words(&b));
+                    give_back(self.loaded, *tensor, b);
                 }
+                Ok(())
             }
         }
-        let tr1 = comm.traffic();
-        m.sent = (tr1.sent - tr0.sent) / T::BYTES as u64;
-        m.received = (tr1.received - tr0.received) / T::BYTES as u64;
-        m.seconds = t0.elapsed().as_secs_f64();
-        report.madds += m.madds;
-        report.steps.push(m);
     }
-    Ok((held, mem, report))
+
+    /// Takes an input's block from its slot (read ahead of the timed runs).
+    fn load(&mut self, i: usize, tensor: TensorId, dist: &Distribution) -> Result<(), ExecError> {
+        let bad = |message: String| ExecError::InvalidPlan { step: i, message };
+        let t = self
+            .plan
+            .tensor(tensor)
+            .ok_or_else(|| bad(format!("unknown tensor {tensor}")))?;
+        let slot = self
+            .loaded
+            .get_mut(&tensor)
+            .ok_or_else(|| bad(format!("{} was not read ahead", t.name)))?;
+        let local = match (&slot.ranges, slot.block.take()) {
+            (None, _) => None,
+            (Some(_), Some(b)) => Some(b),
+            // Kept by the previous run (an input that is also the output): read again.
+            (Some(_), None) => read_input(self.plan, self.me, self.inputs, i, tensor, dist)?,
+        };
+        self.mem.add(words(&local));
+        self.held.insert(tensor, (dist.clone(), local));
+        Ok(())
+    }
+
+    /// Moves `tensor` from `from` to `to` along this rank's derived transfers.
+    fn redistribute(
+        &mut self,
+        i: usize,
+        tensor: TensorId,
+        from: &Distribution,
+        to: &Distribution,
+        sum: bool,
+    ) -> Result<(), ExecError> {
+        let bad = |message: String| ExecError::InvalidPlan { step: i, message };
+        // This rank's transfers, derived from the move (plans store none).
+        let transfers = self
+            .plan
+            .step_transfers(i, self.me)
+            .pop()
+            .unwrap_or_default();
+        let t = self
+            .plan
+            .tensor(tensor)
+            .ok_or_else(|| bad(format!("unknown tensor {tensor}")))?;
+        let (cur_dist, mut cur) = self
+            .held
+            .remove(&tensor)
+            .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
+        if &cur_dist != from {
+            return Err(bad(format!(
+                "{} is not in the redistribution's source distribution",
+                t.name
+            )));
+        }
+        let cur_words = words(&cur);
+        let new = redistribute(
+            self.comm,
+            t,
+            &mut cur,
+            false,
+            to,
+            sum,
+            &transfers,
+            &mut self.mem,
+        )
+        .map_err(|e| e.into_exec(bad))?;
+        self.mem.sub(cur_words);
+        give_back(self.loaded, tensor, cur);
+        self.held.insert(tensor, (to.clone(), new));
+        Ok(())
+    }
+
+    /// Computes fused group `group` from the blocks held.
+    fn compute(&mut self, i: usize, group: usize, m: &mut StepMeasure) -> Result<(), ExecError> {
+        let bad = |message: String| ExecError::InvalidPlan { step: i, message };
+        let (plan, me, opts) = (self.plan, self.me, self.opts);
+        let g = plan
+            .groups
+            .get(group)
+            .ok_or_else(|| bad(format!("unknown group {group}")))?;
+        let (out_id, out_dist) = &g.output;
+        m.tensor = Some(*out_id);
+        let mut ins: Vec<(usize, Option<&LocalTensor<T>>)> = Vec::new();
+        for (tid, d) in &g.inputs {
+            ins.push((*tid, held_input(&self.held, *tid, d).map_err(bad)?));
+        }
+        let mut stats = GroupStats::default();
+        let result = on_pool(self.pool, || {
+            compute_group(plan, g, me, &ins, None, opts, &mut stats)
+        })
+        .map_err(bad)?;
+        m.madds = stats.madds;
+        self.mem.touch(stats.max_intermediate + words(&result));
+        self.mem.add(words(&result));
+        self.held.insert(*out_id, (out_dist.clone(), result));
+        Ok(())
+    }
+
+    /// Phase `phase` of a phased group: fetch the windows, compute, add into the output block.
+    fn compute_phase(
+        &mut self,
+        i: usize,
+        group: usize,
+        phase: usize,
+        fetch: &[deinsum_plan::Fetch],
+        m: &mut StepMeasure,
+    ) -> Result<(), ExecError> {
+        let bad = |message: String| ExecError::InvalidPlan { step: i, message };
+        let (plan, me, opts) = (self.plan, self.me, self.opts);
+        let g = plan
+            .groups
+            .get(group)
+            .ok_or_else(|| bad(format!("unknown group {group}")))?;
+        let ph = g
+            .phases
+            .as_ref()
+            .ok_or_else(|| bad(format!("group {group} is not phased")))?;
+        if phase >= ph.count {
+            return Err(bad(format!("phase {phase} of {}", ph.count)));
+        }
+        let (out_id, out_dist) = &g.output;
+        m.tensor = Some(*out_id);
+        let windows = self.fetch_windows(i, fetch)?;
+        let mut ins: Vec<(usize, Option<&LocalTensor<T>>)> = Vec::new();
+        for (tid, d) in &g.inputs {
+            if let Some((_, wd, w)) = windows.iter().find(|(id, _, _)| id == tid) {
+                let mut expect = d.clone();
+                expect.window = wd.window.clone();
+                if wd != &expect || wd.window.len() != 1 || wd.window[0].part != phase {
+                    return Err(bad(format!(
+                        "window of tensor {tid} is not phase {phase} of the group's distribution"
+                    )));
+                }
+                ins.push((*tid, w.as_ref()));
+                continue;
+            }
+            ins.push((*tid, held_input(&self.held, *tid, d).map_err(bad)?));
+        }
+        let cut = Some((ph.index, ph.count, phase));
+        let mut stats = GroupStats::default();
+        let part = on_pool(self.pool, || {
+            compute_group(plan, g, me, &ins, cut, opts, &mut stats)
+        })
+        .map_err(bad)?;
+        m.madds = stats.madds;
+        self.mem.touch(stats.max_intermediate + words(&part));
+        drop(ins);
+        for (_, _, w) in windows {
+            self.mem.sub(words(&w));
+        }
+        // Accumulate into the output block, held from phase 0 on.
+        if phase == 0 {
+            self.mem.add(words(&part));
+            self.held.insert(*out_id, (out_dist.clone(), part));
+            return Ok(());
+        }
+        let (_, acc) = self
+            .held
+            .get_mut(out_id)
+            .ok_or_else(|| bad("the phased output is not live".into()))?;
+        add_into(acc.as_mut(), part).map_err(bad)
+    }
+
+    /// Fetches a phase's windows: the resting blocks stay, the windows are copies.
+    #[allow(clippy::type_complexity)] // (tensor, window distribution, block), used once.
+    fn fetch_windows(
+        &mut self,
+        i: usize,
+        fetch: &[deinsum_plan::Fetch],
+    ) -> Result<Vec<(usize, Distribution, Option<LocalTensor<T>>)>, ExecError> {
+        let bad = |message: String| ExecError::InvalidPlan { step: i, message };
+        let fetch_transfers = self.plan.step_transfers(i, self.me);
+        let mut windows = Vec::new();
+        for (f, transfers) in fetch.iter().zip(&fetch_transfers) {
+            let t = self
+                .plan
+                .tensor(f.tensor)
+                .ok_or_else(|| bad(format!("unknown tensor {}", f.tensor)))?;
+            let (_, cur) = self
+                .held
+                .get_mut(&f.tensor)
+                .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
+            let w = redistribute(
+                self.comm,
+                t,
+                cur,
+                true,
+                &f.to,
+                false,
+                transfers,
+                &mut self.mem,
+            )
+            .map_err(|e| e.into_exec(bad))?;
+            windows.push((f.tensor, f.to.clone(), w));
+        }
+        Ok(windows)
+    }
+}
+
+/// Adds a phase's result into the accumulated output block (both absent on a rank that holds
+/// no block).
+fn add_into<T: Scalar>(
+    acc: Option<&mut LocalTensor<T>>,
+    part: Option<LocalTensor<T>>,
+) -> Result<(), String> {
+    match (acc, part) {
+        (Some(a), Some(p)) => {
+            if a.ranges != p.ranges || a.data.len() != p.data.len() {
+                return Err("phase result does not match the output block".into());
+            }
+            for (x, y) in a.data.iter_mut().zip(p.data) {
+                *x += y;
+            }
+            Ok(())
+        }
+        (None, None) => Ok(()),
+        _ => Err("phase result does not match the output block".into()),
+    }
 }
 
 /// Runs `f` on the rank's thread pool, if it has one.
