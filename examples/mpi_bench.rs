@@ -84,7 +84,7 @@ fn bench_on<C: Communicator>(comm: &C, b: &Bench, backend: &str) -> Result<(), S
         let load: f64 = report
             .steps
             .iter()
-            .filter(|s| s.kind == "load")
+            .filter(|s| s.kind == deinsum::exec::StepKind::Load)
             .map(|s| s.seconds)
             .sum();
         let mut agg = [

@@ -61,7 +61,7 @@ fn main() {
                 // Per step the slowest rank; loads (generation) left out.
                 let steps = reps[0].steps.len();
                 let compute: f64 = (0..steps)
-                    .filter(|&s| reps[0].steps[s].kind != "load")
+                    .filter(|&s| reps[0].steps[s].kind != deinsum_exec::StepKind::Load)
                     .map(|s| reps.iter().map(|r| r.steps[s].seconds).fold(0.0, f64::max))
                     .sum();
                 madds = reps.iter().map(|r| r.madds).sum();

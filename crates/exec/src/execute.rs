@@ -94,13 +94,60 @@ impl Default for ExecOptions {
     }
 }
 
+/// The kind of a plan step, as measures and reports name it (`load`, `redistribute`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    /// [`PlanStep::Load`].
+    Load,
+    /// [`PlanStep::Redistribute`].
+    Redistribute,
+    /// [`PlanStep::Compute`].
+    Compute,
+    /// [`PlanStep::ComputePhase`].
+    ComputePhase,
+    /// [`PlanStep::Free`].
+    Free,
+}
+
+impl StepKind {
+    /// The kind of `step`.
+    pub fn of(step: &PlanStep) -> StepKind {
+        match step {
+            PlanStep::Load { .. } => StepKind::Load,
+            PlanStep::Redistribute { .. } => StepKind::Redistribute,
+            PlanStep::Compute { .. } => StepKind::Compute,
+            PlanStep::ComputePhase { .. } => StepKind::ComputePhase,
+            PlanStep::Free { .. } => StepKind::Free,
+        }
+    }
+
+    /// Its name in reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            StepKind::Load => "load",
+            StepKind::Redistribute => "redistribute",
+            StepKind::Compute => "compute",
+            StepKind::ComputePhase => "compute_phase",
+            StepKind::Free => "free",
+        }
+    }
+}
+
+impl std::fmt::Display for StepKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // pad, so that width and alignment flags apply as they do to strings
+        f.pad(self.name())
+    }
+}
+
 /// What one plan step did on this rank, beside the plan's prediction.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepMeasure {
     /// Position in `Plan::steps`.
     pub step: usize,
-    /// `load`, `redistribute`, `compute` or `free`.
-    pub kind: String,
+    /// What kind of step it was.
+    pub kind: StepKind,
     /// Tensor moved or produced.
     pub tensor: Option<TensorId>,
     /// Wall time in seconds (of the last run).
@@ -535,7 +582,7 @@ fn run_steps<T: Scalar, C: Communicator>(
         let tr0 = comm.traffic();
         let mut m = StepMeasure {
             step: i,
-            kind: String::new(),
+            kind: StepKind::of(step),
             tensor: None,
             seconds: 0.0,
             samples: Vec::new(),
@@ -575,7 +622,6 @@ impl<T: Scalar, C: Communicator> Interpreter<'_, T, C> {
     fn step(&mut self, i: usize, step: &PlanStep, m: &mut StepMeasure) -> Result<(), ExecError> {
         match step {
             PlanStep::Load { tensor, dist } => {
-                m.kind = "load".into();
                 m.tensor = Some(*tensor);
                 self.load(i, *tensor, dist)
             }
@@ -586,27 +632,21 @@ impl<T: Scalar, C: Communicator> Interpreter<'_, T, C> {
                 sum,
                 ..
             } => {
-                m.kind = "redistribute".into();
                 m.tensor = Some(*tensor);
                 (m.predicted_sent, m.predicted_received) = self.plan.step_words(i, self.me);
                 self.redistribute(i, *tensor, from, to, *sum)
             }
-            PlanStep::Compute { group } => {
-                m.kind = "compute".into();
-                self.compute(i, *group, m)
-            }
+            PlanStep::Compute { group } => self.compute(i, *group, m),
             PlanStep::ComputePhase {
                 group,
                 phase,
                 fetch,
                 ..
             } => {
-                m.kind = "compute_phase".into();
                 (m.predicted_sent, m.predicted_received) = self.plan.step_words(i, self.me);
                 self.compute_phase(i, *group, *phase, fetch, m)
             }
             PlanStep::Free { tensor } => {
-                m.kind = "free".into();
                 m.tensor = Some(*tensor);
                 if let Some((_, b)) = self.held.remove(tensor) {
                     self.mem.sub(words(&b));

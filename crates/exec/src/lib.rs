@@ -24,7 +24,7 @@ pub use comm::{CommError, Communicator, Traffic};
 pub use data::Inputs;
 pub use execute::{
     execute, execute_measured, gather_reports, plan_hash, DistTensor, ExecError, ExecOptions,
-    RunReport, StepMeasure,
+    RunReport, StepKind, StepMeasure,
 };
 pub use local::{InProcess, LocalComm, RankFailure};
 pub use scalar::Scalar;

@@ -5,7 +5,7 @@ use anyhow::Context;
 use deinsum_exec::reference::{iteration_space, max_error, naive_seeded, tree_reference};
 use deinsum_exec::{
     execute_measured, gather_reports, Communicator, ExecError, ExecOptions, Inputs, RunReport,
-    Scalar,
+    Scalar, StepKind,
 };
 use deinsum_plan::Plan;
 use serde_json::json;
@@ -522,7 +522,7 @@ fn read_leaf(
 /// One plan step over all ranks: measured beside predicted.
 struct StepRow {
     step: usize,
-    kind: String,
+    kind: Option<StepKind>,
     tensor: String,
     /// Median over the timed runs of the slowest rank's time.
     seconds: f64,
@@ -579,9 +579,9 @@ impl Summary {
                 t.and_then(|t| plan.tensor(t))
                     .is_some_and(|t| matches!(t.kind, deinsum_plan::TensorKind::Input(_)))
             };
-            let counted = ms
-                .first()
-                .is_some_and(|m| m.kind != "load" && !(m.kind == "free" && input(m.tensor)));
+            let counted = ms.first().is_some_and(|m| {
+                m.kind != StepKind::Load && !(m.kind == StepKind::Free && input(m.tensor))
+            });
             if counted {
                 contraction.resize(runs.max(contraction.len()), 0.0);
                 for (c, x) in contraction.iter_mut().zip(&per_run) {
@@ -599,7 +599,7 @@ impl Summary {
             let tid = ms.first().and_then(|m| m.tensor);
             rows.push(StepRow {
                 step: i,
-                kind: ms.first().map(|m| m.kind.clone()).unwrap_or_default(),
+                kind: ms.first().map(|m| m.kind),
                 tensor: tid
                     .and_then(|t| plan.tensor(t))
                     .map(|t| t.name.clone())
@@ -675,11 +675,11 @@ fn print_text(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) {
         "words total meas/pred"
     );
     for r in &s.rows {
-        let moved = r.kind == "redistribute";
+        let moved = r.kind == Some(StepKind::Redistribute);
         println!(
             "{:>4}  {:<12} {:<8} {:>10.3} {:>10.3}  {:>24}  {:>24}  {}",
             r.step,
-            r.kind,
+            r.kind.map_or("", StepKind::name),
             r.tensor,
             r.seconds_min * 1e3,
             r.seconds * 1e3,
@@ -744,7 +744,7 @@ fn print_json(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) -> a
         .iter()
         .map(|r| {
             json!({
-                "step": r.step, "kind": r.kind, "tensor": r.tensor, "seconds": r.seconds,
+                "step": r.step, "kind": r.kind.map(StepKind::name), "tensor": r.tensor, "seconds": r.seconds,
                 "seconds_min": r.seconds_min, "seconds_median": r.seconds,
                 "words_max_per_rank": r.measured_max, "predicted_max_per_rank": r.predicted_max,
                 "words_total": r.measured_total, "predicted_total": r.predicted_total,
