@@ -185,62 +185,60 @@ impl Einsum {
                 plan.einsum.inputs.len()
             )));
         }
-        deinsum_exec::preflight::check_in_process_ranks(plan.procs)?;
-        self.check_fits::<T>(plan.procs)?;
-        let world = InProcess::new(plan.procs).map_err(|e| Error::Exec(ExecError::Comm(e)))?;
         let opts = ExecOptions {
             threads: options.threads.max(1),
             ..options.clone()
         };
-        let out = world
-            .run(|comm| {
-                let me = comm.rank();
-                // This rank's block of every loaded operand, cut out of the lent arrays.
-                let mut blocks = std::collections::BTreeMap::new();
-                for step in &plan.steps {
-                    let PlanStep::Load { tensor, dist } = step else {
-                        continue;
-                    };
-                    let Some(t) = plan.tensor(*tensor) else {
-                        continue;
-                    };
-                    let TensorKind::Input(k) = t.kind else {
-                        continue;
-                    };
-                    if let (Some(b), Some(full)) = (dist.block(me, &t.shape), operands.get(k)) {
-                        let data = deinsum_exec::data::block_of_full(&plan.einsum, k, full, &b)
-                            .map_err(|message| ExecError::Input {
-                                rank: me,
-                                operand: k,
-                                message,
-                            })?;
-                        blocks.insert(k, data);
-                    }
+        self.on_local_ranks(|comm| {
+            let me = comm.rank();
+            // This rank's block of every loaded operand, cut out of the lent arrays.
+            let mut blocks = std::collections::BTreeMap::new();
+            for step in &plan.steps {
+                let PlanStep::Load { tensor, dist } = step else {
+                    continue;
+                };
+                let Some(t) = plan.tensor(*tensor) else {
+                    continue;
+                };
+                let TensorKind::Input(k) = t.kind else {
+                    continue;
+                };
+                if let (Some(b), Some(full)) = (dist.block(me, &t.shape), operands.get(k)) {
+                    let data = deinsum_exec::data::block_of_full(&plan.einsum, k, full, &b)
+                        .map_err(|message| ExecError::Input {
+                            rank: me,
+                            operand: k,
+                            message,
+                        })?;
+                    blocks.insert(k, data);
                 }
-                let inputs = Inputs::Blocks(blocks);
-                let (t, _) = deinsum_exec::execute_measured(plan, comm, &inputs, &opts)?;
-                t.gather(comm)
-            })
-            .map_err(|e| Error::Rank(e.to_string()))?;
-        out.into_iter()
-            .flatten()
-            .next()
-            .ok_or_else(|| Error::Rank("rank 0 returned no output".into()))
+            }
+            let inputs = Inputs::Blocks(blocks);
+            let (t, _) = deinsum_exec::execute_measured(plan, comm, &inputs, &opts)?;
+            t.gather(comm)
+        })
     }
 
     /// Runs on the plan's P ranks as threads of this process and returns the whole output,
     /// row-major over the output indices. Refuses up front (see [`Einsum::check_fits`]) a run
     /// whose ranks would not fit this node's memory.
     pub fn run_local<T: Scalar>(&self, inputs: &Inputs<T>) -> Result<Vec<T>, Error> {
+        self.on_local_ranks(|comm| {
+            let t = deinsum_exec::execute(&self.plan, comm, inputs)?;
+            t.gather(comm)
+        })
+    }
+
+    /// Runs `rank` on the plan's P in-process ranks, after the preflight checks, and returns
+    /// what rank 0 gathered.
+    fn on_local_ranks<T: Scalar>(
+        &self,
+        rank: impl Fn(&deinsum_exec::LocalComm) -> Result<Option<Vec<T>>, ExecError> + Sync,
+    ) -> Result<Vec<T>, Error> {
         deinsum_exec::preflight::check_in_process_ranks(self.plan.procs)?;
         self.check_fits::<T>(self.plan.procs)?;
         let world = InProcess::new(self.plan.procs).map_err(|e| Error::Exec(ExecError::Comm(e)))?;
-        let out = world
-            .run(|comm| {
-                let t = deinsum_exec::execute(&self.plan, comm, inputs)?;
-                t.gather(comm)
-            })
-            .map_err(|e| Error::Rank(e.to_string()))?;
+        let out = world.run(rank).map_err(|e| Error::Rank(e.to_string()))?;
         out.into_iter()
             .flatten()
             .next()

@@ -741,13 +741,14 @@ impl<T: Scalar, C: Communicator> Interpreter<'_, T, C> {
         for (tid, d) in &g.inputs {
             ins.push((*tid, held_input(&self.held, *tid, d).map_err(bad)?));
         }
-        let mut stats = GroupStats::default();
-        let result = on_pool(self.pool, || {
-            compute_group(plan, g, me, &ins, None, opts, &mut stats)
-        })
-        .map_err(bad)?;
-        m.madds = stats.madds;
-        self.mem.touch(stats.max_intermediate + words(&result));
+        let run = GroupRun {
+            plan,
+            g,
+            me,
+            opts,
+            pool: self.pool,
+        };
+        let result = run.eval(&ins, None, m, &mut self.mem).map_err(bad)?;
         self.mem.add(words(&result));
         self.held.insert(*out_id, (out_dist.clone(), result));
         Ok(())
@@ -794,13 +795,14 @@ impl<T: Scalar, C: Communicator> Interpreter<'_, T, C> {
             ins.push((*tid, held_input(&self.held, *tid, d).map_err(bad)?));
         }
         let cut = Some((ph.index, ph.count, phase));
-        let mut stats = GroupStats::default();
-        let part = on_pool(self.pool, || {
-            compute_group(plan, g, me, &ins, cut, opts, &mut stats)
-        })
-        .map_err(bad)?;
-        m.madds = stats.madds;
-        self.mem.touch(stats.max_intermediate + words(&part));
+        let run = GroupRun {
+            plan,
+            g,
+            me,
+            opts,
+            pool: self.pool,
+        };
+        let part = run.eval(&ins, cut, m, &mut self.mem).map_err(bad)?;
         drop(ins);
         for (_, _, w) in windows {
             self.mem.sub(words(&w));
@@ -851,6 +853,35 @@ impl<T: Scalar, C: Communicator> Interpreter<'_, T, C> {
             windows.push((f.tensor, f.to.clone(), w));
         }
         Ok(windows)
+    }
+}
+
+/// One rank's evaluation of a fused group.
+struct GroupRun<'a> {
+    plan: &'a Plan,
+    g: &'a deinsum_plan::GroupPlan,
+    me: usize,
+    opts: &'a ExecOptions,
+    pool: Option<&'a rayon::ThreadPool>,
+}
+
+impl GroupRun<'_> {
+    /// Evaluates the group (a phase of it with `cut`) on the rank's pool from `ins`, recording
+    /// its multiply-adds in `m` and its transient memory in `mem`.
+    fn eval<T: Scalar>(
+        &self,
+        ins: &[(usize, Option<&LocalTensor<T>>)],
+        cut: Option<(deinsum_expr::Index, usize, usize)>,
+        m: &mut StepMeasure,
+        mem: &mut Mem,
+    ) -> Result<Option<LocalTensor<T>>, String> {
+        let mut stats = GroupStats::default();
+        let out = on_pool(self.pool, || {
+            compute_group(self.plan, self.g, self.me, ins, cut, self.opts, &mut stats)
+        })?;
+        m.madds = stats.madds;
+        mem.touch(stats.max_intermediate + words(&out));
+        Ok(out)
     }
 }
 
