@@ -25,6 +25,9 @@ pub fn report(e: &anyhow::Error) -> ExitCode {
     });
     if !input || launch_rank().unwrap_or(0) == 0 {
         eprintln!("error: {}", chain_text(e));
+    } else {
+        // The launcher ends the job at the first non-zero exit: let rank 0's message out first.
+        std::thread::sleep(std::time::Duration::from_secs(1));
     }
     if input {
         ExitCode::from(2)
