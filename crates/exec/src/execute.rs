@@ -617,7 +617,7 @@ struct Interpreter<'a, T: Scalar, C: Communicator> {
     mem: Mem,
 }
 
-impl<T: Scalar, C: Communicator> Interpreter<'_, T, C> {
+impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
     /// Runs step `i`, filling in what `m` measures besides time and traffic.
     fn step(&mut self, i: usize, step: &PlanStep, m: &mut StepMeasure) -> Result<(), ExecError> {
         match step {
@@ -730,24 +730,14 @@ impl<T: Scalar, C: Communicator> Interpreter<'_, T, C> {
     /// Computes fused group `group` from the blocks held.
     fn compute(&mut self, i: usize, group: usize, m: &mut StepMeasure) -> Result<(), ExecError> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
-        let (plan, me, opts) = (self.plan, self.me, self.opts);
-        let g = plan
-            .groups
-            .get(group)
-            .ok_or_else(|| bad(format!("unknown group {group}")))?;
+        let run = self.group_run(group).map_err(bad)?;
+        let g = run.g;
         let (out_id, out_dist) = &g.output;
         m.tensor = Some(*out_id);
         let mut ins: Vec<(usize, Option<&LocalTensor<T>>)> = Vec::new();
         for (tid, d) in &g.inputs {
             ins.push((*tid, held_input(&self.held, *tid, d).map_err(bad)?));
         }
-        let run = GroupRun {
-            plan,
-            g,
-            me,
-            opts,
-            pool: self.pool,
-        };
         let result = run.eval(&ins, None, m, &mut self.mem).map_err(bad)?;
         self.mem.add(words(&result));
         self.held.insert(*out_id, (out_dist.clone(), result));
@@ -764,11 +754,8 @@ impl<T: Scalar, C: Communicator> Interpreter<'_, T, C> {
         m: &mut StepMeasure,
     ) -> Result<(), ExecError> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
-        let (plan, me, opts) = (self.plan, self.me, self.opts);
-        let g = plan
-            .groups
-            .get(group)
-            .ok_or_else(|| bad(format!("unknown group {group}")))?;
+        let run = self.group_run(group).map_err(bad)?;
+        let g = run.g;
         let ph = g
             .phases
             .as_ref()
@@ -795,13 +782,6 @@ impl<T: Scalar, C: Communicator> Interpreter<'_, T, C> {
             ins.push((*tid, held_input(&self.held, *tid, d).map_err(bad)?));
         }
         let cut = Some((ph.index, ph.count, phase));
-        let run = GroupRun {
-            plan,
-            g,
-            me,
-            opts,
-            pool: self.pool,
-        };
         let part = run.eval(&ins, cut, m, &mut self.mem).map_err(bad)?;
         drop(ins);
         for (_, _, w) in windows {
@@ -818,6 +798,22 @@ impl<T: Scalar, C: Communicator> Interpreter<'_, T, C> {
             .get_mut(out_id)
             .ok_or_else(|| bad("the phased output is not live".into()))?;
         add_into(acc.as_mut(), part).map_err(bad)
+    }
+
+    /// The evaluation of fused group `group` on this rank, or why the plan has no such group.
+    fn group_run(&self, group: usize) -> Result<GroupRun<'a>, String> {
+        let g = self
+            .plan
+            .groups
+            .get(group)
+            .ok_or_else(|| format!("unknown group {group}"))?;
+        Ok(GroupRun {
+            plan: self.plan,
+            g,
+            me: self.me,
+            opts: self.opts,
+            pool: self.pool,
+        })
     }
 
     /// Fetches a phase's windows: the resting blocks stay, the windows are copies.

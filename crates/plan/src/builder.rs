@@ -157,15 +157,7 @@ impl Totals {
             self.sent[r] += s;
             self.received[r] += w;
             *buf = s + w;
-            v.max_per_rank = v.max_per_rank.max(w);
-            v.max_sent = v.max_sent.max(s);
-            v.total += w;
-            if per_rank && s > 0 {
-                v.sent.push((r, s));
-            }
-            if per_rank && w > 0 {
-                v.received.push((r, w));
-            }
+            v.add_rank(r, s, w, per_rank);
         }
         self.buffers.push((step, bufs));
         v

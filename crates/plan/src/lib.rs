@@ -68,6 +68,22 @@ pub struct Volume {
     pub received: Vec<(usize, u64)>,
 }
 
+impl Volume {
+    /// Counts `rank`'s words, sent and received; ranks must come in ascending order. The
+    /// per-rank lists are kept only with `per_rank`.
+    pub fn add_rank(&mut self, rank: usize, sent: u64, received: u64, per_rank: bool) {
+        self.max_per_rank = self.max_per_rank.max(received);
+        self.max_sent = self.max_sent.max(sent);
+        self.total += received;
+        if per_rank && sent > 0 {
+            self.sent.push((rank, sent));
+        }
+        if per_rank && received > 0 {
+            self.received.push((rank, received));
+        }
+    }
+}
+
 /// Dense per-rank counts (indexed by rank) as sparse ascending `(rank, count)` pairs, zeros
 /// dropped.
 pub fn sparse(dense: Vec<u64>) -> Vec<(usize, u64)> {

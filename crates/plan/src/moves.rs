@@ -368,15 +368,7 @@ impl MoveView {
         let mut v = Volume::default();
         for r in 0..n {
             let (s, w) = self.words_of(r);
-            v.max_per_rank = v.max_per_rank.max(w);
-            v.max_sent = v.max_sent.max(s);
-            v.total += w;
-            if per_rank && s > 0 {
-                v.sent.push((r, s));
-            }
-            if per_rank && w > 0 {
-                v.received.push((r, w));
-            }
+            v.add_rank(r, s, w, per_rank);
         }
         v
     }
