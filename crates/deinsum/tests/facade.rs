@@ -3,54 +3,15 @@
 
 use deinsum::exec::reference::{max_error, naive_seeded};
 use deinsum::expr::ExtentSpec;
-use deinsum::{Einsum, ExecOptions, InProcess, Inputs, Options};
-use std::collections::BTreeMap;
+use deinsum::{Einsum, ExecOptions, Inputs, Options};
 
-fn sizes(s: &[(char, usize)]) -> ExtentSpec {
-    ExtentSpec {
-        sizes: s.iter().copied().collect::<BTreeMap<_, _>>(),
-        ..ExtentSpec::default()
-    }
-}
+mod pipeline_support;
+use pipeline_support::{check_run, sizes};
 
 fn check(expr: &str, spec: &ExtentSpec, p: usize) {
     let c = Einsum::compile(expr, spec, &Options::procs(p))
         .unwrap_or_else(|e| panic!("{expr} P={p}: {e}"));
-    let plan = c.plan();
-    let world = InProcess::new(p).unwrap();
-    let outs = world
-        .run(|comm| {
-            let (t, rep) = c.run_measured::<f64, _>(
-                comm,
-                &Inputs::Seeded { seed: 11 },
-                &ExecOptions::default(),
-            )?;
-            Ok::<_, deinsum::Error>((t.gather(comm)?, rep))
-        })
-        .unwrap_or_else(|e| panic!("{expr} P={p}: {e}"));
-    let want = naive_seeded(&plan.einsum, 11);
-    let got = outs[0].0.as_ref().expect("rank 0 gathers");
-    let (abs, rel) = max_error(got, &want);
-    assert!(rel < 1e-12, "{expr} P={p}: abs {abs} rel {rel}");
-    for (_, rep) in &outs {
-        for m in &rep.steps {
-            let (ps, pr) = plan.step_words(m.step, rep.rank);
-            assert_eq!(
-                (m.sent, m.received),
-                (ps, pr),
-                "{expr} P={p} step {} rank {}",
-                m.step,
-                rep.rank
-            );
-        }
-        let (predicted, _) = plan.peak_of(rep.rank);
-        assert!(
-            rep.peak_words <= predicted,
-            "{expr} P={p} rank {}: peak {} > {predicted}",
-            rep.rank,
-            rep.peak_words
-        );
-    }
+    check_run(&c, expr, p, 11);
 }
 
 #[test]

@@ -2,55 +2,21 @@
 //! dims, and opt_einsum's all-at-once step under a memory limit, through the whole pipeline:
 //! distributed equals serial for many P (primes and uneven extents), volumes as planned.
 
-use deinsum::exec::reference::{max_error, naive_seeded};
 use deinsum::expr::ExtentSpec;
-use deinsum::{Einsum, ExecOptions, InProcess, Inputs, Options};
-use std::collections::BTreeMap;
+use deinsum::{Einsum, Options};
 
 const PROCS: &[usize] = &[1, 2, 3, 4, 5, 7, 8, 11, 12];
 
-fn sizes(s: &[(char, usize)]) -> ExtentSpec {
-    ExtentSpec {
-        sizes: s.iter().copied().collect::<BTreeMap<_, _>>(),
-        ..ExtentSpec::default()
-    }
-}
+mod pipeline_support;
+use pipeline_support::{check_run, sizes};
 
 fn shapes(s: &str) -> ExtentSpec {
     ExtentSpec::from_flags(None, None, Some(s)).unwrap()
 }
 
-/// Runs `c` on `p` in-process ranks and holds the gathered output to the serial reference,
-/// and every rank's measured words to the plan's.
+/// A distributed run of `c` on `p` ranks, checked as every facade test checks it.
 fn check(c: &Einsum, what: &str, p: usize) {
-    let plan = c.plan();
-    let world = InProcess::new(p).unwrap();
-    let outs = world
-        .run(|comm| {
-            let (t, rep) = c.run_measured::<f64, _>(
-                comm,
-                &Inputs::Seeded { seed: 5 },
-                &ExecOptions::default(),
-            )?;
-            Ok::<_, deinsum::Error>((t.gather(comm)?, rep))
-        })
-        .unwrap_or_else(|e| panic!("{what} P={p}: {e}"));
-    let want = naive_seeded(&plan.einsum, 5);
-    let got = outs[0].0.as_ref().expect("rank 0 gathers");
-    assert_eq!(got.len(), want.len(), "{what} P={p}");
-    let (abs, rel) = max_error(got, &want);
-    assert!(rel < 1e-12, "{what} P={p}: abs {abs} rel {rel}");
-    for (_, rep) in &outs {
-        for m in &rep.steps {
-            let (ps, pr) = plan.step_words(m.step, rep.rank);
-            assert_eq!(
-                (m.sent, m.received),
-                (ps, pr),
-                "{what} P={p} step {}",
-                m.step
-            );
-        }
-    }
+    check_run(c, what, p, 5);
 }
 
 #[test]
