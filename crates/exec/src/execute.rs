@@ -165,6 +165,13 @@ pub struct StepMeasure {
     pub predicted_received: u64,
     /// Multiply-adds done by this rank.
     pub madds: f64,
+    /// When the step started, in seconds since this rank left the barrier that starts every
+    /// run (the ranks' common start), in the last run.
+    #[serde(default)]
+    pub start: f64,
+    /// When the step ended, in the same clock as `start`.
+    #[serde(default)]
+    pub end: f64,
 }
 
 /// What a run did on this rank.
@@ -570,6 +577,8 @@ fn run_steps<T: Scalar, C: Communicator>(
         rank: me,
         ..RunReport::default()
     };
+    // The caller has just left the barrier: the ranks' common start.
+    let run_start = Instant::now();
     for (i, step) in plan.steps.iter().enumerate() {
         if opts
             .cancel
@@ -591,12 +600,15 @@ fn run_steps<T: Scalar, C: Communicator>(
             predicted_sent: 0,
             predicted_received: 0,
             madds: 0.0,
+            start: run_start.elapsed().as_secs_f64(),
+            end: 0.0,
         };
         run.step(i, step, &mut m)?;
         let tr1 = comm.traffic();
         m.sent = (tr1.sent - tr0.sent) / T::BYTES as u64;
         m.received = (tr1.received - tr0.received) / T::BYTES as u64;
         m.seconds = t0.elapsed().as_secs_f64();
+        m.end = run_start.elapsed().as_secs_f64();
         report.madds += m.madds;
         report.steps.push(m);
     }

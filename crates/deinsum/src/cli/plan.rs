@@ -33,6 +33,10 @@ pub struct Args {
     /// Also write the plan JSON to this file.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<std::path::PathBuf>,
+    /// Also write the plan as one self-contained HTML page (tree, grids, moves, per-rank
+    /// charts) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<std::path::PathBuf>,
 }
 
 /// Output format of `deinsum plan`.
@@ -74,6 +78,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.output {
         std::fs::write(path, format!("{json}\n"))
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.html {
+        let extras = super::html::Extras {
+            strategy: Some(args.optimize.clone()),
+            ..Default::default()
+        };
+        super::html::write_file(path, &super::html::plan_page(&plan, &extras))?;
     }
     let text = match args.format {
         PlanFormat::Json => format!("{json}\n"),

@@ -73,6 +73,10 @@ pub struct Args {
     /// Write the output to this .npy file.
     #[arg(long)]
     pub output: Option<PathBuf>,
+    /// Also write the plan and the run (per-rank timeline, measured against predicted) as one
+    /// self-contained HTML page to this file.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Timed runs of the plan's steps (inputs are read once, before them); the report gives
     /// the minimum and the median over them, per step the slowest rank.
     #[arg(long, default_value_t = 1)]
@@ -431,6 +435,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    if let Some(path) = &args.html {
+        let page = super::html::run_page(plan, &Default::default(), &outcome.reports);
+        super::html::write_file(path, &page)?;
+    }
     let summary = Summary::new(plan, &outcome.reports, args.dtype);
     match args.format {
         Format::Text => print_text(plan, &summary, &args, check.as_ref()),
