@@ -600,7 +600,7 @@ fn run_steps<T: Scalar, C: Communicator>(
             predicted_sent: 0,
             predicted_received: 0,
             madds: 0.0,
-            start: run_start.elapsed().as_secs_f64(),
+            start: t0.duration_since(run_start).as_secs_f64(),
             end: 0.0,
         };
         run.step(i, step, &mut m)?;
@@ -608,7 +608,7 @@ fn run_steps<T: Scalar, C: Communicator>(
         m.sent = (tr1.sent - tr0.sent) / T::BYTES as u64;
         m.received = (tr1.received - tr0.received) / T::BYTES as u64;
         m.seconds = t0.elapsed().as_secs_f64();
-        m.end = run_start.elapsed().as_secs_f64();
+        m.end = m.start + m.seconds;
         report.madds += m.madds;
         report.steps.push(m);
     }

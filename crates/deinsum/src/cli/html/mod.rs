@@ -39,7 +39,7 @@ pub fn run_page(plan: &Plan, extras: &Extras, reports: &[RunReport]) -> String {
     let mut body = header(plan, extras);
     let _ = write!(
         body,
-        "<section><h2>Run: timeline</h2>{}</section><section><h2>Run: measured against \
+        "<section id=\"timeline\"><h2>Run: timeline</h2>{}</section><section id=\"measured\"><h2>Run: measured against \
          predicted</h2>{}</section>",
         run_view::timeline(plan, reports),
         run_view::versus(plan, reports, extras.predicted_seconds.as_deref())
@@ -58,11 +58,11 @@ fn plan_sections(plan: &Plan, extras: &Extras) -> String {
     let mut o = String::new();
     let _ = write!(
         o,
-        "<section><h2>Contraction tree and fused groups</h2><div class=\"scroll\">{}</div>{}\
-         </section><section><h2>Groups: process grids and blocks</h2>{}</section>\
-         <section><h2>Moves</h2><p class=\"muted\">Each move's kind is the collective it is; \
+        "<section id=\"tree\"><h2>Contraction tree and fused groups</h2><div class=\"scroll\">{}</div>{}\
+         </section><section id=\"groups\"><h2>Groups: process grids and blocks</h2>{}</section>\
+         <section id=\"moves\"><h2>Moves</h2><p class=\"muted\">Each move's kind is the collective it is; \
          the heat map gives the words each sending rank (row) sends each receiving rank \
-         (column).</p>{}</section><section><h2>Per rank</h2>{}</section>",
+         (column).</p>{}</section><section id=\"per-rank\"><h2>Per rank</h2>{}</section>",
         plan_view::tree(plan),
         steps_table(plan, extras),
         plan_view::groups(plan),
@@ -147,7 +147,11 @@ fn steps_table(plan: &Plan, extras: &Extras) -> String {
                 crate::cli::plan::kind_text(pattern, &from.grid),
                 name(*tensor),
             ),
-            PlanStep::Compute { group } => ("compute", group_einsum(plan, *group), format!("group {group}")),
+            PlanStep::Compute { group } => (
+                "compute",
+                group_einsum(plan, *group),
+                format!("group {group}"),
+            ),
             PlanStep::ComputePhase { group, phase, .. } => (
                 "compute phase",
                 format!("phase {phase}: {}", group_einsum(plan, *group)),
@@ -155,9 +159,9 @@ fn steps_table(plan: &Plan, extras: &Extras) -> String {
             ),
             PlanStep::Free { tensor } => ("free", String::new(), name(*tensor)),
         };
-        let (mx, tot) = s
-            .volume()
-            .map_or((String::new(), String::new()), |v| (num(v.max_per_rank), num(v.total)));
+        let (mx, tot) = s.volume().map_or((String::new(), String::new()), |v| {
+            (num(v.max_per_rank), num(v.total))
+        });
         let _ = write!(
             o,
             "<tr><td class=\"n\">{k}</td><td>{kind}</td><td>{}</td><td>{}</td><td class=\"n\">{mx}</td><td class=\"n\">{tot}</td>",
@@ -165,7 +169,11 @@ fn steps_table(plan: &Plan, extras: &Extras) -> String {
             esc(&what)
         );
         if let Some(t) = times {
-            let _ = write!(o, "<td class=\"n\">{}</td>", t.get(k).map_or(String::new(), |&x| secs(x)));
+            let _ = write!(
+                o,
+                "<td class=\"n\">{}</td>",
+                t.get(k).map_or(String::new(), |&x| secs(x))
+            );
         }
         o.push_str("</tr>");
     }
@@ -191,7 +199,7 @@ fn predicted_time(plan: &Plan, t: &[f64]) -> String {
         .map(|k| t.get(k).map_or((0.0, 0.0), |&x| (x * 1e3, x * 1e3)))
         .collect();
     format!(
-        "<section><h2>Predicted time per step</h2>{}<p class=\"muted\">milliseconds, from the \
+        "<section id=\"predicted-time\"><h2>Predicted time per step</h2>{}<p class=\"muted\">milliseconds, from the \
          plan's machine model; {} in all.</p></section>",
         svg::bar_chart(
             &labels,
@@ -233,9 +241,11 @@ section{background:#fff;border:1px solid #e3e3e3;border-radius:8px;padding:4px 1
 .muted{color:#666;font-size:12.5px}.scroll{overflow-x:auto}\
 .row{display:flex;gap:20px;flex-wrap:wrap;align-items:flex-start}\
 table{border-collapse:collapse;margin:8px 0;font-size:13px}td,th{border-bottom:1px solid #eee;\
-padding:3px 8px;text-align:left}th{background:#f3f5f8}td.n{text-align:right;font-variant-numeric:tabular-nums}\
+padding:3px 8px;text-align:left}th{background:#f3f5f8}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\
 .swatch{display:inline-block;width:12px;height:12px;border-radius:2px;margin-right:6px}\
-.group,.move{border-top:1px dashed #ddd;padding-top:4px}\
+.group{border-top:1px dashed #ddd;padding-top:4px}\
+.moves{display:flex;flex-wrap:wrap;gap:14px}.move{border:1px solid #eee;border-radius:6px;\
+padding:0 12px 6px;width:345px}.move h3{font-size:13.5px}.small{font-size:12.5px;margin:4px 0}\
 svg text{font-family:system-ui,sans-serif}svg .tick{font-size:10px;fill:#555}\
 svg .axis{font-size:11.5px;fill:#333}svg .ref{font-size:11px;fill:#c0392b}\
 svg .node{font-size:11px;fill:#222}svg .nodehead{font-size:11px;font-weight:600;fill:#222}\

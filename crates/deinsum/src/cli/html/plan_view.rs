@@ -16,7 +16,9 @@ const HEAT_ALL_RECEIVERS: usize = 4096;
 
 /// Node id → fused group of the step it is (`None` for inputs).
 fn group_of(plan: &Plan, step: usize) -> Option<usize> {
-    plan.groups.iter().position(|g| g.group.steps.contains(&step))
+    plan.groups
+        .iter()
+        .position(|g| g.group.steps.contains(&step))
 }
 
 /// The contraction tree as an SVG: inputs at the bottom, each step a box (its einsum and
@@ -36,12 +38,7 @@ pub fn tree(plan: &Plan) -> String {
         }
         next = n as f64;
     }
-    let flops = deinsum_path::evaluate(
-        &plan.einsum,
-        t.clone(),
-        &deinsum_path::Flops,
-        "plan",
-    );
+    let flops = deinsum_path::evaluate(&plan.einsum, t.clone(), &deinsum_path::Flops, "plan");
     let levels = depth.iter().copied().max().unwrap_or(0) + 1;
     let (bw, bh, dx, dy) = (176.0, 50.0, 190.0, 84.0);
     let w = (next.max(1.0)) * dx + 20.0;
@@ -181,11 +178,19 @@ pub fn grid_svg(k: usize, grid: &Grid, mark: usize) -> String {
     let (rows, cols, h) = grid_shape(grid);
     let (rr, cc) = (rows.min(GRID_CELLS), cols.min(GRID_CELLS));
     let cell = (320.0 / rr.max(cc) as f64).clamp(8.0, 40.0);
-    let (left, top) = (110.0, 46.0);
+    let rows_text = grid.dims[..h]
+        .iter()
+        .map(|d| format!("{}={}", d.index, d.size).len() + 3)
+        .sum::<usize>();
+    let left = (60.0 + 6.5 * rows_text as f64).max(110.0);
+    let top = 46.0;
     let w = left + cell * cc as f64 + 30.0;
     let hh = top + cell * rr as f64 + 40.0;
     let name = |dims: &[deinsum_plan::GridDim]| -> String {
-        let v: Vec<String> = dims.iter().map(|d| format!("{}={}", d.index, d.size)).collect();
+        let v: Vec<String> = dims
+            .iter()
+            .map(|d| format!("{}={}", d.index, d.size))
+            .collect();
         if v.is_empty() {
             "1".into()
         } else {
@@ -449,7 +454,7 @@ pub fn move_heat(plan: &Plan, view: &MoveView) -> (Heat, String) {
     }
     let note = if all {
         format!(
-            "Exact words of every transfer (derived from the move), {}. Copies a rank makes to \
+            "Exact words of every transfer (derived from the move), {}; a rank's copies to \
              itself are not drawn.",
             b.describe()
         )
@@ -483,6 +488,7 @@ pub fn moves_section(plan: &Plan) -> String {
     if list.is_empty() {
         return "<p>This plan moves no data between ranks.</p>".into();
     }
+    o.push_str("<div class=\"moves\">");
     let mut views: Vec<(usize, Vec<MoveView>)> = Vec::new();
     for m in &list {
         if views.last().map(|v| v.0) != Some(m.step) {
@@ -497,9 +503,15 @@ pub fn moves_section(plan: &Plan) -> String {
         let (heat, note) = move_heat(plan, view);
         let _ = write!(
             o,
-            r#"<div class="move"><h3>step {}: {} <code>{} ({})</code> — {}</h3><p>{} → {}</p><p>words received: busiest rank {}, all ranks {}; words sent by the busiest sender {}</p>{}<p class="muted">{}</p></div>"#,
+            r#"<div class="move"><h3>step {}: {} <code>{} ({})</code><br>{}</h3><p class="small">{} →<br>{}</p><p class="small">words received: busiest rank {}, all ranks {}; busiest sender {}</p>{}<p class="muted">{}</p></div>"#,
             m.step,
-            if m.sum { "reduce" } else if matches!(plan.steps[m.step], PlanStep::ComputePhase { .. }) { "fetch" } else { "move" },
+            if m.sum {
+                "reduce"
+            } else if matches!(plan.steps[m.step], PlanStep::ComputePhase { .. }) {
+                "fetch"
+            } else {
+                "move"
+            },
             esc(&name),
             idx.iter().collect::<String>(),
             esc(&kind_text(m.pattern, &m.from.grid)),
@@ -508,10 +520,14 @@ pub fn moves_section(plan: &Plan) -> String {
             num(m.volume.max_per_rank),
             num(m.volume.total),
             num(m.volume.max_sent),
-            heat_map(&heat, &format!(r#"data-step="{}" data-move="{}""#, m.step, m.index)),
+            heat_map(
+                &heat,
+                &format!(r#"data-step="{}" data-move="{}""#, m.step, m.index)
+            ),
             esc(&note)
         );
     }
+    o.push_str("</div>");
     o
 }
 
@@ -546,8 +562,16 @@ pub fn per_rank(plan: &Plan) -> String {
         bar_chart(
             &labels,
             &[
-                Series { name: "received".into(), colour: "#4e79a7", values: recv },
-                Series { name: "sent".into(), colour: "#f28e2b", values: sent },
+                Series {
+                    name: "received".into(),
+                    colour: "#4e79a7",
+                    values: recv
+                },
+                Series {
+                    name: "sent".into(),
+                    colour: "#f28e2b",
+                    values: sent
+                },
             ],
             None
         ),
@@ -575,7 +599,11 @@ pub fn per_rank(plan: &Plan) -> String {
          its share. Busiest rank {} against the lower bound {} (ratio {:.3}). {}.</p>",
         bar_chart(
             &labels,
-            &[Series { name: "I/O per rank".into(), colour: "#59a14f", values: io }],
+            &[Series {
+                name: "I/O per rank".into(),
+                colour: "#59a14f",
+                values: io
+            }],
             Some((p.bound_per_rank, "SOAP per-rank bound"))
         ),
         num(p.touched_per_rank),
@@ -602,8 +630,16 @@ fn memory_chart(plan: &Plan, b: &Buckets, labels: &[String]) -> String {
         bar_chart(
             labels,
             &[
-                Series { name: "peak (data)".into(), colour: "#b07aa1", values: data },
-                Series { name: "with buffers".into(), colour: "#9c755f", values: bufs },
+                Series {
+                    name: "peak (data)".into(),
+                    colour: "#b07aa1",
+                    values: data
+                },
+                Series {
+                    name: "with buffers".into(),
+                    colour: "#9c755f",
+                    values: bufs
+                },
             ],
             plan.mem.map(|m| (m as f64, "budget S"))
         ),

@@ -72,13 +72,14 @@ pub fn timeline(plan: &Plan, reports: &[RunReport]) -> String {
         let t = end * k as f64 / 5.0;
         let _ = write!(
             o,
-            r##"<line x1="{:.1}" x2="{:.1}" y1="{:.0}" y2="{:.0}" stroke="#e3e3e3"/><text x="{:.1}" y="{:.0}" class="tick" text-anchor="middle">{}</text>"##,
+            r##"<line x1="{:.1}" x2="{:.1}" y1="{:.0}" y2="{:.0}" stroke="#e3e3e3"/><text x="{:.1}" y="{:.0}" class="tick" text-anchor="{}">{}</text>"##,
             x(t),
             x(t),
             top - 4.0,
             top + rh * rows as f64,
             x(t),
             top + rh * rows as f64 + 14.0,
+            if k == 5 { "end" } else { "middle" },
             secs(t)
         );
     }
@@ -246,7 +247,11 @@ pub fn versus(plan: &Plan, reports: &[RunReport], predicted: Option<&[f64]>) -> 
             secs(min)
         );
         if let Some(p) = predicted {
-            let _ = write!(o, "<td class=\"n\">{}</td>", p.get(s).map_or(String::new(), |&x| secs(x)));
+            let _ = write!(
+                o,
+                "<td class=\"n\">{}</td>",
+                p.get(s).map_or(String::new(), |&x| secs(x))
+            );
         }
         let _ = write!(
             o,
@@ -271,8 +276,16 @@ pub fn versus(plan: &Plan, reports: &[RunReport], predicted: Option<&[f64]>) -> 
         bar_chart(
             &labels,
             &[
-                Series { name: "measured".into(), colour: "#4e79a7", values: meas_w },
-                Series { name: "predicted".into(), colour: "#f28e2b", values: pred_w },
+                Series {
+                    name: "measured".into(),
+                    colour: "#4e79a7",
+                    values: meas_w
+                },
+                Series {
+                    name: "predicted".into(),
+                    colour: "#f28e2b",
+                    values: pred_w
+                },
             ],
             None
         )

@@ -108,10 +108,17 @@ pub struct Heat {
 /// largest cell (with the figure in its tooltip); empty cells are left blank.
 pub fn heat_map(h: &Heat, attrs: &str) -> String {
     let (nr, nc) = (h.rows.len(), h.cols.len());
-    let cell = (360 / nr.max(nc).max(1)).clamp(6, 40) as f64;
-    let left = 90.0;
-    let top = 70.0;
-    let w = left + cell * nc as f64 + 110.0;
+    let cell = (250.0 / nr.max(nc).max(1) as f64).clamp(4.0, 30.0);
+    let lab = h
+        .rows
+        .iter()
+        .chain(&h.cols)
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(1) as f64;
+    let left = 30.0 + 6.0 * lab;
+    let top = 30.0 + 4.5 * lab;
+    let w = left + cell * nc as f64 + 80.0;
     let hgt = top + cell * nr as f64 + 30.0;
     let max = h.cells.iter().flatten().copied().max().unwrap_or(0);
     let mut o = String::new();
@@ -169,7 +176,16 @@ pub fn heat_map(h: &Heat, attrs: &str) -> String {
         top + cell * nr as f64 / 2.0,
         top + cell * nr as f64 / 2.0
     );
-    legend_ramp(&mut o, left + cell * nc as f64 + 16.0, top, max);
+    if max == 0 {
+        let _ = write!(
+            o,
+            r#"<text x="{:.0}" y="{:.0}" class="axis" text-anchor="middle">nothing crosses ranks</text>"#,
+            left + cell * nc as f64 / 2.0,
+            top + cell * nr as f64 / 2.0
+        );
+    } else {
+        legend_ramp(&mut o, left + cell * nc as f64 + 12.0, top, max);
+    }
     o.push_str("</svg>");
     o
 }
@@ -185,19 +201,19 @@ fn legend_ramp(o: &mut String, x: f64, y: f64, max: u64) {
         let t = 1.0 - k as f64 / 19.0;
         let _ = write!(
             o,
-            r#"<rect x="{x:.0}" y="{:.0}" width="12" height="8" fill="{}"/>"#,
-            y + k as f64 * 8.0,
+            r#"<rect x="{x:.0}" y="{:.0}" width="10" height="6" fill="{}"/>"#,
+            y + k as f64 * 6.0,
             ramp(t)
         );
     }
     let _ = write!(
         o,
-        r#"<text x="{:.0}" y="{:.0}" class="tick">{} words</text><text x="{:.0}" y="{:.0}" class="tick">1</text>"#,
-        x + 16.0,
-        y + 8.0,
+        r#"<text x="{:.0}" y="{:.0}" class="tick">{}</text><text x="{:.0}" y="{:.0}" class="tick">1</text>"#,
+        x + 13.0,
+        y + 7.0,
         short(max as f64),
-        x + 16.0,
-        y + 160.0
+        x + 13.0,
+        y + 120.0
     );
 }
 
@@ -259,7 +275,11 @@ pub fn bar_chart(labels: &[String], series: &[Series], reference: Option<(f64, &
                 s.colour,
                 esc(&labels[b.min(labels.len().saturating_sub(1))]),
                 short(hi),
-                if lo < hi { format!(" (min {})", short(lo)) } else { String::new() }
+                if lo < hi {
+                    format!(" (min {})", short(lo))
+                } else {
+                    String::new()
+                }
             );
             let _ = write!(
                 o,
@@ -313,7 +333,10 @@ mod tests {
 
     #[test]
     fn escapes_and_formats() {
-        assert_eq!(esc("ij,jk->ik <&>\"'"), "ij,jk-&gt;ik &lt;&amp;&gt;&quot;&#39;");
+        assert_eq!(
+            esc("ij,jk->ik <&>\"'"),
+            "ij,jk-&gt;ik &lt;&amp;&gt;&quot;&#39;"
+        );
         assert_eq!(num(1234567), "1\u{202f}234\u{202f}567");
         assert_eq!(num(12), "12");
         assert_eq!(short(950.0), "950");
