@@ -481,14 +481,14 @@ pub fn move_heat(plan: &Plan, view: &MoveView) -> (Heat, String) {
     )
 }
 
-/// One section per move: its kind, distributions, words and heat map.
+/// One section per move: its kind, distributions, words and heat map; how the heat maps
+/// aggregate is said once when it is the same for all.
 pub fn moves_section(plan: &Plan) -> String {
-    let mut o = String::new();
     let list = moves(plan);
     if list.is_empty() {
         return "<p>This plan moves no data between ranks.</p>".into();
     }
-    o.push_str("<div class=\"moves\">");
+    let mut cards = Vec::new();
     let mut views: Vec<(usize, Vec<MoveView>)> = Vec::new();
     for m in &list {
         if views.last().map(|v| v.0) != Some(m.step) {
@@ -500,18 +500,17 @@ pub fn moves_section(plan: &Plan) -> String {
         let t = plan.tensor(m.tensor);
         let idx = t.map(|t| t.indices.clone()).unwrap_or_default();
         let name = t.map_or(format!("#{}", m.tensor), |t| t.name.clone());
+        let what = if m.sum {
+            "reduce"
+        } else if matches!(plan.steps[m.step], PlanStep::ComputePhase { .. }) {
+            "fetch"
+        } else {
+            "move"
+        };
         let (heat, note) = move_heat(plan, view);
-        let _ = write!(
-            o,
-            r#"<div class="move"><h3>step {}: {} <code>{} ({})</code><br>{}</h3><p class="small">{} →<br>{}</p><p class="small">words received: busiest rank {}, all ranks {}; busiest sender {}</p>{}<p class="muted">{}</p></div>"#,
+        let card = format!(
+            r#"<div class="move"><h3>step {}: {what} <code>{} ({})</code><br>{}</h3><p class="small">{} →<br>{}</p><p class="small">words received: busiest rank {}, all ranks {}; busiest sender {}</p>{}"#,
             m.step,
-            if m.sum {
-                "reduce"
-            } else if matches!(plan.steps[m.step], PlanStep::ComputePhase { .. }) {
-                "fetch"
-            } else {
-                "move"
-            },
             esc(&name),
             idx.iter().collect::<String>(),
             esc(&kind_text(m.pattern, &m.from.grid)),
@@ -524,8 +523,21 @@ pub fn moves_section(plan: &Plan) -> String {
                 &heat,
                 &format!(r#"data-step="{}" data-move="{}""#, m.step, m.index)
             ),
-            esc(&note)
         );
+        cards.push((card, note));
+    }
+    let same = cards.windows(2).all(|w| w[0].1 == w[1].1);
+    let mut o = String::new();
+    if let (true, Some((_, note))) = (same, cards.first()) {
+        let _ = write!(o, "<p class=\"muted\">{}</p>", esc(note));
+    }
+    o.push_str("<div class=\"moves\">");
+    for (card, note) in &cards {
+        o.push_str(card);
+        if !same {
+            let _ = write!(o, "<p class=\"muted\">{}</p>", esc(note));
+        }
+        o.push_str("</div>");
     }
     o.push_str("</div>");
     o

@@ -53,7 +53,7 @@ impl Buckets {
     /// What one bar or cell stands for, in words.
     pub fn describe(&self) -> String {
         if self.width == 1 {
-            "one per rank".into()
+            "a bar or cell per rank".into()
         } else {
             format!(
                 "ranks grouped in {} blocks of {} consecutive ranks (row-major grid order: a block \
@@ -104,7 +104,7 @@ pub fn fold(b: &Buckets, ranks: &[usize], f: impl Fn(usize) -> f64) -> Vec<(f64,
 /// How the evaluated ranks were chosen, for a caption.
 pub fn sample_note(b: &Buckets, all: bool, per_block: usize) -> String {
     if all {
-        format!("every rank evaluated; {}", b.describe())
+        format!("Every rank evaluated; {}", b.describe())
     } else {
         format!(
             "{}; evaluated at {per_block} evenly spaced ranks of each block (its first and last \
@@ -112,6 +112,14 @@ pub fn sample_note(b: &Buckets, all: bool, per_block: usize) -> String {
             b.describe()
         )
     }
+}
+
+/// `s` with its first letter in upper case.
+fn capital(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

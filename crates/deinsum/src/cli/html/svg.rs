@@ -24,7 +24,7 @@ pub fn num(n: u64) -> String {
     let s = n.to_string();
     let mut o = String::new();
     for (k, c) in s.chars().enumerate() {
-        if k > 0 && (s.len() - k) % 3 == 0 {
+        if k > 0 && (s.len() - k).is_multiple_of(3) {
             o.push('\u{202f}');
         }
         o.push(c);
@@ -32,21 +32,32 @@ pub fn num(n: u64) -> String {
     o
 }
 
-/// A large figure in short form: `950`, `12.3k`, `4.56M`, `7.89G`, `1.2e15`.
+/// A large figure in short form, three significant digits: `950`, `12.3k`, `4.56M`, `7.89G`,
+/// `1.20e15`.
 pub fn short(x: f64) -> String {
     let a = x.abs();
+    let sig = |v: f64, unit: &str| {
+        let d = if v.abs() >= 100.0 {
+            0
+        } else if v.abs() >= 10.0 {
+            1
+        } else {
+            2
+        };
+        format!("{v:.d$}{unit}")
+    };
     if a < 1e3 {
         if x.fract() == 0.0 {
             format!("{x:.0}")
         } else {
-            format!("{x:.1}")
+            sig(x, "")
         }
     } else if a < 1e6 {
-        format!("{:.3}k", x / 1e3)
+        sig(x / 1e3, "k")
     } else if a < 1e9 {
-        format!("{:.3}M", x / 1e6)
+        sig(x / 1e6, "M")
     } else if a < 1e12 {
-        format!("{:.3}G", x / 1e9)
+        sig(x / 1e9, "G")
     } else {
         format!("{x:.2e}")
     }
@@ -340,7 +351,9 @@ mod tests {
         assert_eq!(num(1234567), "1\u{202f}234\u{202f}567");
         assert_eq!(num(12), "12");
         assert_eq!(short(950.0), "950");
-        assert_eq!(short(12_300.0), "12.300k");
+        assert_eq!(short(12_300.0), "12.3k");
+        assert_eq!(short(188_426.0), "188k");
+        assert_eq!(short(4.5), "4.50");
         assert_eq!(secs(0.0123), "12.30 ms");
         assert_eq!(ramp(0.0), "#fff7bc");
         assert_eq!(ramp(1.0), "#081d58");
