@@ -109,7 +109,7 @@ pub fn sample_note(b: &Buckets, all: bool, per_block: usize) -> String {
         format!(
             "{}; evaluated at {per_block} evenly spaced ranks of each block (its first and last \
              among them): bars show the largest of them, the darker part the smallest",
-            b.describe()
+            capital(&b.describe())
         )
     }
 }
