@@ -169,8 +169,22 @@ impl HaloPlan {
 
 /// Rank `comm.rank()`'s part of `C = A B` under `plan`: `a_local` holds its rows of A
 /// (`plan.a_cuts`), `b_local` its rows of B (`plan.b_cuts`, row-major, `plan.k` wide); returns
-/// its rows of C. The halo rows arrive in one exchange; nothing else moves.
+/// its rows of C. The halo rows arrive in one exchange ([`exchange_halo`]); nothing else moves.
 pub fn spmm<T: Scalar, C: Communicator>(
+    comm: &C,
+    plan: &HaloPlan,
+    a_local: &Csr<T>,
+    b_local: &[T],
+) -> Result<Vec<T>, SparseError> {
+    let bx = exchange_halo(comm, plan, a_local, b_local)?;
+    let local = localize(plan, comm.rank(), a_local)?;
+    crate::kernels::spmm(&local, &bx, plan.k)
+}
+
+/// Sends the rows of this rank's block of B that others need and receives its own halo:
+/// returns B' = its own rows, then the halo rows in `plan.need` order (the rows
+/// [`localize`]'s columns refer to).
+pub fn exchange_halo<T: Scalar, C: Communicator>(
     comm: &C,
     plan: &HaloPlan,
     a_local: &Csr<T>,
@@ -208,7 +222,7 @@ pub fn spmm<T: Scalar, C: Communicator>(
         .collect();
     let from = plan.sources_of(me);
     let recv = comm.exchange(sends, &from)?;
-    // B' = own rows then the halo rows in `need` order (owners ascending = rows ascending).
+    // Owners ascending hold ascending rows, so the messages concatenate in `need` order.
     let mut bx = Vec::with_capacity((own_rows + plan.need[me].len()) * k);
     bx.extend_from_slice(b_local);
     for v in recv {
@@ -221,25 +235,36 @@ pub fn spmm<T: Scalar, C: Communicator>(
             plan.need[me].len() * k
         )));
     }
+    Ok(bx)
+}
+
+/// Rank `me`'s rows of A with columns renumbered into B' (own rows first, then the halo).
+pub fn localize<T: Scalar>(
+    plan: &HaloPlan,
+    me: usize,
+    a_local: &Csr<T>,
+) -> Result<Csr<T>, SparseError> {
+    let b_lo = plan.b_cuts[me];
+    let own_rows = plan.b_cuts[me + 1] - b_lo;
     let need = &plan.need[me];
-    let remapped = Csr {
+    let indices = a_local
+        .indices
+        .iter()
+        .map(|&j| {
+            if (b_lo..b_lo + own_rows).contains(&j) {
+                Ok(j - b_lo)
+            } else {
+                need.binary_search(&j)
+                    .map(|p| own_rows + p)
+                    .map_err(|_| SparseError::Shape(format!("rank {me}: column {j} is in no halo")))
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Csr {
         nrows: a_local.nrows,
         ncols: own_rows + need.len(),
         indptr: a_local.indptr.clone(),
-        indices: a_local
-            .indices
-            .iter()
-            .map(|&j| {
-                if (b_lo..b_lo + own_rows).contains(&j) {
-                    Ok(j - b_lo)
-                } else {
-                    need.binary_search(&j).map(|p| own_rows + p).map_err(|_| {
-                        SparseError::Shape(format!("rank {me}: column {j} is in no halo"))
-                    })
-                }
-            })
-            .collect::<Result<_, _>>()?,
+        indices,
         vals: a_local.vals.clone(),
-    };
-    crate::kernels::spmm(&remapped, &bx, k)
+    })
 }
