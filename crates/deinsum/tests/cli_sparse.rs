@@ -90,6 +90,19 @@ fn matrix_market_input_gives_the_extents() {
         out.contains("exactly the planned words") && out.contains(": ok"),
         "{out}"
     );
+    let (code, out, err) = deinsum(&[
+        "run",
+        "ij,jk->ik",
+        "--inputs",
+        a.to_str().unwrap(),
+        "--sizes",
+        "k=3",
+        "--procs",
+        "2",
+        "--check",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("B is 4 x 3"), "{out}");
     let bad = dir.join("bad.mtx");
     std::fs::write(
         &bad,

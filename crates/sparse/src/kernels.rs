@@ -30,6 +30,20 @@ pub fn spmm<T: Scalar>(a: &Csr<T>, b: &[T], k: usize) -> Result<Vec<T>, SparseEr
         return Ok(c);
     }
     let rows = chunk_rows(a.nrows, a.nnz() * k);
+    if k == 1 {
+        // SpMV: a dot product per row, no per-entry slice of B.
+        c.par_chunks_mut(rows).enumerate().for_each(|(ch, out)| {
+            for (ri, ci) in out.iter_mut().enumerate() {
+                let i = ch * rows + ri;
+                let (lo, hi) = (a.indptr[i], a.indptr[i + 1]);
+                *ci = a.indices[lo..hi]
+                    .iter()
+                    .zip(&a.vals[lo..hi])
+                    .fold(T::default(), |acc, (&j, &v)| acc + v * b[j]);
+            }
+        });
+        return Ok(c);
+    }
     c.par_chunks_mut(rows * k)
         .enumerate()
         .for_each(|(ch, out)| {
@@ -129,7 +143,14 @@ pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>, SparseError> 
                         acc[c] += av * b.vals[q];
                     }
                 }
-                cols[row_start..].sort_unstable();
+                let len = cols.len() - row_start;
+                if len * 16 > b.ncols {
+                    // A dense-ish row: reading the marks in column order beats sorting.
+                    cols.truncate(row_start);
+                    cols.extend((0..b.ncols).filter(|&c| mark[c] == i));
+                } else {
+                    cols[row_start..].sort_unstable();
+                }
                 vals.extend(cols[row_start..].iter().map(|&c| acc[c]));
                 lens.push(cols.len() - row_start);
             }

@@ -140,36 +140,46 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     report(args, expr, &a, &plan, &measured, secs, check)
 }
 
-/// The einsum, with the sparse file's shape as the extents of its indices when no extent flag
-/// is given (the dense operand's other extents then default to 10, as for `run`).
+/// The einsum. A sparse file's shape gives the extents of operand 0's indices that no
+/// `--sizes` entry names; the dense operand's other extents come from the flags (default 10,
+/// as for `run`). `--rmat S` without extent flags makes every extent 2^S.
 fn einsum_of(expr: &str, args: &Args) -> anyhow::Result<Einsum> {
     let x = &args.extents;
+    let no_flags = x.sizes.is_none() && x.size.is_none() && x.shapes.is_none();
     let mut ext = x.clone();
-    if x.sizes.is_none() && x.size.is_none() && x.shapes.is_none() {
-        let files = sparse_files(args);
-        if let Some(p) = files.iter().find(|p| io::is_sparse_file(p)) {
-            let t = io::read::<f64>(p, None).map_err(|e| InputError(e.to_string()))?;
-            let probe = super::einsum_from_args(expr, &super::ExtentArgs::default())?;
-            let idx: Vec<char> = probe.inputs[0].indices.clone();
-            if idx.len() != t.order() {
-                return Err(InputError(format!(
-                    "{} has {} modes but operand 0 has {} indices",
-                    p.display(),
-                    t.order(),
-                    idx.len()
-                ))
-                .into());
-            }
-            let sizes: Vec<String> = idx
-                .iter()
-                .zip(t.shape())
-                .map(|(c, n)| format!("{c}={n}"))
-                .collect();
-            ext.sizes = Some(sizes.join(","));
-            ext.size = Some(super::DEFAULT_SIZE.to_string());
-        } else if let Some(s) = args.rmat {
-            ext.size = Some(1usize.checked_shl(s).unwrap_or(0).to_string());
+    let files = sparse_files(args);
+    if let Some(p) = files.iter().find(|p| io::is_sparse_file(p)) {
+        let t = io::read::<f64>(p, None).map_err(|e| InputError(e.to_string()))?;
+        let probe = super::einsum_from_args(expr, &super::ExtentArgs::default())?;
+        let idx: Vec<char> = probe.inputs[0].indices.clone();
+        if idx.len() != t.order() {
+            return Err(InputError(format!(
+                "{} has {} modes but operand 0 has {} indices",
+                p.display(),
+                t.order(),
+                idx.len()
+            ))
+            .into());
         }
+        let named = |c: char| {
+            x.sizes.as_deref().is_some_and(|s| {
+                s.split(',')
+                    .any(|kv| kv.trim().starts_with(&format!("{c}=")))
+            })
+        };
+        let mut sizes: Vec<String> = x.sizes.iter().cloned().collect();
+        sizes.extend(
+            idx.iter()
+                .zip(t.shape())
+                .filter(|(c, _)| !named(**c))
+                .map(|(c, n)| format!("{c}={n}")),
+        );
+        ext.sizes = Some(sizes.join(","));
+        if ext.size.is_none() && ext.shapes.is_none() {
+            ext.size = Some(super::DEFAULT_SIZE.to_string());
+        }
+    } else if let (Some(s), true) = (args.rmat, no_flags) {
+        ext.size = Some(1usize.checked_shl(s).unwrap_or(0).to_string());
     }
     super::einsum_from_args(expr, &ext)
 }
@@ -177,12 +187,10 @@ fn einsum_of(expr: &str, args: &Args) -> anyhow::Result<Einsum> {
 /// Each rank's rows of C with its measured (received, sent) words, and the slowest rank's time.
 type RankOut = (Vec<f64>, u64, u64, f64);
 
-fn run_ranks(
-    plan: &HaloPlan,
-    csr: &Csr<f64>,
-    b: &[f64],
-    args: &Args,
-) -> anyhow::Result<(Vec<f64>, Vec<(u64, u64)>, f64)> {
+/// C's rows in rank order, every rank's measured (received, sent) words, the slowest time.
+type RunOut = (Vec<f64>, Vec<(u64, u64)>, f64);
+
+fn run_ranks(plan: &HaloPlan, csr: &Csr<f64>, b: &[f64], args: &Args) -> anyhow::Result<RunOut> {
     let k = plan.k;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = args.threads.unwrap_or((cores / plan.procs).max(1));
