@@ -9,6 +9,7 @@ pub mod path;
 pub mod plan;
 pub mod plan_file;
 pub mod run;
+pub mod sparse;
 
 use std::process::ExitCode;
 

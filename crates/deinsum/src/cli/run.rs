@@ -88,6 +88,16 @@ pub struct Args {
     /// OMP_NUM_THREADS, else 1).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Operand K is sparse (generated with --density or --rmat unless --inputs gives a .mtx,
+    /// .tns or .npz file); planned from its pattern with a halo exchange.
+    #[arg(long, value_name = "K")]
+    pub sparse: Option<usize>,
+    /// Density of the generated sparse operand (each entry nonzero with this probability).
+    #[arg(long, value_name = "D")]
+    pub density: Option<f64>,
+    /// Generate the sparse operand as Graph500's R-MAT graph of 2^SCALE vertices.
+    #[arg(long, value_name = "SCALE")]
+    pub rmat: Option<u32>,
 }
 
 /// What rank 0 knows at the end of a run.
@@ -388,6 +398,9 @@ fn backend_of(args: &Args) -> anyhow::Result<Backend> {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if super::sparse::wanted(&args) {
+        return super::sparse::run(&args);
+    }
     if args.procs == Some(0) {
         return Err(InputError("--procs must be at least 1".into()).into());
     }

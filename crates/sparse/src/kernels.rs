@@ -1,0 +1,222 @@
+//! Local sparse kernels: CSR SpMV/SpMM, SDDMM, Gustavson SpGEMM and COO MTTKRP. Each splits
+//! its rows over the threads of the calling rayon pool (one thread outside a pool) when the
+//! work is large enough to pay for the split.
+
+use crate::{Csr, SparseError, SparseTensor};
+use deinsum_exec::Scalar;
+use rayon::prelude::*;
+
+/// Below this many multiply-adds per thread a kernel runs on one thread.
+const MIN_WORK_PER_THREAD: usize = 1 << 15;
+
+/// Rows per parallel chunk for `work` multiply-adds over `rows` rows.
+fn chunk_rows(rows: usize, work: usize) -> usize {
+    let t = rayon::current_num_threads().max(1);
+    let parts = (work / MIN_WORK_PER_THREAD).clamp(1, 4 * t);
+    rows.div_ceil(parts).max(1)
+}
+
+/// `C (m x k) = A (m x n, CSR) * B (n x k, row-major)`: SpMM, and SpMV for `k = 1`.
+pub fn spmm<T: Scalar>(a: &Csr<T>, b: &[T], k: usize) -> Result<Vec<T>, SparseError> {
+    if b.len() != a.ncols * k {
+        return Err(SparseError::Shape(format!(
+            "B has {} elements, expected {} x {k}",
+            b.len(),
+            a.ncols
+        )));
+    }
+    let mut c = vec![T::default(); a.nrows * k];
+    if k == 0 || a.nrows == 0 {
+        return Ok(c);
+    }
+    let rows = chunk_rows(a.nrows, a.nnz() * k);
+    if k == 1 {
+        // SpMV: a dot product per row, no per-entry slice of B.
+        c.par_chunks_mut(rows).enumerate().for_each(|(ch, out)| {
+            for (ri, ci) in out.iter_mut().enumerate() {
+                let i = ch * rows + ri;
+                let (lo, hi) = (a.indptr[i], a.indptr[i + 1]);
+                *ci = a.indices[lo..hi]
+                    .iter()
+                    .zip(&a.vals[lo..hi])
+                    .fold(T::default(), |acc, (&j, &v)| acc + v * b[j]);
+            }
+        });
+        return Ok(c);
+    }
+    c.par_chunks_mut(rows * k)
+        .enumerate()
+        .for_each(|(ch, out)| {
+            let r0 = ch * rows;
+            for (ri, crow) in out.chunks_mut(k).enumerate() {
+                let i = r0 + ri;
+                for p in a.indptr[i]..a.indptr[i + 1] {
+                    let v = a.vals[p];
+                    let brow = &b[a.indices[p] * k..(a.indices[p] + 1) * k];
+                    for (x, &y) in crow.iter_mut().zip(brow) {
+                        *x += v * y;
+                    }
+                }
+            }
+        });
+    Ok(c)
+}
+
+/// SDDMM `C_ij = S_ij * sum_r U_ir V_jr` on the pattern of `s` (`ij,ir,jr->ij` with the
+/// output sparse in `s`'s pattern): returns the values in `s`'s entry order.
+pub fn sddmm<T: Scalar>(s: &Csr<T>, u: &[T], v: &[T], r: usize) -> Result<Vec<T>, SparseError> {
+    if u.len() != s.nrows * r || v.len() != s.ncols * r {
+        return Err(SparseError::Shape(format!(
+            "U has {} and V {} elements, expected {} x {r} and {} x {r}",
+            u.len(),
+            v.len(),
+            s.nrows,
+            s.ncols
+        )));
+    }
+    let mut out = s.vals.clone();
+    // Entries are split by rows so that each thread writes a contiguous run of `out`.
+    let rows = chunk_rows(s.nrows, s.nnz() * r);
+    let starts: Vec<usize> = (0..s.nrows).step_by(rows).collect();
+    let mut pieces: Vec<&mut [T]> = Vec::with_capacity(starts.len());
+    let mut rest: &mut [T] = &mut out;
+    for (n, &r0) in starts.iter().enumerate() {
+        let r1 = starts.get(n + 1).copied().unwrap_or(s.nrows);
+        let (head, tail) = rest.split_at_mut(s.indptr[r1] - s.indptr[r0]);
+        pieces.push(head);
+        rest = tail;
+    }
+    pieces.into_par_iter().zip(starts).for_each(|(piece, r0)| {
+        let r1 = (r0 + rows).min(s.nrows);
+        let base = s.indptr[r0];
+        for i in r0..r1 {
+            let urow = &u[i * r..(i + 1) * r];
+            for p in s.indptr[i]..s.indptr[i + 1] {
+                let vrow = &v[s.indices[p] * r..(s.indices[p] + 1) * r];
+                let dot = urow
+                    .iter()
+                    .zip(vrow)
+                    .fold(T::default(), |acc, (&x, &y)| acc + x * y);
+                piece[p - base] = piece[p - base] * dot;
+            }
+        }
+    });
+    Ok(out)
+}
+
+/// Gustavson SpGEMM `C = A * B`, both CSR: each output row accumulates the rows of B picked by
+/// its nonzeros in a dense accumulator with a marker array (explicit zeros of the products are
+/// kept, as SciPy keeps them).
+pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>, SparseError> {
+    if a.ncols != b.nrows {
+        return Err(SparseError::Shape(format!(
+            "A is {} x {}, B is {} x {}",
+            a.nrows, a.ncols, b.nrows, b.ncols
+        )));
+    }
+    let work: usize = a
+        .indices
+        .iter()
+        .map(|&j| b.indptr[j + 1] - b.indptr[j])
+        .sum();
+    let rows = chunk_rows(a.nrows, work);
+    let starts: Vec<usize> = (0..a.nrows).step_by(rows).collect();
+    // Each chunk of rows yields its own (row lengths, columns, values); they are joined in order.
+    let parts: Vec<(Vec<usize>, Vec<usize>, Vec<T>)> = starts
+        .par_iter()
+        .map(|&r0| {
+            let r1 = (r0 + rows).min(a.nrows);
+            let mut acc = vec![T::default(); b.ncols];
+            let mut mark = vec![usize::MAX; b.ncols];
+            let (mut lens, mut cols, mut vals) = (Vec::new(), Vec::new(), Vec::new());
+            for i in r0..r1 {
+                let row_start = cols.len();
+                for p in a.indptr[i]..a.indptr[i + 1] {
+                    let (j, av) = (a.indices[p], a.vals[p]);
+                    for q in b.indptr[j]..b.indptr[j + 1] {
+                        let c = b.indices[q];
+                        if mark[c] != i {
+                            mark[c] = i;
+                            acc[c] = T::default();
+                            cols.push(c);
+                        }
+                        acc[c] += av * b.vals[q];
+                    }
+                }
+                let len = cols.len() - row_start;
+                if len * 16 > b.ncols {
+                    // A dense-ish row: reading the marks in column order beats sorting.
+                    cols.truncate(row_start);
+                    cols.extend((0..b.ncols).filter(|&c| mark[c] == i));
+                } else {
+                    cols[row_start..].sort_unstable();
+                }
+                vals.extend(cols[row_start..].iter().map(|&c| acc[c]));
+                lens.push(cols.len() - row_start);
+            }
+            (lens, cols, vals)
+        })
+        .collect();
+    let mut indptr = Vec::with_capacity(a.nrows + 1);
+    indptr.push(0);
+    let (mut indices, mut vals) = (Vec::new(), Vec::new());
+    for (lens, cols, v) in parts {
+        for l in lens {
+            indptr.push(indptr.last().copied().unwrap_or(0) + l);
+        }
+        indices.extend(cols);
+        vals.extend(v);
+    }
+    Ok(Csr {
+        nrows: a.nrows,
+        ncols: b.ncols,
+        indptr,
+        indices,
+        vals,
+    })
+}
+
+/// MTTKRP of a sparse tensor `x` in mode `mode`: `M (I_mode x R) = X_(mode) (⊙ of the other
+/// factors)`, with `factors[m]` the row-major `I_m x R` factor of mode `m` (the mode's own entry
+/// is ignored). The einsum `ijk,ja,ka->ia` for mode 0 of an order-3 tensor. Costs nnz × R × N.
+pub fn mttkrp<T: Scalar>(
+    x: &SparseTensor<T>,
+    factors: &[&[T]],
+    mode: usize,
+    r: usize,
+) -> Result<Vec<T>, SparseError> {
+    let order = x.order();
+    if mode >= order || factors.len() != order {
+        return Err(SparseError::Shape(format!(
+            "mode {mode} and {} factors for an order-{order} tensor",
+            factors.len()
+        )));
+    }
+    for (m, f) in factors.iter().enumerate() {
+        if m != mode && f.len() != x.shape()[m] * r {
+            return Err(SparseError::Shape(format!(
+                "factor {m} has {} elements, expected {} x {r}",
+                f.len(),
+                x.shape()[m]
+            )));
+        }
+    }
+    let mut out = vec![T::default(); x.shape()[mode] * r];
+    let mut row = vec![T::default(); r];
+    // One pass over the nonzeros: X is read once (the sorted order only helps locality).
+    for e in 0..x.nnz() {
+        let c = x.coord(e);
+        row.iter_mut().for_each(|v| *v = x.values()[e]);
+        for (m, f) in factors.iter().enumerate() {
+            if m != mode {
+                for (v, &y) in row.iter_mut().zip(&f[c[m] * r..(c[m] + 1) * r]) {
+                    *v = *v * y;
+                }
+            }
+        }
+        for (o, &v) in out[c[mode] * r..(c[mode] + 1) * r].iter_mut().zip(&row) {
+            *o += v;
+        }
+    }
+    Ok(out)
+}

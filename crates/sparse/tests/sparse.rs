@@ -1,0 +1,364 @@
+//! Sparse storage, readers, kernels and the halo-exchange SpMM, each against a dense serial
+//! reference.
+
+use deinsum_exec::{Communicator, InProcess};
+use deinsum_sparse::halo::{balance_rows, spmm as dist_spmm, HaloPlan};
+use deinsum_sparse::io::{read_mtx, read_npz, read_tns};
+use deinsum_sparse::{gen, kernels, Csr, SparseError, SparseTensor};
+use std::path::PathBuf;
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+fn tmp(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("deinsum-sparse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Dense row-major product of `a` (m x n) and `b` (n x k).
+fn dense_mm(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * k];
+    for i in 0..m {
+        for j in 0..n {
+            for l in 0..k {
+                c[i * k + l] += a[i * n + j] * b[j * k + l];
+            }
+        }
+    }
+    c
+}
+
+fn close(got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len());
+    for (x, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-12 * (1.0 + w.abs()),
+            "element {x}: {g} vs {w}"
+        );
+    }
+}
+
+fn dense_b(n: usize, k: usize) -> Vec<f64> {
+    (0..n * k)
+        .map(|x| ((x * 7919) % 113) as f64 / 113.0 - 0.5)
+        .collect()
+}
+
+#[test]
+fn duplicates_are_summed_and_explicit_zeros_kept() {
+    let t = SparseTensor::<f64>::from_entries(
+        vec![3, 4],
+        vec![2, 1, 0, 3, 2, 1, 1, 1],
+        vec![1.0, 2.0, 0.5, 0.0],
+    )
+    .unwrap();
+    assert_eq!(t.nnz(), 3);
+    assert_eq!(t.coord(0), &[0, 3]);
+    assert_eq!(t.coord(1), &[1, 1]);
+    assert_eq!(t.values(), &[2.0, 0.0, 1.5]);
+    let err = SparseTensor::<f64>::from_entries(vec![3, 4], vec![3, 0], vec![1.0]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "nonzero 0: index 3 of mode 0 is out of range for extent 3"
+    );
+}
+
+#[test]
+fn matrix_market_general_symmetric_pattern_and_skew() {
+    let g = tmp(
+        "g.mtx",
+        "%%MatrixMarket matrix coordinate real general\n% c\n3 4 3\n1 1 2.5\n3 4 -1\n1 1 0.5\n",
+    );
+    let t = read_mtx::<f64>(&g).unwrap();
+    assert_eq!(t.shape(), &[3, 4]);
+    assert_eq!(t.to_dense()[0], 3.0);
+    assert_eq!(t.to_dense()[11], -1.0);
+    let s = tmp(
+        "s.mtx",
+        "%%MatrixMarket matrix coordinate integer symmetric\n3 3 2\n2 1 4\n3 3 1\n",
+    );
+    let d = read_mtx::<f64>(&s).unwrap().to_dense();
+    assert_eq!(d, vec![0.0, 4.0, 0.0, 4.0, 0.0, 0.0, 0.0, 0.0, 1.0]);
+    let p = tmp(
+        "p.mtx",
+        "%%MatrixMarket matrix coordinate pattern general\n2 2 1\n2 2\n",
+    );
+    assert_eq!(
+        read_mtx::<f64>(&p).unwrap().to_dense(),
+        vec![0.0, 0.0, 0.0, 1.0]
+    );
+    let k = tmp(
+        "k.mtx",
+        "%%MatrixMarket matrix coordinate real skew-symmetric\n2 2 1\n2 1 3\n",
+    );
+    assert_eq!(
+        read_mtx::<f64>(&k).unwrap().to_dense(),
+        vec![0.0, -3.0, 3.0, 0.0]
+    );
+}
+
+#[test]
+fn matrix_market_errors_name_file_line_and_field() {
+    let cases = [
+        (
+            "h.mtx",
+            "%%MatrixMarket matrix array real general\n2 2\n1\n2\n3\n4\n",
+            ":1: header: format 'array'",
+        ),
+        (
+            "r.mtx",
+            "%%MatrixMarket matrix coordinate real general\n2 2 1\n3 1 1.0\n",
+            ":3: row index: 3 is out of range 1..=2",
+        ),
+        (
+            "v.mtx",
+            "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 x\n",
+            ":3: value: 'x' is not a number",
+        ),
+        (
+            "t.mtx",
+            "%%MatrixMarket matrix coordinate real general\n2 2 3\n1 1 1\n2 2 1\n",
+            ":5: entries: the size line declares 3 entries, the file has 2",
+        ),
+        (
+            "m.mtx",
+            "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1\n2 2 1\n",
+            ":4: entries: more entries than the 1",
+        ),
+        (
+            "z.mtx",
+            "%%MatrixMarket matrix coordinate real general\n2 2 1\n0 1 1\n",
+            ":3: row index: 0 is out of range",
+        ),
+        (
+            "u.mtx",
+            "%%MatrixMarket matrix coordinate real symmetric\n2 2 1\n1 2 1\n",
+            ":3: entry: a symmetric file stores the lower triangle only",
+        ),
+        (
+            "s.mtx",
+            "%%MatrixMarket matrix coordinate real general\n2 x 1\n",
+            ":2: size line: columns 'x' is not a count",
+        ),
+    ];
+    for (name, text, want) in cases {
+        let p = tmp(name, text);
+        let e = read_mtx::<f64>(&p).unwrap_err().to_string();
+        assert!(e.contains(name) && e.contains(want), "{name}: {e}");
+    }
+    let dir = std::env::temp_dir();
+    let e = read_mtx::<f64>(&dir).unwrap_err().to_string();
+    assert!(e.contains("is a directory"), "{e}");
+}
+
+#[test]
+fn frostt_reads_with_and_without_a_shape() {
+    let p = tmp("x.tns", "# a comment\n1 1 1 1.5\n2 3 4 -2\n1 1 1 0.5\n");
+    let t = read_tns::<f64>(&p, None).unwrap();
+    assert_eq!(t.shape(), &[2, 3, 4]);
+    assert_eq!(t.nnz(), 2);
+    assert_eq!(t.values(), &[2.0, -2.0]);
+    let t = read_tns::<f64>(&p, Some(&[5, 5, 5])).unwrap();
+    assert_eq!(t.shape(), &[5, 5, 5]);
+    let e = read_tns::<f64>(&p, Some(&[1, 5, 5]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(":3: index of mode 0: 2 is out of range 1..=1"),
+        "{e}"
+    );
+    let bad = tmp("b.tns", "1 1 1 1\n1 1 2\n");
+    let e = read_tns::<f64>(&bad, None).unwrap_err().to_string();
+    assert!(
+        e.contains("b.tns:2: entry: 3 fields, the first entry had 4"),
+        "{e}"
+    );
+}
+
+/// Archives written by `scipy.sparse.save_npz` (tests/data/make_npz.py): the same 4 x 5
+/// matrix as CSR, CSC and COO, compressed and not, with int32 and int64 indices.
+#[test]
+fn scipy_npz_archives_read_as_scipy_wrote_them() {
+    let want = std::fs::read_to_string(data("npz_dense.txt")).unwrap();
+    let want: Vec<f64> = want
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect();
+    for name in [
+        "csr.npz",
+        "csc.npz",
+        "coo.npz",
+        "csr_uncompressed.npz",
+        "csr_i64.npz",
+        "coo_dups.npz",
+    ] {
+        let t = read_npz::<f64>(&data(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(t.shape(), &[4, 5], "{name}");
+        close(&t.to_dense(), &want);
+    }
+    let e = read_npz::<f64>(&data("npz_dense.txt"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("npz_dense.txt"), "{e}");
+}
+
+#[test]
+fn kernels_equal_dense_products() {
+    let a = gen::uniform::<f64>(&[37, 29], 0.2, 3).unwrap();
+    let csr = a.to_csr().unwrap();
+    let ad = a.to_dense();
+    for k in [1, 5] {
+        let b = dense_b(29, k);
+        close(
+            &kernels::spmm(&csr, &b, k).unwrap(),
+            &dense_mm(&ad, &b, 37, 29, k),
+        );
+    }
+    // SDDMM on A's pattern: (U V^T) .* A at the stored entries.
+    let (u, v) = (dense_b(37, 4), dense_b(29, 4));
+    let got = kernels::sddmm(&csr, &u, &v, 4).unwrap();
+    let t = csr.to_tensor();
+    for (e, g) in got.iter().enumerate() {
+        let (i, j) = (t.coord(e)[0], t.coord(e)[1]);
+        let dot: f64 = (0..4).map(|r| u[i * 4 + r] * v[j * 4 + r]).sum();
+        assert!((g - t.values()[e] * dot).abs() < 1e-12, "entry {e}");
+    }
+    // SpGEMM A * B with B sparse 29 x 31.
+    let b = gen::uniform::<f64>(&[29, 31], 0.15, 4).unwrap();
+    let c = kernels::spgemm(&csr, &b.to_csr().unwrap()).unwrap();
+    close(
+        &c.to_tensor().to_dense(),
+        &dense_mm(&ad, &b.to_dense(), 37, 29, 31),
+    );
+}
+
+#[test]
+fn sparse_mttkrp_equals_the_dense_one() {
+    let (i, j, k, r) = (9, 7, 6, 3);
+    let x = gen::uniform::<f64>(&[i, j, k], 0.1, 5).unwrap();
+    let xd = x.to_dense();
+    let fj = dense_b(j, r);
+    let fk = dense_b(k, r);
+    let got = kernels::mttkrp(&x, &[&[], &fj, &fk], 0, r).unwrap();
+    let mut want = vec![0.0; i * r];
+    for a in 0..i {
+        for b in 0..j {
+            for c in 0..k {
+                for q in 0..r {
+                    want[a * r + q] += xd[(a * j + b) * k + c] * fj[b * r + q] * fk[c * r + q];
+                }
+            }
+        }
+    }
+    close(&got, &want);
+}
+
+#[test]
+fn row_cuts_balance_nonzeros() {
+    // Rows with 10, 0, 0, 1, 1, 1, 1 nonzeros over 2 ranks: the heavy row alone is one part.
+    let indptr = [0, 10, 10, 10, 11, 12, 13, 14];
+    assert_eq!(balance_rows(&indptr, 2), vec![0, 1, 7]);
+    assert_eq!(balance_rows(&indptr, 1), vec![0, 7]);
+    let cuts = balance_rows(&indptr, 9);
+    assert_eq!(cuts.len(), 10);
+    assert!(cuts.windows(2).all(|w| w[0] <= w[1]) && cuts[9] == 7);
+}
+
+/// Runs the halo SpMM of `a` times a dense B on P in-process ranks and checks the result and
+/// that every rank received exactly the plan's words.
+fn check_halo(a: &Csr<f64>, k: usize, procs: usize) -> HaloPlan {
+    let plan = HaloPlan::build(a, k, procs).unwrap();
+    let b = dense_b(a.ncols, k);
+    let want = dense_mm(&a.to_tensor().to_dense(), &b, a.nrows, a.ncols, k);
+    let parts = InProcess::new(procs)
+        .unwrap()
+        .run(|comm| {
+            let r = comm.rank();
+            let a_local = a.rows(plan.a_cuts[r], plan.a_cuts[r + 1]);
+            let b_local = &b[plan.b_cuts[r] * k..plan.b_cuts[r + 1] * k];
+            let before = comm.traffic();
+            let c = dist_spmm(comm, &plan, &a_local, b_local)?;
+            let after = comm.traffic();
+            Ok::<_, SparseError>((
+                c,
+                (after.received - before.received) / 8,
+                (after.sent - before.sent) / 8,
+            ))
+        })
+        .unwrap();
+    let mut got = Vec::new();
+    for (r, (c, recv, sent)) in parts.into_iter().enumerate() {
+        assert_eq!(recv, plan.received_words(r), "P={procs} rank {r} received");
+        assert_eq!(sent, plan.sent_words(r), "P={procs} rank {r} sent");
+        assert!(plan.received_words(r) <= plan.replication_words(r));
+        got.extend(c);
+    }
+    close(&got, &want);
+    plan
+}
+
+#[test]
+fn halo_spmm_equals_serial_for_many_rank_counts() {
+    // Square (the vector follows the rows), rectangular, with empty rows.
+    let sq = gen::uniform::<f64>(&[53, 53], 0.06, 11)
+        .unwrap()
+        .to_csr()
+        .unwrap();
+    let rect = gen::uniform::<f64>(&[23, 41], 0.1, 12)
+        .unwrap()
+        .to_csr()
+        .unwrap();
+    let mut coords = Vec::new();
+    let mut vals = Vec::new();
+    for i in (0..30).step_by(3) {
+        coords.extend([i, (i * 7) % 30]);
+        vals.push(1.0 + i as f64);
+    }
+    let sparse_rows = SparseTensor::from_entries(vec![30, 30], coords, vals)
+        .unwrap()
+        .to_csr()
+        .unwrap();
+    for procs in 1..=16 {
+        check_halo(&sq, 1, procs);
+        check_halo(&rect, 3, procs);
+        check_halo(&sparse_rows, 2, procs);
+    }
+    // More ranks than rows: some ranks hold nothing.
+    let tiny = gen::uniform::<f64>(&[5, 5], 0.5, 13)
+        .unwrap()
+        .to_csr()
+        .unwrap();
+    check_halo(&tiny, 2, 11);
+}
+
+#[test]
+fn halo_on_rmat_moves_less_than_replication() {
+    let a = gen::rmat::<f64>(10, 8, 21).unwrap().to_csr().unwrap();
+    let plan = check_halo(&a, 1, 4);
+    let repl: u64 = (0..4).map(|r| plan.replication_words(r)).sum();
+    assert!(
+        plan.total_received() < repl,
+        "{} vs {repl}",
+        plan.total_received()
+    );
+    assert!(plan.imbalance() < 1.5, "imbalance {}", plan.imbalance());
+}
+
+#[test]
+fn generators_are_seeded_and_refuse_bad_arguments() {
+    let a = gen::uniform::<f64>(&[100, 100], 0.05, 1).unwrap();
+    assert_eq!(a, gen::uniform::<f64>(&[100, 100], 0.05, 1).unwrap());
+    assert!((300..700).contains(&a.nnz()), "{}", a.nnz());
+    assert!(gen::uniform::<f64>(&[4], 0.0, 1).is_err());
+    assert!(gen::uniform::<f64>(&[4], 1.5, 1).is_err());
+    assert_eq!(gen::uniform::<f64>(&[3, 3], 1.0, 1).unwrap().nnz(), 9);
+    let g = gen::rmat::<f64>(6, 16, 2).unwrap();
+    assert_eq!(g.shape(), &[64, 64]);
+    assert!(gen::rmat::<f64>(0, 16, 2).is_err());
+}
