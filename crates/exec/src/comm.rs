@@ -148,6 +148,46 @@ pub trait Communicator {
         }
         Ok(out)
     }
+
+    /// [`Communicator::exchange`] overlapped with `work`: posts `sends`, runs `work` while
+    /// the messages are in flight, then completes the receives and returns them (one per
+    /// entry of `from`, in that order) with what `work` returned. `from` lists each sending
+    /// rank with the number of elements it sends, which the receiver knows from its derived
+    /// transfers, so receives can be posted before the data arrives. Every rank calls it
+    /// together, as it calls `exchange`, and its messages never match another call's. Bytes
+    /// are counted as by `exchange`. The default does the exchange, then the work (no
+    /// overlap); backends override it.
+    fn exchange_while<T: Scalar, R: Send>(
+        &self,
+        sends: Vec<(usize, Vec<T>)>,
+        from: &[(usize, usize)],
+        work: impl FnOnce() -> R + Send,
+    ) -> Result<(Vec<Vec<T>>, R), CommError> {
+        let ranks: Vec<usize> = from.iter().map(|&(s, _)| s).collect();
+        let recv = self.exchange(sends, &ranks)?;
+        check_lengths(&recv, from)?;
+        Ok((recv, work()))
+    }
+}
+
+/// Checks that the messages `recv` have the lengths `from` announced (one per sender).
+pub fn check_lengths<T>(recv: &[Vec<T>], from: &[(usize, usize)]) -> Result<(), CommError> {
+    for (v, &(s, n)) in recv.iter().zip(from) {
+        if v.len() != n {
+            return Err(CommError::Invalid(format!(
+                "rank {s} sent {} elements, {n} were expected",
+                v.len()
+            )));
+        }
+    }
+    if recv.len() != from.len() {
+        return Err(CommError::Invalid(format!(
+            "{} messages for {} senders",
+            recv.len(),
+            from.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Checks the arguments of [`Communicator::all_to_all_v`] (one count per rank, counts adding

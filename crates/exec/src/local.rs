@@ -452,6 +452,34 @@ impl Communicator for LocalComm {
         from.iter().map(|&s| self.take_vec::<T>(s)).collect()
     }
 
+    fn exchange_while<T: Scalar, R: Send>(
+        &self,
+        sends: Vec<(usize, Vec<T>)>,
+        from: &[(usize, usize)],
+        work: impl FnOnce() -> R + Send,
+    ) -> Result<(Vec<Vec<T>>, R), CommError> {
+        let n = self.size();
+        if let Some(&(d, _)) = sends.iter().find(|(d, _)| *d >= n) {
+            return Err(CommError::Invalid(format!("message to rank {d} of {n}")));
+        }
+        if let Some(&(s, _)) = from.iter().find(|&&(s, _)| s >= n) {
+            return Err(CommError::Invalid(format!("message from rank {s} of {n}")));
+        }
+        // The sends are in the receivers' mailboxes before the work starts; the receives
+        // after it are hand-overs of buffers that are, by then, usually there.
+        for (d, v) in sends {
+            let bytes = std::mem::size_of_val(&v[..]);
+            self.post(d, Box::new(v), bytes);
+        }
+        let r = work();
+        let recv = from
+            .iter()
+            .map(|&(s, _)| self.take_vec::<T>(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        crate::comm::check_lengths(&recv, from)?;
+        Ok((recv, r))
+    }
+
     fn barrier(&self) -> Result<(), CommError> {
         self.all_gather(Vec::new()).map(|_| ())
     }
