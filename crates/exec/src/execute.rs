@@ -565,6 +565,7 @@ fn run_steps<T: Scalar, C: Communicator>(
             peak: 0,
             peak_buffers: 0,
         },
+        prefetched: Vec::new(),
     };
     let mut report = RunReport {
         rank: me,
@@ -600,6 +601,12 @@ fn run_steps<T: Scalar, C: Communicator>(
         report.madds += m.madds;
         report.steps.push(m);
     }
+    if !run.prefetched.is_empty() {
+        return Err(ExecError::InvalidPlan {
+            step: plan.steps.len(),
+            message: "the last step prefetched windows that no phase uses".into(),
+        });
+    }
     Ok((run.held, run.mem, report))
 }
 
@@ -615,11 +622,22 @@ struct Interpreter<'a, T: Scalar, C: Communicator> {
     me: usize,
     held: Held<T>,
     mem: Mem,
+    /// The windows the previous phase prefetched for the next one (double buffering).
+    prefetched: Vec<Window<T>>,
 }
+
+/// A phase window: the tensor, its windowed distribution and this rank's block of it.
+type Window<T> = (TensorId, Distribution, Option<LocalTensor<T>>);
 
 impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
     /// Runs step `i`, filling in what `m` measures besides time and traffic.
     fn step(&mut self, i: usize, step: &PlanStep, m: &mut StepMeasure) -> Result<(), ExecError> {
+        if !self.prefetched.is_empty() && !matches!(step, PlanStep::ComputePhase { .. }) {
+            return Err(ExecError::InvalidPlan {
+                step: i,
+                message: "windows prefetched by the step before are not used".into(),
+            });
+        }
         match step {
             PlanStep::Load { tensor, dist } => {
                 m.tensor = Some(*tensor);
@@ -641,10 +659,11 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
                 group,
                 phase,
                 fetch,
+                prefetch,
                 ..
             } => {
                 (m.predicted_sent, m.predicted_received) = self.plan.step_words(i, self.me);
-                self.compute_phase(i, *group, *phase, fetch, m)
+                self.compute_phase(i, *group, *phase, fetch, prefetch, m)
             }
             PlanStep::Free { tensor } => {
                 m.tensor = Some(*tensor);
@@ -744,13 +763,16 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         Ok(())
     }
 
-    /// Phase `phase` of a phased group: fetch the windows, compute, add into the output block.
+    /// Phase `phase` of a phased group: fetch the windows (or take those the previous phase
+    /// prefetched), compute — with a prefetch, while the next phase's windows are in flight —
+    /// and add into the output block.
     fn compute_phase(
         &mut self,
         i: usize,
         group: usize,
         phase: usize,
         fetch: &[deinsum_plan::Fetch],
+        prefetch: &[deinsum_plan::Fetch],
         m: &mut StepMeasure,
     ) -> Result<(), ExecError> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
@@ -765,7 +787,8 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         }
         let (out_id, out_dist) = &g.output;
         m.tensor = Some(*out_id);
-        let windows = self.fetch_windows(i, fetch)?;
+        let mut windows = self.fetch_windows(i, fetch)?;
+        windows.append(&mut self.prefetched);
         let mut ins: Vec<(usize, Option<&LocalTensor<T>>)> = Vec::new();
         for (tid, d) in &g.inputs {
             if let Some((_, wd, w)) = windows.iter().find(|(id, _, _)| id == tid) {
@@ -781,8 +804,30 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
             }
             ins.push((*tid, held_input(&self.held, *tid, d).map_err(bad)?));
         }
+        let read = g
+            .inputs
+            .iter()
+            .filter(|(tid, _)| windows.iter().any(|(id, _, _)| id == tid))
+            .count();
+        if read != windows.len() {
+            return Err(bad("a window that the group does not read".into()));
+        }
         let cut = Some((ph.index, ph.count, phase));
-        let part = run.eval(&ins, cut, m, &mut self.mem).map_err(bad)?;
+        let part = if prefetch.is_empty() {
+            run.eval(&ins, cut, m, &mut self.mem).map_err(bad)?
+        } else {
+            let at = Prefetch {
+                plan: self.plan,
+                comm: self.comm,
+                held: &self.held,
+                step: i,
+                skip: fetch.len(),
+                prefetch,
+            };
+            let (part, next) = at.eval_while(&run, &ins, cut, m, &mut self.mem)?;
+            self.prefetched = next;
+            part
+        };
         drop(ins);
         for (_, _, w) in windows {
             self.mem.sub(words(&w));
@@ -849,6 +894,89 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
             windows.push((f.tensor, f.to.clone(), w));
         }
         Ok(windows)
+    }
+}
+
+/// The prefetch of one phase step: the step's moves after its `skip` fetches, from the
+/// blocks `held`.
+struct Prefetch<'a, T: Scalar, C: Communicator> {
+    plan: &'a Plan,
+    comm: &'a C,
+    held: &'a Held<T>,
+    step: usize,
+    skip: usize,
+    prefetch: &'a [deinsum_plan::Fetch],
+}
+
+impl<T: Scalar, C: Communicator> Prefetch<'_, T, C> {
+    /// Evaluates a phase from `ins` while the prefetched windows are in flight: the sends
+    /// are posted first, the receives completed after. Returns the phase's result and the
+    /// next phase's windows.
+    #[allow(clippy::type_complexity)] // (the phase's result, the next phase's windows)
+    fn eval_while(
+        &self,
+        run: &GroupRun<'_>,
+        ins: &[(usize, Option<&LocalTensor<T>>)],
+        cut: Option<(deinsum_expr::Index, usize, usize)>,
+        m: &mut StepMeasure,
+        mem: &mut Mem,
+    ) -> Result<(Option<LocalTensor<T>>, Vec<Window<T>>), ExecError> {
+        let bad = |message: String| ExecError::InvalidPlan {
+            step: self.step,
+            message,
+        };
+        let (me, p) = (self.comm.rank(), self.comm.size());
+        let lists = self.plan.step_transfers(self.step, me);
+        let mut legs = Vec::new();
+        let mut tensors = Vec::new();
+        for (f, trs) in self.prefetch.iter().zip(lists.iter().skip(self.skip)) {
+            let t = self
+                .plan
+                .tensor(f.tensor)
+                .ok_or_else(|| bad(format!("unknown tensor {}", f.tensor)))?;
+            let (d, b) = self
+                .held
+                .get(&f.tensor)
+                .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
+            if d != &f.from {
+                return Err(bad(format!(
+                    "{} does not rest where it is prefetched from",
+                    t.name
+                )));
+            }
+            legs.push((&trs[..], b.as_ref()));
+            tensors.push(t);
+        }
+        let (sends, from) = crate::prefetch::pack(&legs, me, p).map_err(bad)?;
+        let send_words: u64 = sends.iter().map(|(_, v)| v.len() as u64).sum();
+        mem.touch_buffers(send_words);
+        let (recv, part) = {
+            let mem = &mut *mem;
+            self.comm
+                .exchange_while(sends, &from, || run.eval(ins, cut, m, mem))?
+        };
+        let part = part.map_err(bad)?;
+        let mut next: Vec<Option<LocalTensor<T>>> = self
+            .prefetch
+            .iter()
+            .zip(&tensors)
+            .map(|(f, t)| {
+                f.to.block(me, &t.shape)
+                    .map(|b| LocalTensor::<T>::zeros(t.indices.clone(), b.ranges.to_vec()))
+            })
+            .collect();
+        let next_words: u64 = next.iter().map(words).sum();
+        let recv_words: u64 = recv.iter().map(|v| v.len() as u64).sum();
+        mem.add(next_words);
+        mem.touch_buffers(recv_words + words(&part));
+        crate::prefetch::unpack(&mut next, &legs, &recv, &from, me).map_err(bad)?;
+        let next = self
+            .prefetch
+            .iter()
+            .zip(next)
+            .map(|(f, b)| (f.tensor, f.to.clone(), b))
+            .collect();
+        Ok((part, next))
     }
 }
 

@@ -17,6 +17,7 @@ pub mod local;
 pub mod mpi;
 pub mod npy;
 mod npy_input;
+mod prefetch;
 pub mod preflight;
 pub mod reference;
 pub mod scalar;
