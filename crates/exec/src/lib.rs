@@ -13,6 +13,7 @@ pub mod data;
 pub mod execute;
 pub mod kernels;
 pub mod local;
+mod moves;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod npy;
