@@ -1,5 +1,6 @@
 //! The plan executor: runs [`Plan::steps`] in order on every rank of a communicator.
 
+use crate::comm::Calls;
 use crate::data::{block_of_full, seeded_block, unpack_box, Inputs};
 use crate::kernels::{eval_group, GroupStats, GroupSteps, LocalTensor};
 use crate::moves::{self, MoveError};
@@ -166,6 +167,10 @@ pub struct StepMeasure {
     pub predicted_received: u64,
     /// Multiply-adds done by this rank.
     pub madds: f64,
+    /// Communicator calls per collective kind this step made on this rank (which path its
+    /// moves took).
+    #[serde(default, skip_serializing_if = "Calls::is_empty")]
+    pub calls: Calls,
 }
 
 /// What a run did on this rank.
@@ -394,6 +399,9 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     if agree != [h, !h] {
         return Err(ExecError::PlanMismatch { rank: me, hash: h });
     }
+    // Which moves run as collectives, agreed before any step (and the sub-communicators made),
+    // so that no step's measured traffic includes it.
+    let routes = moves::Routes::agree(plan, comm)?;
     let start = Instant::now();
     // Inputs are read (or generated) before the timed runs: a Load step then only places the
     // block, so repetitions time the contraction, not the input source.
@@ -417,7 +425,15 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     for run in 0..runs {
         // Every rank starts each run together: a step's time is its own, not a late peer's.
         comm.barrier()?;
-        let r = run_steps(plan, comm, &mut loaded, inputs, opts, pool.as_ref())?;
+        let r = run_steps(
+            plan,
+            comm,
+            &routes,
+            &mut loaded,
+            inputs,
+            opts,
+            pool.as_ref(),
+        )?;
         if run >= opts.warmup {
             for (s, m) in samples.iter_mut().zip(&r.2.steps) {
                 s.push(m.seconds);
@@ -546,6 +562,7 @@ type Held<T> = BTreeMap<TensorId, (Distribution, Option<LocalTensor<T>>)>;
 fn run_steps<T: Scalar, C: Communicator>(
     plan: &Plan,
     comm: &C,
+    routes: &moves::Routes<C>,
     loaded: &mut Loaded<T>,
     inputs: &Inputs<T>,
     opts: &ExecOptions,
@@ -555,6 +572,7 @@ fn run_steps<T: Scalar, C: Communicator>(
     let mut run = Interpreter {
         plan,
         comm,
+        routes,
         loaded,
         inputs,
         opts,
@@ -581,6 +599,7 @@ fn run_steps<T: Scalar, C: Communicator>(
         }
         let t0 = Instant::now();
         let tr0 = comm.traffic();
+        let calls0 = comm.calls();
         let mut m = StepMeasure {
             step: i,
             kind: StepKind::of(step),
@@ -592,8 +611,10 @@ fn run_steps<T: Scalar, C: Communicator>(
             predicted_sent: 0,
             predicted_received: 0,
             madds: 0.0,
+            calls: Default::default(),
         };
         run.step(i, step, &mut m)?;
+        m.calls = comm.calls().since(&calls0);
         let tr1 = comm.traffic();
         m.sent = (tr1.sent - tr0.sent) / T::BYTES as u64;
         m.received = (tr1.received - tr0.received) / T::BYTES as u64;
@@ -609,6 +630,8 @@ fn run_steps<T: Scalar, C: Communicator>(
 struct Interpreter<'a, T: Scalar, C: Communicator> {
     plan: &'a Plan,
     comm: &'a C,
+    /// How each move runs (collective, send/recv or exchange).
+    routes: &'a moves::Routes<C>,
     loaded: &'a mut Loaded<T>,
     inputs: &'a Inputs<T>,
     opts: &'a ExecOptions,
@@ -712,11 +735,20 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         }
         let cur_words = words(&cur);
         let new = if sum {
-            let new =
-                moves::reduce_block(self.comm, t, cur.as_ref(), to, &transfers, &mut self.mem);
+            let way = self.routes.way(i, 0);
+            let new = moves::reduce_block(
+                self.comm,
+                way,
+                t,
+                cur.as_ref(),
+                to,
+                &transfers,
+                &mut self.mem,
+            );
             new.map_err(|e| move_error(e, bad))?
         } else {
-            let moved = moves::move_block(self.comm, t, cur, to, &transfers, &mut self.mem);
+            let way = self.routes.way(i, 0);
+            let moved = moves::move_block(self.comm, way, t, cur, to, &transfers, &mut self.mem);
             let moved = moved.map_err(|e| move_error(e, bad))?;
             cur = moved.source;
             moved.block
@@ -826,7 +858,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
         let fetch_transfers = self.plan.step_transfers(i, self.me);
         let mut windows = Vec::new();
-        for (f, transfers) in fetch.iter().zip(&fetch_transfers) {
+        for (j, (f, transfers)) in fetch.iter().zip(&fetch_transfers).enumerate() {
             let t = self
                 .plan
                 .tensor(f.tensor)
@@ -835,9 +867,17 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
                 .held
                 .get(&f.tensor)
                 .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
-            let w =
-                moves::fetch_window(self.comm, t, cur.as_ref(), &f.to, transfers, &mut self.mem)
-                    .map_err(|e| move_error(e, bad))?;
+            let way = self.routes.way(i, j);
+            let w = moves::fetch_window(
+                self.comm,
+                way,
+                t,
+                cur.as_ref(),
+                &f.to,
+                transfers,
+                &mut self.mem,
+            )
+            .map_err(|e| move_error(e, bad))?;
             windows.push((f.tensor, f.to.clone(), w));
         }
         Ok(windows)

@@ -21,7 +21,7 @@ mod npy_input;
 pub mod preflight;
 pub mod reference;
 pub mod scalar;
-pub use comm::{CommError, Communicator, Traffic};
+pub use comm::{Calls, Collective, CommError, Communicator, Traffic};
 pub use data::Inputs;
 pub use execute::{
     execute, execute_measured, gather_reports, plan_hash, DistTensor, ExecError, ExecOptions,
