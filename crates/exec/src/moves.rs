@@ -263,7 +263,11 @@ pub(crate) fn move_block<T: Scalar, C: Communicator>(
             source: cur,
         });
     }
-    let (incoming, recv) = send_and_receive(comm, cur.as_ref(), transfers, target_words, mem)?;
+    let (incoming, recv) = if *way.route == Route::Local {
+        (Incoming::of(transfers, me, comm.size())?, Vec::new())
+    } else {
+        send_and_receive(comm, cur.as_ref(), transfers, target_words, mem)?
+    };
     mem.add(target_words);
     let (mut block, source) = if stays {
         (cur, None)
@@ -616,16 +620,7 @@ fn fibre(grid: &[usize], keep: &[bool], me: usize) -> Option<Vec<usize>> {
 
 /// The nonempty intersection of two boxes.
 fn meet(a: &Block, b: &Block) -> Option<Block> {
-    let ranges: deinsum_plan::Ranges = a
-        .ranges
-        .iter()
-        .zip(&b.ranges)
-        .map(|(&(s, e), &(t, f))| (s.max(t), e.min(f)))
-        .collect();
-    ranges
-        .iter()
-        .all(|&(s, e)| s < e)
-        .then_some(Block { ranges })
+    a.intersect(b)
 }
 
 fn nonempty(b: Option<Block>) -> Option<Block> {
