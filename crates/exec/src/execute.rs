@@ -1,7 +1,9 @@
 //! The plan executor: runs [`Plan::steps`] in order on every rank of a communicator.
 
-use crate::data::{block_of_full, copy_box, pack_box, seeded_block, unpack_box, Inputs};
+use crate::comm::Calls;
+use crate::data::{block_of_full, seeded_block, unpack_box, Inputs};
 use crate::kernels::{eval_group, GroupStats, GroupSteps, LocalTensor};
+use crate::moves::{self, MoveError};
 use crate::{CommError, Communicator, Scalar};
 use deinsum_plan::{
     block_range, Block, Distribution, Plan, PlanStep, Tensor, TensorId, TensorKind,
@@ -165,6 +167,10 @@ pub struct StepMeasure {
     pub predicted_received: u64,
     /// Multiply-adds done by this rank.
     pub madds: f64,
+    /// Communicator calls per collective kind this step made on this rank (which path its
+    /// moves took).
+    #[serde(default, skip_serializing_if = "Calls::is_empty")]
+    pub calls: Calls,
 }
 
 /// What a run did on this rank.
@@ -345,26 +351,26 @@ pub fn execute<T: Scalar, C: Communicator>(
 
 /// Words of tensor data held: `peak` counts blocks, the new block of a redistribution and a
 /// group's intermediates (the plan's memory model); `peak_buffers` adds the message buffers.
-struct Mem {
+pub(crate) struct Mem {
     cur: u64,
     peak: u64,
     peak_buffers: u64,
 }
 
 impl Mem {
-    fn add(&mut self, w: u64) {
+    pub(crate) fn add(&mut self, w: u64) {
         self.cur += w;
         self.peak = self.peak.max(self.cur);
         self.peak_buffers = self.peak_buffers.max(self.cur);
     }
-    fn sub(&mut self, w: u64) {
+    pub(crate) fn sub(&mut self, w: u64) {
         self.cur = self.cur.saturating_sub(w);
     }
-    fn touch(&mut self, transient: u64) {
+    pub(crate) fn touch(&mut self, transient: u64) {
         self.peak = self.peak.max(self.cur + transient);
         self.peak_buffers = self.peak_buffers.max(self.cur + transient);
     }
-    fn touch_buffers(&mut self, transient: u64) {
+    pub(crate) fn touch_buffers(&mut self, transient: u64) {
         self.peak_buffers = self.peak_buffers.max(self.cur + transient);
     }
 }
@@ -393,6 +399,9 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     if agree != [h, !h] {
         return Err(ExecError::PlanMismatch { rank: me, hash: h });
     }
+    // Which moves run as collectives, agreed before any step (and the sub-communicators made),
+    // so that no step's measured traffic includes it.
+    let routes = moves::Routes::agree(plan, comm)?;
     let start = Instant::now();
     // Inputs are read (or generated) before the timed runs: a Load step then only places the
     // block, so repetitions time the contraction, not the input source.
@@ -416,7 +425,15 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     for run in 0..runs {
         // Every rank starts each run together: a step's time is its own, not a late peer's.
         comm.barrier()?;
-        let r = run_steps(plan, comm, &mut loaded, inputs, opts, pool.as_ref())?;
+        let r = run_steps(
+            plan,
+            comm,
+            &routes,
+            &mut loaded,
+            inputs,
+            opts,
+            pool.as_ref(),
+        )?;
         if run >= opts.warmup {
             for (s, m) in samples.iter_mut().zip(&r.2.steps) {
                 s.push(m.seconds);
@@ -545,6 +562,7 @@ type Held<T> = BTreeMap<TensorId, (Distribution, Option<LocalTensor<T>>)>;
 fn run_steps<T: Scalar, C: Communicator>(
     plan: &Plan,
     comm: &C,
+    routes: &moves::Routes<C>,
     loaded: &mut Loaded<T>,
     inputs: &Inputs<T>,
     opts: &ExecOptions,
@@ -554,6 +572,7 @@ fn run_steps<T: Scalar, C: Communicator>(
     let mut run = Interpreter {
         plan,
         comm,
+        routes,
         loaded,
         inputs,
         opts,
@@ -581,6 +600,7 @@ fn run_steps<T: Scalar, C: Communicator>(
         }
         let t0 = Instant::now();
         let tr0 = comm.traffic();
+        let calls0 = comm.calls();
         let mut m = StepMeasure {
             step: i,
             kind: StepKind::of(step),
@@ -592,8 +612,10 @@ fn run_steps<T: Scalar, C: Communicator>(
             predicted_sent: 0,
             predicted_received: 0,
             madds: 0.0,
+            calls: Default::default(),
         };
         run.step(i, step, &mut m)?;
+        m.calls = comm.calls().since(&calls0);
         let tr1 = comm.traffic();
         m.sent = (tr1.sent - tr0.sent) / T::BYTES as u64;
         m.received = (tr1.received - tr0.received) / T::BYTES as u64;
@@ -615,6 +637,8 @@ fn run_steps<T: Scalar, C: Communicator>(
 struct Interpreter<'a, T: Scalar, C: Communicator> {
     plan: &'a Plan,
     comm: &'a C,
+    /// How each move runs (collective, send/recv or exchange).
+    routes: &'a moves::Routes<C>,
     loaded: &'a mut Loaded<T>,
     inputs: &'a Inputs<T>,
     opts: &'a ExecOptions,
@@ -729,17 +753,25 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
             )));
         }
         let cur_words = words(&cur);
-        let new = redistribute(
-            self.comm,
-            t,
-            &mut cur,
-            false,
-            to,
-            sum,
-            &transfers,
-            &mut self.mem,
-        )
-        .map_err(|e| e.into_exec(bad))?;
+        let new = if sum {
+            let way = self.routes.way(i, 0);
+            let new = moves::reduce_block(
+                self.comm,
+                way,
+                t,
+                cur.as_ref(),
+                to,
+                &transfers,
+                &mut self.mem,
+            );
+            new.map_err(|e| move_error(e, bad))?
+        } else {
+            let way = self.routes.way(i, 0);
+            let moved = moves::move_block(self.comm, way, t, cur, to, &transfers, &mut self.mem);
+            let moved = moved.map_err(|e| move_error(e, bad))?;
+            cur = moved.source;
+            moved.block
+        };
         self.mem.sub(cur_words);
         give_back(self.loaded, tensor, cur);
         self.held.insert(tensor, (to.clone(), new));
@@ -871,26 +903,26 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
         let fetch_transfers = self.plan.step_transfers(i, self.me);
         let mut windows = Vec::new();
-        for (f, transfers) in fetch.iter().zip(&fetch_transfers) {
+        for (j, (f, transfers)) in fetch.iter().zip(&fetch_transfers).enumerate() {
             let t = self
                 .plan
                 .tensor(f.tensor)
                 .ok_or_else(|| bad(format!("unknown tensor {}", f.tensor)))?;
             let (_, cur) = self
                 .held
-                .get_mut(&f.tensor)
+                .get(&f.tensor)
                 .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
-            let w = redistribute(
+            let way = self.routes.way(i, j);
+            let w = moves::fetch_window(
                 self.comm,
+                way,
                 t,
-                cur,
-                true,
+                cur.as_ref(),
                 &f.to,
-                false,
                 transfers,
                 &mut self.mem,
             )
-            .map_err(|e| e.into_exec(bad))?;
+            .map_err(|e| move_error(e, bad))?;
             windows.push((f.tensor, f.to.clone(), w));
         }
         Ok(windows)
@@ -1196,164 +1228,13 @@ fn load_block<T: Scalar>(
     }
 }
 
-enum RedistError {
-    Comm(CommError),
-    Plan(String),
-}
-
-impl RedistError {
-    /// The executor's error: communication failures as they are, plan faults through `bad`
-    /// (which names the step).
-    fn into_exec(self, bad: impl FnOnce(String) -> ExecError) -> ExecError {
-        match self {
-            RedistError::Comm(c) => ExecError::Comm(c),
-            RedistError::Plan(s) => bad(s),
-        }
+/// The executor's error for a failed move: communication failures as they are, plan faults
+/// through `bad` (which names the step).
+fn move_error(e: MoveError, bad: impl FnOnce(String) -> ExecError) -> ExecError {
+    match e {
+        MoveError::Comm(c) => ExecError::Comm(c),
+        MoveError::Plan(s) => bad(s),
     }
-}
-
-impl From<CommError> for RedistError {
-    fn from(e: CommError) -> Self {
-        RedistError::Comm(e)
-    }
-}
-
-/// Moves (or, with `keep`, copies) the block `cur` into `to` along `transfers`.
-// One call site per step kind; bundling the step's fields into a struct would only rename them.
-#[allow(clippy::too_many_arguments)]
-fn redistribute<T: Scalar, C: Communicator>(
-    comm: &C,
-    t: &Tensor,
-    cur: &mut Option<LocalTensor<T>>,
-    keep: bool,
-    to: &Distribution,
-    sum: bool,
-    transfers: &[deinsum_plan::Transfer],
-    mem: &mut Mem,
-) -> Result<Option<LocalTensor<T>>, RedistError> {
-    let me = comm.rank();
-    let p = comm.size();
-    let missing = || {
-        RedistError::Plan(format!(
-            "rank {me} sends from a block of {} it does not hold",
-            t.name
-        ))
-    };
-    let outside = |b: &deinsum_plan::Block, blk: &LocalTensor<T>| {
-        b.ranges
-            .iter()
-            .zip(&blk.ranges)
-            .any(|(&(s, e), &(bs, be))| s < e && (s < bs || e > be))
-    };
-    // Pack, per destination rank, the boxes in transfer order, straight into the typed
-    // message (sized first, so it is allocated once).
-    let mut slot: Vec<usize> = vec![usize::MAX; p];
-    let mut sends: Vec<(usize, Vec<T>)> = Vec::new();
-    let mut lens: Vec<usize> = Vec::new();
-    for tr in transfers.iter().filter(|tr| tr.src == me && tr.dst != me) {
-        if tr.dst >= p {
-            return Err(RedistError::Plan(format!(
-                "transfer to rank {} of {p}",
-                tr.dst
-            )));
-        }
-        if slot[tr.dst] == usize::MAX {
-            slot[tr.dst] = lens.len();
-            lens.push(0);
-        }
-        lens[slot[tr.dst]] += tr.boxes.iter().map(|b| b.len() as usize).sum::<usize>();
-    }
-    for (d, &k) in slot.iter().enumerate() {
-        if k != usize::MAX {
-            sends.push((d, Vec::with_capacity(lens[k])));
-        }
-    }
-    // `sends` is in destination order; re-point the slots at it.
-    for (i, (d, _)) in sends.iter().enumerate() {
-        slot[*d] = i;
-    }
-    for tr in transfers.iter().filter(|tr| tr.src == me && tr.dst != me) {
-        let blk = cur.as_ref().ok_or_else(missing)?;
-        for b in &tr.boxes {
-            if outside(b, blk) {
-                return Err(missing());
-            }
-            pack_box(blk, b, &mut sends[slot[tr.dst]].1);
-        }
-    }
-    let send_words: u64 = sends.iter().map(|(_, v)| v.len() as u64).sum();
-    let mut new = to
-        .block(me, &t.shape)
-        .map(|b| LocalTensor::<T>::zeros(t.indices.clone(), b.ranges.to_vec()));
-    mem.touch_buffers(send_words + words(&new));
-    // This rank's incoming transfers by source, in list order: one pass, not one per source.
-    let mut incoming: Vec<Vec<&deinsum_plan::Transfer>> = vec![Vec::new(); p];
-    for tr in transfers.iter().filter(|tr| tr.dst == me && tr.src != me) {
-        if tr.src >= p {
-            return Err(RedistError::Plan(format!(
-                "transfer from rank {} of {p}",
-                tr.src
-            )));
-        }
-        incoming[tr.src].push(tr);
-    }
-    let from: Vec<usize> = (0..p).filter(|&s| !incoming[s].is_empty()).collect();
-    let recv = comm.exchange(sends, &from)?;
-    let recv_words: u64 = recv.iter().map(|v| v.len() as u64).sum();
-    mem.touch_buffers(recv_words + words(&new));
-    mem.add(words(&new));
-    // Local part: src == dst == me. A whole block staying in place is moved, not copied.
-    for tr in transfers.iter().filter(|tr| tr.src == me && tr.dst == me) {
-        let same = |c: &Option<LocalTensor<T>>, n: &Option<LocalTensor<T>>| match (c, n) {
-            (Some(c), Some(n)) => {
-                tr.boxes.len() == 1
-                    && tr.boxes[0].ranges[..] == c.ranges[..]
-                    && c.ranges == n.ranges
-            }
-            _ => false,
-        };
-        // Without `keep` (a move, not a fetch) a block staying whole is handed over.
-        if !sum && !keep && same(cur, &new) {
-            new = cur.take();
-            continue;
-        }
-        let blk = cur.as_ref().ok_or_else(missing)?;
-        let dst = new
-            .as_mut()
-            .ok_or_else(|| RedistError::Plan(format!("rank {me} receives into no block")))?;
-        for b in &tr.boxes {
-            if outside(b, blk) || outside(b, dst) {
-                return Err(missing());
-            }
-            copy_box(blk, dst, b, sum);
-        }
-    }
-    for (&src, vals) in from.iter().zip(&recv) {
-        let mut pos = 0usize;
-        for tr in incoming[src].iter().copied() {
-            let dst = new
-                .as_mut()
-                .ok_or_else(|| RedistError::Plan(format!("rank {me} receives into no block")))?;
-            for b in &tr.boxes {
-                let n = b.len() as usize;
-                if pos + n > vals.len() || outside(b, dst) {
-                    return Err(RedistError::Plan(format!(
-                        "rank {me}: message from rank {src} does not match its transfer"
-                    )));
-                }
-                unpack_box(dst, b, &vals[pos..pos + n], sum);
-                pos += n;
-            }
-        }
-        if pos != vals.len() {
-            return Err(RedistError::Plan(format!(
-                "rank {me}: message from rank {src} has {} elements, the transfers {}",
-                vals.len(),
-                pos
-            )));
-        }
-    }
-    Ok(new)
 }
 
 /// Collects every rank's report on rank 0 (`Some` there, in rank order; `None` elsewhere).
