@@ -75,15 +75,16 @@ pub fn pipeline(plan: Plan, opts: &PlanOptions, rule: &Chunking) -> Plan {
     let mut plan = plan;
     let mut changed = false;
     for gi in 0..plan.groups.len() {
-        let rewritten = if plan.groups[gi].phases.is_some() {
-            with_prefetch(&plan, gi, opts)
-        } else {
-            chunked(&plan, gi, opts, rule)
+        let fits = |p: &Plan| opts.mem.is_none_or(|s| max_peak(p) <= s);
+        let rewritten = match plan.groups[gi].phases.as_ref().map(|ph| ph.count) {
+            // The planner's phases with prefetches; when the second buffer breaks the budget,
+            // twice as many phases, whose two windows take what one window took.
+            Some(t) => with_prefetch(&plan, gi, opts)
+                .filter(|p| fits(p))
+                .or_else(|| recut(&plan, gi, 2 * t, opts).filter(|p| fits(p))),
+            None => chunked(&plan, gi, opts, rule).filter(|p| fits(p)),
         };
         let Some(p) = rewritten else { continue };
-        if opts.mem.is_some_and(|s| max_peak(&p) > s) {
-            continue;
-        }
         plan = p;
         changed = true;
     }
@@ -127,6 +128,77 @@ fn with_prefetch(plan: &Plan, gi: usize, opts: &PlanOptions) -> Option<Plan> {
         set_step_volume(&mut p, i, opts);
     }
     Some(p)
+}
+
+/// Group `gi`, phased under the budget, cut again into `t` pipelined phases (the same
+/// inputs fetched from where they rest, each window part of `t`; `None` when `t` exceeds the
+/// busiest rank's block of the phased index, or the group's phases are not one run of steps).
+fn recut(plan: &Plan, gi: usize, t: usize, opts: &PlanOptions) -> Option<Plan> {
+    let g = &plan.groups[gi];
+    let ph = g.phases.as_ref()?;
+    let pv = g.grid.position(ph.index).map_or(1, |k| g.grid.dims[k].size);
+    if t > plan.einsum.extent(ph.index).div_ceil(pv) {
+        return None;
+    }
+    let first = plan
+        .steps
+        .iter()
+        .position(|s| matches!(s, PlanStep::ComputePhase { group, .. } if *group == gi))?;
+    let end = first + ph.count;
+    let template = match plan.steps.get(first)? {
+        PlanStep::ComputePhase { fetch, .. } => fetch.clone(),
+        _ => return None,
+    };
+    if !plan.steps[first..end]
+        .iter()
+        .all(|s| matches!(s, PlanStep::ComputePhase { group, .. } if *group == gi))
+    {
+        return None;
+    }
+    let windows = |part: usize| -> Vec<Fetch> {
+        template
+            .iter()
+            .map(|f| {
+                let mut to = f.to.clone();
+                for w in &mut to.window {
+                    (w.parts, w.part) = (t, part);
+                }
+                let shape = &plan
+                    .tensor(f.tensor)
+                    .map(|x| x.shape.clone())
+                    .unwrap_or_default();
+                fetch(f.tensor, shape, f.from.clone(), to, plan.procs, opts)
+            })
+            .collect()
+    };
+    let mut p = plan.clone();
+    let phases = pipelined_phases(gi, t, windows);
+    p.steps.splice(first..end, phases);
+    if let Some(ph) = p.groups[gi].phases.as_mut() {
+        ph.count = t;
+    }
+    for i in first..first + t {
+        set_step_volume(&mut p, i, opts);
+    }
+    Some(p)
+}
+
+/// The `t` phase steps of a pipelined group `gi`: phase 0 fetches `windows(0)`, phase k
+/// prefetches `windows(k + 1)` (volumes to be set).
+fn pipelined_phases(gi: usize, t: usize, windows: impl Fn(usize) -> Vec<Fetch>) -> Vec<PlanStep> {
+    (0..t)
+        .map(|part| PlanStep::ComputePhase {
+            group: gi,
+            phase: part,
+            fetch: if part == 0 { windows(0) } else { Vec::new() },
+            prefetch: if part + 1 < t {
+                windows(part + 1)
+            } else {
+                Vec::new()
+            },
+            volume: Volume::default(),
+        })
+        .collect()
 }
 
 /// An input of a group computed whole that arrives by a move worth hiding: the step of its
@@ -242,19 +314,7 @@ fn chunked(plan: &Plan, gi: usize, opts: &PlanOptions, rule: &Chunking) -> Optio
             })
             .collect()
     };
-    let phases: Vec<PlanStep> = (0..t)
-        .map(|part| PlanStep::ComputePhase {
-            group: gi,
-            phase: part,
-            fetch: if part == 0 { windows(0) } else { Vec::new() },
-            prefetch: if part + 1 < t {
-                windows(part + 1)
-            } else {
-                Vec::new()
-            },
-            volume: Volume::default(),
-        })
-        .collect();
+    let phases = pipelined_phases(gi, t, windows);
     let dropped: Vec<usize> = moved.iter().map(|a| a.step).collect();
     let mut steps = Vec::with_capacity(plan.steps.len() + t);
     for (i, s) in plan.steps.iter().enumerate() {
