@@ -241,8 +241,8 @@ fn budget_phased_groups_prefetch_within_the_budget() {
                 }
                 prefetching += 1;
                 check_pipelined(&piped);
-                // The second buffer is counted: the peak is at least the one without it.
-                assert!(piped.prediction.max_peak_memory >= plain.prediction.max_peak_memory);
+                // Pipelining moves the same words (a recut group's windows cover the same).
+                assert_eq!(piped.prediction.total, plain.prediction.total, "P={p} S={s}");
             }
         }
     }
