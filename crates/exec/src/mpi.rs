@@ -574,13 +574,13 @@ impl Communicator for MpiComm {
             if reqs.is_empty() {
                 return Ok(work());
             }
-            let r = std::thread::scope(|ts| {
+            let (r, reqs) = std::thread::scope(move |ts| {
                 let h = ts.spawn(work);
                 while !h.is_finished() && !reqs.is_empty() {
                     reqs = reqs.into_iter().filter_map(|q| q.test().err()).collect();
                     std::thread::sleep(POLL);
                 }
-                h.join()
+                (h.join(), reqs)
             });
             for q in reqs {
                 q.wait();

@@ -242,7 +242,10 @@ fn budget_phased_groups_prefetch_within_the_budget() {
                 prefetching += 1;
                 check_pipelined(&piped);
                 // Pipelining moves the same words (a recut group's windows cover the same).
-                assert_eq!(piped.prediction.total, plain.prediction.total, "P={p} S={s}");
+                assert_eq!(
+                    piped.prediction.total, plain.prediction.total,
+                    "P={p} S={s}"
+                );
             }
         }
     }
