@@ -121,6 +121,21 @@ for n in $NPS; do
         "ijk,ja,ka,al->il" --sizes i=7,j=6,k=8,a=5,l=9 --procs "$n" --backend mpi --check
 done
 
+# An overlapped plan (pipelined phases: the next phase's windows in flight while one computes)
+# runs exactly as planned and equals the serial result.
+for n in 2 3 4; do
+    out=$(timeout "$TIMEOUT" "$MPIRUN" -n "$n" "$target_dir/debug/deinsum" run "ij,jk->ik" \
+        --sizes i=200,j=2100,k=210 --procs "$n" --backend mpi --check 2>&1)
+    st=$?
+    if [ $st -eq 0 ] && echo "$out" | grep -q "compute_phase" \
+        && echo "$out" | grep -q "every rank exactly as planned"; then
+        ok "overlapped plan under mpirun -n $n"
+    else
+        echo "$out" | tail -20
+        bad "overlapped plan under mpirun -n $n (exit $st)"
+    fi
+done
+
 # Started by mpirun without --backend, the MPI build runs one MPI job (one report), not n.
 for n in 3; do
     out=$(timeout "$TIMEOUT" "$MPIRUN" -n "$n" "$target_dir/debug/deinsum" run "ij,jk->ik" \

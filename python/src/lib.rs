@@ -224,6 +224,7 @@ fn compile(
         procs,
         mem,
         path: deinsum::path::PathOptions::with_strategy(optimize),
+        ..deinsum::Options::default()
     };
     let inner = deinsum::Einsum::compile_parsed(&e, &options).map_err(to_py)?;
     Ok(NativePlan {

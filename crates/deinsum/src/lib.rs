@@ -63,6 +63,9 @@ pub struct Options {
     pub mem: Option<u64>,
     /// Path search options.
     pub path: deinsum_path::PathOptions,
+    /// Overlap communication with computation where it pays (default true; see
+    /// [`deinsum_plan::overlap`]); false plans without pipelined phases.
+    pub overlap: bool,
 }
 
 impl Default for Options {
@@ -71,6 +74,7 @@ impl Default for Options {
             procs: 1,
             mem: None,
             path: deinsum_path::PathOptions::default(),
+            overlap: true,
         }
     }
 }
@@ -97,6 +101,7 @@ fn build_plan(einsum: &deinsum_expr::Einsum, o: &Options) -> Result<Plan, Error>
         procs: o.procs,
         mem: o.mem,
         path: o.path.clone(),
+        overlap: o.overlap,
         ..deinsum_plan::PlanOptions::default()
     };
     Ok(deinsum_plan::build(einsum, &opts)?)

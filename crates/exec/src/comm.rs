@@ -15,6 +15,107 @@ pub struct Traffic {
 
 use crate::Scalar;
 
+/// The collective operations a communicator counts calls of ([`Communicator::calls`]), so a
+/// run can show which path each move took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Collective {
+    /// [`Communicator::exchange`]: the general point-to-point exchange.
+    Exchange,
+    /// [`Communicator::all_to_all_v`].
+    AllToAll,
+    /// [`Communicator::all_gather_v`].
+    AllGather,
+    /// [`Communicator::reduce_scatter_v`] (and the f64 reduce-scatter).
+    ReduceScatter,
+    /// [`Communicator::all_reduce_sum`] (and the typed all-reduces).
+    AllReduce,
+    /// [`Communicator::broadcast_typed`] (and the byte broadcast).
+    Broadcast,
+    /// [`Communicator::reduce_sum`].
+    Reduce,
+    /// [`Communicator::gather_v`].
+    Gather,
+    /// [`Communicator::send_recv`].
+    SendRecv,
+}
+
+impl Collective {
+    /// Every kind, in the order of [`Calls`]' fields.
+    pub const ALL: [Collective; 9] = [
+        Collective::Exchange,
+        Collective::AllToAll,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::AllReduce,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::Gather,
+        Collective::SendRecv,
+    ];
+}
+
+/// Calls per collective kind made by a rank (over all communicators split from its world).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Calls(pub [u64; 9]);
+
+impl Calls {
+    /// Calls of `kind`.
+    pub fn of(&self, kind: Collective) -> u64 {
+        self.0[kind as usize]
+    }
+
+    /// Whether no call was made.
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|&c| c == 0)
+    }
+
+    /// The calls made since `earlier` (a snapshot of the same counters).
+    pub fn since(&self, earlier: &Calls) -> Calls {
+        let mut out = Calls::default();
+        for (k, o) in out.0.iter_mut().enumerate() {
+            *o = self.0[k].saturating_sub(earlier.0[k]);
+        }
+        out
+    }
+}
+
+/// Per-kind call counters a backend keeps per rank.
+#[derive(Debug, Default)]
+pub(crate) struct CallCounters([std::sync::atomic::AtomicU64; 9]);
+
+impl CallCounters {
+    /// Counts one call of `kind`.
+    pub(crate) fn count(&self, kind: Collective) {
+        self.0[kind as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The counts so far.
+    pub(crate) fn get(&self) -> Calls {
+        let mut out = Calls::default();
+        for (o, c) in out.0.iter_mut().zip(&self.0) {
+            *o = c.load(std::sync::atomic::Ordering::Relaxed);
+        }
+        out
+    }
+}
+
+/// Casts a typed slice to the f64 or f32 slice it is (a Scalar is one of the two).
+pub(crate) enum Typed<'a> {
+    /// f64 elements.
+    F64(&'a mut [f64]),
+    /// f32 elements.
+    F32(&'a mut [f32]),
+}
+
+/// The f64 or f32 view of `buf`.
+pub(crate) fn typed<T: Scalar>(buf: &mut [T]) -> Typed<'_> {
+    if T::NAME == "f64" {
+        Typed::F64(bytemuck::cast_slice_mut(buf))
+    } else {
+        Typed::F32(bytemuck::cast_slice_mut(buf))
+    }
+}
+
 /// A communication failure (a peer failed, a count does not fit, the backend reported an error).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommError {
@@ -85,6 +186,89 @@ pub trait Communicator {
     /// from the same world).
     fn traffic(&self) -> Traffic;
 
+    /// Calls per collective kind made so far by this rank, over every communicator split from
+    /// its world (backends that do not count report none).
+    fn calls(&self) -> Calls {
+        Calls::default()
+    }
+
+    /// The sub-communicator over the grid dims marked in `keep` of the Cartesian grid `dims`
+    /// laid over ranks `0..product(dims)` row-major (MPI_Cart_create, then MPI_Cart_sub): the
+    /// ranks that share their coordinates on the other dims, ordered row-major by their
+    /// coordinates on the kept dims. `None` on a rank outside the grid. Collective over this
+    /// communicator. The default splits ([`Communicator::split`]).
+    fn cart_sub(&self, dims: &[usize], keep: &[bool]) -> Result<Option<Self>, CommError>
+    where
+        Self: Sized,
+    {
+        let (color, key) = cart_color_key(dims, keep, self.rank(), self.size())?;
+        let sub = self.split(color.unwrap_or(usize::MAX), key)?;
+        Ok(color.map(|_| sub))
+    }
+
+    /// All-gather with varying counts: every rank contributes `mine` (`counts[rank()]`
+    /// elements) and receives all contributions back to back in rank order (`counts`, the same
+    /// on every rank). Counted as `mine` sent to every other rank. Default: point to point.
+    fn all_gather_v<T: Scalar>(&self, mine: &[T], counts: &[usize]) -> Result<Vec<T>, CommError> {
+        p2p::all_gather_v(self, mine, counts)
+    }
+
+    /// Reduce-scatter (sum) with varying counts: `send` holds, back to back in rank order, this
+    /// rank's contribution to every rank's segment (`counts`, the same on every rank); returns
+    /// the sum over ranks of this rank's segment. Default: point to point.
+    fn reduce_scatter_v<T: Scalar>(
+        &self,
+        send: &[T],
+        counts: &[usize],
+    ) -> Result<Vec<T>, CommError> {
+        p2p::reduce_scatter_v(self, send, counts)
+    }
+
+    /// Element-wise sum over all ranks, in place, for either element type.
+    fn all_reduce_sum<T: Scalar>(&self, buf: &mut [T]) -> Result<(), CommError> {
+        match typed(buf) {
+            Typed::F64(b) => self.all_reduce_sum_f64(b),
+            Typed::F32(b) => self.all_reduce_sum_f32(b),
+        }
+    }
+
+    /// Broadcast of `buf` (the same length on every rank) from `root`. Counted as root to
+    /// each other rank. Default: point to point.
+    fn broadcast_typed<T: Scalar>(&self, buf: &mut [T], root: usize) -> Result<(), CommError> {
+        p2p::broadcast(self, buf, root)
+    }
+
+    /// Sum of every rank's `buf` (the same length on every rank) on `root` (`Some` there).
+    /// Counted as each other rank's buffer sent to the root. Default: point to point.
+    fn reduce_sum<T: Scalar>(&self, buf: &[T], root: usize) -> Result<Option<Vec<T>>, CommError> {
+        p2p::reduce_sum(self, buf, root)
+    }
+
+    /// Gather with varying counts onto `root`: every rank contributes `mine`
+    /// (`counts[rank()]` elements); the root gets all back to back in rank order (`Some`).
+    /// Default: point to point.
+    fn gather_v<T: Scalar>(
+        &self,
+        mine: &[T],
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Option<Vec<T>>, CommError> {
+        p2p::gather_v(self, mine, counts, root)
+    }
+
+    /// One send and one receive at once: `send` (destination, elements) and `recv` (source,
+    /// element count); returns the received elements. The pairs match as in
+    /// [`Communicator::exchange`]. Default: [`Communicator::exchange`].
+    fn send_recv<T: Scalar>(
+        &self,
+        send: Option<(usize, Vec<T>)>,
+        recv: Option<(usize, usize)>,
+    ) -> Result<Option<Vec<T>>, CommError> {
+        let from: Vec<usize> = recv.iter().map(|&(s, _)| s).collect();
+        let mut got = self.exchange(send.into_iter().collect(), &from)?;
+        Ok(got.pop())
+    }
+
     /// Typed point-to-point exchange: sends `sends` (destination rank, elements; at most one
     /// message per destination) and returns one message from each rank of `from`, in that
     /// order. Every rank calls it together, like a collective, and the pairs match: rank s
@@ -148,6 +332,46 @@ pub trait Communicator {
         }
         Ok(out)
     }
+
+    /// [`Communicator::exchange`] overlapped with `work`: posts `sends`, runs `work` while
+    /// the messages are in flight, then completes the receives and returns them (one per
+    /// entry of `from`, in that order) with what `work` returned. `from` lists each sending
+    /// rank with the number of elements it sends, which the receiver knows from its derived
+    /// transfers, so receives can be posted before the data arrives. Every rank calls it
+    /// together, as it calls `exchange`, and its messages never match another call's. Bytes
+    /// are counted as by `exchange`. The default does the exchange, then the work (no
+    /// overlap); backends override it.
+    fn exchange_while<T: Scalar, R: Send>(
+        &self,
+        sends: Vec<(usize, Vec<T>)>,
+        from: &[(usize, usize)],
+        work: impl FnOnce() -> R + Send,
+    ) -> Result<(Vec<Vec<T>>, R), CommError> {
+        let ranks: Vec<usize> = from.iter().map(|&(s, _)| s).collect();
+        let recv = self.exchange(sends, &ranks)?;
+        check_lengths(&recv, from)?;
+        Ok((recv, work()))
+    }
+}
+
+/// Checks that the messages `recv` have the lengths `from` announced (one per sender).
+pub fn check_lengths<T>(recv: &[Vec<T>], from: &[(usize, usize)]) -> Result<(), CommError> {
+    for (v, &(s, n)) in recv.iter().zip(from) {
+        if v.len() != n {
+            return Err(CommError::Invalid(format!(
+                "rank {s} sent {} elements, {n} were expected",
+                v.len()
+            )));
+        }
+    }
+    if recv.len() != from.len() {
+        return Err(CommError::Invalid(format!(
+            "{} messages for {} senders",
+            recv.len(),
+            from.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Checks the arguments of [`Communicator::all_to_all_v`] (one count per rank, counts adding
@@ -194,4 +418,243 @@ pub fn check_recv_counts(
         )));
     }
     Ok(total)
+}
+
+/// The split of [`Communicator::cart_sub`]: `(color, key)` of `rank` in the grid `dims` with
+/// the dims `keep` retained; color `None` outside the grid.
+pub fn cart_color_key(
+    dims: &[usize],
+    keep: &[bool],
+    rank: usize,
+    size: usize,
+) -> Result<(Option<usize>, usize), CommError> {
+    let cells = dims
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| n <= size && dims.len() == keep.len())
+        .ok_or_else(|| {
+            CommError::Invalid(format!("grid {dims:?} (keep {keep:?}) on {size} ranks"))
+        })?;
+    if rank >= cells {
+        return Ok((None, rank));
+    }
+    let (mut color, mut key, mut r) = (0usize, 0usize, rank);
+    let mut coords = vec![0usize; dims.len()];
+    for (k, &d) in dims.iter().enumerate().rev() {
+        coords[k] = r % d;
+        r /= d;
+    }
+    for (k, &d) in dims.iter().enumerate() {
+        if keep[k] {
+            key = key * d + coords[k];
+        } else {
+            color = color * d + coords[k];
+        }
+    }
+    Ok((Some(color), key))
+}
+
+/// The typed collectives over [`Communicator::exchange`]: the defaults of the trait, and what a
+/// backend falls back to where its own call cannot take the sizes.
+pub mod p2p {
+    use super::{check_recv_counts, CommError, Communicator};
+    use crate::Scalar;
+
+    fn check_counts(counts: &[usize], n: usize, mine: usize, me: usize) -> Result<(), CommError> {
+        if counts.len() != n || counts[me] != mine {
+            return Err(CommError::Invalid(format!(
+                "{} counts for {n} ranks, this rank's {} for {mine} elements",
+                counts.len(),
+                counts.get(me).copied().unwrap_or(0)
+            )));
+        }
+        Ok(())
+    }
+
+    /// [`Communicator::all_gather_v`] as point-to-point messages.
+    pub fn all_gather_v<C: Communicator + ?Sized, T: Scalar>(
+        comm: &C,
+        mine: &[T],
+        counts: &[usize],
+    ) -> Result<Vec<T>, CommError> {
+        let (me, n) = (comm.rank(), comm.size());
+        check_counts(counts, n, mine.len(), me)?;
+        let sends = if mine.is_empty() {
+            Vec::new()
+        } else {
+            (0..n)
+                .filter(|&r| r != me)
+                .map(|r| (r, mine.to_vec()))
+                .collect()
+        };
+        let from: Vec<usize> = (0..n).filter(|&r| r != me && counts[r] > 0).collect();
+        let got = comm.exchange(sends, &from)?;
+        let mut out = Vec::with_capacity(counts.iter().sum());
+        let mut it = got.into_iter();
+        #[allow(clippy::needless_range_loop)] // r is a rank: counts, mine and the messages
+        for r in 0..n {
+            if r == me {
+                out.extend_from_slice(mine);
+            } else if counts[r] > 0 {
+                let v = it.next().unwrap_or_default();
+                if v.len() != counts[r] {
+                    return Err(CommError::Invalid(format!(
+                        "all-gather: rank {r} sent {}",
+                        v.len()
+                    )));
+                }
+                out.extend(v);
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Communicator::reduce_scatter_v`] as point-to-point messages (summed in rank order).
+    pub fn reduce_scatter_v<C: Communicator + ?Sized, T: Scalar>(
+        comm: &C,
+        send: &[T],
+        counts: &[usize],
+    ) -> Result<Vec<T>, CommError> {
+        let (me, n) = (comm.rank(), comm.size());
+        check_recv_counts(send.len(), counts, n)?;
+        let mut off = 0;
+        let mut sends = Vec::new();
+        let mut own = &send[..0];
+        for (r, &c) in counts.iter().enumerate() {
+            if r == me {
+                own = &send[off..off + c];
+            } else if c > 0 {
+                sends.push((r, send[off..off + c].to_vec()));
+            }
+            off += c;
+        }
+        let from: Vec<usize> = if counts[me] > 0 {
+            (0..n).filter(|&r| r != me).collect()
+        } else {
+            Vec::new()
+        };
+        let got = comm.exchange(sends, &from)?;
+        let mut out = vec![T::default(); counts[me]];
+        let mut it = got.iter();
+        for r in 0..n {
+            let part = if r == me {
+                own
+            } else if counts[me] > 0 {
+                it.next().map(Vec::as_slice).unwrap_or(&[])
+            } else {
+                continue;
+            };
+            if part.len() != out.len() {
+                return Err(CommError::Invalid("reduce-scatter lengths differ".into()));
+            }
+            for (x, &y) in out.iter_mut().zip(part) {
+                *x += y;
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Communicator::broadcast_typed`] as point-to-point messages.
+    pub fn broadcast<C: Communicator + ?Sized, T: Scalar>(
+        comm: &C,
+        buf: &mut [T],
+        root: usize,
+    ) -> Result<(), CommError> {
+        let (me, n) = (comm.rank(), comm.size());
+        if root >= n {
+            return Err(CommError::Invalid(format!(
+                "broadcast root {root} of {n} ranks"
+            )));
+        }
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if me == root {
+            let sends = (0..n)
+                .filter(|&r| r != me)
+                .map(|r| (r, buf.to_vec()))
+                .collect();
+            comm.exchange(sends, &[])?;
+        } else {
+            let got = comm.exchange(Vec::new(), &[root])?;
+            let v = got.into_iter().next().unwrap_or_default();
+            if v.len() != buf.len() {
+                return Err(CommError::Invalid("broadcast lengths differ".into()));
+            }
+            buf.copy_from_slice(&v);
+        }
+        Ok(())
+    }
+
+    /// [`Communicator::reduce_sum`] as point-to-point messages (summed in rank order).
+    pub fn reduce_sum<C: Communicator + ?Sized, T: Scalar>(
+        comm: &C,
+        buf: &[T],
+        root: usize,
+    ) -> Result<Option<Vec<T>>, CommError> {
+        let (me, n) = (comm.rank(), comm.size());
+        if root >= n {
+            return Err(CommError::Invalid(format!(
+                "reduce root {root} of {n} ranks"
+            )));
+        }
+        let counts = vec![buf.len(); n];
+        let all = gather_v(comm, buf, &counts, root)?;
+        Ok(all
+            .map(|all| {
+                let mut out = vec![T::default(); buf.len()];
+                for part in all.chunks(buf.len().max(1)) {
+                    for (x, &y) in out.iter_mut().zip(part) {
+                        *x += y;
+                    }
+                }
+                out
+            })
+            .filter(|_| me == root))
+    }
+
+    /// [`Communicator::gather_v`] as point-to-point messages.
+    pub fn gather_v<C: Communicator + ?Sized, T: Scalar>(
+        comm: &C,
+        mine: &[T],
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Option<Vec<T>>, CommError> {
+        let (me, n) = (comm.rank(), comm.size());
+        check_counts(counts, n, mine.len(), me)?;
+        if root >= n {
+            return Err(CommError::Invalid(format!(
+                "gather root {root} of {n} ranks"
+            )));
+        }
+        if me != root {
+            let sends = if mine.is_empty() {
+                Vec::new()
+            } else {
+                vec![(root, mine.to_vec())]
+            };
+            comm.exchange(sends, &[])?;
+            return Ok(None);
+        }
+        let from: Vec<usize> = (0..n).filter(|&r| r != me && counts[r] > 0).collect();
+        let got = comm.exchange::<T>(Vec::new(), &from)?;
+        let mut out = Vec::with_capacity(counts.iter().sum());
+        let mut it = got.into_iter();
+        #[allow(clippy::needless_range_loop)] // r is a rank: counts, mine and the messages
+        for r in 0..n {
+            if r == me {
+                out.extend_from_slice(mine);
+            } else if counts[r] > 0 {
+                let v = it.next().unwrap_or_default();
+                if v.len() != counts[r] {
+                    return Err(CommError::Invalid(format!(
+                        "gather: rank {r} sent {}",
+                        v.len()
+                    )));
+                }
+                out.extend(v);
+            }
+        }
+        Ok(Some(out))
+    }
 }

@@ -1,7 +1,9 @@
 //! The plan executor: runs [`Plan::steps`] in order on every rank of a communicator.
 
-use crate::data::{block_of_full, copy_box, pack_box, seeded_block, unpack_box, Inputs};
+use crate::comm::Calls;
+use crate::data::{block_of_full, seeded_block, unpack_box, Inputs};
 use crate::kernels::{eval_group, GroupStats, GroupSteps, LocalTensor};
+use crate::moves::{self, MoveError};
 use crate::{CommError, Communicator, Scalar};
 use deinsum_plan::{
     block_range, Block, Distribution, Plan, PlanStep, Tensor, TensorId, TensorKind,
@@ -172,6 +174,10 @@ pub struct StepMeasure {
     /// When the step ended, in the same clock as `start`.
     #[serde(default)]
     pub end: f64,
+    /// Communicator calls per collective kind this step made on this rank (which path its
+    /// moves took).
+    #[serde(default, skip_serializing_if = "Calls::is_empty")]
+    pub calls: Calls,
 }
 
 /// What a run did on this rank.
@@ -352,26 +358,26 @@ pub fn execute<T: Scalar, C: Communicator>(
 
 /// Words of tensor data held: `peak` counts blocks, the new block of a redistribution and a
 /// group's intermediates (the plan's memory model); `peak_buffers` adds the message buffers.
-struct Mem {
+pub(crate) struct Mem {
     cur: u64,
     peak: u64,
     peak_buffers: u64,
 }
 
 impl Mem {
-    fn add(&mut self, w: u64) {
+    pub(crate) fn add(&mut self, w: u64) {
         self.cur += w;
         self.peak = self.peak.max(self.cur);
         self.peak_buffers = self.peak_buffers.max(self.cur);
     }
-    fn sub(&mut self, w: u64) {
+    pub(crate) fn sub(&mut self, w: u64) {
         self.cur = self.cur.saturating_sub(w);
     }
-    fn touch(&mut self, transient: u64) {
+    pub(crate) fn touch(&mut self, transient: u64) {
         self.peak = self.peak.max(self.cur + transient);
         self.peak_buffers = self.peak_buffers.max(self.cur + transient);
     }
-    fn touch_buffers(&mut self, transient: u64) {
+    pub(crate) fn touch_buffers(&mut self, transient: u64) {
         self.peak_buffers = self.peak_buffers.max(self.cur + transient);
     }
 }
@@ -400,6 +406,9 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     if agree != [h, !h] {
         return Err(ExecError::PlanMismatch { rank: me, hash: h });
     }
+    // Which moves run as collectives, agreed before any step (and the sub-communicators made),
+    // so that no step's measured traffic includes it.
+    let routes = moves::Routes::agree(plan, comm)?;
     let start = Instant::now();
     // Inputs are read (or generated) before the timed runs: a Load step then only places the
     // block, so repetitions time the contraction, not the input source.
@@ -423,7 +432,15 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     for run in 0..runs {
         // Every rank starts each run together: a step's time is its own, not a late peer's.
         comm.barrier()?;
-        let r = run_steps(plan, comm, &mut loaded, inputs, opts, pool.as_ref())?;
+        let r = run_steps(
+            plan,
+            comm,
+            &routes,
+            &mut loaded,
+            inputs,
+            opts,
+            pool.as_ref(),
+        )?;
         if run >= opts.warmup {
             for (s, m) in samples.iter_mut().zip(&r.2.steps) {
                 s.push(m.seconds);
@@ -552,6 +569,7 @@ type Held<T> = BTreeMap<TensorId, (Distribution, Option<LocalTensor<T>>)>;
 fn run_steps<T: Scalar, C: Communicator>(
     plan: &Plan,
     comm: &C,
+    routes: &moves::Routes<C>,
     loaded: &mut Loaded<T>,
     inputs: &Inputs<T>,
     opts: &ExecOptions,
@@ -561,6 +579,7 @@ fn run_steps<T: Scalar, C: Communicator>(
     let mut run = Interpreter {
         plan,
         comm,
+        routes,
         loaded,
         inputs,
         opts,
@@ -572,6 +591,7 @@ fn run_steps<T: Scalar, C: Communicator>(
             peak: 0,
             peak_buffers: 0,
         },
+        prefetched: Vec::new(),
     };
     let mut report = RunReport {
         rank: me,
@@ -589,6 +609,7 @@ fn run_steps<T: Scalar, C: Communicator>(
         }
         let t0 = Instant::now();
         let tr0 = comm.traffic();
+        let calls0 = comm.calls();
         let mut m = StepMeasure {
             step: i,
             kind: StepKind::of(step),
@@ -602,8 +623,10 @@ fn run_steps<T: Scalar, C: Communicator>(
             madds: 0.0,
             start: t0.duration_since(run_start).as_secs_f64(),
             end: 0.0,
+            calls: Default::default(),
         };
         run.step(i, step, &mut m)?;
+        m.calls = comm.calls().since(&calls0);
         let tr1 = comm.traffic();
         m.sent = (tr1.sent - tr0.sent) / T::BYTES as u64;
         m.received = (tr1.received - tr0.received) / T::BYTES as u64;
@@ -611,6 +634,12 @@ fn run_steps<T: Scalar, C: Communicator>(
         m.end = m.start + m.seconds;
         report.madds += m.madds;
         report.steps.push(m);
+    }
+    if !run.prefetched.is_empty() {
+        return Err(ExecError::InvalidPlan {
+            step: plan.steps.len(),
+            message: "the last step prefetched windows that no phase uses".into(),
+        });
     }
     Ok((run.held, run.mem, report))
 }
@@ -620,6 +649,8 @@ fn run_steps<T: Scalar, C: Communicator>(
 struct Interpreter<'a, T: Scalar, C: Communicator> {
     plan: &'a Plan,
     comm: &'a C,
+    /// How each move runs (collective, send/recv or exchange).
+    routes: &'a moves::Routes<C>,
     loaded: &'a mut Loaded<T>,
     inputs: &'a Inputs<T>,
     opts: &'a ExecOptions,
@@ -627,11 +658,22 @@ struct Interpreter<'a, T: Scalar, C: Communicator> {
     me: usize,
     held: Held<T>,
     mem: Mem,
+    /// The windows the previous phase prefetched for the next one (double buffering).
+    prefetched: Vec<Window<T>>,
 }
+
+/// A phase window: the tensor, its windowed distribution and this rank's block of it.
+type Window<T> = (TensorId, Distribution, Option<LocalTensor<T>>);
 
 impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
     /// Runs step `i`, filling in what `m` measures besides time and traffic.
     fn step(&mut self, i: usize, step: &PlanStep, m: &mut StepMeasure) -> Result<(), ExecError> {
+        if !self.prefetched.is_empty() && !matches!(step, PlanStep::ComputePhase { .. }) {
+            return Err(ExecError::InvalidPlan {
+                step: i,
+                message: "windows prefetched by the step before are not used".into(),
+            });
+        }
         match step {
             PlanStep::Load { tensor, dist } => {
                 m.tensor = Some(*tensor);
@@ -653,10 +695,11 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
                 group,
                 phase,
                 fetch,
+                prefetch,
                 ..
             } => {
                 (m.predicted_sent, m.predicted_received) = self.plan.step_words(i, self.me);
-                self.compute_phase(i, *group, *phase, fetch, m)
+                self.compute_phase(i, *group, *phase, fetch, prefetch, m)
             }
             PlanStep::Free { tensor } => {
                 m.tensor = Some(*tensor);
@@ -722,17 +765,25 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
             )));
         }
         let cur_words = words(&cur);
-        let new = redistribute(
-            self.comm,
-            t,
-            &mut cur,
-            false,
-            to,
-            sum,
-            &transfers,
-            &mut self.mem,
-        )
-        .map_err(|e| e.into_exec(bad))?;
+        let new = if sum {
+            let way = self.routes.way(i, 0);
+            let new = moves::reduce_block(
+                self.comm,
+                way,
+                t,
+                cur.as_ref(),
+                to,
+                &transfers,
+                &mut self.mem,
+            );
+            new.map_err(|e| move_error(e, bad))?
+        } else {
+            let way = self.routes.way(i, 0);
+            let moved = moves::move_block(self.comm, way, t, cur, to, &transfers, &mut self.mem);
+            let moved = moved.map_err(|e| move_error(e, bad))?;
+            cur = moved.source;
+            moved.block
+        };
         self.mem.sub(cur_words);
         give_back(self.loaded, tensor, cur);
         self.held.insert(tensor, (to.clone(), new));
@@ -756,13 +807,16 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         Ok(())
     }
 
-    /// Phase `phase` of a phased group: fetch the windows, compute, add into the output block.
+    /// Phase `phase` of a phased group: fetch the windows (or take those the previous phase
+    /// prefetched), compute — with a prefetch, while the next phase's windows are in flight —
+    /// and add into the output block.
     fn compute_phase(
         &mut self,
         i: usize,
         group: usize,
         phase: usize,
         fetch: &[deinsum_plan::Fetch],
+        prefetch: &[deinsum_plan::Fetch],
         m: &mut StepMeasure,
     ) -> Result<(), ExecError> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
@@ -777,7 +831,8 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         }
         let (out_id, out_dist) = &g.output;
         m.tensor = Some(*out_id);
-        let windows = self.fetch_windows(i, fetch)?;
+        let mut windows = self.fetch_windows(i, fetch)?;
+        windows.append(&mut self.prefetched);
         let mut ins: Vec<(usize, Option<&LocalTensor<T>>)> = Vec::new();
         for (tid, d) in &g.inputs {
             if let Some((_, wd, w)) = windows.iter().find(|(id, _, _)| id == tid) {
@@ -793,8 +848,30 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
             }
             ins.push((*tid, held_input(&self.held, *tid, d).map_err(bad)?));
         }
+        let read = g
+            .inputs
+            .iter()
+            .filter(|(tid, _)| windows.iter().any(|(id, _, _)| id == tid))
+            .count();
+        if read != windows.len() {
+            return Err(bad("a window that the group does not read".into()));
+        }
         let cut = Some((ph.index, ph.count, phase));
-        let part = run.eval(&ins, cut, m, &mut self.mem).map_err(bad)?;
+        let part = if prefetch.is_empty() {
+            run.eval(&ins, cut, m, &mut self.mem).map_err(bad)?
+        } else {
+            let at = Prefetch {
+                plan: self.plan,
+                comm: self.comm,
+                held: &self.held,
+                step: i,
+                skip: fetch.len(),
+                prefetch,
+            };
+            let (part, next) = at.eval_while(&run, &ins, cut, m, &mut self.mem)?;
+            self.prefetched = next;
+            part
+        };
         drop(ins);
         for (_, _, w) in windows {
             self.mem.sub(words(&w));
@@ -838,29 +915,112 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
         let fetch_transfers = self.plan.step_transfers(i, self.me);
         let mut windows = Vec::new();
-        for (f, transfers) in fetch.iter().zip(&fetch_transfers) {
+        for (j, (f, transfers)) in fetch.iter().zip(&fetch_transfers).enumerate() {
             let t = self
                 .plan
                 .tensor(f.tensor)
                 .ok_or_else(|| bad(format!("unknown tensor {}", f.tensor)))?;
             let (_, cur) = self
                 .held
-                .get_mut(&f.tensor)
+                .get(&f.tensor)
                 .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
-            let w = redistribute(
+            let way = self.routes.way(i, j);
+            let w = moves::fetch_window(
                 self.comm,
+                way,
                 t,
-                cur,
-                true,
+                cur.as_ref(),
                 &f.to,
-                false,
                 transfers,
                 &mut self.mem,
             )
-            .map_err(|e| e.into_exec(bad))?;
+            .map_err(|e| move_error(e, bad))?;
             windows.push((f.tensor, f.to.clone(), w));
         }
         Ok(windows)
+    }
+}
+
+/// The prefetch of one phase step: the step's moves after its `skip` fetches, from the
+/// blocks `held`.
+struct Prefetch<'a, T: Scalar, C: Communicator> {
+    plan: &'a Plan,
+    comm: &'a C,
+    held: &'a Held<T>,
+    step: usize,
+    skip: usize,
+    prefetch: &'a [deinsum_plan::Fetch],
+}
+
+impl<T: Scalar, C: Communicator> Prefetch<'_, T, C> {
+    /// Evaluates a phase from `ins` while the prefetched windows are in flight: the sends
+    /// are posted first, the receives completed after. Returns the phase's result and the
+    /// next phase's windows.
+    #[allow(clippy::type_complexity)] // (the phase's result, the next phase's windows)
+    fn eval_while(
+        &self,
+        run: &GroupRun<'_>,
+        ins: &[(usize, Option<&LocalTensor<T>>)],
+        cut: Option<(deinsum_expr::Index, usize, usize)>,
+        m: &mut StepMeasure,
+        mem: &mut Mem,
+    ) -> Result<(Option<LocalTensor<T>>, Vec<Window<T>>), ExecError> {
+        let bad = |message: String| ExecError::InvalidPlan {
+            step: self.step,
+            message,
+        };
+        let (me, p) = (self.comm.rank(), self.comm.size());
+        let lists = self.plan.step_transfers(self.step, me);
+        let mut legs = Vec::new();
+        let mut tensors = Vec::new();
+        for (f, trs) in self.prefetch.iter().zip(lists.iter().skip(self.skip)) {
+            let t = self
+                .plan
+                .tensor(f.tensor)
+                .ok_or_else(|| bad(format!("unknown tensor {}", f.tensor)))?;
+            let (d, b) = self
+                .held
+                .get(&f.tensor)
+                .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
+            if d != &f.from {
+                return Err(bad(format!(
+                    "{} does not rest where it is prefetched from",
+                    t.name
+                )));
+            }
+            legs.push((&trs[..], b.as_ref()));
+            tensors.push(t);
+        }
+        let (sends, from) = crate::prefetch::pack(&legs, me, p).map_err(bad)?;
+        let send_words: u64 = sends.iter().map(|(_, v)| v.len() as u64).sum();
+        mem.touch_buffers(send_words);
+        let (recv, part) = {
+            let mem = &mut *mem;
+            self.comm
+                .exchange_while(sends, &from, || run.eval(ins, cut, m, mem))?
+        };
+        let part = part.map_err(bad)?;
+        let mut next: Vec<Option<LocalTensor<T>>> = self
+            .prefetch
+            .iter()
+            .zip(&tensors)
+            .map(|(f, t)| {
+                f.to.block(me, &t.shape)
+                    .map(|b| LocalTensor::<T>::zeros(t.indices.clone(), b.ranges.to_vec()))
+            })
+            .collect();
+        let next_words: u64 = next.iter().map(words).sum();
+        let recv_words: u64 = recv.iter().map(|v| v.len() as u64).sum();
+        mem.add(next_words);
+        mem.touch_buffers(recv_words + words(&part));
+        crate::prefetch::unpack(&mut next, &legs, &recv, &from, me).map_err(bad)?;
+        let next = self
+            .prefetch
+            .iter()
+            .zip(next)
+            .map(|(f, b)| (f.tensor, f.to.clone(), b))
+            .collect();
+        Ok((part, next))
     }
 }
 
@@ -1080,164 +1240,13 @@ fn load_block<T: Scalar>(
     }
 }
 
-enum RedistError {
-    Comm(CommError),
-    Plan(String),
-}
-
-impl RedistError {
-    /// The executor's error: communication failures as they are, plan faults through `bad`
-    /// (which names the step).
-    fn into_exec(self, bad: impl FnOnce(String) -> ExecError) -> ExecError {
-        match self {
-            RedistError::Comm(c) => ExecError::Comm(c),
-            RedistError::Plan(s) => bad(s),
-        }
+/// The executor's error for a failed move: communication failures as they are, plan faults
+/// through `bad` (which names the step).
+fn move_error(e: MoveError, bad: impl FnOnce(String) -> ExecError) -> ExecError {
+    match e {
+        MoveError::Comm(c) => ExecError::Comm(c),
+        MoveError::Plan(s) => bad(s),
     }
-}
-
-impl From<CommError> for RedistError {
-    fn from(e: CommError) -> Self {
-        RedistError::Comm(e)
-    }
-}
-
-/// Moves (or, with `keep`, copies) the block `cur` into `to` along `transfers`.
-// One call site per step kind; bundling the step's fields into a struct would only rename them.
-#[allow(clippy::too_many_arguments)]
-fn redistribute<T: Scalar, C: Communicator>(
-    comm: &C,
-    t: &Tensor,
-    cur: &mut Option<LocalTensor<T>>,
-    keep: bool,
-    to: &Distribution,
-    sum: bool,
-    transfers: &[deinsum_plan::Transfer],
-    mem: &mut Mem,
-) -> Result<Option<LocalTensor<T>>, RedistError> {
-    let me = comm.rank();
-    let p = comm.size();
-    let missing = || {
-        RedistError::Plan(format!(
-            "rank {me} sends from a block of {} it does not hold",
-            t.name
-        ))
-    };
-    let outside = |b: &deinsum_plan::Block, blk: &LocalTensor<T>| {
-        b.ranges
-            .iter()
-            .zip(&blk.ranges)
-            .any(|(&(s, e), &(bs, be))| s < e && (s < bs || e > be))
-    };
-    // Pack, per destination rank, the boxes in transfer order, straight into the typed
-    // message (sized first, so it is allocated once).
-    let mut slot: Vec<usize> = vec![usize::MAX; p];
-    let mut sends: Vec<(usize, Vec<T>)> = Vec::new();
-    let mut lens: Vec<usize> = Vec::new();
-    for tr in transfers.iter().filter(|tr| tr.src == me && tr.dst != me) {
-        if tr.dst >= p {
-            return Err(RedistError::Plan(format!(
-                "transfer to rank {} of {p}",
-                tr.dst
-            )));
-        }
-        if slot[tr.dst] == usize::MAX {
-            slot[tr.dst] = lens.len();
-            lens.push(0);
-        }
-        lens[slot[tr.dst]] += tr.boxes.iter().map(|b| b.len() as usize).sum::<usize>();
-    }
-    for (d, &k) in slot.iter().enumerate() {
-        if k != usize::MAX {
-            sends.push((d, Vec::with_capacity(lens[k])));
-        }
-    }
-    // `sends` is in destination order; re-point the slots at it.
-    for (i, (d, _)) in sends.iter().enumerate() {
-        slot[*d] = i;
-    }
-    for tr in transfers.iter().filter(|tr| tr.src == me && tr.dst != me) {
-        let blk = cur.as_ref().ok_or_else(missing)?;
-        for b in &tr.boxes {
-            if outside(b, blk) {
-                return Err(missing());
-            }
-            pack_box(blk, b, &mut sends[slot[tr.dst]].1);
-        }
-    }
-    let send_words: u64 = sends.iter().map(|(_, v)| v.len() as u64).sum();
-    let mut new = to
-        .block(me, &t.shape)
-        .map(|b| LocalTensor::<T>::zeros(t.indices.clone(), b.ranges.to_vec()));
-    mem.touch_buffers(send_words + words(&new));
-    // This rank's incoming transfers by source, in list order: one pass, not one per source.
-    let mut incoming: Vec<Vec<&deinsum_plan::Transfer>> = vec![Vec::new(); p];
-    for tr in transfers.iter().filter(|tr| tr.dst == me && tr.src != me) {
-        if tr.src >= p {
-            return Err(RedistError::Plan(format!(
-                "transfer from rank {} of {p}",
-                tr.src
-            )));
-        }
-        incoming[tr.src].push(tr);
-    }
-    let from: Vec<usize> = (0..p).filter(|&s| !incoming[s].is_empty()).collect();
-    let recv = comm.exchange(sends, &from)?;
-    let recv_words: u64 = recv.iter().map(|v| v.len() as u64).sum();
-    mem.touch_buffers(recv_words + words(&new));
-    mem.add(words(&new));
-    // Local part: src == dst == me. A whole block staying in place is moved, not copied.
-    for tr in transfers.iter().filter(|tr| tr.src == me && tr.dst == me) {
-        let same = |c: &Option<LocalTensor<T>>, n: &Option<LocalTensor<T>>| match (c, n) {
-            (Some(c), Some(n)) => {
-                tr.boxes.len() == 1
-                    && tr.boxes[0].ranges[..] == c.ranges[..]
-                    && c.ranges == n.ranges
-            }
-            _ => false,
-        };
-        // Without `keep` (a move, not a fetch) a block staying whole is handed over.
-        if !sum && !keep && same(cur, &new) {
-            new = cur.take();
-            continue;
-        }
-        let blk = cur.as_ref().ok_or_else(missing)?;
-        let dst = new
-            .as_mut()
-            .ok_or_else(|| RedistError::Plan(format!("rank {me} receives into no block")))?;
-        for b in &tr.boxes {
-            if outside(b, blk) || outside(b, dst) {
-                return Err(missing());
-            }
-            copy_box(blk, dst, b, sum);
-        }
-    }
-    for (&src, vals) in from.iter().zip(&recv) {
-        let mut pos = 0usize;
-        for tr in incoming[src].iter().copied() {
-            let dst = new
-                .as_mut()
-                .ok_or_else(|| RedistError::Plan(format!("rank {me} receives into no block")))?;
-            for b in &tr.boxes {
-                let n = b.len() as usize;
-                if pos + n > vals.len() || outside(b, dst) {
-                    return Err(RedistError::Plan(format!(
-                        "rank {me}: message from rank {src} does not match its transfer"
-                    )));
-                }
-                unpack_box(dst, b, &vals[pos..pos + n], sum);
-                pos += n;
-            }
-        }
-        if pos != vals.len() {
-            return Err(RedistError::Plan(format!(
-                "rank {me}: message from rank {src} has {} elements, the transfers {}",
-                vals.len(),
-                pos
-            )));
-        }
-    }
-    Ok(new)
 }
 
 /// Collects every rank's report on rank 0 (`Some` there, in rank order; `None` elsewhere).

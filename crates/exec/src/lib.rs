@@ -13,14 +13,16 @@ pub mod data;
 pub mod execute;
 pub mod kernels;
 pub mod local;
+mod moves;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod npy;
 mod npy_input;
+mod prefetch;
 pub mod preflight;
 pub mod reference;
 pub mod scalar;
-pub use comm::{CommError, Communicator, Traffic};
+pub use comm::{Calls, Collective, CommError, Communicator, Traffic};
 pub use data::Inputs;
 pub use execute::{
     execute, execute_measured, gather_reports, plan_hash, DistTensor, ExecError, ExecOptions,

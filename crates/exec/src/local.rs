@@ -9,7 +9,7 @@
 //! rank can never deadlock the others. [`InProcess::run`] joins every thread and reports the
 //! first rank that failed, with its own error.
 
-use crate::comm::{CommError, Communicator, Traffic};
+use crate::comm::{CallCounters, Calls, Collective, CommError, Communicator, Traffic};
 use crate::Scalar;
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
@@ -58,6 +58,8 @@ struct Shared {
     done_count: AtomicUsize,
     sent: Vec<AtomicU64>,
     received: Vec<AtomicU64>,
+    /// Calls per collective kind, per world rank.
+    calls: Vec<CallCounters>,
 }
 
 impl Shared {
@@ -72,6 +74,7 @@ impl Shared {
             done_count: AtomicUsize::new(0),
             sent: (0..p).map(|_| AtomicU64::new(0)).collect(),
             received: (0..p).map(|_| AtomicU64::new(0)).collect(),
+            calls: (0..p).map(|_| CallCounters::default()).collect(),
         }
     }
 
@@ -279,6 +282,72 @@ impl LocalComm {
     fn all_gather(&self, msg: Vec<u8>) -> Result<Vec<Vec<u8>>, CommError> {
         self.collective(vec![msg; self.members.len()])
     }
+
+    fn count(&self, kind: Collective) {
+        self.shared.calls[self.world_rank()].count(kind);
+    }
+
+    /// The collective core with one typed message per member (`None`: empty), returning the
+    /// typed messages from each member.
+    fn typed_collective<T: Scalar>(
+        &self,
+        msgs: impl Fn(usize) -> Option<Vec<u8>>,
+    ) -> Result<Vec<Vec<T>>, CommError> {
+        let got = self.collective(
+            (0..self.size())
+                .map(|r| msgs(r).unwrap_or_default())
+                .collect(),
+        )?;
+        got.into_iter()
+            .map(|b| {
+                if b.len() % T::BYTES != 0 {
+                    return Err(CommError::Invalid("a message of partial elements".into()));
+                }
+                let mut v = vec![T::default(); b.len() / T::BYTES];
+                bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(&b);
+                Ok(v)
+            })
+            .collect()
+    }
+}
+
+fn bytes_of<T: Scalar>(xs: &[T]) -> Vec<u8> {
+    bytemuck::cast_slice(xs).to_vec()
+}
+
+/// Checks one count per member, this rank's matching its buffer.
+fn check_counts(counts: &[usize], n: usize, mine: usize, me: usize) -> Result<(), CommError> {
+    if counts.len() != n || counts[me] != mine {
+        return Err(CommError::Invalid(format!(
+            "{} counts for {n} ranks, {mine} elements here",
+            counts.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Concatenates the parts, checking each against its count.
+fn concat_checked<T: Scalar>(parts: Vec<Vec<T>>, counts: &[usize]) -> Result<Vec<T>, CommError> {
+    if parts.iter().zip(counts).any(|(p, &c)| p.len() != c) {
+        return Err(CommError::Invalid("counts differ between ranks".into()));
+    }
+    Ok(parts.concat())
+}
+
+/// Sums equal-length parts in rank order (bit-identical on every rank).
+fn sum_parts<T: Scalar>(parts: &[Vec<T>], len: usize) -> Result<Vec<T>, CommError> {
+    let mut out = vec![T::default(); len];
+    for p in parts {
+        if p.len() != len {
+            return Err(CommError::Invalid(
+                "reduction lengths differ between ranks".into(),
+            ));
+        }
+        for (x, &y) in out.iter_mut().zip(p) {
+            *x += y;
+        }
+    }
+    Ok(out)
 }
 
 fn f64s_to_bytes(xs: &[f64]) -> Vec<u8> {
@@ -356,6 +425,7 @@ impl Communicator for LocalComm {
         send_counts: &[usize],
     ) -> Result<(Vec<u8>, Vec<usize>), CommError> {
         crate::comm::check_send_counts(send.len(), send_counts, self.size())?;
+        self.count(Collective::AllToAll);
         let mut msgs = Vec::with_capacity(self.size());
         let mut off = 0;
         for &c in send_counts {
@@ -368,12 +438,14 @@ impl Communicator for LocalComm {
     }
 
     fn all_reduce_sum_f64(&self, buf: &mut [f64]) -> Result<(), CommError> {
+        self.count(Collective::AllReduce);
         let parts = self.all_gather(f64s_to_bytes(buf))?;
         sum_into!(buf, parts, f64, 8);
         Ok(())
     }
 
     fn all_reduce_sum_f32(&self, buf: &mut [f32]) -> Result<(), CommError> {
+        self.count(Collective::AllReduce);
         let parts = self.all_gather(f32s_to_bytes(buf))?;
         sum_into!(buf, parts, f32, 4);
         Ok(())
@@ -401,6 +473,7 @@ impl Communicator for LocalComm {
         recv_counts: &[usize],
     ) -> Result<Vec<f64>, CommError> {
         crate::comm::check_recv_counts(send.len(), recv_counts, self.size())?;
+        self.count(Collective::ReduceScatter);
         let mut msgs = Vec::with_capacity(self.size());
         let mut off = 0;
         for &c in recv_counts {
@@ -420,6 +493,7 @@ impl Communicator for LocalComm {
                 self.size()
             )));
         }
+        self.count(Collective::Broadcast);
         if self.rank == root {
             for r in 0..self.size() {
                 if r != root {
@@ -444,6 +518,7 @@ impl Communicator for LocalComm {
         if let Some(&s) = from.iter().find(|&&s| s >= n) {
             return Err(CommError::Invalid(format!("message from rank {s} of {n}")));
         }
+        self.count(Collective::Exchange);
         // The buffers themselves are handed over: the receiver unpacks from the sender's pack.
         for (d, v) in sends {
             let bytes = std::mem::size_of_val(&v[..]);
@@ -452,8 +527,148 @@ impl Communicator for LocalComm {
         from.iter().map(|&s| self.take_vec::<T>(s)).collect()
     }
 
+    fn exchange_while<T: Scalar, R: Send>(
+        &self,
+        sends: Vec<(usize, Vec<T>)>,
+        from: &[(usize, usize)],
+        work: impl FnOnce() -> R + Send,
+    ) -> Result<(Vec<Vec<T>>, R), CommError> {
+        let n = self.size();
+        if let Some(&(d, _)) = sends.iter().find(|(d, _)| *d >= n) {
+            return Err(CommError::Invalid(format!("message to rank {d} of {n}")));
+        }
+        if let Some(&(s, _)) = from.iter().find(|&&(s, _)| s >= n) {
+            return Err(CommError::Invalid(format!("message from rank {s} of {n}")));
+        }
+        // The sends are in the receivers' mailboxes before the work starts; the receives
+        // after it are hand-overs of buffers that are, by then, usually there.
+        for (d, v) in sends {
+            let bytes = std::mem::size_of_val(&v[..]);
+            self.post(d, Box::new(v), bytes);
+        }
+        let r = work();
+        let recv = from
+            .iter()
+            .map(|&(s, _)| self.take_vec::<T>(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        crate::comm::check_lengths(&recv, from)?;
+        Ok((recv, r))
+    }
+
     fn barrier(&self) -> Result<(), CommError> {
         self.all_gather(Vec::new()).map(|_| ())
+    }
+
+    fn calls(&self) -> Calls {
+        self.shared.calls[self.world_rank()].get()
+    }
+
+    fn all_gather_v<T: Scalar>(&self, mine: &[T], counts: &[usize]) -> Result<Vec<T>, CommError> {
+        check_counts(counts, self.size(), mine.len(), self.rank)?;
+        self.count(Collective::AllGather);
+        let b = bytes_of(mine);
+        let parts = self.typed_collective::<T>(|r| (r != self.rank).then(|| b.clone()))?;
+        let mut parts = parts;
+        parts[self.rank] = mine.to_vec();
+        concat_checked(parts, counts)
+    }
+
+    fn reduce_scatter_v<T: Scalar>(
+        &self,
+        send: &[T],
+        counts: &[usize],
+    ) -> Result<Vec<T>, CommError> {
+        crate::comm::check_recv_counts(send.len(), counts, self.size())?;
+        self.count(Collective::ReduceScatter);
+        let mut offs = vec![0usize; counts.len() + 1];
+        for (r, &c) in counts.iter().enumerate() {
+            offs[r + 1] = offs[r] + c;
+        }
+        let parts = self.typed_collective::<T>(|r| Some(bytes_of(&send[offs[r]..offs[r + 1]])))?;
+        sum_parts(&parts, counts[self.rank])
+    }
+
+    fn broadcast_typed<T: Scalar>(&self, buf: &mut [T], root: usize) -> Result<(), CommError> {
+        if root >= self.size() {
+            return Err(CommError::Invalid(format!("broadcast root {root}")));
+        }
+        self.count(Collective::Broadcast);
+        let b = (self.rank == root).then(|| bytes_of(buf));
+        let parts = self.typed_collective::<T>(|r| b.clone().filter(|_| r != root))?;
+        if self.rank != root {
+            if parts[root].len() != buf.len() {
+                return Err(CommError::Invalid("broadcast lengths differ".into()));
+            }
+            buf.copy_from_slice(&parts[root]);
+        }
+        Ok(())
+    }
+
+    fn reduce_sum<T: Scalar>(&self, buf: &[T], root: usize) -> Result<Option<Vec<T>>, CommError> {
+        if root >= self.size() {
+            return Err(CommError::Invalid(format!("reduce root {root}")));
+        }
+        self.count(Collective::Reduce);
+        let b = bytes_of(buf);
+        let mut parts =
+            self.typed_collective::<T>(|r| (r == root && self.rank != root).then(|| b.clone()))?;
+        if self.rank != root {
+            return Ok(None);
+        }
+        parts[root] = buf.to_vec();
+        sum_parts(&parts, buf.len()).map(Some)
+    }
+
+    fn gather_v<T: Scalar>(
+        &self,
+        mine: &[T],
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Option<Vec<T>>, CommError> {
+        check_counts(counts, self.size(), mine.len(), self.rank)?;
+        if root >= self.size() {
+            return Err(CommError::Invalid(format!("gather root {root}")));
+        }
+        self.count(Collective::Gather);
+        let b = bytes_of(mine);
+        let mut parts =
+            self.typed_collective::<T>(|r| (r == root && self.rank != root).then(|| b.clone()))?;
+        if self.rank != root {
+            return Ok(None);
+        }
+        parts[root] = mine.to_vec();
+        concat_checked(parts, counts).map(Some)
+    }
+
+    fn send_recv<T: Scalar>(
+        &self,
+        send: Option<(usize, Vec<T>)>,
+        recv: Option<(usize, usize)>,
+    ) -> Result<Option<Vec<T>>, CommError> {
+        let n = self.size();
+        if send.as_ref().is_some_and(|(d, _)| *d >= n) || recv.is_some_and(|(s, _)| s >= n) {
+            return Err(CommError::Invalid(format!(
+                "send/recv peer out of {n} ranks"
+            )));
+        }
+        self.count(Collective::SendRecv);
+        if let Some((d, v)) = send {
+            let bytes = std::mem::size_of_val(&v[..]);
+            self.post(d, Box::new(v), bytes);
+        }
+        match recv {
+            Some((s, len)) => {
+                let v = self.take_vec::<T>(s)?;
+                if v.len() != len {
+                    return Err(CommError::Invalid(format!(
+                        "rank {s} sent {} elements, {len} expected",
+                        v.len()
+                    )));
+                }
+                Ok(Some(v))
+            }
+            None => Ok(None),
+        }
     }
 
     fn traffic(&self) -> Traffic {

@@ -33,6 +33,10 @@ use crate::Scalar;
 
 /// Tag of the point-to-point messages of [`Communicator::exchange`].
 const EXCHANGE_TAG: i32 = 0x5e1;
+/// Tag of the messages of [`Communicator::exchange_while`] (never matched by an exchange's).
+const OVERLAP_TAG: i32 = 0x5e2;
+/// How long the rank's thread sleeps between two progress polls while the overlapped work runs.
+const POLL: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Byte counters shared by a world communicator and everything split from it.
 #[derive(Debug, Default)]
@@ -525,6 +529,79 @@ impl Communicator for MpiComm {
         self.count_sent(sent as u64);
         self.count_received(received as u64);
         Ok(out)
+    }
+
+    /// Non-blocking point-to-point (`MPI_Irecv` into buffers of the announced lengths, then
+    /// `MPI_Isend`), with `work` on a thread of its own while this thread tests the requests:
+    /// MPI moves data only inside its calls, so without the polling a large message would wait
+    /// for the final `MPI_Wait`.
+    fn exchange_while<T: Scalar, R: Send>(
+        &self,
+        sends: Vec<(usize, Vec<T>)>,
+        from: &[(usize, usize)],
+        work: impl FnOnce() -> R + Send,
+    ) -> Result<(Vec<Vec<T>>, R), CommError> {
+        let p = self.size();
+        let me = self.rank();
+        let mut seen = vec![false; p];
+        for (d, _) in &sends {
+            let s = seen
+                .get_mut(*d)
+                .ok_or_else(|| CommError::Invalid(format!("message to rank {d} of {p}")))?;
+            if std::mem::replace(s, true) {
+                return Err(CommError::Invalid(format!("two messages to rank {d}")));
+            }
+        }
+        if let Some(&(s, _)) = from.iter().find(|&&(s, _)| s >= p) {
+            return Err(CommError::Invalid(format!("message from rank {s} of {p}")));
+        }
+        let mut recv: Vec<Vec<T>> = from.iter().map(|&(_, n)| vec![T::default(); n]).collect();
+        let chunk = self.max_count;
+        let done = mpi::request::scope(|scope| {
+            let mut reqs = Vec::new();
+            for (&(s, _), buf) in from.iter().zip(recv.iter_mut()) {
+                let src = self.comm.process_at_rank(s as i32);
+                for c in bytemuck::cast_slice_mut::<T, u8>(buf).chunks_mut(chunk) {
+                    reqs.push(src.immediate_receive_into_with_tag(scope, c, OVERLAP_TAG));
+                }
+            }
+            for (d, v) in &sends {
+                let to = self.comm.process_at_rank(*d as i32);
+                for c in bytemuck::cast_slice::<T, u8>(v).chunks(chunk) {
+                    reqs.push(to.immediate_send_with_tag(scope, c, OVERLAP_TAG));
+                }
+            }
+            if reqs.is_empty() {
+                return Ok(work());
+            }
+            let (r, reqs) = std::thread::scope(move |ts| {
+                let h = ts.spawn(work);
+                while !h.is_finished() && !reqs.is_empty() {
+                    reqs = reqs.into_iter().filter_map(|q| q.test().err()).collect();
+                    std::thread::sleep(POLL);
+                }
+                (h.join(), reqs)
+            });
+            for q in reqs {
+                q.wait();
+            }
+            r
+        });
+        let r = done.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let sent: usize = sends
+            .iter()
+            .filter(|(d, _)| *d != me)
+            .map(|(_, v)| std::mem::size_of_val(&v[..]))
+            .sum();
+        let received: usize = from
+            .iter()
+            .zip(&recv)
+            .filter(|((s, _), _)| *s != me)
+            .map(|(_, v)| std::mem::size_of_val(&v[..]))
+            .sum();
+        self.count_sent(sent as u64);
+        self.count_received(received as u64);
+        Ok((recv, r))
     }
 
     fn traffic(&self) -> Traffic {

@@ -348,7 +348,10 @@ pub fn build_from(
     for (gi, group) in fusion.groups.iter().enumerate() {
         planner.plan_group(gi, group)?;
     }
-    planner.finish(path)
+    // The overlap post-pass: its one call site (a plan in, the same plan pipelined out).
+    planner
+        .finish(path)
+        .map(|plan| crate::overlap::apply(plan, opts))
 }
 
 /// Max over ranks of the words of its blocks of every group's inputs and output, summed over

@@ -155,8 +155,14 @@ pub struct Phases {
     pub index: Index,
     /// Number of phases T: phase t covers part t of T of every rank's block of the index.
     pub count: usize,
-    /// Where each input holding the index rests between phases, by tensor id.
+    /// Where each input holding the index rests between phases, by tensor id (an input
+    /// holding the index that is not listed rests in the group's distribution).
     pub resting: Vec<(TensorId, Distribution)>,
+    /// True when the overlap pass cut the group into phases ([`overlap`]): its whole blocks
+    /// fit, and its inputs rest where their move into the group started; false when the
+    /// phases are for the memory budget.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overlap: bool,
 }
 
 /// The window of one input that a rank fetches before a phase, from where the input rests.
@@ -211,17 +217,23 @@ pub enum PlanStep {
         group: usize,
     },
     /// Phase `phase` of a phased group ([`GroupPlan::phases`]): every rank fetches the windows
-    /// listed, computes the group over its box with the phased index cut to this phase and
-    /// adds the result into its output block (zero before phase 0), then drops the windows.
-    /// After the last phase the output is held as after a [`PlanStep::Compute`].
+    /// listed in `fetch`, starts fetching those in `prefetch` (the next phase's), computes the
+    /// group over its box with the phased index cut to this phase, completes the prefetch and
+    /// adds the result into its output block (zero before phase 0), then drops this phase's
+    /// windows. After the last phase the output is held as after a [`PlanStep::Compute`].
     ComputePhase {
         /// Index into [`Plan::groups`].
         group: usize,
         /// The phase, `0..count`.
         phase: usize,
-        /// The windows fetched for this phase.
+        /// The windows fetched for this phase, before it computes.
         fetch: Vec<Fetch>,
-        /// Predicted words of all the fetches together.
+        /// The windows of phase `phase + 1` fetched while this phase computes (double
+        /// buffering: they are held beside this phase's windows and used by the next step,
+        /// whose `fetch` is then empty). Empty when the group is not pipelined.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        prefetch: Vec<Fetch>,
+        /// Predicted words of all the fetches and prefetches together.
         volume: Volume,
     },
     /// `tensor` is no longer needed; ranks free its blocks.
@@ -312,6 +324,11 @@ pub struct PlanOptions {
     /// all, peak memory per rank): O(P) numbers. Off by default: any rank's figures are
     /// derived on demand ([`Plan::step_words`], [`Plan::peak_of`]).
     pub per_rank: bool,
+    /// When true (default), communication is overlapped with computation where it can pay
+    /// ([`overlap`]): phased groups prefetch the next phase's windows, and a group whose
+    /// inputs arrive by a move is computed in phases whose windows are in flight while the
+    /// previous phase computes. False gives the plan without overlap.
+    pub overlap: bool,
 }
 
 impl std::fmt::Debug for PlanOptions {
@@ -323,6 +340,7 @@ impl std::fmt::Debug for PlanOptions {
             .field("inputs_in_place", &self.inputs_in_place)
             .field("balance_tolerance", &self.balance_tolerance)
             .field("per_rank", &self.per_rank)
+            .field("overlap", &self.overlap)
             .finish()
     }
 }
@@ -336,6 +354,7 @@ impl Default for PlanOptions {
             inputs_in_place: false,
             balance_tolerance: 0.25,
             per_rank: false,
+            overlap: true,
         }
     }
 }
@@ -485,8 +504,8 @@ impl Plan {
         serde_json::from_str(text).map_err(|e| PlanError::Json(e.to_string()))
     }
 
-    /// The moves of step `step`: one for a Redistribute, one per fetch of a ComputePhase,
-    /// none otherwise (or for a step out of range).
+    /// The moves of step `step`: one for a Redistribute, one per fetch of a ComputePhase and
+    /// then one per prefetch, none otherwise (or for a step out of range).
     pub fn step_moves(&self, step: usize) -> Vec<MoveView> {
         let shape = |id: TensorId| self.tensor(id).map(|t| t.shape.clone()).unwrap_or_default();
         match self.steps.get(step) {
@@ -497,8 +516,11 @@ impl Plan {
                 sum,
                 ..
             }) => vec![MoveView::new(&shape(*tensor), from, to, *sum, self.procs)],
-            Some(PlanStep::ComputePhase { fetch, .. }) => fetch
+            Some(PlanStep::ComputePhase {
+                fetch, prefetch, ..
+            }) => fetch
                 .iter()
+                .chain(prefetch)
                 .map(|f| MoveView::new(&shape(f.tensor), &f.from, &f.to, false, self.procs))
                 .collect(),
             _ => Vec::new(),
@@ -549,6 +571,7 @@ mod builder;
 mod grids;
 mod memory;
 mod moves;
+pub mod overlap;
 mod planner;
 pub use builder::{build_from, canonical_distribution, reduced_distribution, MIN_CANONICAL_BLOCK};
 pub use grids::{axis_candidates, enumerate as enumerate_grids, tight};

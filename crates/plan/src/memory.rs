@@ -67,6 +67,8 @@ impl Memory {
         };
         let mut held = Vec::new();
         let mut distinct: Vec<(Distribution, Vec<usize>)> = Vec::new();
+        // The windows a phase prefetched for the next one: held until that phase is done.
+        let mut carried: Vec<(Distribution, Vec<usize>, u64)> = Vec::new();
         for (step, s) in steps.iter().enumerate() {
             let blocks = match s {
                 PlanStep::Load { tensor, dist } => {
@@ -90,15 +92,20 @@ impl Memory {
                     group,
                     phase,
                     fetch,
+                    prefetch,
                     ..
                 } => {
                     let g = &groups[*group];
                     let cut = g.phases.as_ref().map(|ph| (ph.index, ph.count, *phase));
                     let mut b = blocks_of(&live);
-                    let windows: Vec<_> = fetch
-                        .iter()
-                        .map(|f| (f.to.clone(), shape(f.tensor), 1))
-                        .collect();
+                    let window = |f: &crate::Fetch| (f.to.clone(), shape(f.tensor), 1);
+                    // This phase's windows (fetched now or prefetched by the previous phase)
+                    // and the next phase's beside them: the second buffer.
+                    let mut windows: Vec<_> = fetch.iter().map(window).collect();
+                    windows.append(&mut carried);
+                    let next: Vec<_> = prefetch.iter().map(window).collect();
+                    windows.extend(next.iter().cloned());
+                    carried = next;
                     compute_blocks(&mut b, g, tree, &windows, cut);
                     if cut.is_some_and(|(_, t, p)| p + 1 == t) {
                         live.insert(g.output.0, g.output.1.clone());
@@ -118,8 +125,11 @@ impl Memory {
                     sum,
                     ..
                 } => vec![MoveView::new(&shape(*tensor), from, to, *sum, procs)],
-                PlanStep::ComputePhase { fetch, .. } => fetch
+                PlanStep::ComputePhase {
+                    fetch, prefetch, ..
+                } => fetch
                     .iter()
+                    .chain(prefetch)
                     .map(|f| MoveView::new(&shape(f.tensor), &f.from, &f.to, false, procs))
                     .collect(),
                 _ => Vec::new(),
@@ -190,7 +200,7 @@ impl Memory {
 }
 
 /// Adds what a compute (or one phase of it) holds beside the live blocks: the fetched
-/// windows, the result block (twice after phase 0: the accumulated output and the phase's
+/// windows (with a prefetch, the next phase's too), the result block (twice after phase 0: the accumulated output and the phase's
 /// part) and the group-local intermediates over the rank's box, the phased index cut to the
 /// phase's part.
 fn compute_blocks(

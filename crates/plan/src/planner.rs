@@ -532,6 +532,7 @@ impl<'a> Planner<'a> {
                 index: g.gidx[v],
                 count: t,
                 resting,
+                overlap: false,
             }),
         });
     }
@@ -575,6 +576,7 @@ impl<'a> Planner<'a> {
             group: g.gi,
             phase: part,
             fetch,
+            prefetch: Vec::new(),
             volume,
         });
     }

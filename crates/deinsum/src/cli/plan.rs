@@ -27,6 +27,10 @@ pub struct Args {
     /// per rank): O(P) numbers, left out by default.
     #[arg(long)]
     pub per_rank: bool,
+    /// Do not overlap communication with computation: no group is computed in pipelined
+    /// phases (the plan as it was before overlap, for A/B runs).
+    #[arg(long)]
+    pub no_overlap: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
     pub format: PlanFormat,
@@ -60,6 +64,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         path: deinsum_path::PathOptions::with_strategy(&args.optimize),
         inputs_in_place: args.inputs_in_place,
         per_rank: args.per_rank,
+        overlap: !args.no_overlap,
         ..PlanOptions::default()
     };
     let plan = build(&einsum, &opts).map_err(|e| match e {
@@ -248,7 +253,20 @@ fn render_groups(o: &mut String, plan: &Plan) {
             g.bound_memory_dependent,
             g.predicted_max_per_rank
         );
-        if let Some(ph) = &g.phases {
+        let pipelined = deinsum_plan::overlap::is_pipelined(plan, gi);
+        match &g.phases {
+            Some(ph) if ph.overlap => {
+                let _ = writeln!(
+                    o,
+                    "  in {} phases along {} to overlap communication with computation: {} inputs are fetched window by window from where their move would start, each phase's windows in flight while the phase before computes",
+                    ph.count,
+                    ph.index,
+                    ph.resting.len()
+                );
+            }
+            _ => {}
+        }
+        if let Some(ph) = g.phases.as_ref().filter(|ph| !ph.overlap) {
             let copies: usize = g
                 .grid
                 .dims
@@ -265,6 +283,12 @@ fn render_groups(o: &mut String, plan: &Plan) {
                 copies,
                 ph.resting.len()
             );
+            if pipelined {
+                let _ = writeln!(
+                    o,
+                    "  each phase fetches the next phase's windows while it computes (double buffering)"
+                );
+            }
         }
     }
 }
@@ -311,24 +335,40 @@ fn render_steps(o: &mut String, plan: &Plan) {
                 group,
                 phase,
                 fetch,
+                prefetch,
                 volume,
             } => {
-                let kinds: Vec<String> = fetch
-                    .iter()
-                    .map(|f| kind_text(&f.pattern, &f.from.grid))
-                    .collect();
-                let _ = writeln!(
-                    o,
-                    "  {k:>3} compute group {group} phase {phase}: fetch {} ({}, words received: max/rank {}, total {})",
-                    fetch
+                let list = |fs: &[deinsum_plan::Fetch]| {
+                    let names: Vec<String> = fs.iter().map(|f| name(f.tensor)).collect();
+                    let kinds: Vec<String> = fs
                         .iter()
-                        .map(|f| name(f.tensor))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    kinds.join(", "),
-                    volume.max_per_rank,
-                    volume.total
+                        .map(|f| kind_text(&f.pattern, &f.from.grid))
+                        .collect();
+                    format!("{} ({}", names.join(", "), kinds.join(", "))
+                };
+                let words = format!(
+                    "words received: max/rank {}, total {}",
+                    volume.max_per_rank, volume.total
                 );
+                let what = match (fetch.is_empty(), prefetch.is_empty()) {
+                    (false, true) => format!("fetch {}, {words})", list(fetch)),
+                    (true, true) => format!(
+                        "its windows were prefetched by phase {}",
+                        phase.saturating_sub(1)
+                    ),
+                    (true, false) => format!(
+                        "prefetch {}) for phase {} while computing, {words}",
+                        list(prefetch),
+                        phase + 1
+                    ),
+                    (false, _) => format!(
+                        "fetch {}); prefetch {}) for phase {} while computing, {words}",
+                        list(fetch),
+                        list(prefetch),
+                        phase + 1
+                    ),
+                };
+                let _ = writeln!(o, "  {k:>3} compute group {group} phase {phase}: {what}");
             }
             PlanStep::Free { tensor } => {
                 let _ = writeln!(o, "  {k:>3} free {}", name(*tensor));

@@ -48,6 +48,10 @@ pub struct Args {
     /// Per-rank memory budget in words.
     #[arg(long)]
     pub mem: Option<u64>,
+    /// Do not overlap communication with computation (plan without pipelined phases, as
+    /// before overlap; for A/B runs).
+    #[arg(long, conflicts_with = "plan")]
+    pub no_overlap: bool,
     /// Seed of the generated inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -369,6 +373,7 @@ fn compile(
     let opts = crate::Options {
         procs,
         mem: args.mem,
+        overlap: !args.no_overlap,
         ..crate::Options::default()
     };
     crate::Einsum::compile_parsed(einsum, &opts).map_err(|e| match e {
