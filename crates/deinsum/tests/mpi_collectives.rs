@@ -5,7 +5,9 @@
 
 mod mpi_support;
 
+use deinsum::exec::comm::cart_color_key;
 use deinsum::exec::mpi::MpiComm;
+use deinsum::exec::{Collective, Traffic};
 use deinsum::{Communicator, InProcess};
 use mpi_support::Checks;
 use std::process::ExitCode;
@@ -197,7 +199,198 @@ fn model_traffic(p: usize, me: usize) -> (u64, u64) {
     (sent, recv)
 }
 
+/// Grids to lay over `p` ranks: the whole world as one dim and as two or three, and a grid
+/// one rank short of the world (its last rank outside).
+fn grids(p: usize) -> Vec<Vec<usize>> {
+    let mut out = vec![vec![p]];
+    if let Some(a) = (2..p).find(|&a| p.is_multiple_of(a)) {
+        out.push(vec![a, p / a]);
+        out.push(vec![p / a, 1, a]);
+    }
+    if p > 1 {
+        out.push(vec![p - 1]);
+    }
+    out
+}
+
+/// Every kept-dims pattern of a grid of `n` dims.
+fn keeps(n: usize) -> Vec<Vec<bool>> {
+    (0..1usize << n)
+        .map(|m| (0..n).map(|k| m >> k & 1 == 1).collect())
+        .collect()
+}
+
+/// The world ranks of `me`'s fibre (sub-communicator order), `None` outside the grid.
+fn fibre_of(dims: &[usize], keep: &[bool], me: usize, p: usize) -> Option<Vec<usize>> {
+    let (color, _) = cart_color_key(dims, keep, me, p).ok()?;
+    let color = color?;
+    let mut m: Vec<(usize, usize)> = (0..p)
+        .filter_map(|r| match cart_color_key(dims, keep, r, p) {
+            Ok((Some(c), k)) if c == color => Some((k, r)),
+            _ => None,
+        })
+        .collect();
+    m.sort_unstable();
+    Some(m.into_iter().map(|(_, r)| r).collect())
+}
+
+/// Uneven contribution length of world rank `w` (some empty).
+fn contrib_len(w: usize) -> usize {
+    (w * 3 + 1) % 5
+}
+
+/// The typed collectives on every sub-grid fibre (uneven and empty blocks), checked against
+/// their definitions; returns this rank's traffic over the sequence.
+fn sub_grid_sequence<C: Communicator>(comm: &C, c: &mut Checks, tag: &str) -> Traffic {
+    let (p, me) = (comm.size(), comm.rank());
+    let t0 = comm.traffic();
+    for dims in grids(p) {
+        for keep in keeps(dims.len()) {
+            let tag = format!("{tag} grid {dims:?} keep {keep:?}");
+            let sub = match comm.cart_sub(&dims, &keep) {
+                Ok(s) => s,
+                Err(e) => return fail(c, &tag, e, t0),
+            };
+            let f = fibre_of(&dims, &keep, me, p);
+            let (Some(sub), Some(f)) = (sub, f.clone()) else {
+                c.check(f.is_none(), || {
+                    format!("{tag}: rank {me} got no sub-communicator")
+                });
+                continue;
+            };
+            c.eq(sub.size(), f.len(), &format!("{tag} size"));
+            let k = f.iter().position(|&r| r == me).unwrap_or(usize::MAX);
+            c.eq(sub.rank(), k, &format!("{tag} rank"));
+            let n = f.len();
+            // all-gather-v
+            let counts: Vec<usize> = f.iter().map(|&w| contrib_len(w)).collect();
+            let mine: Vec<f64> = (0..counts[k]).map(|i| (me * 100 + i) as f64).collect();
+            let want: Vec<f64> = f
+                .iter()
+                .flat_map(|&w| (0..contrib_len(w)).map(move |i| (w * 100 + i) as f64))
+                .collect();
+            let got = sub.all_gather_v(&mine, &counts);
+            c.check(got.as_ref().ok() == Some(&want), || {
+                format!("{tag} all-gather-v: {got:?}")
+            });
+            // reduce-scatter-v: segment x gets (w + 7x + i) from member w.
+            let send: Vec<f64> = (0..n)
+                .flat_map(|x| (0..counts[x]).map(move |i| (me + 7 * x + i) as f64))
+                .collect();
+            let sumw: usize = f.iter().sum();
+            let want: Vec<f64> = (0..counts[k])
+                .map(|i| (sumw + n * (7 * k + i)) as f64)
+                .collect();
+            let got = sub.reduce_scatter_v(&send, &counts);
+            c.check(got.as_ref().ok() == Some(&want), || {
+                format!("{tag} reduce-scatter-v: {got:?}")
+            });
+            // all-reduce (f32)
+            let mut buf: Vec<f32> = (0..5).map(|i| (me + i) as f32).collect();
+            let want: Vec<f32> = (0..5).map(|i| (sumw + n * i) as f32).collect();
+            let ok = sub.all_reduce_sum(&mut buf).is_ok() && buf == want;
+            c.check(ok, || format!("{tag} all-reduce: {buf:?}"));
+            // broadcast from member 1 % n
+            let root = 1 % n;
+            let mut buf: Vec<f64> = (0..6)
+                .map(|i| {
+                    if k == root {
+                        (me * 10 + i) as f64
+                    } else {
+                        -1.0
+                    }
+                })
+                .collect();
+            let want: Vec<f64> = (0..6).map(|i| (f[root] * 10 + i) as f64).collect();
+            let ok = sub.broadcast_typed(&mut buf, root).is_ok() && buf == want;
+            c.check(ok, || format!("{tag} broadcast: {buf:?}"));
+            // reduce onto the last member
+            let buf: Vec<f64> = (0..4).map(|i| (me + i) as f64).collect();
+            let got = sub.reduce_sum(&buf, n - 1);
+            let want =
+                (k == n - 1).then(|| (0..4).map(|i| (sumw + n * i) as f64).collect::<Vec<_>>());
+            c.check(got.as_ref().ok() == Some(&want), || {
+                format!("{tag} reduce: {got:?}")
+            });
+            // gather-v onto member 0
+            let got = sub.gather_v(&mine, &counts, 0);
+            let all: Vec<f64> = f
+                .iter()
+                .flat_map(|&w| (0..contrib_len(w)).map(move |i| (w * 100 + i) as f64))
+                .collect();
+            let want = (k == 0).then_some(all);
+            c.check(got.as_ref().ok() == Some(&want), || {
+                format!("{tag} gather-v: {got:?}")
+            });
+            // a send/recv ring along the fibre
+            let (to, from) = ((k + 1) % n, (k + n - 1) % n);
+            let len = contrib_len(f[from]);
+            let got = sub.send_recv(Some((to, mine.clone())), Some((from, len)));
+            let want: Vec<f64> = (0..len).map(|i| (f[from] * 100 + i) as f64).collect();
+            c.check(got.as_ref().ok() == Some(&Some(want)), || {
+                format!("{tag} send/recv: {got:?}")
+            });
+        }
+    }
+    let t1 = comm.traffic();
+    Traffic {
+        sent: t1.sent - t0.sent,
+        received: t1.received - t0.received,
+    }
+}
+
+fn fail(c: &mut Checks, tag: &str, e: deinsum::exec::CommError, t0: Traffic) -> Traffic {
+    c.check(false, || format!("{tag}: cart_sub: {e}"));
+    t0
+}
+
+/// The sub-grid collectives under MPI equal their definitions, make MPI's own calls (no
+/// point-to-point exchange) and count the same bytes as the in-process backend.
+fn sub_grids(world: &MpiComm, c: &mut Checks) {
+    let p = world.size();
+    let me = world.rank();
+    let comm = MpiComm::duplicate_of(world.raw());
+    let calls0 = comm.calls();
+    let t = sub_grid_sequence(&comm, c, "mpi");
+    let calls = comm.calls().since(&calls0);
+    for k in [
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::AllReduce,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::Gather,
+        Collective::SendRecv,
+    ] {
+        c.check(calls.of(k) > 0, || {
+            format!("no {k:?} call on MPI: {calls:?}")
+        });
+    }
+    c.eq(
+        calls.of(Collective::Exchange),
+        0,
+        "point-to-point exchanges on MPI sub-grids",
+    );
+    let local = InProcess::new(p).expect("world");
+    let got = local.run(|lc| {
+        let mut lcheck = Checks::default();
+        let t = sub_grid_sequence(lc, &mut lcheck, "in-process");
+        Ok::<_, String>((lcheck.failed, t))
+    });
+    match got {
+        Ok(v) => {
+            let (fails, lt) = &v[me];
+            c.check(fails.is_empty(), || {
+                format!("in-process sub-grids: {fails:?}")
+            });
+            c.eq(*lt, t, "sub-grid traffic, in-process vs MPI");
+        }
+        Err(e) => c.check(false, || format!("in-process sub-grids: {e}")),
+    }
+}
+
 fn body(world: &MpiComm, c: &mut Checks) {
+    sub_grids(world, c);
     let p = world.size();
     let me = world.rank();
     // .ci/mpi.sh: one rank's error must abort the job with its message while the others wait.

@@ -90,6 +90,49 @@ fn scratch_dir(world: &MpiComm) -> PathBuf {
     dir
 }
 
+/// Each structured move ran as its collective on MPI: a step whose moves are all of one
+/// structured kind made no point-to-point exchange on this rank, and this rank's calls are
+/// of the kind's collective only (a local move made no call at all).
+fn paths(
+    plan: &deinsum::plan::Plan,
+    report: &deinsum::exec::RunReport,
+    c: &mut Checks,
+    name: &str,
+) {
+    use deinsum::exec::Collective;
+    use deinsum::plan::{MoveKind, PlanStep};
+    for st in &report.steps {
+        let kinds: Vec<&MoveKind> = match &plan.steps[st.step] {
+            PlanStep::Redistribute { pattern, .. } => vec![pattern],
+            PlanStep::ComputePhase { fetch, .. } => fetch.iter().map(|f| &f.pattern).collect(),
+            _ => continue,
+        };
+        let coll = |k: &MoveKind| match k {
+            MoveKind::Local => None,
+            MoveKind::AllGather { .. } => Some(Collective::AllGather),
+            MoveKind::ReduceScatter { .. } => Some(Collective::ReduceScatter),
+            MoveKind::AllReduce { .. } => Some(Collective::AllReduce),
+            MoveKind::Reduce => Some(Collective::Reduce),
+            MoveKind::Gather => Some(Collective::Gather),
+            MoveKind::Broadcast => Some(Collective::Broadcast),
+            MoveKind::Permute => Some(Collective::SendRecv),
+            MoveKind::AllToAll => Some(Collective::Exchange),
+        };
+        let want: Vec<Option<Collective>> = kinds.iter().map(|k| coll(k)).collect();
+        let other: u64 = deinsum::exec::Collective::ALL
+            .iter()
+            .filter(|k| !want.contains(&Some(**k)))
+            .map(|&k| st.calls.of(k))
+            .sum();
+        c.check(other == 0, || {
+            format!(
+                "{name} step {} ({:?}): calls {:?}",
+                st.step, kinds, st.calls
+            )
+        });
+    }
+}
+
 fn body(world: &MpiComm, c: &mut Checks) {
     let p = world.size();
     let me = world.rank();
@@ -119,6 +162,7 @@ fn body(world: &MpiComm, c: &mut Checks) {
                 ),
             );
         }
+        paths(plan, &report, c, name);
         let gathered = world.or_abort(out.gather(world));
         if let Some(got) = &gathered {
             let e = rel_err(got, &want);
@@ -240,6 +284,7 @@ fn body(world: &MpiComm, c: &mut Checks) {
                 ),
             );
         }
+        paths(plan, &report, c, name);
         c.check(report.peak_words <= s, || {
             format!(
                 "{name} (phased): rank {me} held {} words, budget {s}",

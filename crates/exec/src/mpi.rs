@@ -23,12 +23,13 @@ use std::sync::Arc;
 
 use mpi::collective::SystemOperation;
 use mpi::datatype::{Partition, PartitionMut};
-use mpi::topology::{Color, SimpleCommunicator};
+use mpi::raw::FromRaw;
+use mpi::topology::{CartesianCommunicator, Color, SimpleCommunicator};
 use mpi::traits::{
     AsRaw, Communicator as _, CommunicatorCollectives, Destination, Equivalence, Root, Source,
 };
 
-use crate::comm::{CommError, Communicator, Traffic};
+use crate::comm::{p2p, CallCounters, Calls, Collective, CommError, Communicator, Traffic};
 use crate::Scalar;
 
 /// Tag of the point-to-point messages of [`Communicator::exchange`].
@@ -38,11 +39,15 @@ const OVERLAP_TAG: i32 = 0x5e2;
 /// How long the rank's thread sleeps between two progress polls while the overlapped work runs.
 const POLL: std::time::Duration = std::time::Duration::from_micros(100);
 
+/// Tag of the messages of [`Communicator::send_recv`].
+const SEND_RECV_TAG: i32 = 0x5e2;
+
 /// Byte counters shared by a world communicator and everything split from it.
 #[derive(Debug, Default)]
 struct Counters {
     sent: AtomicU64,
     received: AtomicU64,
+    calls: CallCounters,
 }
 
 /// A [`Communicator`] over an MPI communicator (rsmpi).
@@ -54,6 +59,9 @@ pub struct MpiComm {
     comm: SimpleCommunicator,
     counters: Arc<Counters>,
     max_count: usize,
+    /// Cartesian communicators made from this one (MPI_Cart_create), by grid: made once, on
+    /// the first [`Communicator::cart_sub`] over that grid; `None` on ranks outside it.
+    carts: std::cell::RefCell<Vec<(Vec<usize>, Option<CartesianCommunicator>)>>,
 }
 
 impl std::fmt::Debug for MpiComm {
@@ -80,6 +88,7 @@ impl MpiComm {
             comm,
             counters: Arc::new(Counters::default()),
             max_count: MPI_MAX_COUNT,
+            carts: Default::default(),
         }
     }
 
@@ -138,6 +147,27 @@ impl MpiComm {
 
     fn count_received(&self, bytes: u64) {
         self.counters.received.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn count(&self, kind: Collective) {
+        self.counters.calls.count(kind);
+    }
+
+    /// A communicator made from this one, sharing its counters and cap.
+    fn child(&self, comm: SimpleCommunicator) -> MpiComm {
+        MpiComm {
+            comm,
+            counters: self.counters.clone(),
+            max_count: self.max_count,
+            carts: Default::default(),
+        }
+    }
+
+    /// Whether `elems` elements of `T` fit one MPI call as bytes.
+    fn fits_bytes<T: Scalar>(&self, elems: usize) -> bool {
+        elems
+            .checked_mul(T::BYTES)
+            .is_some_and(|b| b <= self.max_count)
     }
 
     fn peers(&self) -> u64 {
@@ -200,11 +230,7 @@ impl Communicator for MpiComm {
         // Modelled as an all-gather of (color, key), two u64 per peer, as the in-process backend.
         self.count_sent(16 * self.peers());
         self.count_received(16 * self.peers());
-        Ok(MpiComm {
-            comm: sub,
-            counters: self.counters.clone(),
-            max_count: self.max_count,
-        })
+        Ok(self.child(sub))
     }
 
     fn all_to_all_v(
@@ -215,6 +241,7 @@ impl Communicator for MpiComm {
         let p = self.size();
         let me = self.rank();
         let total = crate::comm::check_send_counts(send.len(), send_counts, p)?;
+        self.count(Collective::AllToAll);
         // Every rank learns what it receives from each peer.
         let sc: Vec<u64> = send_counts.iter().map(|&c| c as u64).collect();
         let mut rc = vec![0u64; p];
@@ -317,6 +344,7 @@ impl Communicator for MpiComm {
     }
 
     fn all_reduce_sum_f64(&self, buf: &mut [f64]) -> Result<(), CommError> {
+        self.count(Collective::AllReduce);
         self.all_reduce_in_place(buf, SystemOperation::sum())?;
         let b = 8 * buf.len() as u64 * self.peers();
         self.count_sent(b);
@@ -325,6 +353,7 @@ impl Communicator for MpiComm {
     }
 
     fn all_reduce_sum_f32(&self, buf: &mut [f32]) -> Result<(), CommError> {
+        self.count(Collective::AllReduce);
         self.all_reduce_in_place(buf, SystemOperation::sum())?;
         let b = 4 * buf.len() as u64 * self.peers();
         self.count_sent(b);
@@ -345,81 +374,257 @@ impl Communicator for MpiComm {
         send: &[f64],
         recv_counts: &[usize],
     ) -> Result<Vec<f64>, CommError> {
-        let p = self.size();
-        let me = self.rank();
-        let total = crate::comm::check_recv_counts(send.len(), recv_counts, p)?;
-        // MPI requires identical counts on all ranks; a mismatch would hang, so check.
-        let h = recv_counts.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
-            (h ^ c as u64).wrapping_mul(0x0000_0100_0000_01b3)
-        });
-        self.check_same(h, "reduce-scatter counts")?;
+        self.reduce_scatter_in(send, recv_counts)
+    }
 
-        let chunk = (self.max_count / p).max(1);
-        let rounds = if total <= self.max_count {
-            1
-        } else {
-            recv_counts
-                .iter()
-                .map(|&c| c.div_ceil(chunk))
-                .max()
-                .unwrap_or(1)
-        };
-        let off = exclusive_prefix_usize(recv_counts);
-        let mut out = vec![0f64; recv_counts[me]];
-        let mut sbuf: Vec<f64> = Vec::new();
-        let mut rbuf: Vec<f64> = Vec::new();
-        for k in 0..rounds {
-            let piece = |n: usize| {
-                if rounds == 1 {
-                    (0, n)
-                } else {
-                    let s = (k * chunk).min(n);
-                    (s, (s + chunk).min(n))
-                }
+    fn calls(&self) -> Calls {
+        self.counters.calls.get()
+    }
+
+    fn cart_sub(&self, dims: &[usize], keep: &[bool]) -> Result<Option<Self>, CommError> {
+        let (color, _) = crate::comm::cart_color_key(dims, keep, self.rank(), self.size())?;
+        // Modelled as the in-process backend's split: an all-gather of (color, key).
+        self.count_sent(16 * self.peers());
+        self.count_received(16 * self.peers());
+        let mut carts = self.carts.borrow_mut();
+        if !carts.iter().any(|(d, _)| d == dims) {
+            // A grid without dims is one cell; MPI wants at least one dim.
+            let sizes: Vec<c_int> = if dims.is_empty() {
+                vec![1]
+            } else {
+                dims.iter()
+                    .map(|&d| to_count(d, "grid dim"))
+                    .collect::<Result<_, _>>()?
             };
-            sbuf.clear();
-            let mut counts: Vec<c_int> = Vec::with_capacity(p);
-            for r in 0..p {
-                let (s, e) = piece(recv_counts[r]);
-                sbuf.extend_from_slice(&send[off[r] + s..off[r] + e]);
-                counts.push(to_count(e - s, "reduce-scatter count")?);
-            }
-            let (s, e) = piece(recv_counts[me]);
-            rbuf.clear();
-            rbuf.resize(e - s, 0.0);
-            let dt = f64::equivalent_datatype();
-            let op = SystemOperation::sum();
-            // SAFETY: `sbuf` holds sum(counts) f64 and `rbuf` holds counts[me] f64, both live
-            // and unaliased for the call; `counts` has `size()` entries (MPI reads that many);
-            // datatype, op and communicator are valid handles owned by rsmpi for the call.
-            let rc = unsafe {
-                mpi::ffi::MPI_Reduce_scatter(
-                    sbuf.as_ptr() as *const c_void,
-                    rbuf.as_mut_ptr() as *mut c_void,
-                    counts.as_ptr(),
-                    dt.as_raw(),
-                    op.as_raw(),
-                    self.comm.as_raw(),
-                )
-            };
-            if rc != mpi::ffi::MPI_SUCCESS as c_int {
-                return Err(CommError::Backend(format!(
-                    "MPI_Reduce_scatter returned error code {rc}"
-                )));
-            }
-            out[s..e].copy_from_slice(&rbuf);
+            let periods = vec![false; sizes.len()];
+            // No reordering: a grid cell is the world rank the plan gives it (row-major).
+            let cart = self
+                .comm
+                .create_cartesian_communicator(&sizes, &periods, false);
+            carts.push((dims.to_vec(), cart));
         }
-        let others: u64 = recv_counts
+        let cart = carts
             .iter()
-            .enumerate()
-            .filter(|&(r, _)| r != me)
-            .map(|(_, &n)| n as u64)
-            .sum();
-        self.count_sent(8 * others);
-        self.count_received(8 * recv_counts[me] as u64 * self.peers());
+            .find(|(d, _)| d == dims)
+            .and_then(|(_, c)| c.as_ref());
+        let (Some(cart), Some(_)) = (cart, color) else {
+            return Ok(None);
+        };
+        let retain: Vec<bool> = if dims.is_empty() {
+            vec![false]
+        } else {
+            keep.to_vec()
+        };
+        let sub = cart.subgroup(&retain);
+        let raw = sub.as_raw();
+        std::mem::forget(sub);
+        // SAFETY: `raw` is the live intra-communicator MPI_Cart_sub just made (not a world,
+        // self or inter-communicator handle); its rsmpi owner was forgotten above, so the
+        // SimpleCommunicator is its only owner and frees it once.
+        let simple = unsafe { SimpleCommunicator::from_raw(raw) };
+        Ok(Some(self.child(simple)))
+    }
+
+    fn all_gather_v<T: Scalar>(&self, mine: &[T], counts: &[usize]) -> Result<Vec<T>, CommError> {
+        let (me, p) = (self.rank(), self.size());
+        if counts.len() != p || counts[me] != mine.len() {
+            return Err(CommError::Invalid(format!(
+                "all-gather of {} counts on {p} ranks",
+                counts.len()
+            )));
+        }
+        let total: usize = counts.iter().sum();
+        if !self.fits_bytes::<T>(total) {
+            return p2p::all_gather_v(self, mine, counts);
+        }
+        self.count(Collective::AllGather);
+        let bc: Vec<c_int> = counts
+            .iter()
+            .map(|&c| to_count(c * T::BYTES, "all-gather count"))
+            .collect::<Result<_, _>>()?;
+        let displs = exclusive_prefix(&bc)?;
+        let mut out = typed_buffer::<T>(total);
+        let one = [0u8; 1];
+        let send = real(bytemuck::cast_slice(mine), &one);
+        {
+            let mut rp = PartitionMut::new(
+                bytemuck::cast_slice_mut::<T, u8>(&mut out),
+                &bc[..],
+                &displs[..],
+            );
+            self.comm.all_gather_varcount_into(send, &mut rp);
+        }
+        let mine_b = std::mem::size_of_val(mine) as u64;
+        self.count_sent(mine_b * self.peers());
+        self.count_received((total * T::BYTES) as u64 - mine_b);
         Ok(out)
     }
 
+    fn reduce_scatter_v<T: Scalar>(
+        &self,
+        send: &[T],
+        counts: &[usize],
+    ) -> Result<Vec<T>, CommError> {
+        let r: Vec<u8> = if T::NAME == "f64" {
+            bytemuck::cast_slice(
+                &self.reduce_scatter_in::<f64>(bytemuck::cast_slice(send), counts)?,
+            )
+            .to_vec()
+        } else {
+            bytemuck::cast_slice(
+                &self.reduce_scatter_in::<f32>(bytemuck::cast_slice(send), counts)?,
+            )
+            .to_vec()
+        };
+        let mut out = vec![T::default(); r.len() / T::BYTES];
+        bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&r);
+        Ok(out)
+    }
+
+    fn broadcast_typed<T: Scalar>(&self, buf: &mut [T], root: usize) -> Result<(), CommError> {
+        let p = self.size();
+        if root >= p {
+            return Err(CommError::Invalid(format!(
+                "broadcast root {root} of {p} ranks"
+            )));
+        }
+        self.count(Collective::Broadcast);
+        let r = self.comm.process_at_rank(root as i32);
+        let bytes = bytemuck::cast_slice_mut::<T, u8>(buf);
+        for chunk in bytes.chunks_mut(self.max_count) {
+            r.broadcast_into(chunk);
+        }
+        let len = bytes.len() as u64;
+        if self.rank() == root {
+            self.count_sent(len * self.peers());
+        } else {
+            self.count_received(len);
+        }
+        Ok(())
+    }
+
+    fn reduce_sum<T: Scalar>(&self, buf: &[T], root: usize) -> Result<Option<Vec<T>>, CommError> {
+        let p = self.size();
+        if root >= p {
+            return Err(CommError::Invalid(format!(
+                "reduce root {root} of {p} ranks"
+            )));
+        }
+        self.count(Collective::Reduce);
+        let mut out = typed_buffer::<T>(buf.len());
+        if T::NAME == "f64" {
+            self.reduce_in::<f64>(
+                bytemuck::cast_slice(buf),
+                bytemuck::cast_slice_mut(&mut out),
+                root,
+            );
+        } else {
+            self.reduce_in::<f32>(
+                bytemuck::cast_slice(buf),
+                bytemuck::cast_slice_mut(&mut out),
+                root,
+            );
+        }
+        let len = std::mem::size_of_val(buf) as u64;
+        if self.rank() == root {
+            self.count_received(len * self.peers());
+            Ok(Some(out))
+        } else {
+            self.count_sent(len);
+            Ok(None)
+        }
+    }
+
+    fn gather_v<T: Scalar>(
+        &self,
+        mine: &[T],
+        counts: &[usize],
+        root: usize,
+    ) -> Result<Option<Vec<T>>, CommError> {
+        let (me, p) = (self.rank(), self.size());
+        if counts.len() != p || counts[me] != mine.len() || root >= p {
+            return Err(CommError::Invalid(format!(
+                "gather of {} counts to root {root} on {p} ranks",
+                counts.len()
+            )));
+        }
+        let total: usize = counts.iter().sum();
+        if !self.fits_bytes::<T>(total) {
+            return p2p::gather_v(self, mine, counts, root);
+        }
+        self.count(Collective::Gather);
+        let one = [0u8; 1];
+        let send = real(bytemuck::cast_slice(mine), &one);
+        let r = self.comm.process_at_rank(root as i32);
+        let mine_b = std::mem::size_of_val(mine) as u64;
+        if me != root {
+            r.gather_varcount_into(send);
+            self.count_sent(mine_b);
+            return Ok(None);
+        }
+        let bc: Vec<c_int> = counts
+            .iter()
+            .map(|&c| to_count(c * T::BYTES, "gather count"))
+            .collect::<Result<_, _>>()?;
+        let displs = exclusive_prefix(&bc)?;
+        let mut out = typed_buffer::<T>(total);
+        {
+            let mut rp = PartitionMut::new(
+                bytemuck::cast_slice_mut::<T, u8>(&mut out),
+                &bc[..],
+                &displs[..],
+            );
+            r.gather_varcount_into_root(send, &mut rp);
+        }
+        self.count_received((total * T::BYTES) as u64 - mine_b);
+        Ok(Some(out))
+    }
+
+    fn send_recv<T: Scalar>(
+        &self,
+        send: Option<(usize, Vec<T>)>,
+        recv: Option<(usize, usize)>,
+    ) -> Result<Option<Vec<T>>, CommError> {
+        let p = self.size();
+        if send.as_ref().is_some_and(|(d, _)| *d >= p) || recv.is_some_and(|(s, _)| s >= p) {
+            return Err(CommError::Invalid(format!(
+                "send/recv peer out of {p} ranks"
+            )));
+        }
+        self.count(Collective::SendRecv);
+        let chunk = self.max_count;
+        let mut got = recv.map(|(_, n)| vec![T::default(); n]);
+        mpi::request::scope(|scope| {
+            let mut reqs = Vec::new();
+            if let Some((d, v)) = &send {
+                let to = self.comm.process_at_rank(*d as i32);
+                for c in bytemuck::cast_slice::<T, u8>(v).chunks(chunk) {
+                    reqs.push(to.immediate_send_with_tag(scope, c, SEND_RECV_TAG));
+                }
+            }
+            if let (Some((s, _)), Some(v)) = (recv, got.as_mut()) {
+                let src = self.comm.process_at_rank(s as i32);
+                for c in bytemuck::cast_slice_mut::<T, u8>(v).chunks_mut(chunk) {
+                    src.receive_into_with_tag(c, SEND_RECV_TAG);
+                }
+            }
+            for r in reqs {
+                r.wait();
+            }
+        });
+        let me = self.rank();
+        if let Some((d, v)) = &send {
+            if *d != me {
+                self.count_sent(std::mem::size_of_val(&v[..]) as u64);
+            }
+        }
+        if let (Some((s, _)), Some(v)) = (recv, &got) {
+            if s != me {
+                self.count_received(std::mem::size_of_val(&v[..]) as u64);
+            }
+        }
+        Ok(got)
+    }
     fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
         let p = self.size();
         if root >= p {
@@ -427,6 +632,7 @@ impl Communicator for MpiComm {
                 "broadcast root {root} of {p} ranks"
             )));
         }
+        self.count(Collective::Broadcast);
         let r = self.comm.process_at_rank(root as i32);
         let mut len = buf.len() as u64;
         r.broadcast_into(&mut len);
@@ -471,6 +677,7 @@ impl Communicator for MpiComm {
         if let Some(s) = from.iter().find(|&&s| s >= p) {
             return Err(CommError::Invalid(format!("message from rank {s} of {p}")));
         }
+        self.count(Collective::Exchange);
         let headers: Vec<[u8; 8]> = sends
             .iter()
             .map(|(_, v)| (std::mem::size_of_val(&v[..]) as u64).to_le_bytes())
@@ -633,4 +840,121 @@ fn exclusive_prefix_usize(counts: &[usize]) -> Vec<usize> {
         acc += c;
     }
     out
+}
+
+impl MpiComm {
+    /// Reduce-scatter (sum) of `send` with `recv_counts` per rank, through MPI_Reduce_scatter
+    /// (`max_count` elements per call and rank).
+    fn reduce_scatter_in<E: Equivalence + Copy + Default + std::ops::AddAssign>(
+        &self,
+        send: &[E],
+        recv_counts: &[usize],
+    ) -> Result<Vec<E>, CommError> {
+        self.count(Collective::ReduceScatter);
+        let p = self.size();
+        let me = self.rank();
+        let total = crate::comm::check_recv_counts(send.len(), recv_counts, p)?;
+        // MPI requires identical counts on all ranks; a mismatch would hang, so check.
+        let h = recv_counts.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
+            (h ^ c as u64).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        self.check_same(h, "reduce-scatter counts")?;
+
+        let chunk = (self.max_count / p).max(1);
+        let rounds = if total <= self.max_count {
+            1
+        } else {
+            recv_counts
+                .iter()
+                .map(|&c| c.div_ceil(chunk))
+                .max()
+                .unwrap_or(1)
+        };
+        let off = exclusive_prefix_usize(recv_counts);
+        let mut out = vec![E::default(); recv_counts[me]];
+        let mut sbuf: Vec<E> = Vec::with_capacity(1);
+        let mut rbuf: Vec<E> = Vec::with_capacity(1);
+        for k in 0..rounds {
+            let piece = |n: usize| {
+                if rounds == 1 {
+                    (0, n)
+                } else {
+                    let s = (k * chunk).min(n);
+                    (s, (s + chunk).min(n))
+                }
+            };
+            sbuf.clear();
+            let mut counts: Vec<c_int> = Vec::with_capacity(p);
+            for r in 0..p {
+                let (s, e) = piece(recv_counts[r]);
+                sbuf.extend_from_slice(&send[off[r] + s..off[r] + e]);
+                counts.push(to_count(e - s, "reduce-scatter count")?);
+            }
+            let (s, e) = piece(recv_counts[me]);
+            rbuf.clear();
+            rbuf.resize(e - s, E::default());
+            let dt = E::equivalent_datatype();
+            let op = SystemOperation::sum();
+            // SAFETY: `sbuf` holds sum(counts) E and `rbuf` holds counts[me] E, both live
+            // and unaliased for the call; `counts` has `size()` entries (MPI reads that many);
+            // datatype, op and communicator are valid handles owned by rsmpi for the call.
+            let rc = unsafe {
+                mpi::ffi::MPI_Reduce_scatter(
+                    sbuf.as_ptr() as *const c_void,
+                    rbuf.as_mut_ptr() as *mut c_void,
+                    counts.as_ptr(),
+                    dt.as_raw(),
+                    op.as_raw(),
+                    self.comm.as_raw(),
+                )
+            };
+            if rc != mpi::ffi::MPI_SUCCESS as c_int {
+                return Err(CommError::Backend(format!(
+                    "MPI_Reduce_scatter returned error code {rc}"
+                )));
+            }
+            out[s..e].copy_from_slice(&rbuf);
+        }
+        let others: u64 = recv_counts
+            .iter()
+            .enumerate()
+            .filter(|&(r, _)| r != me)
+            .map(|(_, &n)| n as u64)
+            .sum();
+        self.count_sent((std::mem::size_of::<E>() * others as usize) as u64);
+        self.count_received((std::mem::size_of::<E>() * recv_counts[me]) as u64 * self.peers());
+        Ok(out)
+    }
+
+    /// Sum of `buf` over all ranks into `out` on `root` (`out` unused elsewhere), through
+    /// MPI_Reduce, `max_count` elements per call.
+    fn reduce_in<E: Equivalence + Copy>(&self, buf: &[E], out: &mut [E], root: usize) {
+        let r = self.comm.process_at_rank(root as i32);
+        let op = SystemOperation::sum();
+        for (k, chunk) in buf.chunks(self.max_count).enumerate() {
+            if self.rank() == root {
+                let o = &mut out[k * self.max_count..k * self.max_count + chunk.len()];
+                r.reduce_into_root(chunk, o, op);
+            } else {
+                r.reduce_into(chunk, op);
+            }
+        }
+    }
+}
+
+/// A buffer of `n` elements whose pointer is a real allocation even when `n` is 0 (an empty
+/// Vec's dangling pointer can read as MPI_IN_PLACE).
+fn typed_buffer<T: Scalar>(n: usize) -> Vec<T> {
+    let mut v = vec![T::default(); n.max(1)];
+    v.truncate(n);
+    v
+}
+
+/// `b`, or an empty slice of `one` when `b` is empty (see [`typed_buffer`]).
+fn real<'a>(b: &'a [u8], one: &'a [u8; 1]) -> &'a [u8] {
+    if b.is_empty() {
+        &one[..0]
+    } else {
+        b
+    }
 }

@@ -206,7 +206,7 @@ fn with_every_kind(pl: &Plan) -> Plan {
         let rep = dist(grid(&[('i', p)]), vec![vec![], vec![]]);
         let row = dist(grid(&[('i', p)]), vec![vec![0], vec![]]);
         let mut chain = vec![d0.clone(), Distribution::on_root(2), rep, row];
-        if let Some(a) = (2..p).find(|&a| p % a == 0 && a * a != p) {
+        if let Some(a) = (2..p).find(|&a| p.is_multiple_of(a) && a * a != p) {
             let b = p / a;
             chain.push(dist(grid(&[('i', a), ('k', b)]), vec![vec![0], vec![1]]));
             chain.push(dist(grid(&[('k', b), ('i', a)]), vec![vec![1], vec![0]]));
