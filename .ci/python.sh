@@ -1,34 +1,38 @@
 #!/usr/bin/env bash
-# The Python package's suite (called by .ci/run): a fresh venv, maturin numpy pytest hypothesis
-# from PyPI, a debug build of the extension (`maturin develop`), then pytest on python/tests/.
-# The tests compare against the CLI binary, built here if missing. pytest's exit 5 (no test
-# collected) counts as a failure like any other non-zero status.
+# The Python package's suite (called by .ci/run): a fresh venv, numpy pytest hypothesis from
+# PyPI, the package installed with the README's own command (`pip install ./python`, a release
+# build of the abi3 wheel through maturin), then pytest on python/tests/. The tests compare
+# against the CLI binary, built here if missing. pytest's exit 5 (no test collected) counts as
+# a failure like any other non-zero status.
+#
+# The wheel is built in the root's target directory (CARGO_TARGET_DIR), whose release profile
+# python/Cargo.toml repeats: after .ci/run's `cargo run --release` the dependencies that both
+# builds compile with the same features are reused instead of compiled a second time.
 #
 # Environment: PYTHON (default python3), DEINSUM_PY_VENV (default target/py-venv),
-# CARGO_TARGET_DIR (shared with the workspace build so dependencies are reused).
+# CARGO_TARGET_DIR (default target/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY="${PYTHON:-python3}"
-TARGET="${CARGO_TARGET_DIR:-$PWD/target}"
-VENV="${DEINSUM_PY_VENV:-$TARGET/py-venv}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+VENV="${DEINSUM_PY_VENV:-$CARGO_TARGET_DIR/py-venv}"
 
+rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q maturin numpy pytest hypothesis
+"$VENV/bin/python" -m pip install -q numpy pytest hypothesis
 
 cargo build -q -p deinsum
-export DEINSUM_CLI="$TARGET/debug/deinsum"
+export DEINSUM_CLI="$CARGO_TARGET_DIR/debug/deinsum"
 
-# `maturin develop` installs into the active venv.
-(
-    export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
-    cd python
-    maturin develop -q
-)
+start=$(date +%s)
+"$VENV/bin/python" -m pip install -q ./python
+echo "pip install ./python: $(( $(date +%s) - start )) s"
 
+# From outside python/, so that `import deinsum` is the installed package, not the source tree.
 set +e
-(cd python && "$VENV/bin/python" -m pytest -q tests)
+(cd python/tests && "$VENV/bin/python" -m pytest -q -p no:cacheprovider .)
 status=$?
 set -e
 if [ "$status" -ne 0 ]; then

@@ -155,54 +155,9 @@ def einsum(expr, *operands, procs=1, threads=None, mem=None, optimize="auto", dt
     return plan.run(*arrays, threads=threads, dtype=dt)
 
 
-class PathInfo:
-    """A contraction path's report, in the manner of opt_einsum's PathInfo.
-
-    `print(info)` shows the table `deinsum path` prints; `info.report` is the JSON of
-    `deinsum path --format json` as Python objects. Both are rendered on first use.
-    """
-
-    def __init__(self, native):
-        self._native = native
-        self.path = [tuple(p) for p in native.path()]
-        self.opt_cost = native.flops()
-        self.naive_cost = native.naive_flops()
-        self.largest_intermediate = native.largest_intermediate()
-        self._report = None
-
-    @property
-    def report(self):
-        if self._report is None:
-            self._report = json.loads(self._native.json())
-        return self._report
-
-    @property
-    def speedup(self):
-        return self.report["speedup"]
-
-    @property
-    def eq(self):
-        return self.report["expr"]
-
-    @property
-    def contraction_list(self):
-        return [s["einsum"] for s in self.report["steps"]]
-
-    def __str__(self):
-        return self._native.text()
-
-    def __repr__(self):
-        return self._native.text()
-
-
-def contract_path(expr, *operands, optimize="auto", memory_limit=None, shapes=False):
-    """opt_einsum's `contract_path`: returns `(path, info)` for arrays (or shapes, with `shapes=True`)."""
-    if memory_limit is not None:
-        memory_limit = int(memory_limit)
-    info = PathInfo(
-        _native.contract_path(expr, _shapes(operands, shapes), _strategy(optimize), memory_limit)
-    )
-    return list(info.path), info
+# `contract_path` and its `PathInfo` are native: one call from the arguments to the result.
+contract_path = _native.contract_path
+PathInfo = _native.PathInfo
 
 
 def bound(expr, *shapes, mem, procs=None, optimize="auto", path_cost="flops"):

@@ -6,9 +6,11 @@ use deinsum::cli::InputError;
 use deinsum::expr::ExtentSpec;
 use numpy::ndarray::IxDyn;
 use numpy::PyUntypedArrayMethods;
-use numpy::{Element, IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn};
+use numpy::{Element, IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray};
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
 
 /// A deinsum error as the Python exception a caller expects: what the caller got wrong is a
 /// `ValueError`; a run that cannot fit this node's memory is a `MemoryError`; the rest
@@ -233,12 +235,18 @@ fn compile(
     })
 }
 
-/// A found contraction path; its reports are rendered only when asked for.
-#[pyclass(module = "deinsum._native", frozen)]
+/// A contraction path's report, in the manner of opt_einsum's `PathInfo`: `print(info)` shows
+/// the table `deinsum path` prints, `info.report` is the JSON of `deinsum path --format json`
+/// as Python objects (both rendered on first use); `.path`, `.opt_cost`, `.naive_cost`,
+/// `.largest_intermediate` and `.speedup` are opt_einsum's attributes.
+#[pyclass(name = "PathInfo", module = "deinsum", frozen)]
 struct NativePathInfo {
     einsum: deinsum::expr::Einsum,
     info: deinsum::path::PathInfo,
     memory_limit: Option<u128>,
+    /// The path list `contract_path` returned (the same object, as opt_einsum's).
+    path: Py<PyList>,
+    report: GILOnceCell<PyObject>,
 }
 
 /// A count as a Python number: an int when exact, a float otherwise.
@@ -249,26 +257,65 @@ fn count_to_py(py: Python<'_>, c: &deinsum::path::Count) -> PyResult<PyObject> {
     })
 }
 
+impl NativePathInfo {
+    /// The report as Python objects, parsed once.
+    fn report_obj<'py>(&self, py: Python<'py>) -> PyResult<&Bound<'py, PyAny>> {
+        let obj = self.report.get_or_try_init(py, || -> PyResult<PyObject> {
+            let text = self.json()?;
+            Ok(py.import("json")?.call_method1("loads", (text,))?.unbind())
+        })?;
+        Ok(obj.bind(py))
+    }
+}
+
 #[pymethods]
 impl NativePathInfo {
-    /// The path in opt_einsum's linear format.
-    fn path(&self) -> Vec<Vec<usize>> {
-        self.info.path.clone()
+    /// The path in opt_einsum's linear format (a list of tuples of positions).
+    #[getter]
+    fn path(&self, py: Python<'_>) -> Py<PyList> {
+        self.path.clone_ref(py)
     }
 
     /// FLOPs as opt_einsum counts them.
-    fn flops(&self, py: Python<'_>) -> PyResult<PyObject> {
+    #[getter]
+    fn opt_cost(&self, py: Python<'_>) -> PyResult<PyObject> {
         count_to_py(py, &self.info.flops)
     }
 
-    /// Naive FLOPs (one loop nest).
-    fn naive_flops(&self, py: Python<'_>) -> PyResult<PyObject> {
+    /// Naive FLOPs (one loop nest over every index).
+    #[getter]
+    fn naive_cost(&self, py: Python<'_>) -> PyResult<PyObject> {
         count_to_py(py, &self.info.naive_flops)
     }
 
     /// Largest step result, in elements.
+    #[getter]
     fn largest_intermediate(&self, py: Python<'_>) -> PyResult<PyObject> {
         count_to_py(py, &self.info.largest_intermediate)
+    }
+
+    /// Naive FLOPs over optimised FLOPs, as the report gives it.
+    #[getter]
+    fn speedup<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.report_obj(py)?.get_item("speedup")
+    }
+
+    /// The canonical expression.
+    #[getter]
+    fn eq<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.report_obj(py)?.get_item("expr")
+    }
+
+    /// Every step as an einsum string.
+    #[getter]
+    fn contraction_list(&self) -> Vec<String> {
+        self.info.steps.iter().map(|s| s.einsum.clone()).collect()
+    }
+
+    /// The JSON of `deinsum path --format json` as Python objects.
+    #[getter]
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.report_obj(py).cloned()
     }
 
     /// The table `deinsum path` prints.
@@ -285,24 +332,93 @@ impl NativePathInfo {
         render_json(&c, &self.einsum.extents, &self.info, self.memory_limit)
             .map_err(|err| PyRuntimeError::new_err(err.to_string()))
     }
+
+    fn __str__(&self) -> String {
+        self.text()
+    }
+
+    fn __repr__(&self) -> String {
+        self.text()
+    }
 }
 
-/// Finds the contraction path of `expr` over operands of `shapes`.
-#[pyfunction]
-fn contract_path(
-    expr: &str,
-    shapes: Vec<Vec<usize>>,
-    optimize: &str,
-    memory_limit: Option<u128>,
-) -> PyResult<NativePathInfo> {
-    if memory_limit == Some(0) {
-        return Err(PyValueError::new_err(
-            "memory_limit must be at least 1 element",
-        ));
+/// An integer argument as Python's `int()` reads it (NumPy integers and floats included).
+fn to_int(x: &Bound<'_, PyAny>) -> PyResult<i128> {
+    match x.extract::<i128>() {
+        Ok(v) => Ok(v),
+        Err(_) => x.py().get_type::<PyInt>().call1((x,))?.extract::<i128>(),
     }
+}
+
+/// Operand `k`'s shape: the shape itself (`shapes=True`), else an array's (or `numpy.shape`'s).
+fn operand_shape(k: usize, op: &Bound<'_, PyAny>, shapes: bool) -> PyResult<Vec<usize>> {
+    if !shapes {
+        if let Ok(a) = op.downcast::<PyUntypedArray>() {
+            return Ok(a.shape().to_vec());
+        }
+        let shape = op.py().import("numpy")?.call_method1("shape", (op,))?;
+        return operand_shape(k, &shape, true);
+    }
+    let mut out = Vec::new();
+    for n in op.try_iter()? {
+        let v = to_int(&n?)?;
+        out.push(usize::try_from(v).map_err(|_| {
+            PyValueError::new_err(format!(
+                "operand {k}: extents must be non-negative integers, got {v}"
+            ))
+        })?);
+    }
+    Ok(out)
+}
+
+/// The path strategy's name: NumPy's `optimize=True/False` mean the default search.
+fn strategy_name(optimize: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+    match optimize {
+        None => Ok("auto".into()),
+        Some(o) if o.is_instance_of::<PyBool>() => Ok("auto".into()),
+        Some(o) => match o.extract::<String>() {
+            Ok(s) => Ok(s),
+            Err(_) => o.str()?.extract::<String>(),
+        },
+    }
+}
+
+/// opt_einsum's `contract_path`: returns `(path, info)` for arrays (or shapes, with
+/// `shapes=True`). `optimize` names the strategy (default `"auto"`; `True`/`False` mean it too);
+/// `memory_limit` caps every step result, in elements.
+///
+/// One native call from arguments to result: parsing the call in Python cost as much as the
+/// search itself on small einsums.
+#[pyfunction]
+#[pyo3(signature = (expr, *operands, optimize=None, memory_limit=None, shapes=false))]
+fn contract_path<'py>(
+    py: Python<'py>,
+    expr: &str,
+    operands: &Bound<'py, PyTuple>,
+    optimize: Option<&Bound<'py, PyAny>>,
+    memory_limit: Option<&Bound<'py, PyAny>>,
+    shapes: bool,
+) -> PyResult<(Py<PyList>, NativePathInfo)> {
+    let memory_limit = match memory_limit {
+        None => None,
+        Some(m) => match u128::try_from(to_int(m)?) {
+            Ok(v) if v > 0 => Some(v),
+            _ => {
+                return Err(PyValueError::new_err(
+                    "memory_limit must be at least 1 element",
+                ))
+            }
+        },
+    };
+    let strategy = strategy_name(optimize)?;
+    let shapes = operands
+        .iter()
+        .enumerate()
+        .map(|(k, op)| operand_shape(k, &op, shapes))
+        .collect::<PyResult<Vec<_>>>()?;
     let einsum = parse(expr, shapes)?;
     let opts = deinsum::path::PathOptions {
-        strategy: optimize.to_string(),
+        strategy,
         memory_limit,
         ..deinsum::path::PathOptions::default()
     };
@@ -310,11 +426,20 @@ fn contract_path(
         deinsum::path::PathError::InvalidPath(_) => PyRuntimeError::new_err(err.to_string()),
         other => PyValueError::new_err(other.to_string()),
     })?;
-    Ok(NativePathInfo {
+    let steps = info
+        .path
+        .iter()
+        .map(|p| PyTuple::new(py, p))
+        .collect::<PyResult<Vec<_>>>()?;
+    let path = PyList::new(py, steps)?.unbind();
+    let native = NativePathInfo {
         einsum,
         info,
         memory_limit,
-    })
+        path: path.clone_ref(py),
+        report: GILOnceCell::new(),
+    };
+    Ok((path, native))
 }
 
 /// The SOAP bounds: (the CLI's text report, its JSON).

@@ -44,8 +44,25 @@ fn main() {
         let all = best(reps, || {
             std::hint::black_box(optimize(&case.einsum, &opts).unwrap());
         });
+        // Parsing the string with per-operand shapes, as the Python binding does.
+        let e = &case.einsum;
+        let text = format!(
+            "{}->{}",
+            (0..e.num_inputs())
+                .map(|k| e.input_subscripts(k))
+                .collect::<Vec<_>>()
+                .join(","),
+            e.output_subscripts()
+        );
+        let spec = deinsum_expr::ExtentSpec {
+            shapes: Some(e.inputs.iter().map(|o| o.shape(&e.extents)).collect()),
+            ..Default::default()
+        };
+        let parse = best(reps, || {
+            std::hint::black_box(deinsum_expr::parse(&text, &spec).unwrap());
+        });
         println!(
-            "{} {strat}: search {search:?} tree {tree:?} evaluate {eval:?} optimize {all:?}",
+            "{} {strat}: parse {parse:?} search {search:?} tree {tree:?} evaluate {eval:?} optimize {all:?}",
             case.name
         );
     }

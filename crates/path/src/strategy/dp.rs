@@ -92,7 +92,13 @@ impl<const W: usize> Dp<'_, '_, '_, W> {
     }
 
     /// Solves one connected component; returns its levels (for rebuilding the tree).
-    fn component(&self, g: u128) -> Option<Vec<Level<W>>> {
+    ///
+    /// Rounds with a rising cost cap: the first round whose cap reaches the optimum finds it.
+    /// `limit`, when the caller knows a feasible path's cost, is the highest cap: the rounds
+    /// stop there (`None` if none reached the whole component), and the first round is at the
+    /// limit itself rather than at the trivial floor: the rounds below the optimum, which a
+    /// rising cap spends, are skipped (rand14: 2.3x opt_einsum's auto instead of 1.1x).
+    fn component(&self, g: u128, limit: Option<f64>) -> Option<Vec<Level<W>>> {
         let builtin = self.net.builtin().is_some();
         let n = self.net.n();
         let size = g.count_ones() as usize;
@@ -119,13 +125,13 @@ impl<const W: usize> Dp<'_, '_, '_, W> {
         } else {
             0.0
         };
-        let mut cap = self
+        let floor = self
             .net
             .size(all & self.net.output)
             .max(widest_leaf)
             .max(1.0);
-        // The first round whose cap reaches the optimum finds it, whatever the step; a fine
-        // step keeps that last round (by far the costliest) close to the optimum.
+        let mut cap = limit.unwrap_or(floor);
+        // A fine step keeps the last round (by far the costliest) close to the optimum.
         let increment = std::f64::consts::SQRT_2;
         // With a built-in model no tree costs more than 2 * (operands) * size(all indices), so a
         // cap above that is no cap: one unbounded round settles it.
@@ -136,86 +142,99 @@ impl<const W: usize> Dp<'_, '_, '_, W> {
         let mut rounds = 0;
         loop {
             for total in 2..=size {
-                let (lower, upper) = levels.split_at_mut(total);
-                let target = &mut upper[0];
-                for m in 1..=total / 2 {
-                    let k = total - m;
-                    // Scan the larger part's entries and look its partners up in the smaller
-                    // part's per-operand lists: fewer of those overlap, so fewer are wasted.
-                    for big in &lower[k].entries {
-                        let sb = big.set;
-                        let big_size = self.net.size(big.ind);
-                        // A built-in step costs at least the size of its larger operand.
-                        let floor = if builtin { big_size } else { 0.0 };
-                        let budget = cap - big.cost - floor;
-                        let key_budget = cap - big.cost;
-                        if budget < 0.0 {
-                            continue;
-                        }
-                        // Connected partners: sets that hold a neighbour of the larger part.
-                        for t in ones(big.nbr) {
-                            for &(ss, key, cs, is) in &lower[m].by_tensor[t] {
-                                if key > key_budget {
-                                    break;
-                                }
-                                if cs > budget || ss & sb != 0 || (m == k && ss > sb) {
-                                    continue;
-                                }
-                                if (ss & big.nbr).trailing_zeros() as usize != t {
-                                    continue; // counted under its lowest neighbour
-                                }
-                                self.combine(&lower[m].entries[is as usize], big, cap, target);
-                            }
-                        }
-                        // Outer-product partners: sets two hops away that meet a common
-                        // neighbour at least as large as the product.
-                        let widest = ones(big.nbr).map(|u| self.leaf_size[u]).fold(0.0, f64::max);
-                        if big_size > widest {
-                            continue; // any product with this part outgrows every neighbour
-                        }
-                        let mut two_hops = 0u128;
-                        for u in ones(big.nbr) {
-                            two_hops |= self.nbr_leaf[u];
-                        }
-                        two_hops &= !(sb | big.nbr) & g;
-                        for t in ones(two_hops) {
-                            for &(ss, key, cs, is) in &lower[m].by_tensor[t] {
-                                if key > key_budget {
-                                    break;
-                                }
-                                if cs > budget
-                                    || ss & sb != 0
-                                    || ss & big.nbr != 0
-                                    || (m == k && ss > sb)
-                                {
-                                    continue;
-                                }
-                                if (ss & two_hops).trailing_zeros() as usize != t {
-                                    continue;
-                                }
-                                let small = &lower[m].entries[is as usize];
-                                let common = small.nbr & big.nbr;
-                                let meet =
-                                    ones(common).map(|c| self.leaf_size[c]).fold(0.0, f64::max);
-                                if self.net.size(small.ind | big.ind) <= meet {
-                                    self.combine(small, big, cap, target);
-                                }
-                            }
-                        }
-                    }
-                }
-                target.freeze(|b| if builtin { self.net.size(b) } else { 0.0 });
+                self.fill(g, &mut levels, total, cap);
             }
             if !levels[size].entries.is_empty() {
                 return Some(levels);
             }
-            if cap == f64::INFINITY {
+            if cap == f64::INFINITY || limit == Some(cap) {
                 return None;
             }
             rounds += 1;
             cap *= increment;
             if rounds >= MAX_ROUNDS || !cap.is_finite() || cap >= ceiling {
                 cap = f64::INFINITY;
+            }
+            if let Some(l) = limit {
+                cap = cap.min(l);
+            }
+        }
+    }
+
+    /// Fills level `total` of component `g` from the smaller levels under cost cap `cap`.
+    fn fill(&self, g: u128, levels: &mut [Level<W>], total: usize, cap: f64) {
+        let builtin = self.net.builtin().is_some();
+        let (lower, upper) = levels.split_at_mut(total);
+        // Entries of earlier rounds stay: a higher cap only lowers their costs.
+        let target = &mut upper[0];
+        for m in 1..=total / 2 {
+            let k = total - m;
+            // Scan the larger part's entries and look its partners up in the smaller part's
+            // per-operand lists: fewer of those overlap, so fewer are wasted.
+            for big in &lower[k].entries {
+                let big_size = self.net.size(big.ind);
+                // A built-in step costs at least the size of its larger operand.
+                let floor = if builtin { big_size } else { 0.0 };
+                let budget = cap - big.cost - floor;
+                if budget < 0.0 {
+                    continue;
+                }
+                let small = &lower[m];
+                let same = m == k;
+                // Connected partners: sets that hold a neighbour of the larger part.
+                self.partners(small, big, big.nbr, same, budget, cap, target, |_| true);
+                // Outer-product partners: sets two hops away that meet a common neighbour at
+                // least as large as the product.
+                let widest = ones(big.nbr).map(|u| self.leaf_size[u]).fold(0.0, f64::max);
+                if big_size > widest {
+                    continue; // any product with this part outgrows every neighbour
+                }
+                let mut two_hops = 0u128;
+                for u in ones(big.nbr) {
+                    two_hops |= self.nbr_leaf[u];
+                }
+                two_hops &= !(big.set | big.nbr) & g;
+                self.partners(small, big, two_hops, same, budget, cap, target, |e| {
+                    let meet = ones(e.nbr & big.nbr)
+                        .map(|c| self.leaf_size[c])
+                        .fold(0.0, f64::max);
+                    e.set & big.nbr == 0 && self.net.size(e.ind | big.ind) <= meet
+                });
+            }
+        }
+        target.freeze(|b| if builtin { self.net.size(b) } else { 0.0 });
+    }
+
+    /// Combines `big` with every entry of `small` that holds an operand of `via` (counted under
+    /// the lowest such operand), is disjoint from `big`, fits the budgets and passes `accept`.
+    #[allow(clippy::too_many_arguments)]
+    fn partners(
+        &self,
+        small: &Level<W>,
+        big: &Entry<W>,
+        via: u128,
+        same: bool,
+        budget: f64,
+        cap: f64,
+        target: &mut Level<W>,
+        accept: impl Fn(&Entry<W>) -> bool,
+    ) {
+        let key_budget = cap - big.cost;
+        for t in ones(via) {
+            for &(ss, key, cs, is) in &small.by_tensor[t] {
+                if key > key_budget {
+                    break;
+                }
+                if cs > budget || ss & big.set != 0 || (same && ss > big.set) {
+                    continue;
+                }
+                if (ss & via).trailing_zeros() as usize != t {
+                    continue; // counted under its lowest operand of `via`
+                }
+                let e = &small.entries[is as usize];
+                if accept(e) {
+                    self.combine(e, big, cap, target);
+                }
             }
         }
     }
@@ -273,8 +292,10 @@ fn emit<const W: usize>(s: u128, levels: &[Level<W>], n: usize, path: &mut PairP
     n + path.len() - 1
 }
 
-/// The dp path, or `None` when it finds none within the memory limit.
-pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>) -> Option<PairPath> {
+/// The dp path, or `None` when it finds none within the memory limit. With `upper`, the cost
+/// of a feasible path, no cap rises above it: `None` then also when no tree of this search's
+/// space costs at most `upper`.
+pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Option<PairPath> {
     let n = net.n();
     if n <= 1 {
         return Some(PairPath::new());
@@ -320,7 +341,9 @@ pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>) -> Option<PairPath> {
             comp |= next;
         }
         seen |= comp;
-        let levels = d.component(comp)?;
+        // Slack so that rounding in another summation order never prunes the bound's own tree.
+        let limit = upper.map(|u| u * (1.0 + 1e-9) + 1e-9);
+        let levels = d.component(comp, limit)?;
         let top = &levels[comp.count_ones() as usize];
         let ind = top.entries[top.pos[&comp]].ind;
         let id = emit(comp, &levels, n, &mut path);

@@ -224,8 +224,20 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> PairPath {
             st.push_best(new_id, &keys, &k2ids, &mut queue);
         }
     }
-    // Outer products of what is left, smallest first.
-    let mut live: Vec<(Bits<W>, usize)> = st.remaining.iter().map(|(k, v)| (*k, *v)).collect();
+    outer_products(net, output, &st.remaining, next_id, &mut path);
+    path
+}
+
+/// Joins the live tensors `remaining` (no two share a non-output index) by outer products,
+/// smallest first; new ids start at `next_id`.
+fn outer_products<const W: usize>(
+    net: &Net<'_, '_, W>,
+    output: Bits<W>,
+    remaining: &FastMap<Bits<W>, usize>,
+    mut next_id: usize,
+    path: &mut PairPath,
+) {
+    let mut live: Vec<(Bits<W>, usize)> = remaining.iter().map(|(k, v)| (*k, *v)).collect();
     live.sort_by_key(|x| x.1);
     let mut fq: BinaryHeap<Reverse<(OrdF64, usize, Bits<W>)>> = live
         .into_iter()
@@ -243,7 +255,6 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> PairPath {
             k1 = b;
         }
     }
-    path
 }
 
 /// An f64 with a total order, for heaps.

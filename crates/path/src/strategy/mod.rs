@@ -134,7 +134,7 @@ impl PathStrategy for Dp {
             });
         }
         // opt_einsum's dp sums out every input's own indices first; both ways are tried.
-        with_singles(p, |q| with_width!(q, run_dp).map(from_pairs))
+        with_singles(p, |q| capped_dp(q, false))
     }
 }
 
@@ -145,7 +145,8 @@ impl Auto {
     /// branch-1 below 15 and greedy beyond. Our exact `optimal` takes microseconds up to 8
     /// operands, so it replaces the first three bands (never costlier, being exact). From 9 to
     /// 14 operands ours runs `dp`, so that `auto` never costs more than opt_einsum's `dp` there
-    /// (branch-1 can be twice as costly); from 15 on it runs greedy, as opt_einsum's does.
+    /// (branch-1 can be twice as costly), capped by greedy's path ([`capped_dp`]); from 15 on
+    /// it runs greedy, as opt_einsum's does.
     pub fn choice(n: usize) -> Box<dyn PathStrategy> {
         match n {
             0..=8 => Box::new(Optimal),
@@ -166,26 +167,28 @@ impl PathStrategy for Auto {
             "optimal" => chosen.search(p),
             // Greedy's pairwise path, or the same after summing out each input's own indices.
             "greedy" => with_singles(p, |q| Greedy.search(q)),
-            // A heuristic: greedy's path is kept when it is cheaper.
-            _ => {
-                let first = chosen.search(p);
-                let greedy = Greedy.search(p);
-                match (first, greedy) {
-                    (Ok(a), Ok(g)) => {
-                        let ca = path_cost(p, &a);
-                        let cg = path_cost(p, &g);
-                        match (ca, cg) {
-                            (Some(x), Some(y)) if y < x => Ok(g),
-                            (None, Some(_)) => Ok(g),
-                            _ => Ok(a),
-                        }
-                    }
-                    (Ok(a), Err(_)) => Ok(a),
-                    (Err(_), Ok(g)) => Ok(g),
-                    (Err(e), Err(_)) => Err(e),
-                }
-            }
+            // The cheaper of dp's and greedy's paths, each way of with_singles.
+            "dp" => with_singles(p, |q| capped_dp(q, true)),
+            _ => chosen.search(p),
         }
+    }
+}
+
+/// dp's search capped by greedy's path (opt_einsum's `cost_cap` idea): greedy runs first, and
+/// no cap of dp's rounds rises above its cost, so dp spends few rounds and stops once it has
+/// shown that no tree of its space is cheaper. Then `or_greedy` returns greedy's path (the
+/// cheaper of the two, as `auto` wants); otherwise dp goes on raising its cap, so the result
+/// is dp's path whatever greedy's cost.
+fn capped_dp(p: &Problem<'_>, or_greedy: bool) -> Result<SsaPath, PathError> {
+    let greedy = Greedy.search(p);
+    let upper = greedy.as_ref().ok().and_then(|g| path_cost(p, g));
+    let Some(upper) = upper else {
+        return with_width!(p, run_dp, None).map(from_pairs);
+    };
+    match with_width!(p, run_dp, Some(upper)) {
+        Ok(pairs) => Ok(from_pairs(pairs)),
+        Err(_) if or_greedy => greedy,
+        Err(_) => with_width!(p, run_dp, None).map(from_pairs),
     }
 }
 
@@ -305,6 +308,6 @@ fn run_optimal<const W: usize>(
     optimal::optimal(net, ub).ok_or_else(|| memory_error(net.p, "optimal", true))
 }
 
-fn run_dp<const W: usize>(net: &Net<'_, '_, W>) -> Result<PairPath, PathError> {
-    dp::dp(net).ok_or_else(|| memory_error(net.p, "dp", false))
+fn run_dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Result<PairPath, PathError> {
+    dp::dp(net, upper).ok_or_else(|| memory_error(net.p, "dp", false))
 }
