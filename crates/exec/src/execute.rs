@@ -397,32 +397,35 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     // Inputs are read (or generated) before the timed runs: a Load step then only places the
     // block, so repetitions time the contraction, not the input source.
     let mut loaded = preload(plan, me, inputs)?;
-    // The rank's threads: kernels use them inside `on_pool`; communication stays on the
-    // rank's own thread (MPI is initialized for one thread per process).
-    let pool = if opts.threads > 1 {
-        let p = rayon::ThreadPoolBuilder::new()
-            .num_threads(opts.threads)
-            .thread_name(move |i| format!("deinsum-rank-{me}-worker-{i}"))
-            .build()
-            .map_err(|e| ExecError::Threads(e.to_string()))?;
-        Some(p)
-    } else {
-        None
-    };
-    let load_seconds = start.elapsed().as_secs_f64();
     let runs = opts.warmup + opts.repeat.max(1);
+    // The rank's threads: kernels use them inside `on_pool`; communication stays on the
+    // rank's own thread (MPI is initialized for one thread per process). Repeated runs reuse
+    // freed blocks and messages (crate::pool), keeping at most the rank's predicted peak.
+    let cap = if runs > 1 {
+        plan.peak_of(me).1 as usize
+    } else {
+        0
+    };
+    let ctx = crate::pool::RankContext::new(cap, opts.threads, me)
+        .map_err(|e| ExecError::Threads(e.to_string()))?;
+    let _in_ctx = ctx.enter();
+    let pool = ctx.thread_pool();
+    let load_seconds = start.elapsed().as_secs_f64();
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); plan.steps.len()];
     let mut last = None;
     for run in 0..runs {
         // Every rank starts each run together: a step's time is its own, not a late peer's.
         comm.barrier()?;
-        let r = run_steps(plan, comm, &mut loaded, inputs, opts, pool.as_ref())?;
+        let r = run_steps(plan, comm, &mut loaded, inputs, opts, pool)?;
         if run >= opts.warmup {
             for (s, m) in samples.iter_mut().zip(&r.2.steps) {
                 s.push(m.seconds);
             }
         }
-        last = Some(r);
+        if let Some((held, _, _)) = last.replace(r) {
+            held.into_values()
+                .for_each(|(_, b)| b.into_iter().for_each(|b| crate::pool::give(b.data)));
+        }
     }
     let (mut held, mem, mut report) = last.expect("at least one run");
     for (m, s) in report.steps.iter_mut().zip(samples) {
@@ -527,12 +530,19 @@ fn preload<T: Scalar>(plan: &Plan, me: usize, inputs: &Inputs<T>) -> Result<Load
     Ok(loaded)
 }
 
-/// Gives an input's block back to its slot (a run is done with it); other blocks are dropped.
-fn give_back<T>(loaded: &mut Loaded<T>, tensor: TensorId, block: Option<LocalTensor<T>>) {
-    if let (Some(slot), Some(b)) = (loaded.get_mut(&tensor), block) {
-        if slot.block.is_none() && slot.ranges.as_ref() == Some(&b.ranges) {
+/// Gives an input's block back to its slot (a run is done with it); other blocks go to the
+/// rank's buffer pool.
+fn give_back<T: Send + 'static>(
+    loaded: &mut Loaded<T>,
+    tensor: TensorId,
+    block: Option<LocalTensor<T>>,
+) {
+    let Some(b) = block else { return };
+    match loaded.get_mut(&tensor) {
+        Some(slot) if slot.block.is_none() && slot.ranges.as_ref() == Some(&b.ranges) => {
             slot.block = Some(b);
         }
+        _ => crate::pool::give(b.data),
     }
 }
 
@@ -1137,7 +1147,7 @@ fn redistribute<T: Scalar, C: Communicator>(
     }
     for (d, &k) in slot.iter().enumerate() {
         if k != usize::MAX {
-            sends.push((d, Vec::with_capacity(lens[k])));
+            sends.push((d, crate::pool::take_empty(lens[k])));
         }
     }
     // `sends` is in destination order; re-point the slots at it.
@@ -1154,9 +1164,19 @@ fn redistribute<T: Scalar, C: Communicator>(
         }
     }
     let send_words: u64 = sends.iter().map(|(_, v)| v.len() as u64).sum();
-    let mut new = to
-        .block(me, &t.shape)
-        .map(|b| LocalTensor::<T>::zeros(t.indices.clone(), b.ranges.to_vec()));
+    // A target that the transfers cover whole needs no zeros first (each box lands once).
+    let covered: u64 = transfers
+        .iter()
+        .filter(|tr| tr.dst == me)
+        .flat_map(|tr| tr.boxes.iter().map(|b| b.len()))
+        .sum();
+    let mut new = to.block(me, &t.shape).map(|b| {
+        if !sum && covered == b.len() {
+            LocalTensor::<T>::overwritten(t.indices.clone(), b.ranges.to_vec())
+        } else {
+            LocalTensor::<T>::zeros(t.indices.clone(), b.ranges.to_vec())
+        }
+    });
     mem.touch_buffers(send_words + words(&new));
     // This rank's incoming transfers by source, in list order: one pass, not one per source.
     let mut incoming: Vec<Vec<&deinsum_plan::Transfer>> = vec![Vec::new(); p];
@@ -1225,6 +1245,7 @@ fn redistribute<T: Scalar, C: Communicator>(
             )));
         }
     }
+    recv.into_iter().for_each(crate::pool::give);
     Ok(new)
 }
 

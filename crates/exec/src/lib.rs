@@ -17,6 +17,7 @@ pub mod local;
 pub mod mpi;
 pub mod npy;
 mod npy_input;
+pub mod pool;
 pub mod preflight;
 pub mod reference;
 pub mod scalar;
