@@ -325,7 +325,7 @@ pub fn contract<T: Scalar>(
             .collect()
     };
     let a = a.sum_cow(&keep(a, b));
-    let b = b.sum_cow(&keep(&b, &a));
+    let b = b.sum_cow(&keep(b, &a));
     if a.indices.iter().all(|c| out.contains(c)) {
         return product(&a, &b, out);
     }
