@@ -190,19 +190,47 @@ fn for_each_run(
     }
 }
 
-/// Appends box `bx` of block `t` to `out`, row-major.
+/// Below this many words a box is copied on one thread (splitting costs more than it saves).
+const PAR_MIN_WORDS: usize = 1 << 16;
+
+/// Threads a box copy of `words` may use: the rank's (see [`crate::pool::on_rank_pool`]) when
+/// the box is large enough to pay for the split.
+fn copy_threads(words: usize) -> usize {
+    let t = crate::pool::rank_threads().max(crate::kernels::threads());
+    t.min(words / PAR_MIN_WORDS).max(1)
+}
+
+/// Appends box `bx` of block `t` to `out`, row-major. A large contiguous box is copied by the
+/// rank's threads straight into `out`'s spare room.
 pub fn pack_box<T: Scalar>(t: &LocalTensor<T>, bx: &Block, out: &mut Vec<T>) {
+    let mut runs = Vec::new();
     for_each_run(&bx.ranges, &t.ranges, &bx.ranges, |so, _, n| {
-        out.extend_from_slice(&t.data[so..so + n]);
+        runs.push((so, n))
     });
+    match runs[..] {
+        [(so, n)] if copy_threads(n) > 1 => crate::pool::on_rank_pool(|| {
+            use rayon::prelude::*;
+            let chunk = n
+                .div_ceil(4 * crate::kernels::threads())
+                .max(PAR_MIN_WORDS / 4);
+            out.par_extend(t.data[so..so + n].par_iter().with_min_len(chunk).copied());
+        }),
+        _ => {
+            for (so, n) in runs {
+                out.extend_from_slice(&t.data[so..so + n]);
+            }
+        }
+    }
 }
 
 /// Copies (or adds, with `sum`) box `bx` of block `src` into block `dst`, run by run, without
 /// an intermediate buffer.
 pub fn copy_box<T: Scalar>(src: &LocalTensor<T>, dst: &mut LocalTensor<T>, bx: &Block, sum: bool) {
+    let mut runs = Vec::new();
     for_each_run(&bx.ranges, &src.ranges, &dst.ranges, |so, dof, n| {
-        add_or_copy(&mut dst.data[dof..dof + n], &src.data[so..so + n], sum);
+        runs.push((so, dof, n))
     });
+    copy_runs(&runs, &src.data, &mut dst.data, sum);
 }
 
 fn add_or_copy<T: Scalar>(d: &mut [T], s: &[T], sum: bool) {
@@ -217,7 +245,59 @@ fn add_or_copy<T: Scalar>(d: &mut [T], s: &[T], sum: bool) {
 
 /// Copies (or adds, with `sum`) the row-major box `bx` held in `src` into block `t`.
 pub fn unpack_box<T: Scalar>(t: &mut LocalTensor<T>, bx: &Block, src: &[T], sum: bool) {
+    let mut runs = Vec::new();
     for_each_run(&bx.ranges, &bx.ranges, &t.ranges, |so, dof, n| {
-        add_or_copy(&mut t.data[dof..dof + n], &src[so..so + n], sum);
+        runs.push((so, dof, n))
+    });
+    copy_runs(&runs, src, &mut t.data, sum);
+}
+
+/// Copies (adds) the runs `(src offset, dst offset, length)` of `src` into `dst`; their target
+/// offsets increase (row-major boxes), so a large copy is cut into consecutive pieces of about
+/// equal length, each a disjoint part of `dst` for one of the rank's threads.
+fn copy_runs<T: Scalar>(runs: &[(usize, usize, usize)], src: &[T], dst: &mut [T], sum: bool) {
+    let total: usize = runs.iter().map(|r| r.2).sum();
+    let tasks = copy_threads(total);
+    if tasks <= 1 {
+        for &(so, dof, n) in runs {
+            add_or_copy(&mut dst[dof..dof + n], &src[so..so + n], sum);
+        }
+        return;
+    }
+    let piece = total.div_ceil(4 * tasks);
+    // Pieces of at most `piece` words (long runs cut), grouped until a group has `piece`.
+    let mut groups: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new()];
+    let mut filled = 0;
+    for &(so, dof, n) in runs {
+        let mut o = 0;
+        while o < n {
+            let l = (piece - filled).min(n - o);
+            groups
+                .last_mut()
+                .expect("a group")
+                .push((so + o, dof + o, l));
+            (o, filled) = (o + l, filled + l);
+            if filled == piece {
+                groups.push(Vec::new());
+                filled = 0;
+            }
+        }
+    }
+    let mut jobs = Vec::new();
+    let (mut rest, mut base) = (dst, 0);
+    for g in groups.into_iter().filter(|g| !g.is_empty()) {
+        let (lo, last) = (g[0].1, g[g.len() - 1]);
+        let hi = last.1 + last.2;
+        let (mine, after) = std::mem::take(&mut rest)[lo - base..].split_at_mut(hi - lo);
+        jobs.push((g, mine, lo));
+        (rest, base) = (after, hi);
+    }
+    crate::pool::on_rank_pool(|| {
+        use rayon::prelude::*;
+        jobs.into_par_iter().for_each(|(g, mine, lo)| {
+            for (so, dof, n) in g {
+                add_or_copy(&mut mine[dof - lo..dof - lo + n], &src[so..so + n], sum);
+            }
+        })
     });
 }

@@ -413,20 +413,20 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     // Inputs are read (or generated) before the timed runs: a Load step then only places the
     // block, so repetitions time the contraction, not the input source.
     let mut loaded = preload(plan, me, inputs)?;
-    // The rank's threads: kernels use them inside `on_pool`; communication stays on the
-    // rank's own thread (MPI is initialized for one thread per process).
-    let pool = if opts.threads > 1 {
-        let p = rayon::ThreadPoolBuilder::new()
-            .num_threads(opts.threads)
-            .thread_name(move |i| format!("deinsum-rank-{me}-worker-{i}"))
-            .build()
-            .map_err(|e| ExecError::Threads(e.to_string()))?;
-        Some(p)
-    } else {
-        None
-    };
-    let load_seconds = start.elapsed().as_secs_f64();
     let runs = opts.warmup + opts.repeat.max(1);
+    // The rank's threads: kernels use them inside `on_pool`; communication stays on the
+    // rank's own thread (MPI is initialized for one thread per process). Repeated runs reuse
+    // freed blocks and messages (crate::pool), keeping at most the rank's predicted peak.
+    let cap = if runs > 1 {
+        plan.peak_of(me).1 as usize
+    } else {
+        0
+    };
+    let ctx = crate::pool::RankContext::new(cap, opts.threads, me)
+        .map_err(|e| ExecError::Threads(e.to_string()))?;
+    let _in_ctx = ctx.enter();
+    let pool = ctx.thread_pool();
+    let load_seconds = start.elapsed().as_secs_f64();
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); plan.steps.len()];
     let mut last = None;
     for run in 0..runs {
@@ -439,14 +439,17 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
             &mut loaded,
             inputs,
             opts,
-            pool.as_ref(),
+            pool,
         )?;
         if run >= opts.warmup {
             for (s, m) in samples.iter_mut().zip(&r.2.steps) {
                 s.push(m.seconds);
             }
         }
-        last = Some(r);
+        if let Some((held, _, _)) = last.replace(r) {
+            held.into_values()
+                .for_each(|(_, b)| b.into_iter().for_each(|b| crate::pool::give(b.data)));
+        }
     }
     let (mut held, mem, mut report) = last.expect("at least one run");
     for (m, s) in report.steps.iter_mut().zip(samples) {
@@ -551,12 +554,19 @@ fn preload<T: Scalar>(plan: &Plan, me: usize, inputs: &Inputs<T>) -> Result<Load
     Ok(loaded)
 }
 
-/// Gives an input's block back to its slot (a run is done with it); other blocks are dropped.
-fn give_back<T>(loaded: &mut Loaded<T>, tensor: TensorId, block: Option<LocalTensor<T>>) {
-    if let (Some(slot), Some(b)) = (loaded.get_mut(&tensor), block) {
-        if slot.block.is_none() && slot.ranges.as_ref() == Some(&b.ranges) {
+/// Gives an input's block back to its slot (a run is done with it); other blocks go to the
+/// rank's buffer pool.
+fn give_back<T: Send + 'static>(
+    loaded: &mut Loaded<T>,
+    tensor: TensorId,
+    block: Option<LocalTensor<T>>,
+) {
+    let Some(b) = block else { return };
+    match loaded.get_mut(&tensor) {
+        Some(slot) if slot.block.is_none() && slot.ranges.as_ref() == Some(&b.ranges) => {
             slot.block = Some(b);
         }
+        _ => crate::pool::give(b.data),
     }
 }
 

@@ -29,7 +29,18 @@ impl<T: Scalar> LocalTensor<T> {
         LocalTensor {
             indices,
             ranges,
-            data: vec![T::default(); n],
+            data: crate::pool::take(n),
+        }
+    }
+
+    /// A block over `ranges` whose values the caller overwrites entirely (from the rank's
+    /// buffer pool when it has one: no zeros written first).
+    pub fn overwritten(indices: Vec<Index>, ranges: Vec<(usize, usize)>) -> Self {
+        let n = ranges.iter().map(|&(s, e)| e - s).product();
+        LocalTensor {
+            indices,
+            ranges,
+            data: crate::pool::take_overwritten(n),
         }
     }
 
@@ -79,7 +90,7 @@ impl<T: Scalar> LocalTensor<T> {
         LocalTensor {
             indices: order.to_vec(),
             ranges: perm.iter().map(|&p| self.ranges[p]).collect(),
-            data: gather_strided(&self.data, &pshape, &pst, 0),
+            data: permuted(&self.data, &pshape, &pst),
         }
     }
 
@@ -214,6 +225,54 @@ fn gather_strided<T: Copy>(src: &[T], shape: &[usize], strides: &[usize], base: 
     }
 }
 
+/// Side of the square tiles a transpose copies at a time (two tiles of f64 fit in L1).
+const TILE: usize = 32;
+
+/// The whole strided view (`shape`, `strides`) of `src` in row-major order. When the view's
+/// innermost axis is strided but another axis is contiguous in `src`, the copy goes by square
+/// tiles of those two axes (a cache-blocked transpose) instead of one strided read per element.
+fn permuted<T: Copy + Default + Send + 'static>(
+    src: &[T],
+    shape: &[usize],
+    strides: &[usize],
+) -> Vec<T> {
+    let nd = shape.len();
+    let q = (nd >= 2 && strides[nd - 1] != 1)
+        .then(|| (0..nd - 1).rev().find(|&d| strides[d] == 1 && shape[d] > 1))
+        .flatten();
+    let total: usize = shape.iter().product();
+    let Some(q) = q.filter(|_| total > 0) else {
+        return gather_strided(src, shape, strides, 0);
+    };
+    let mut out = crate::pool::take_overwritten::<T>(total);
+    let ost = row_major_strides(shape);
+    let (nq, nl, sl, oq) = (shape[q], shape[nd - 1], strides[nd - 1], ost[q]);
+    // Every combination of the other axes is one 2-D transpose.
+    let rest: Vec<usize> = (0..nd - 1).filter(|&d| d != q).collect();
+    let count: usize = rest.iter().map(|&d| shape[d]).product();
+    for r in 0..count {
+        let (mut rem, mut so, mut oo) = (r, 0, 0);
+        for &d in rest.iter().rev() {
+            let x = rem % shape[d];
+            rem /= shape[d];
+            so += x * strides[d];
+            oo += x * ost[d];
+        }
+        for q0 in (0..nq).step_by(TILE) {
+            let q1 = (q0 + TILE).min(nq);
+            for l0 in (0..nl).step_by(TILE) {
+                for xl in l0..(l0 + TILE).min(nl) {
+                    let s = &src[so + xl * sl + q0..so + xl * sl + q1];
+                    for (xq, &v) in (q0..q1).zip(s) {
+                        out[oo + xq * oq + xl] = v;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Multiply-adds of evaluating `step` over a box with extents `ext` (by index).
 pub fn step_madds(step: &Step, ext: &dyn Fn(Index) -> usize) -> f64 {
     step.indices().iter().map(|&c| ext(c) as f64).product()
@@ -250,146 +309,278 @@ pub fn eval_step<T: Scalar>(operands: &[&LocalTensor<T>], out: &[Index]) -> Loca
     }
 }
 
-/// Pairwise contraction `a, b -> out` as transpose + (batched) GEMM; Hadamard and outer
-/// products without GEMM.
+/// Pairwise contraction `a, b -> out` as (batched) GEMM on operands read in place where their
+/// storage allows; Hadamard and outer products without GEMM.
 pub fn contract<T: Scalar>(
     a: &LocalTensor<T>,
     b: &LocalTensor<T>,
     out: &[Index],
 ) -> LocalTensor<T> {
     // Indices only one side has and the output lacks are summed before the product.
-    let a_keep: Vec<Index> = a
-        .indices
-        .iter()
-        .copied()
-        .filter(|c| out.contains(c) || b.indices.contains(c))
-        .collect();
-    let b_keep: Vec<Index> = b
-        .indices
-        .iter()
-        .copied()
-        .filter(|c| out.contains(c) || a.indices.contains(c))
-        .collect();
-    let a = a.sum_cow(&a_keep);
-    let b = b.sum_cow(&b_keep);
-    let batch: Vec<Index> = out
-        .iter()
-        .copied()
-        .filter(|c| a.indices.contains(c) && b.indices.contains(c))
-        .collect();
-    let left: Vec<Index> = out
-        .iter()
-        .copied()
-        .filter(|c| a.indices.contains(c) && !b.indices.contains(c))
-        .collect();
-    let right: Vec<Index> = out
-        .iter()
-        .copied()
-        .filter(|c| b.indices.contains(c) && !a.indices.contains(c))
-        .collect();
-    let summed: Vec<Index> = a
-        .indices
-        .iter()
-        .copied()
-        .filter(|c| !out.contains(c))
-        .collect();
-    let range_of = |c: Index| -> (usize, usize) {
-        if let Some(p) = a.indices.iter().position(|&d| d == c) {
-            a.ranges[p]
-        } else {
-            b.ranges[b.pos(c)]
-        }
+    let keep = |x: &LocalTensor<T>, y: &LocalTensor<T>| -> Vec<Index> {
+        x.indices
+            .iter()
+            .copied()
+            .filter(|c| out.contains(c) || y.indices.contains(c))
+            .collect()
     };
-    let len =
-        |v: &[Index]| -> usize { v.iter().map(|&c| range_of(c)).map(|(s, e)| e - s).product() };
-    let (nb, m, n, k) = (len(&batch), len(&left), len(&right), len(&summed));
-    // Each operand is used in place when its storage is (batch, rows, cols) of the product or
-    // (batch, cols, rows), read as a transposed matrix; only an operand that is neither is
-    // copied into order. The order of the summed indices follows the operand used in place.
-    let fa = in_place_form(&a.indices, &batch, &left, &summed);
-    let fb = in_place_form(&b.indices, &batch, &summed, &right);
-    let summed_order = match (&fa, &fb) {
-        (Some(f), _) => f.order.1.clone(),
-        (None, Some(f)) => f.order.0.clone(),
-        (None, None) => summed.clone(),
-    };
-    let fb = fb.filter(|f| f.order.0 == summed_order);
-    let (left, a_trans) = match &fa {
-        Some(f) => (f.order.0.clone(), f.trans),
-        None => (left, false),
-    };
-    let (right, b_trans) = match &fb {
-        Some(f) => (f.order.1.clone(), f.trans),
-        None => (right, false),
-    };
-    let a_order: Vec<Index> = batch
-        .iter()
-        .chain(&left)
-        .chain(&summed_order)
-        .copied()
-        .collect();
-    let b_order: Vec<Index> = batch
-        .iter()
-        .chain(&summed_order)
-        .chain(&right)
-        .copied()
-        .collect();
-    let ap = if fa.is_some() {
-        Cow::Borrowed(&*a)
+    let a = a.sum_cow(&keep(a, b));
+    let b = b.sum_cow(&keep(b, &a));
+    if a.indices.iter().all(|c| out.contains(c)) {
+        return product(&a, &b, out);
+    }
+    // Either operand may give the rows: the orientation that copies the fewest words wins
+    // (ties keep `a` first).
+    let fwd = Orientation::of(&a, &b, out);
+    let rev = Orientation::of(&b, &a, out);
+    if rev.copied < fwd.copied {
+        rev.run(&b, &a, out)
     } else {
-        a.permute_cow(&a_order)
-    };
-    let bp = if fb.is_some() {
-        Cow::Borrowed(&*b)
-    } else {
-        b.permute_cow(&b_order)
-    };
-    let mut c = vec![T::default(); nb * m * n];
-    if summed.is_empty() {
-        // Outer product per batch (Hadamard when left and right are empty too).
-        for t in 0..nb {
-            let ab = &ap.data[t * m..(t + 1) * m];
-            let bb = &bp.data[t * n..(t + 1) * n];
-            let cb = &mut c[t * m * n..(t + 1) * m * n];
-            for (i, &x) in ab.iter().enumerate() {
-                for (y, z) in bb.iter().zip(&mut cb[i * n..(i + 1) * n]) {
-                    *z = x * *y;
-                }
+        fwd.run(&a, &b, out)
+    }
+}
+
+/// The global range of index `c` in `a`, else in `b`.
+fn range_in<T: Scalar>(a: &LocalTensor<T>, b: &LocalTensor<T>, c: Index) -> (usize, usize) {
+    match a.indices.iter().position(|&d| d == c) {
+        Some(p) => a.ranges[p],
+        None => b.ranges[b.pos(c)],
+    }
+}
+
+/// Per index of `out`, its stride in `t`'s storage (0 for an index `t` lacks).
+fn strides_along<T>(t: &LocalTensor<T>, out: &[Index]) -> Vec<usize> {
+    let shape: Vec<usize> = t.ranges.iter().map(|&(s, e)| e - s).collect();
+    let st = row_major_strides(&shape);
+    out.iter()
+        .map(|c| t.indices.iter().position(|d| d == c).map_or(0, |p| st[p]))
+        .collect()
+}
+
+/// Below this many output words a product or copy runs on one thread.
+const PAR_MIN_WORDS: usize = 1 << 16;
+
+/// `a * b` over the indices `out` (every index of either operand; none summed): outer
+/// product, Hadamard product or a mix, written straight in `out`'s order, a row of the
+/// output's innermost index at a time, rows split over the rank's threads when large.
+fn product<T: Scalar>(a: &LocalTensor<T>, b: &LocalTensor<T>, out: &[Index]) -> LocalTensor<T> {
+    let ranges: Vec<(usize, usize)> = out.iter().map(|&c| range_in(a, b, c)).collect();
+    let shape: Vec<usize> = ranges.iter().map(|&(s, e)| e - s).collect();
+    let total: usize = shape.iter().product();
+    let mut data = crate::pool::take_overwritten::<T>(total);
+    let (sa, sb) = (strides_along(a, out), strides_along(b, out));
+    let nd = out.len();
+    if nd == 0 {
+        data[0] = a.data[0] * b.data[0];
+    } else if total > 0 {
+        let inner = shape[nd - 1];
+        let row = |r: usize, dst: &mut [T]| {
+            // Offsets of row `r` (a multi-index over all but the innermost index).
+            let (mut rem, mut oa, mut ob) = (r, 0, 0);
+            for d in (0..nd - 1).rev() {
+                let x = rem % shape[d];
+                rem /= shape[d];
+                oa += x * sa[d];
+                ob += x * sb[d];
             }
-        }
-    } else if m * n * k > 0 {
-        let layout = crate::scalar::Layout { a_trans, b_trans };
-        let one = |t: usize, cb: &mut [T]| {
-            T::gemm_layout(
-                m,
-                n,
-                k,
-                &ap.data[t * m * k..(t + 1) * m * k],
-                &bp.data[t * k * n..(t + 1) * k * n],
-                cb,
-                false,
-                layout,
-            )
+            mul_row(dst, &a.data, oa, sa[nd - 1], &b.data, ob, sb[nd - 1]);
         };
-        if nb > 1 && threads() > 1 {
-            // Many products: one per task (each then runs on its own thread).
+        let tasks = threads().min(total / PAR_MIN_WORDS).max(1);
+        if tasks > 1 {
             use rayon::prelude::*;
-            c.par_chunks_mut(m * n)
+            let rows_per = (total / inner).div_ceil(tasks * 4).max(1);
+            data.par_chunks_mut(rows_per * inner)
                 .enumerate()
-                .for_each(|(t, cb)| one(t, cb));
+                .for_each(|(t, chunk)| {
+                    for (i, dst) in chunk.chunks_mut(inner).enumerate() {
+                        row(t * rows_per + i, dst);
+                    }
+                });
         } else {
-            for (t, cb) in c.chunks_mut(m * n).enumerate() {
-                one(t, cb);
+            for (r, dst) in data.chunks_mut(inner).enumerate() {
+                row(r, dst);
             }
         }
     }
-    let c_order: Vec<Index> = batch.iter().chain(&left).chain(&right).copied().collect();
-    let ct = LocalTensor {
-        ranges: c_order.iter().map(|&x| range_of(x)).collect(),
-        indices: c_order,
-        data: c,
+    LocalTensor {
+        indices: out.to_vec(),
+        ranges,
+        data,
+    }
+}
+
+/// `dst[t] = a[oa + t sa] * b[ob + t sb]`, with tight loops for unit and zero strides.
+fn mul_row<T: Scalar>(dst: &mut [T], a: &[T], oa: usize, sa: usize, b: &[T], ob: usize, sb: usize) {
+    let n = dst.len();
+    match (sa, sb) {
+        (1, 1) => {
+            for (z, (&x, &y)) in dst.iter_mut().zip(a[oa..oa + n].iter().zip(&b[ob..ob + n])) {
+                *z = x * y;
+            }
+        }
+        (1, 0) => {
+            let y = b[ob];
+            for (z, &x) in dst.iter_mut().zip(&a[oa..oa + n]) {
+                *z = x * y;
+            }
+        }
+        (0, 1) => {
+            let x = a[oa];
+            for (z, &y) in dst.iter_mut().zip(&b[ob..ob + n]) {
+                *z = x * y;
+            }
+        }
+        _ => {
+            for (t, z) in dst.iter_mut().enumerate() {
+                *z = a[oa + t * sa] * b[ob + t * sb];
+            }
+        }
+    }
+}
+
+/// How a product `x, y -> out` runs as a (batched) GEMM with `x` giving the rows and `y` the
+/// columns: the index orders, which operand is read in place (and how), the words copied.
+struct Orientation {
+    batch: Vec<Index>,
+    left: Vec<Index>,
+    right: Vec<Index>,
+    summed: Vec<Index>,
+    x_form: Option<InPlace>,
+    y_form: Option<InPlace>,
+    /// Words copied: operands put into order and the output permuted into `out`.
+    copied: usize,
+}
+
+impl Orientation {
+    fn of<T: Scalar>(x: &LocalTensor<T>, y: &LocalTensor<T>, out: &[Index]) -> Self {
+        let pick = |f: &dyn Fn(&Index) -> bool| -> Vec<Index> {
+            out.iter().copied().filter(|c| f(c)).collect()
+        };
+        let (xs, ys) = (&x.indices, &y.indices);
+        let batch = pick(&|c| xs.contains(c) && ys.contains(c));
+        let left = pick(&|c| xs.contains(c) && !ys.contains(c));
+        let right = pick(&|c| ys.contains(c) && !xs.contains(c));
+        let summed: Vec<Index> = xs.iter().copied().filter(|c| !out.contains(c)).collect();
+        // An operand is used in place when its storage is (batch, rows, cols) of the product or
+        // (batch, cols, rows), read as a transposed matrix; the order of the summed indices
+        // follows the operand used in place.
+        // faer's GEMM runs at about half its rate on a row-operand stored transposed (read
+        // down columns), but at full rate on a transposed column-operand: the former is copied
+        // (or the other orientation taken), the latter read in place.
+        let fx = in_place_form(xs, &batch, &left, &summed).filter(|f| !f.trans);
+        let fy = in_place_form(ys, &batch, &summed, &right);
+        let summed = match (&fx, &fy) {
+            (Some(f), _) => f.order.1.clone(),
+            (None, Some(f)) => f.order.0.clone(),
+            (None, None) => summed,
+        };
+        let fy = fy.filter(|f| f.order.0 == summed);
+        let left = fx.as_ref().map_or(left, |f| f.order.0.clone());
+        let right = fy.as_ref().map_or(right, |f| f.order.1.clone());
+        let c_order: Vec<Index> = batch.iter().chain(&left).chain(&right).copied().collect();
+        let len = |v: &[Index]| -> usize {
+            v.iter()
+                .map(|&c| range_in(x, y, c))
+                .map(|(s, e)| e - s)
+                .product()
+        };
+        let out_words = len(&c_order);
+        let copied = if fx.is_some() { 0 } else { x.data.len() }
+            + if fy.is_some() { 0 } else { y.data.len() }
+            + if c_order == out { 0 } else { out_words };
+        Orientation {
+            batch,
+            left,
+            right,
+            summed,
+            x_form: fx,
+            y_form: fy,
+            copied,
+        }
+    }
+
+    /// Runs the product in this orientation and returns it in `out`'s order.
+    fn run<T: Scalar>(
+        &self,
+        x: &LocalTensor<T>,
+        y: &LocalTensor<T>,
+        out: &[Index],
+    ) -> LocalTensor<T> {
+        let order = |v: [&[Index]; 3]| -> Vec<Index> { v.concat() };
+        let xp = match self.x_form {
+            Some(_) => Cow::Borrowed(x),
+            None => x.permute_cow(&order([&self.batch, &self.left, &self.summed])),
+        };
+        let yp = match self.y_form {
+            Some(_) => Cow::Borrowed(y),
+            None => y.permute_cow(&order([&self.batch, &self.summed, &self.right])),
+        };
+        let len = |v: &[Index]| -> usize {
+            v.iter()
+                .map(|&c| range_in(x, y, c))
+                .map(|(s, e)| e - s)
+                .product()
+        };
+        let (nb, m, n, k) = (
+            len(&self.batch),
+            len(&self.left),
+            len(&self.right),
+            len(&self.summed),
+        );
+        let layout = crate::scalar::Layout {
+            a_trans: self.x_form.as_ref().is_some_and(|f| f.trans),
+            b_trans: self.y_form.as_ref().is_some_and(|f| f.trans),
+        };
+        let mut c = crate::pool::take_overwritten::<T>(nb * m * n);
+        batched_gemm(&xp.data, &yp.data, &mut c, (nb, m, n, k), layout);
+        let c_order = order([&self.batch, &self.left, &self.right]);
+        let ct = LocalTensor {
+            ranges: c_order.iter().map(|&i| range_in(x, y, i)).collect(),
+            indices: c_order,
+            data: c,
+        };
+        if ct.indices.as_slice() == out {
+            return ct;
+        }
+        let r = ct.permute_owned(out);
+        crate::pool::give(ct.data);
+        r
+    }
+}
+
+/// `c = a b` for `nb` products of `m x n x k` stored one after the other, on the rank's threads
+/// (one product per task when there are several, else the product itself split).
+fn batched_gemm<T: Scalar>(
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    (nb, m, n, k): (usize, usize, usize, usize),
+    layout: crate::scalar::Layout,
+) {
+    if m * n == 0 {
+        return;
+    }
+    if k == 0 {
+        c.fill(T::default());
+        return;
+    }
+    let one = |t: usize, cb: &mut [T]| {
+        let (ab, bb) = (
+            &a[t * m * k..(t + 1) * m * k],
+            &b[t * k * n..(t + 1) * k * n],
+        );
+        T::gemm_layout(m, n, k, ab, bb, cb, false, layout)
     };
-    ct.into_order(out)
+    if nb > 1 && threads() > 1 {
+        use rayon::prelude::*;
+        c.par_chunks_mut(m * n)
+            .enumerate()
+            .for_each(|(t, cb)| one(t, cb));
+    } else {
+        for (t, cb) in c.chunks_mut(m * n).enumerate() {
+            one(t, cb);
+        }
+    }
 }
 
 /// How an operand's storage reads as the (batched) matrix of a product: index orders of its

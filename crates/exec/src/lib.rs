@@ -18,6 +18,7 @@ mod moves;
 pub mod mpi;
 pub mod npy;
 mod npy_input;
+pub mod pool;
 mod prefetch;
 pub mod preflight;
 pub mod reference;

@@ -69,7 +69,7 @@ pub(crate) fn pack<T: Scalar>(
     for (d, len) in lens.iter().enumerate() {
         if let Some(n) = len {
             slot[d] = sends.len();
-            sends.push((d, Vec::with_capacity(*n)));
+            sends.push((d, crate::pool::take_empty(*n)));
         }
     }
     for tr in outgoing() {
@@ -277,6 +277,7 @@ pub(crate) fn move_block<T: Scalar, C: Communicator>(
         (new, cur)
     };
     unpack(block.as_mut(), &recv, &incoming, false, me)?;
+    recv.into_iter().for_each(crate::pool::give);
     Ok(Moved { block, source })
 }
 
@@ -347,7 +348,10 @@ fn run_way<T: Scalar, C: Communicator>(
         Route::Exchange => {
             let (incoming, recv) = send_and_receive(comm, cur, transfers, target_words, mem)?;
             copy_local(cur, new.as_deref_mut(), transfers, sum, me)?;
-            unpack(new, &recv, &incoming, sum, me)
+            unpack(new, &recv, &incoming, sum, me)?;
+            // Received messages go back to the rank's buffer pool for the next run.
+            recv.into_iter().for_each(crate::pool::give);
+            Ok(())
         }
         Route::SendRecv => {
             let mut sends = pack(cur, transfers, me, comm.size())?;

@@ -211,3 +211,144 @@ fn products_split_over_a_rank_pool_equal_one_thread() {
         }
     }
 }
+
+/// Row-major offset of `idx` (by position) in `shape`.
+fn offset(shape: &[usize], idx: &[usize]) -> usize {
+    shape.iter().zip(idx).fold(0, |o, (&n, &i)| o * n + i)
+}
+
+/// Every multi-index of `shape` in row-major order.
+fn multi_indices(shape: &[usize]) -> Vec<Vec<usize>> {
+    let n: usize = shape.iter().product();
+    (0..n)
+        .map(|mut r| {
+            let mut idx = vec![0; shape.len()];
+            for d in (0..shape.len()).rev() {
+                idx[d] = r % shape[d];
+                r /= shape[d];
+            }
+            idx
+        })
+        .collect()
+}
+
+#[test]
+fn permutes_of_blocks_larger_than_a_tile_match_index_math() {
+    // Extents that are no multiple of the transpose's tiles, in every order of three and four
+    // indices (tiled transposes, and plain strided gathers when the last axis stays).
+    for (idx, shape) in [("abc", vec![37, 70, 45]), ("abcd", vec![9, 33, 5, 40])] {
+        let t = tensor(idx, &shape, 3);
+        for p in perms(&t.indices) {
+            let q = t.permute(&p);
+            let pshape: Vec<usize> = p
+                .iter()
+                .map(|c| shape[t.indices.iter().position(|d| d == c).unwrap()])
+                .collect();
+            for (lin, pi) in multi_indices(&pshape).iter().enumerate() {
+                let src: Vec<usize> = t
+                    .indices
+                    .iter()
+                    .map(|c| pi[p.iter().position(|d| d == c).unwrap()])
+                    .collect();
+                assert_eq!(q.data[lin], t.data[offset(&shape, &src)], "{p:?} at {pi:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn outer_and_hadamard_products_in_every_output_order_and_on_a_pool() {
+    // Khatri-Rao (a shared, nothing summed), a plain outer product and a Hadamard product, large
+    // enough to be split over three threads.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    let ext = |c: char| match c {
+        'j' => 70,
+        'k' => 64,
+        'a' => 33,
+        _ => 5,
+    };
+    for (sa, sb, so) in [("ja", "ka", "jka"), ("j", "ka", "jka"), ("jk", "kj", "jk")] {
+        let a = tensor(sa, &sa.chars().map(ext).collect::<Vec<_>>(), 1);
+        let b = tensor(sb, &sb.chars().map(ext).collect::<Vec<_>>(), 2);
+        for po in perms(&so.chars().collect::<Vec<_>>()) {
+            let c = contract(&a, &b, &po);
+            let par = pool.install(|| contract(&a, &b, &po));
+            assert_eq!(c, par);
+            let shape: Vec<usize> = po.iter().map(|&x| ext(x)).collect();
+            for (lin, idx) in multi_indices(&shape).iter().enumerate() {
+                let g = |x: char| idx[po.iter().position(|&y| y == x).unwrap()];
+                let want = at(&a, &g) * at(&b, &g);
+                assert_eq!(c.data[lin], want, "{sa},{sb}->{po:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn box_copies_split_over_the_rank_pool_equal_one_thread() {
+    use deinsum_exec::data::{copy_box, pack_box, unpack_box};
+    use deinsum_plan::Block;
+    let src = LocalTensor {
+        ranges: vec![(100, 500), (0, 600)],
+        ..tensor("ij", &[400, 600], 1)
+    };
+    let boxes = [
+        vec![(110, 490), (5, 580)], // strided runs
+        vec![(100, 450), (0, 600)], // one contiguous run
+    ];
+    let ctx = deinsum_exec::pool::RankContext::new(0, 3, 0).unwrap();
+    for r in boxes {
+        let bx = Block {
+            ranges: r.iter().copied().collect(),
+        };
+        for sum in [false, true] {
+            let dst0 = LocalTensor {
+                ranges: vec![(100, 520), (0, 600)],
+                ..tensor("ij", &[420, 600], 2)
+            };
+            let (mut seq_c, mut seq_u, mut packed) = (dst0.clone(), dst0.clone(), Vec::new());
+            copy_box(&src, &mut seq_c, &bx, sum);
+            pack_box(&src, &bx, &mut packed);
+            unpack_box(&mut seq_u, &bx, &packed, sum);
+            assert_eq!(seq_c, seq_u);
+            let _in = ctx.enter();
+            assert_eq!(deinsum_exec::pool::rank_threads(), 3);
+            let (mut par_c, mut par_u, mut par_p) = (dst0.clone(), dst0.clone(), vec![7.0]);
+            copy_box(&src, &mut par_c, &bx, sum);
+            pack_box(&src, &bx, &mut par_p);
+            assert_eq!(par_p[0], 7.0);
+            assert_eq!(par_p[1..], packed[..]);
+            unpack_box(&mut par_u, &bx, &par_p[1..], sum);
+            assert_eq!(par_c, seq_c);
+            assert_eq!(par_u, seq_u);
+        }
+    }
+}
+
+#[test]
+fn the_rank_pool_hands_freed_buffers_back() {
+    use deinsum_exec::pool;
+    let ctx = pool::RankContext::new(1 << 21, 1, 0).unwrap();
+    let _in = ctx.enter();
+    let mut v = pool::take::<f64>(1 << 20);
+    assert!(v.iter().all(|&x| x == 0.0));
+    v.fill(3.0);
+    let p = v.as_ptr();
+    pool::give(v);
+    // Zeroed again on the way out, same memory.
+    let w = pool::take::<f64>(1 << 20);
+    assert_eq!(w.as_ptr(), p);
+    assert!(w.iter().all(|&x| x == 0.0));
+    pool::give(w);
+    // Too large a buffer for a small request: kept for a request of its size.
+    let small = pool::take_empty::<f64>(1 << 19);
+    assert_ne!(small.as_ptr(), p);
+    let e = pool::take_empty::<f64>((1 << 20) - 100);
+    assert_eq!((e.as_ptr(), e.len()), (p, 0));
+    // Another element type does not get it.
+    let f = pool::take::<f32>(1 << 20);
+    assert_ne!(f.as_ptr() as usize, p as usize);
+}

@@ -1,0 +1,211 @@
+//! A rank's context for its kernels: the buffer pool and the rank's thread pool.
+//!
+//! Large fresh allocations come from the kernel as untouched pages, and the first write to each
+//! page is a page fault that clears it: for a 32 MB block that costs more than copying the data
+//! in. A run that is repeated (`--repeat`) allocates the same blocks and messages every time,
+//! so the executor hands freed buffers to a per-rank pool ([`give`]) and takes them back
+//! ([`take`], [`take_empty`]) instead of asking the allocator again. The pool holds at most
+//! the words it is given as capacity ([`enter`]), so a rank never keeps more than that in free
+//! buffers; outside [`enter`] the pool is off and every call allocates as `vec!` does.
+//!
+//! The same context carries the rank's rayon pool, so that box copies on the rank's own thread
+//! ([`crate::data`]) can split over the rank's threads ([`on_rank_pool`]).
+
+use std::any::{Any, TypeId};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Buffers of below this many words are not pooled: the allocator serves them from its own
+/// free lists without page faults.
+const MIN_POOLED: usize = 1 << 14;
+
+/// Free buffers by element type, and their total capacity in words.
+#[derive(Default)]
+struct Free {
+    by_type: HashMap<TypeId, Box<dyn Any + Send>>,
+    words: usize,
+    cap_words: usize,
+}
+
+impl Free {
+    fn list<T: Send + 'static>(&mut self) -> &mut Vec<Vec<T>> {
+        self.by_type
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Box::new(Vec::<Vec<T>>::new()))
+            .downcast_mut::<Vec<Vec<T>>>()
+            .expect("list of its own type")
+    }
+
+    /// The smallest free buffer of at least `len` and at most `len + len / 4` words (a tight
+    /// fit: a small request taking a large block would leave the block's next user without).
+    fn take<T: Send + 'static>(&mut self, len: usize) -> Option<Vec<T>> {
+        let list = self.list::<T>();
+        let i = list
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.capacity() >= len && v.capacity() <= len + len / 4)
+            .min_by_key(|(_, v)| v.capacity())
+            .map(|(i, _)| i)?;
+        let v = list.swap_remove(i);
+        self.words -= v.capacity();
+        Some(v)
+    }
+
+    fn give<T: Send + 'static>(&mut self, v: Vec<T>) {
+        let c = v.capacity();
+        if c < MIN_POOLED || self.words + c > self.cap_words {
+            return;
+        }
+        self.words += c;
+        self.list::<T>().push(v);
+    }
+}
+
+/// One rank's context: its free buffers and its thread pool.
+#[derive(Clone, Default)]
+pub struct RankContext {
+    free: Arc<Mutex<Free>>,
+    threads: Option<Arc<rayon::ThreadPool>>,
+}
+
+thread_local! {
+    static CONTEXT: RefCell<Option<RankContext>> = const { RefCell::new(None) };
+}
+
+impl RankContext {
+    /// The context of rank `me`: a pool that keeps at most `cap_words` words of free buffers
+    /// (0: no pooling) and, for `threads > 1`, a rayon pool of that many workers, which share
+    /// the rank's free buffers.
+    pub fn new(
+        cap_words: usize,
+        threads: usize,
+        me: usize,
+    ) -> Result<Self, rayon::ThreadPoolBuildError> {
+        let free = Arc::new(Mutex::new(Free {
+            cap_words,
+            ..Free::default()
+        }));
+        let threads = if threads > 1 {
+            // The workers get the buffers only: a worker holding the pool would keep it alive.
+            let worker = RankContext {
+                free: free.clone(),
+                threads: None,
+            };
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(move |i| format!("deinsum-rank-{me}-worker-{i}"))
+                .start_handler(move |_| worker.attach())
+                .build()?;
+            Some(Arc::new(pool))
+        } else {
+            None
+        };
+        Ok(RankContext { free, threads })
+    }
+
+    /// The rank's thread pool, when it has more than one thread.
+    pub fn thread_pool(&self) -> Option<&rayon::ThreadPool> {
+        self.threads.as_deref()
+    }
+
+    /// Makes this the context of the calling thread (the rank's own) until the guard drops.
+    pub fn enter(&self) -> ContextGuard {
+        let prev = CONTEXT.with(|c| c.replace(Some(self.clone())));
+        ContextGuard { prev }
+    }
+
+    fn attach(&self) {
+        CONTEXT.with(|c| *c.borrow_mut() = Some(self.clone()));
+    }
+}
+
+/// Restores the thread's previous context (and drops the pool's buffers with the last user).
+pub struct ContextGuard {
+    prev: Option<RankContext>,
+}
+
+impl Drop for ContextGuard {
+    fn drop(&mut self) {
+        let prev = self.prev.take();
+        CONTEXT.with(|c| *c.borrow_mut() = prev);
+    }
+}
+
+fn with_free<R>(f: impl FnOnce(&mut Free) -> R) -> Option<R> {
+    CONTEXT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .map(|ctx| f(&mut ctx.free.lock().unwrap_or_else(|e| e.into_inner())))
+    })
+}
+
+/// A buffer of `len` zeros, from the pool when it has one that fits.
+pub fn take<T: Copy + Default + Send + 'static>(len: usize) -> Vec<T> {
+    match take_any::<T>(len) {
+        Some(mut v) => {
+            v.fill(T::default());
+            v
+        }
+        None => vec![T::default(); len],
+    }
+}
+
+/// A buffer of `len` elements whose values the caller overwrites entirely (stale values from
+/// the pool, or zeros from a fresh allocation).
+pub fn take_overwritten<T: Copy + Default + Send + 'static>(len: usize) -> Vec<T> {
+    take_any::<T>(len).unwrap_or_else(|| vec![T::default(); len])
+}
+
+fn take_any<T: Copy + Default + Send + 'static>(len: usize) -> Option<Vec<T>> {
+    if len < MIN_POOLED {
+        return None;
+    }
+    let mut v = with_free(|f| f.take::<T>(len)).flatten()?;
+    // Within the capacity: no reallocation, the pages are already there.
+    v.resize(len, T::default());
+    v.truncate(len);
+    Some(v)
+}
+
+/// An empty buffer with room for `cap` elements, from the pool when it has one that fits.
+pub fn take_empty<T: Copy + Default + Send + 'static>(cap: usize) -> Vec<T> {
+    if cap < MIN_POOLED {
+        return Vec::with_capacity(cap);
+    }
+    match with_free(|f| f.take::<T>(cap)).flatten() {
+        Some(mut v) => {
+            v.clear();
+            v
+        }
+        None => Vec::with_capacity(cap),
+    }
+}
+
+/// Hands a buffer no longer needed to the pool (dropped when the pool is off or full).
+pub fn give<T: Send + 'static>(v: Vec<T>) {
+    if v.capacity() < MIN_POOLED {
+        return;
+    }
+    with_free(|f| f.give(v));
+}
+
+/// Threads of the rank's pool (1 when the calling thread has no rank context with a pool).
+pub fn rank_threads() -> usize {
+    CONTEXT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .and_then(|ctx| ctx.threads.as_ref().map(|p| p.current_num_threads()))
+            .unwrap_or(1)
+    })
+}
+
+/// Runs `f` on the rank's thread pool when the calling thread is a rank's own thread with a
+/// pool (the box copies of a move run there), else on the calling thread.
+pub fn on_rank_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let pool = CONTEXT.with(|c| c.borrow().as_ref().and_then(|ctx| ctx.threads.clone()));
+    match pool {
+        Some(p) if rayon::current_thread_index().is_none() => p.install(f),
+        _ => f(),
+    }
+}
