@@ -187,20 +187,23 @@ impl<'a> Planner<'a> {
         last: bool,
     ) -> Result<(), PlanError> {
         let g = self.group_ctx(gi, group)?;
-        let mut pool = self.candidates(&g)?;
+        let (mut pool, mut considered) = self.candidates(&g)?;
         self.fit_phases(&g, &mut pool)?;
-        let considered = pool.len();
+        if self.budget(gi).is_some() {
+            considered = pool.len();
+        }
         let mut least = (u64::MAX, u64::MAX);
+        let Some(caps) = self.budget(gi) else {
+            let best_full_p = select_best(&mut pool, self.opts.procs);
+            let sched = self.score(&g, &pool)?;
+            let c = pool[sched.candidate].clone();
+            self.accept(&g, &c, sched, best_full_p.as_ref(), considered);
+            return Ok(());
+        };
         loop {
             let mut cands = pool.clone();
             let best_full_p = select_best(&mut cands, self.opts.procs);
             let idle = best_full_p.as_ref();
-            let Some(caps) = self.budget(gi) else {
-                let sched = self.score(&g, &cands)?;
-                let c = cands[sched.candidate].clone();
-                self.accept(&g, &c, sched, idle, considered);
-                return Ok(());
-            };
             // The scored grids in the exact order, each tried until one fits.
             for sched in self.score_all(&g, &cands) {
                 let c = cands[sched.candidate].clone();
@@ -502,7 +505,7 @@ impl<'a> Planner<'a> {
 
     /// Stage 1: every enumerated grid with its model figures (words, memory, work, distance
     /// to the SOAP tile), keeping those that balance the work.
-    fn candidates(&self, g: &GroupCtx) -> Result<Vec<Candidate>, PlanError> {
+    fn candidates(&self, g: &GroupCtx) -> Result<(Vec<Candidate>, usize), PlanError> {
         let infos = self.input_infos(g);
         // Per grid dim, the log of the tile's count along it (what `tile_dist` compares to).
         let tile_ln: Vec<f64> = g
@@ -523,21 +526,68 @@ impl<'a> Planner<'a> {
             .collect();
         let out_pos = g.positions(&g.out_idx);
         let inner_pos: Vec<Vec<usize>> = g.inner_outputs.iter().map(|o| g.positions(o)).collect();
-        let all = grids::enumerate(&g.gext, self.opts.procs, self.opts.balance_tolerance);
-        let mut cands: Vec<Candidate> = all
-            .into_iter()
-            .map(|sizes| model(g, &infos, &out_pos, &inner_pos, &tile_ln, sizes))
-            .collect();
-        if cands.is_empty() {
+        let mut all = grids::enumerate(&g.gext, self.opts.procs, self.opts.balance_tolerance);
+        if all.is_empty() {
             return Err(PlanError::Inconsistent(format!(
                 "group {} has no grid",
                 g.gi
             )));
         }
-        let w_min = cands.iter().map(|c| c.work).min().unwrap_or(1);
+        let work = |sizes: &[usize]| -> u128 {
+            g.gext
+                .iter()
+                .zip(sizes)
+                .map(|(&n, &p)| n.div_ceil(p) as u128)
+                .product()
+        };
+        let w_min = all.iter().map(|s| work(s)).min().unwrap_or(1);
         let limit = (w_min as f64) * (1.0 + self.opts.balance_tolerance.max(0.0));
-        cands.retain(|c| (c.work as f64) <= limit * (1.0 + 1e-12));
-        Ok(cands)
+        all.retain(|s| (work(s) as f64) <= limit * (1.0 + 1e-12));
+        let considered = all.len();
+        let model_of = |sizes| model(g, &infos, &out_pos, &inner_pos, &tile_ln, sizes);
+        if self.budget(g.gi).is_some() {
+            // Under a budget every grid may be tried in turn: all are modelled.
+            return Ok((all.into_iter().map(model_of).collect(), considered));
+        }
+        // Without one only the best EXACT_CANDIDATES by the model and the best grid on all
+        // ranks are ever used: grids whose floor on the model's words already exceeds both
+        // are not modelled (the floor leaves out the inputs' lacks, so it never exceeds the
+        // words: float addition is monotone), scanning the floors upwards.
+        let procs = self.opts.procs;
+        let mut floors: Vec<(f64, usize)> = all
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (model_floor(g, &infos, &out_pos, s), i))
+            .collect();
+        floors.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut best: std::collections::BinaryHeap<u64> = std::collections::BinaryHeap::new();
+        let mut best_full = f64::INFINITY;
+        let mut cands = Vec::new();
+        for &(floor, i) in &floors {
+            let full = all[i].iter().product::<usize>() == procs;
+            let top = if best.len() < EXACT_CANDIDATES {
+                f64::INFINITY
+            } else {
+                f64::from_bits(*best.peek().unwrap_or(&u64::MAX))
+            };
+            if floor > top && !(full && floor <= best_full) {
+                if floor > best_full {
+                    break;
+                }
+                continue;
+            }
+            let c = model_of(all[i].clone());
+            // Words are >= 0, so their bits order as the numbers do.
+            best.push(c.model_comm.max(0.0).to_bits());
+            if best.len() > EXACT_CANDIDATES {
+                best.pop();
+            }
+            if full {
+                best_full = best_full.min(c.model_comm);
+            }
+            cands.push(c);
+        }
+        Ok((cands, considered))
     }
 
     /// Stage 2: under a budget, a grid whose blocks exceed it may still fit when it walks a
@@ -1009,6 +1059,27 @@ impl<'a> Planner<'a> {
             inputs_in_place: opts.inputs_in_place,
         })
     }
+}
+
+/// A floor on [`model`]'s words for the grid of `sizes`: the same sum without the inputs'
+/// lacks (the partial sums they carry and the output's reduction), in the same order.
+fn model_floor(g: &GroupCtx, infos: &[InputInfo], out_pos: &[usize], sizes: &[usize]) -> f64 {
+    let mut comm = 0f64;
+    for info in infos {
+        if info.from.is_none() || info.same_grid.as_deref() == Some(sizes) {
+            continue;
+        }
+        if info.partial_q > 1 {
+            let q = info.partial_q;
+            comm += info.partial_block as f64 * (q - 1) as f64 / q as f64;
+        }
+    }
+    let ob: u64 = out_pos
+        .iter()
+        .map(|&v| g.gext[v].div_ceil(sizes[v]) as u64)
+        .product();
+    let q: usize = g.summed.iter().map(|&v| sizes[v]).product();
+    comm + ob as f64 * (q - 1) as f64 / q as f64
 }
 
 /// Whether a peak (tensor data, with message buffers) is within the caps.
