@@ -526,8 +526,9 @@ impl<'a> Planner<'a> {
             .collect();
         let out_pos = g.positions(&g.out_idx);
         let inner_pos: Vec<Vec<usize>> = g.inner_outputs.iter().map(|o| g.positions(o)).collect();
-        let mut all = grids::enumerate(&g.gext, self.opts.procs, self.opts.balance_tolerance);
-        if all.is_empty() {
+        let nd = g.gext.len();
+        let flat = grids::enumerate_flat(&g.gext, self.opts.procs, self.opts.balance_tolerance);
+        if flat.is_empty() {
             return Err(PlanError::Inconsistent(format!(
                 "group {} has no grid",
                 g.gi
@@ -540,14 +541,20 @@ impl<'a> Planner<'a> {
                 .map(|(&n, &p)| n.div_ceil(p) as u128)
                 .product()
         };
-        let w_min = all.iter().map(|s| work(s)).min().unwrap_or(1);
+        let grid_list: Vec<&[usize]> = if nd == 0 {
+            vec![&[]]
+        } else {
+            flat.chunks(nd).collect()
+        };
+        let w_min = grid_list.iter().map(|s| work(s)).min().unwrap_or(1);
         let limit = (w_min as f64) * (1.0 + self.opts.balance_tolerance.max(0.0));
+        let mut all = grid_list;
         all.retain(|s| (work(s) as f64) <= limit * (1.0 + 1e-12));
         let considered = all.len();
         let model_of = |sizes| model(g, &infos, &out_pos, &inner_pos, &tile_ln, sizes);
         if self.budget(g.gi).is_some() {
             // Under a budget every grid may be tried in turn: all are modelled.
-            return Ok((all.into_iter().map(model_of).collect(), considered));
+            return Ok((all.into_iter().map(|s| model_of(s.to_vec())).collect(), considered));
         }
         // Without one only the best EXACT_CANDIDATES by the model and the best grid on all
         // ranks are ever used: grids whose floor on the model's words already exceeds both
@@ -576,7 +583,7 @@ impl<'a> Planner<'a> {
                 }
                 continue;
             }
-            let c = model_of(all[i].clone());
+            let c = model_of(all[i].to_vec());
             // Words are >= 0, so their bits order as the numbers do.
             best.push(c.model_comm.max(0.0).to_bits());
             if best.len() > EXACT_CANDIDATES {
