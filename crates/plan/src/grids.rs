@@ -32,7 +32,11 @@ pub fn enumerate(extents: &[usize], procs: usize, slack: f64) -> Vec<Vec<usize>>
     let n = extents.len();
     let flat = enumerate_flat(extents, procs, slack);
     if n == 0 {
-        return if flat.is_empty() { Vec::new() } else { vec![Vec::new()] };
+        return if flat.is_empty() {
+            Vec::new()
+        } else {
+            vec![Vec::new()]
+        };
     }
     flat.chunks(n).map(<[usize]>::to_vec).collect()
 }

@@ -546,15 +546,23 @@ impl<'a> Planner<'a> {
         } else {
             flat.chunks(nd).collect()
         };
-        let w_min = grid_list.iter().map(|s| work(s)).min().unwrap_or(1);
+        let works: Vec<u128> = grid_list.iter().map(|s| work(s)).collect();
+        let w_min = works.iter().copied().min().unwrap_or(1);
         let limit = (w_min as f64) * (1.0 + self.opts.balance_tolerance.max(0.0));
-        let mut all = grid_list;
-        all.retain(|s| (work(s) as f64) <= limit * (1.0 + 1e-12));
+        let all: Vec<&[usize]> = grid_list
+            .into_iter()
+            .zip(works)
+            .filter(|&(_, w)| (w as f64) <= limit * (1.0 + 1e-12))
+            .map(|(s, _)| s)
+            .collect();
         let considered = all.len();
         let model_of = |sizes| model(g, &infos, &out_pos, &inner_pos, &tile_ln, sizes);
         if self.budget(g.gi).is_some() {
             // Under a budget every grid may be tried in turn: all are modelled.
-            return Ok((all.into_iter().map(|s| model_of(s.to_vec())).collect(), considered));
+            return Ok((
+                all.into_iter().map(|s| model_of(s.to_vec())).collect(),
+                considered,
+            ));
         }
         // Without one only the best EXACT_CANDIDATES by the model and the best grid on all
         // ranks are ever used: grids whose floor on the model's words already exceeds both
