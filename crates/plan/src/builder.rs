@@ -455,7 +455,7 @@ pub(crate) fn with_least_budget(
             lo = mid;
         }
     }
-    Err(Cap::renamed(first.err().expect("an error"), hi))
+    first.map_err(|e| Cap::renamed(e, hi))
 }
 
 /// One pass of the planner's stages under `opts` (its caps applied as given).

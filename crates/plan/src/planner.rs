@@ -110,6 +110,9 @@ struct InputInfo {
     same_grid: Option<Vec<usize>>,
 }
 
+/// Tensors with the distribution each is placed in.
+type Placed = Vec<(TensorId, Distribution)>;
+
 /// The planner's state between groups.
 pub(crate) struct Planner<'a> {
     einsum: &'a Einsum,
@@ -826,7 +829,7 @@ impl<'a> Planner<'a> {
         gid: usize,
         steps: &mut Vec<PlanStep>,
         totals: &mut Totals,
-    ) -> (Vec<(TensorId, Distribution)>, Vec<(TensorId, Distribution)>) {
+    ) -> (Placed, Placed) {
         let mut inputs = Vec::new();
         let mut resting: Vec<(TensorId, Distribution)> = Vec::new();
         for (a, m) in g.group.inputs.iter().zip(moves) {
