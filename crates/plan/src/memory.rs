@@ -142,22 +142,7 @@ impl Memory {
                 moves,
             });
         }
-        let mut keys = vec![None; index.len()];
-        for (key, i) in index {
-            keys[i] = Some(key);
-        }
-        let mut base_index: HashMap<(Distribution, Vec<usize>), usize> = HashMap::new();
-        let mut bases = Vec::new();
-        let mut blocks = Vec::new();
-        for (mut d, sh) in keys.into_iter().flatten() {
-            let window = std::mem::take(&mut d.window);
-            let next = bases.len();
-            let bi = *base_index.entry((d.clone(), sh.clone())).or_insert(next);
-            if bi == next {
-                bases.push((d, sh));
-            }
-            blocks.push((bi, window));
-        }
+        let (bases, blocks) = split_windows(index);
         Memory {
             held,
             blocks,
@@ -220,6 +205,31 @@ impl Memory {
     pub(crate) fn set_buffers(&mut self, step: usize, words: Vec<u64>) {
         self.buffers.insert(step, words);
     }
+}
+
+/// The distinct blocks of `index` (in their index order) as an index into the distinct
+/// distributions without windows and the windows cut from them.
+#[allow(clippy::type_complexity)]
+fn split_windows(
+    index: HashMap<(Distribution, Vec<usize>), usize>,
+) -> (Vec<(Distribution, Vec<usize>)>, Vec<(usize, Vec<Window>)>) {
+    let mut keys = vec![None; index.len()];
+    for (key, i) in index {
+        keys[i] = Some(key);
+    }
+    let mut base_index: HashMap<(Distribution, Vec<usize>), usize> = HashMap::new();
+    let mut bases = Vec::new();
+    let mut blocks = Vec::new();
+    for (mut d, sh) in keys.into_iter().flatten() {
+        let window = std::mem::take(&mut d.window);
+        let next = bases.len();
+        let bi = *base_index.entry((d.clone(), sh.clone())).or_insert(next);
+        if bi == next {
+            bases.push((d, sh));
+        }
+        blocks.push((bi, window));
+    }
+    (bases, blocks)
 }
 
 /// Adds what a compute (or one phase of it) holds beside the live blocks: the fetched

@@ -134,3 +134,61 @@ fn every_budget_from_the_least_up_plans_across_groups() {
         assert_eq!(least(&e, 14, s), s, "budget {s}");
     }
 }
+
+fn plan_total(e: &Einsum, procs: usize, total: u64) -> Result<Plan, PlanError> {
+    build(
+        e,
+        &PlanOptions {
+            procs,
+            mem_total: Some(total),
+            ..Default::default()
+        },
+    )
+}
+
+/// The issue's examples: budgets 6000..6399 plan, and the figures are the least budgets.
+#[test]
+fn the_issues_examples() {
+    let bmm = einsum(1, &[1, 3, 1, 1, 1, 1, 1, 1, 40, 40, 40, 1]);
+    for s in [5999, 6000, 6200, 6399, 6400] {
+        let p = plan(&bmm, 4, Some(s)).unwrap_or_else(|e| panic!("{s}: {e}"));
+        assert!(p.prediction.max_peak_memory <= s);
+    }
+    let mm = einsum(0, &[1, 1, 1, 1, 1, 1, 1, 1, 64, 64, 64, 1]);
+    assert_eq!(least(&mm, 4, 4159), 4160);
+    assert!(plan(&mm, 4, Some(4160)).is_ok());
+    // abij,cdab->cdij with a=13, b=11, i=7, j=5, c=5, d=3 on one rank.
+    let e = einsum(2, &[13, 11, 5, 3, 1, 1, 1, 1, 7, 5, 1, 1]);
+    let n = least(&e, 1, 10);
+    assert_eq!(n, 10010);
+    assert!(plan(&e, 1, Some(n)).is_ok());
+    assert!(plan(&e, 1, Some(n - 1)).is_err());
+    assert_eq!(least(&e, 1, n), n);
+}
+
+/// A cap on data with message buffers: the plan's peak with buffers stays within it, the
+/// figure of a cap too small plans and one word less does not, larger caps plan.
+#[test]
+fn a_cap_with_buffers_is_held_and_its_figure_is_least() {
+    let mm = einsum(0, &[1, 1, 1, 1, 1, 1, 1, 1, 64, 64, 64, 1]);
+    for procs in [4, 8, 64] {
+        let free = plan(&mm, procs, None).unwrap().prediction;
+        let n = match plan_total(&mm, procs, 1) {
+            Err(PlanError::TotalMemoryTooSmall { needed, budget, .. }) => {
+                assert_eq!(budget, 1);
+                needed
+            }
+            other => panic!("P={procs}: {other:?}"),
+        };
+        assert!(n <= free.max_peak_memory_with_buffers, "P={procs}: {n}");
+        assert!(matches!(
+            plan_total(&mm, procs, n - 1),
+            Err(PlanError::TotalMemoryTooSmall { .. })
+        ));
+        for s in [n, n + 1, n + 100, free.max_peak_memory_with_buffers] {
+            let p = plan_total(&mm, procs, s).unwrap_or_else(|e| panic!("P={procs} {s}: {e}"));
+            assert!(p.prediction.max_peak_memory_with_buffers <= s);
+            assert_eq!(p.mem_total, Some(s));
+        }
+    }
+}
