@@ -761,6 +761,17 @@ impl<'a> Planner<'a> {
         let max_possible: u128 = g.gext.iter().map(|&n| n as u128).product();
         let why = if max_possible < procs as u128 {
             format!("the extents of group {gi} ({name}) allow at most {max_possible} ranks")
+        } else if let Some(f) = best_full_p.filter(|_| procs > EXACT_MAX_GRID) {
+            // Grids this large are ranked by the model alone (scoring them is O(P) each).
+            let cmp = if c.model_comm < f.model_comm {
+                "fewer"
+            } else {
+                "no more"
+            };
+            format!(
+                "group {gi} ({name}): the grid {:?} on {used} ranks moves {cmp} words by the model ({:.0}) than the best {procs}-rank grid {:?} ({:.0}); grids over {EXACT_MAX_GRID} ranks are not scored exactly",
+                c.sizes, c.model_comm, f.sizes, f.model_comm
+            )
         } else if let Some(f) = best_full_p {
             // Exact words decide (busiest rank, then all); the model only ranks who is scored.
             let fs = self.schedule(g, f, 0);
