@@ -143,24 +143,38 @@ impl Totals {
         n: usize,
         per_rank: bool,
     ) -> Volume {
+        self.tally_each(step, views, n, per_rank).1
+    }
+
+    /// [`Self::tally`], with each view's own volume too (every rank's words taken once).
+    pub(crate) fn tally_each(
+        &mut self,
+        step: usize,
+        views: &[MoveView],
+        n: usize,
+        per_rank: bool,
+    ) -> (Vec<Volume>, Volume) {
         if self.received.len() < n {
             self.received.resize(n, 0);
             self.sent.resize(n, 0);
         }
+        let mut each = vec![Volume::default(); views.len()];
         let mut v = Volume::default();
         let mut bufs = vec![0u64; n];
         for (r, buf) in bufs.iter_mut().enumerate() {
-            let (s, w) = views.iter().fold((0, 0), |(s, w), m| {
+            let (mut s, mut w) = (0, 0);
+            for (m, e) in views.iter().zip(&mut each) {
                 let (ms, mw) = m.words_of(r);
-                (s + ms, w + mw)
-            });
+                e.add_rank(r, ms, mw, per_rank);
+                (s, w) = (s + ms, w + mw);
+            }
             self.sent[r] += s;
             self.received[r] += w;
             *buf = s + w;
             v.add_rank(r, s, w, per_rank);
         }
         self.buffers.push((step, bufs));
-        v
+        (each, v)
     }
 }
 
@@ -344,15 +358,174 @@ pub fn build_from(
     fusion: &Fusion,
     opts: &PlanOptions,
 ) -> Result<Plan, PlanError> {
-    let mut planner = Planner::new(einsum, tree, opts)?;
+    with_least_budget(opts, |o| build_once(einsum, tree, path.clone(), fusion, o))
+}
+
+/// Which per-rank cap a budget error is about.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cap {
+    /// `mem`: the tensor data.
+    Data,
+    /// `mem_total`: the data with message buffers.
+    Total,
+}
+
+impl Cap {
+    /// The cap an error says is too small, with the figure it needs.
+    fn of(e: &PlanError) -> Option<(Cap, u64)> {
+        match e {
+            PlanError::MemoryTooSmall { needed, .. } => Some((Cap::Data, *needed)),
+            PlanError::TotalMemoryTooSmall { needed, .. } => Some((Cap::Total, *needed)),
+            _ => None,
+        }
+    }
+
+    fn get(self, o: &PlanOptions) -> Option<u64> {
+        match self {
+            Cap::Data => o.mem,
+            Cap::Total => o.mem_total,
+        }
+    }
+
+    fn with(self, o: &PlanOptions, s: u64) -> PlanOptions {
+        let mut o = o.clone();
+        match self {
+            Cap::Data => o.mem = Some(s),
+            Cap::Total => o.mem_total = Some(s),
+        }
+        o
+    }
+
+    /// `e` (an error about this cap) with the figure `needed`.
+    fn renamed(e: PlanError, figure: u64) -> PlanError {
+        match e {
+            PlanError::MemoryTooSmall { budget, detail, .. } => PlanError::MemoryTooSmall {
+                budget,
+                needed: figure,
+                detail,
+            },
+            PlanError::TotalMemoryTooSmall { budget, detail, .. } => {
+                PlanError::TotalMemoryTooSmall {
+                    budget,
+                    needed: figure,
+                    detail,
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+/// Runs `build` under `opts`; when a cap is too small, the error's figure is made the least
+/// value of that cap that plans (the other held): searched by doubling from the figure the
+/// planner saw, then bisecting between a cap that fails and one that plans (so the figure
+/// plans and one word less does not). Feasibility is monotone in each cap, so this is exact.
+pub(crate) fn with_least_budget(
+    opts: &PlanOptions,
+    build: impl Fn(&PlanOptions) -> Result<Plan, PlanError>,
+) -> Result<Plan, PlanError> {
+    let first = build(opts);
+    let Err(e) = &first else { return first };
+    let Some((cap, needed)) = Cap::of(e) else {
+        return first;
+    };
+    let Some(budget) = cap.get(opts) else {
+        return first;
+    };
+    let plans = |s: u64| -> Result<bool, PlanError> {
+        match build(&cap.with(opts, s)) {
+            Ok(_) => Ok(true),
+            Err(e) if Cap::of(&e).is_some() => Ok(false),
+            Err(e) => Err(e),
+        }
+    };
+    let (mut lo, mut hi) = (budget, needed.max(budget.saturating_add(1)));
+    while !plans(hi)? {
+        if hi == u64::MAX {
+            return first;
+        }
+        lo = hi;
+        hi = hi.saturating_mul(2);
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if plans(mid)? {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    first.map_err(|e| Cap::renamed(e, hi))
+}
+
+/// One pass of the planner's stages under `opts` (its caps applied as given).
+pub(crate) fn build_once(
+    einsum: &Einsum,
+    tree: &ContractionTree,
+    path: Vec<Vec<usize>>,
+    fusion: &Fusion,
+    opts: &PlanOptions,
+) -> Result<Plan, PlanError> {
+    let Some(s) = opts.mem.or(opts.mem_total) else {
+        return plan_groups(einsum, tree, path, fusion, opts, None).map_err(|(_, e)| e);
+    };
+    // Groups are chosen greedily; when a later group k finds no room under the budget, the
+    // groups before it are planned again under a tighter budget `b`: cut by what k lacked,
+    // and raised halfway back when the earlier groups no longer fit (`floor` fails them).
+    let (mut b, mut ok_b, mut floor) = (s, s, 0u64);
+    let mut k = 0;
+    for _ in 0..RETIGHTEN {
+        let tight = (k > 0).then_some((k, b));
+        match plan_groups(einsum, tree, path.clone(), fusion, opts, tight) {
+            Ok(p) => return Ok(p),
+            Err((gi, e)) => match Cap::of(&e) {
+                Some((_, needed)) if gi > 0 && gi >= k => {
+                    (k, ok_b) = (gi, b);
+                    b = b
+                        .saturating_sub(needed.saturating_sub(s).max(1))
+                        .max(floor + 1);
+                }
+                Some(_) if gi < k => {
+                    floor = b;
+                    b = floor + (ok_b - floor) / 2;
+                }
+                _ => return Err(e),
+            },
+        }
+        if b <= floor || b >= ok_b {
+            break;
+        }
+    }
+    plan_groups(einsum, tree, path, fusion, opts, None).map_err(|(_, e)| e)
+}
+
+/// The planner's stages over every group (those before `tight.0` under the budget
+/// `tight.1`), then `finish`; an error carries the group it arose in.
+fn plan_groups(
+    einsum: &Einsum,
+    tree: &ContractionTree,
+    path: Vec<Vec<usize>>,
+    fusion: &Fusion,
+    opts: &PlanOptions,
+    tight: Option<(usize, u64)>,
+) -> Result<Plan, (usize, PlanError)> {
+    let n = fusion.groups.len();
+    let mut planner = Planner::new(einsum, tree, opts).map_err(|e| (0, e))?;
+    planner.tight = tight;
     for (gi, group) in fusion.groups.iter().enumerate() {
-        planner.plan_group(gi, group)?;
+        planner
+            .plan_group(gi, group, gi + 1 == n)
+            .map_err(|e| (gi, e))?;
     }
     // The overlap post-pass: its one call site (a plan in, the same plan pipelined out).
     planner
         .finish(path)
         .map(|plan| crate::overlap::apply(plan, opts))
+        .map_err(|e| (n, e))
 }
+
+/// How many times the groups before one that found no room are planned again.
+const RETIGHTEN: usize = 12;
 
 /// Max over ranks of the words of its blocks of every group's inputs and output, summed over
 /// the groups (ranks outside a group's grid touch nothing of it).

@@ -29,6 +29,21 @@ pub fn axis_candidates(n: usize, procs: usize) -> Vec<usize> {
 /// `lo <= prod p_v <= procs`, where `lo` is the largest achievable product divided by
 /// `1 + 2 * slack` (smaller grids cannot balance the work within `slack`).
 pub fn enumerate(extents: &[usize], procs: usize, slack: f64) -> Vec<Vec<usize>> {
+    let n = extents.len();
+    let flat = enumerate_flat(extents, procs, slack);
+    if n == 0 {
+        return if flat.is_empty() {
+            Vec::new()
+        } else {
+            vec![Vec::new()]
+        };
+    }
+    flat.chunks(n).map(<[usize]>::to_vec).collect()
+}
+
+/// [`enumerate`]'s tuples one after another in one vector (`extents.len()` numbers each; for
+/// no extents, one empty tuple is `[0]`): no allocation per grid.
+pub(crate) fn enumerate_flat(extents: &[usize], procs: usize, slack: f64) -> Vec<usize> {
     let cands: Vec<Vec<usize>> = extents
         .iter()
         .map(|&n| axis_candidates(n.max(1), procs))
@@ -44,7 +59,13 @@ pub fn enumerate(extents: &[usize], procs: usize, slack: f64) -> Vec<Vec<usize>>
         let lo = ((top as f64) / (1.0 + 2.0 * slack)).ceil().max(1.0) as usize;
         let mut out = Vec::new();
         let mut cur = Vec::with_capacity(extents.len());
-        dfs(&cands, &maxrest, 0, 1, lo, cap, &mut cur, &mut out);
+        let walk = Walk {
+            cands: &cands,
+            maxrest: &maxrest,
+            lo,
+            cap,
+        };
+        walk.dfs(0, 1, &mut cur, &mut out);
         if !out.is_empty() || lo <= 1 {
             return out;
         }
@@ -53,34 +74,37 @@ pub fn enumerate(extents: &[usize], procs: usize, slack: f64) -> Vec<Vec<usize>>
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn dfs(
-    cands: &[Vec<usize>],
-    maxrest: &[usize],
-    v: usize,
-    prod: usize,
+/// The depth-first walk over per-index sizes.
+struct Walk<'a> {
+    cands: &'a [Vec<usize>],
+    maxrest: &'a [usize],
     lo: usize,
     cap: usize,
-    cur: &mut Vec<usize>,
-    out: &mut Vec<Vec<usize>>,
-) {
-    if v == cands.len() {
-        if prod >= lo {
-            out.push(cur.clone());
+}
+
+impl Walk<'_> {
+    fn dfs(&self, v: usize, prod: usize, cur: &mut Vec<usize>, out: &mut Vec<usize>) {
+        if v == self.cands.len() {
+            if prod >= self.lo {
+                if cur.is_empty() {
+                    out.push(0);
+                }
+                out.extend_from_slice(cur);
+            }
+            return;
         }
-        return;
-    }
-    if prod.saturating_mul(maxrest[v]) < lo {
-        return;
-    }
-    for &p in &cands[v] {
-        let np = match prod.checked_mul(p) {
-            Some(x) if x <= cap => x,
-            _ => break,
-        };
-        cur.push(p);
-        dfs(cands, maxrest, v + 1, np, lo, cap, cur, out);
-        cur.pop();
+        if prod.saturating_mul(self.maxrest[v]) < self.lo {
+            return;
+        }
+        for &p in &self.cands[v] {
+            let np = match prod.checked_mul(p) {
+                Some(x) if x <= self.cap => x,
+                _ => break,
+            };
+            cur.push(p);
+            self.dfs(v + 1, np, cur, out);
+            cur.pop();
+        }
     }
 }
 

@@ -309,8 +309,12 @@ pub struct Prediction {
 pub struct PlanOptions {
     /// Number of ranks P (>= 1).
     pub procs: usize,
-    /// Per-rank memory budget S in words (`None`: unlimited).
+    /// Per-rank memory budget S in words (`None`: unlimited): caps the tensor data a rank
+    /// holds ([`Prediction::max_peak_memory`]).
     pub mem: Option<u64>,
+    /// Per-rank cap on the whole process in words (`None`: unlimited): the tensor data plus
+    /// the message buffers of each step ([`Prediction::max_peak_memory_with_buffers`]).
+    pub mem_total: Option<u64>,
     /// How [`build`] finds the contraction tree.
     pub path: deinsum_path::PathOptions,
     /// When true, every input is loaded directly in the distribution its consuming group
@@ -336,6 +340,7 @@ impl std::fmt::Debug for PlanOptions {
         f.debug_struct("PlanOptions")
             .field("procs", &self.procs)
             .field("mem", &self.mem)
+            .field("mem_total", &self.mem_total)
             .field("path.strategy", &self.path.strategy)
             .field("inputs_in_place", &self.inputs_in_place)
             .field("balance_tolerance", &self.balance_tolerance)
@@ -350,6 +355,7 @@ impl Default for PlanOptions {
         PlanOptions {
             procs: 1,
             mem: None,
+            mem_total: None,
             path: deinsum_path::PathOptions::default(),
             inputs_in_place: false,
             balance_tolerance: 0.25,
@@ -366,6 +372,12 @@ impl Default for PlanOptions {
 /// even share of the data (`(inputs + output) / P` words, at least 1); the per-rank bound
 /// beside the prediction uses S, or without a budget the plan's own peak memory per rank.
 pub fn build(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
+    // The SOAP fusion depends on the budget, so the least budget is searched over all of it.
+    builder::with_least_budget(opts, |o| build_once(einsum, o))
+}
+
+/// [`build`] under `opts` as given (no search for the least budget).
+fn build_once(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
     if opts.procs == 0 {
         return Err(PlanError::ZeroProcs);
     }
@@ -390,7 +402,7 @@ pub fn build(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
         None => (data / opts.procs as f64).max(1.0),
     };
     let fusion = deinsum_soap::analyze(&info.tree, s_analysis)?;
-    build_from(einsum, &info.tree, info.path.clone(), &fusion, opts)
+    builder::build_once(einsum, &info.tree, info.path.clone(), &fusion, opts)
 }
 
 /// Why a plan cannot be built.
@@ -404,9 +416,20 @@ pub enum PlanError {
     MemoryTooSmall {
         /// The budget given.
         budget: u64,
-        /// The smallest peak per-rank memory of any plan considered.
+        /// The least budget that plans ([`build`] and [`build_from`] search it): a plan at
+        /// this budget exists and none at one word less.
         needed: u64,
         /// What needs it (such as ` (group 0 ijk,ja,ka->ia)`).
+        detail: String,
+    },
+    /// The cap on the whole process (data with message buffers) is too small.
+    #[error("memory cap of {budget} words per rank with message buffers is too small: the best plan needs {needed} words per rank{detail}")]
+    TotalMemoryTooSmall {
+        /// The cap given.
+        budget: u64,
+        /// The least cap that plans ([`build`] and [`build_from`] search it).
+        needed: u64,
+        /// What needs it.
         detail: String,
     },
     /// The path is opt_einsum's one step over all operands (no pairwise path fits the memory
@@ -459,6 +482,9 @@ pub struct Plan {
     pub procs: usize,
     /// Per-rank memory budget in words (`None`: unlimited).
     pub mem: Option<u64>,
+    /// Per-rank cap on the data with message buffers, in words (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_total: Option<u64>,
     /// The contraction tree.
     pub tree: ContractionTree,
     /// opt_einsum linear path of the tree.

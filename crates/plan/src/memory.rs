@@ -2,10 +2,10 @@
 //! message buffers of the step's moves. Built once per plan (rank-independent), queried per
 //! rank, so one rank's peak costs O(steps) and all ranks' O(P · steps).
 
-use crate::moves::{block_len, MoveView};
-use crate::{Distribution, GroupPlan, PlanStep, Tensor, TensorId, Window};
+use crate::moves::{ranges_of, MoveView};
+use crate::{block_range, Distribution, GroupPlan, PlanStep, Tensor, TensorId, Window};
 use deinsum_path::ContractionTree;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// What ranks hold during one step: blocks (distribution, tensor shape, how many copies) and
 /// the moves whose buffers sit beside them.
@@ -20,8 +20,12 @@ struct Held {
 /// The memory model of a plan.
 pub(crate) struct Memory {
     held: Vec<Held>,
-    /// The distinct blocks held at some step: a rank's length of each is taken once.
-    blocks: Vec<(Distribution, Vec<usize>)>,
+    /// The distinct blocks held at some step: an index into `bases` and the phase windows
+    /// cut from it; a rank's length of each is taken once.
+    blocks: Vec<(usize, Vec<Window>)>,
+    /// The distinct distributions without windows (with the tensor's shape) the blocks are
+    /// cut from: a rank's ranges of each are taken once.
+    bases: Vec<(Distribution, Vec<usize>)>,
     /// Message buffer words per rank of some steps, already counted by the planner.
     buffers: BTreeMap<usize, Vec<u64>>,
     /// Ranks that can hold anything (the largest grid, at most P).
@@ -66,7 +70,7 @@ impl Memory {
                 .collect()
         };
         let mut held = Vec::new();
-        let mut distinct: Vec<(Distribution, Vec<usize>)> = Vec::new();
+        let mut index: HashMap<(Distribution, Vec<usize>), usize> = HashMap::new();
         // The windows a phase prefetched for the next one: held until that phase is done.
         let mut carried: Vec<(Distribution, Vec<usize>, u64)> = Vec::new();
         for (step, s) in steps.iter().enumerate() {
@@ -137,14 +141,9 @@ impl Memory {
             let blocks = blocks
                 .into_iter()
                 .map(|(d, sh, n)| {
-                    let i = match distinct.iter().position(|(e, esh)| e == &d && esh == &sh) {
-                        Some(i) => i,
-                        None => {
-                            distinct.push((d, sh));
-                            distinct.len() - 1
-                        }
-                    };
-                    (i, n)
+                    // A hash index (lookup only: `distinct` keeps first-seen order).
+                    let next = index.len();
+                    (*index.entry((d, sh)).or_insert(next), n)
                 })
                 .collect();
             held.push(Held {
@@ -153,9 +152,11 @@ impl Memory {
                 moves,
             });
         }
+        let (bases, blocks) = split_windows(index);
         Memory {
             held,
-            blocks: distinct,
+            blocks,
+            bases,
             buffers: BTreeMap::new(),
             active: active.min(procs),
             ranks_used,
@@ -165,10 +166,27 @@ impl Memory {
     /// Peak words of `rank` over the steps: the data, and the data with message buffers (a
     /// rank's packed sends and its receives exist at once).
     pub(crate) fn of_rank(&self, rank: usize) -> (u64, u64) {
-        let lens: smallvec::SmallVec<[u64; 16]> = self
+        let base: Vec<Option<crate::Ranges>> = self
+            .bases
+            .iter()
+            .map(|(d, sh)| ranges_of(d, rank, sh))
+            .collect();
+        let lens: Vec<u64> = self
             .blocks
             .iter()
-            .map(|(d, sh)| block_len(d, rank, sh))
+            .map(|(bi, window)| {
+                let Some(r) = &base[*bi] else { return 0 };
+                r.iter()
+                    .enumerate()
+                    .map(|(v, &range)| {
+                        let (lo, hi) = window
+                            .iter()
+                            .filter(|w| w.dim == v)
+                            .fold(range, |(lo, hi), w| block_range(lo, hi, w.parts, w.part));
+                        (hi - lo) as u64
+                    })
+                    .product()
+            })
             .collect();
         let (mut peak, mut peak_buf) = (0u64, 0u64);
         for h in &self.held {
@@ -197,6 +215,31 @@ impl Memory {
     pub(crate) fn set_buffers(&mut self, step: usize, words: Vec<u64>) {
         self.buffers.insert(step, words);
     }
+}
+
+/// The distinct blocks of `index` (in their index order) as an index into the distinct
+/// distributions without windows and the windows cut from them.
+#[allow(clippy::type_complexity)]
+fn split_windows(
+    index: HashMap<(Distribution, Vec<usize>), usize>,
+) -> (Vec<(Distribution, Vec<usize>)>, Vec<(usize, Vec<Window>)>) {
+    let mut keys = vec![None; index.len()];
+    for (key, i) in index {
+        keys[i] = Some(key);
+    }
+    let mut base_index: HashMap<(Distribution, Vec<usize>), usize> = HashMap::new();
+    let mut bases = Vec::new();
+    let mut blocks = Vec::new();
+    for (mut d, sh) in keys.into_iter().flatten() {
+        let window = std::mem::take(&mut d.window);
+        let next = bases.len();
+        let bi = *base_index.entry((d.clone(), sh.clone())).or_insert(next);
+        if bi == next {
+            bases.push((d, sh));
+        }
+        blocks.push((bi, window));
+    }
+    (bases, blocks)
 }
 
 /// Adds what a compute (or one phase of it) holds beside the live blocks: the fetched

@@ -110,6 +110,9 @@ struct InputInfo {
     same_grid: Option<Vec<usize>>,
 }
 
+/// Tensors with the distribution each is placed in.
+type Placed = Vec<(TensorId, Distribution)>;
+
 /// The planner's state between groups.
 pub(crate) struct Planner<'a> {
     einsum: &'a Einsum,
@@ -121,6 +124,9 @@ pub(crate) struct Planner<'a> {
     groups: Vec<GroupPlan>,
     totals: Totals,
     idle_reasons: Vec<String>,
+    /// Groups before `.0` are planned under the tighter budget `.1` (room left for later
+    /// groups that found none).
+    pub(crate) tight: Option<(usize, u64)>,
 }
 
 impl<'a> Planner<'a> {
@@ -169,21 +175,222 @@ impl<'a> Planner<'a> {
             groups: Vec::new(),
             totals: Totals::default(),
             idle_reasons: Vec::new(),
+            tight: None,
         })
     }
 
-    /// Plans group `gi`: every stage in turn.
-    pub(crate) fn plan_group(&mut self, gi: usize, group: &FusedGroup) -> Result<(), PlanError> {
+    /// Plans group `gi` (`last`: the einsum's output follows): every stage in turn. Under a
+    /// budget, each scored grid's real peak over the steps it would emit is counted
+    /// ([`Self::group_peak`]); a grid over the budget walks more phases or gives way to the
+    /// next best.
+    pub(crate) fn plan_group(
+        &mut self,
+        gi: usize,
+        group: &FusedGroup,
+        last: bool,
+    ) -> Result<(), PlanError> {
         let g = self.group_ctx(gi, group)?;
-        let mut cands = self.candidates(&g)?;
-        self.fit_phases(&g, &mut cands)?;
-        let considered = cands.len();
-        let best_full_p = select_best(&mut cands, self.opts.procs);
-        let sched = self.score(&g, &cands)?;
-        let c = cands[sched.candidate].clone();
-        self.note_idle(&g, &c, best_full_p.as_ref());
-        self.emit(&g, &c, sched, considered);
-        Ok(())
+        let (mut pool, mut considered) = self.candidates(&g)?;
+        self.fit_phases(&g, &mut pool)?;
+        if self.budget(gi).is_some() {
+            considered = pool.len();
+        }
+        let mut least = (u64::MAX, u64::MAX);
+        let Some(caps) = self.budget(gi) else {
+            let best_full_p = select_best(&mut pool, self.opts.procs);
+            let sched = self.score(&g, &pool)?;
+            let c = pool[sched.candidate].clone();
+            self.accept(&g, &c, sched, best_full_p.as_ref(), considered);
+            return Ok(());
+        };
+        loop {
+            let mut cands = pool.clone();
+            let best_full_p = select_best(&mut cands, self.opts.procs);
+            let idle = best_full_p.as_ref();
+            // The scored grids in the exact order, each tried until one fits.
+            for sched in self.score_all(&g, &cands) {
+                let c = cands[sched.candidate].clone();
+                let peak = self.group_peak(&g, &c, &sched.moves, last);
+                least = (least.0.min(peak.0), least.1.min(peak.1));
+                if fits(peak, caps) {
+                    self.accept(&g, &c, sched, idle, considered);
+                    return Ok(());
+                }
+                // The model chose the phases; more of them may bring the real peak within.
+                if let Some((ct, sched)) = self.more_phases(&g, &c, caps, last) {
+                    self.accept(&g, &ct, sched, idle, considered);
+                    return Ok(());
+                }
+                pool.retain(|p| (&p.sizes, p.phases) != (&c.sizes, c.phases));
+            }
+            if pool.is_empty() {
+                let detail = format!(
+                    " (group {gi}: {}; peak over the plan's steps, including input blocks in their starting distribution)",
+                    group.einsum_string()
+                );
+                return Err(if least.0 > caps.0 {
+                    PlanError::MemoryTooSmall {
+                        budget: caps.0,
+                        needed: least.0,
+                        detail,
+                    }
+                } else {
+                    PlanError::TotalMemoryTooSmall {
+                        budget: caps.1,
+                        needed: least.1,
+                        detail,
+                    }
+                });
+            }
+        }
+    }
+
+    /// Notes why ranks idle and emits the chosen grid.
+    fn accept(
+        &mut self,
+        g: &GroupCtx,
+        c: &Candidate,
+        sched: Scheduled,
+        best_full_p: Option<&Candidate>,
+        considered: usize,
+    ) {
+        self.note_idle(g, c, (sched.max_per_rank, sched.total), best_full_p);
+        self.emit(g, c, sched, considered);
+    }
+
+    /// The caps group `gi` is planned under: (tensor data, data with message buffers), each
+    /// `u64::MAX` when not given; `None` without any budget.
+    fn budget(&self, gi: usize) -> Option<(u64, u64)> {
+        let (mem, total) = (self.opts.mem, self.opts.mem_total);
+        if mem.is_none() && total.is_none() {
+            return None;
+        }
+        let (mut s, mut t) = (mem.unwrap_or(u64::MAX), total.unwrap_or(u64::MAX));
+        if let Some((k, b)) = self.tight.filter(|&(k, _)| gi < k) {
+            let _ = k;
+            if mem.is_some() {
+                s = s.min(b);
+            } else {
+                t = t.min(b);
+            }
+        }
+        Some((s, t))
+    }
+
+    /// Candidate `c` in the fewest phases beyond its own whose real peak fits `caps`
+    /// (bisected: more phases hold smaller windows), with its schedule, if any.
+    fn more_phases(
+        &self,
+        g: &GroupCtx,
+        c: &Candidate,
+        caps: (u64, u64),
+        last: bool,
+    ) -> Option<(Candidate, Scheduled)> {
+        let (v, from) = match c.phases {
+            Some((v, t)) => (v, t + 1),
+            None => (phase_index(g, &c.sizes)?, 2),
+        };
+        let most = g.gext[v].div_ceil(c.sizes[v]).max(2);
+        if from > most {
+            return None;
+        }
+        let with = |t: usize| {
+            let mut ct = c.clone();
+            ct.phases = Some((v, t));
+            ct.memory = phase_memory(g, &c.sizes, v, t);
+            ct
+        };
+        // The inputs' moves depend on the phased index, not on the count.
+        let moves = self.input_moves(g, &with(most));
+        let ok = |t: usize| fits(self.group_peak(g, &with(t), &moves, last), caps);
+        if !ok(most) {
+            return None;
+        }
+        let (mut lo, mut hi) = (from, most);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if ok(mid) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        let ct = with(lo);
+        let sched = self.schedule(g, &ct, 0);
+        Some((ct, sched))
+    }
+
+    /// The largest peak of any rank (tensor data, and with message buffers) over the steps
+    /// group `g` would emit on candidate `c` whose inputs move by `moves`, starting from what
+    /// is live now; with `last`, the output's final reduction too. Counted by the plan's own
+    /// memory model, with a phased compute in closed form over its count: only phases 0, 1
+    /// and the last are laid out, since a rank's window of part `t >= 1` is never larger than
+    /// of part 1 (ceil parts shrink) and every phase after 0 holds the same other blocks.
+    fn group_peak(
+        &self,
+        g: &GroupCtx,
+        c: &Candidate,
+        moves: &[Vec<Move>],
+        last: bool,
+    ) -> (u64, u64) {
+        let procs = self.opts.procs;
+        // What is live now enters as loads: every later step holds it too.
+        let mut steps: Vec<PlanStep> = self
+            .state
+            .iter()
+            .filter_map(|(&id, s)| match s {
+                State::At(d) => Some(PlanStep::Load {
+                    tensor: id,
+                    dist: d.clone(),
+                }),
+                State::Unloaded => None,
+            })
+            .collect();
+        let parts: Vec<usize> = match c.phases {
+            // Buffers (sends and receives) need not shrink with the part: all phases.
+            Some((_, t)) if self.opts.mem_total.is_some() => (0..t).collect(),
+            Some((_, t)) => {
+                let mut p = vec![0, 1.min(t - 1), t - 1];
+                p.dedup();
+                p
+            }
+            None => Vec::new(),
+        };
+        let mut totals = Totals::default();
+        let grid = g.grid(&c.sizes);
+        let (inputs, resting) = self.emit_steps(
+            g,
+            c,
+            &grid,
+            moves.to_vec(),
+            &parts,
+            0,
+            &mut steps,
+            &mut totals,
+        );
+        let gp = self.group_plan(g, c, grid, inputs, resting, 0, 0);
+        if last {
+            let (out_id, od) = (gp.output.0, &gp.output.1);
+            let oshape = shape_of(&g.out_idx, &self.einsum.extents);
+            let final_dist = reduced_distribution(od, &oshape);
+            for mv in plan_move(&oshape, od, &final_dist, procs) {
+                emit_move(out_id, mv, &mut totals, &mut steps, self.opts);
+            }
+        }
+        let mut memory = Memory::new(
+            &steps,
+            &self.tensors,
+            std::slice::from_ref(&gp),
+            self.tree,
+            procs,
+        );
+        for (step, words) in totals.buffers {
+            memory.set_buffers(step, words);
+        }
+        (0..memory.active).fold((0, 0), |(a, b), r| {
+            let (m, mb) = memory.of_rank(r);
+            (a.max(m), b.max(mb))
+        })
     }
 
     /// The group as the stages see it; registers its output tensor and checks its accesses.
@@ -301,7 +508,7 @@ impl<'a> Planner<'a> {
 
     /// Stage 1: every enumerated grid with its model figures (words, memory, work, distance
     /// to the SOAP tile), keeping those that balance the work.
-    fn candidates(&self, g: &GroupCtx) -> Result<Vec<Candidate>, PlanError> {
+    fn candidates(&self, g: &GroupCtx) -> Result<(Vec<Candidate>, usize), PlanError> {
         let infos = self.input_infos(g);
         // Per grid dim, the log of the tile's count along it (what `tile_dist` compares to).
         let tile_ln: Vec<f64> = g
@@ -322,30 +529,94 @@ impl<'a> Planner<'a> {
             .collect();
         let out_pos = g.positions(&g.out_idx);
         let inner_pos: Vec<Vec<usize>> = g.inner_outputs.iter().map(|o| g.positions(o)).collect();
-        let all = grids::enumerate(&g.gext, self.opts.procs, self.opts.balance_tolerance);
-        let mut cands: Vec<Candidate> = all
-            .into_iter()
-            .map(|sizes| model(g, &infos, &out_pos, &inner_pos, &tile_ln, sizes))
-            .collect();
-        if cands.is_empty() {
+        let nd = g.gext.len();
+        let flat = grids::enumerate_flat(&g.gext, self.opts.procs, self.opts.balance_tolerance);
+        if flat.is_empty() {
             return Err(PlanError::Inconsistent(format!(
                 "group {} has no grid",
                 g.gi
             )));
         }
-        let w_min = cands.iter().map(|c| c.work).min().unwrap_or(1);
+        let work = |sizes: &[usize]| -> u128 {
+            g.gext
+                .iter()
+                .zip(sizes)
+                .map(|(&n, &p)| n.div_ceil(p) as u128)
+                .product()
+        };
+        let grid_list: Vec<&[usize]> = if nd == 0 {
+            vec![&[]]
+        } else {
+            flat.chunks(nd).collect()
+        };
+        let works: Vec<u128> = grid_list.iter().map(|s| work(s)).collect();
+        let w_min = works.iter().copied().min().unwrap_or(1);
         let limit = (w_min as f64) * (1.0 + self.opts.balance_tolerance.max(0.0));
-        cands.retain(|c| (c.work as f64) <= limit * (1.0 + 1e-12));
-        Ok(cands)
+        let all: Vec<&[usize]> = grid_list
+            .into_iter()
+            .zip(works)
+            .filter(|&(_, w)| (w as f64) <= limit * (1.0 + 1e-12))
+            .map(|(s, _)| s)
+            .collect();
+        let considered = all.len();
+        let model_of = |sizes| model(g, &infos, &out_pos, &inner_pos, &tile_ln, sizes);
+        if self.budget(g.gi).is_some() {
+            // Under a budget every grid may be tried in turn: all are modelled.
+            return Ok((
+                all.into_iter().map(|s| model_of(s.to_vec())).collect(),
+                considered,
+            ));
+        }
+        // Without one only the best EXACT_CANDIDATES by the model and the best grid on all
+        // ranks are ever used: grids whose floor on the model's words already exceeds both
+        // are not modelled (the floor leaves out the inputs' lacks, so it never exceeds the
+        // words: float addition is monotone), scanning the floors upwards.
+        let procs = self.opts.procs;
+        let mut floors: Vec<(f64, usize)> = all
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (model_floor(g, &infos, &out_pos, s), i))
+            .collect();
+        floors.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut best: std::collections::BinaryHeap<u64> = std::collections::BinaryHeap::new();
+        let mut best_full = f64::INFINITY;
+        let mut cands = Vec::new();
+        for &(floor, i) in &floors {
+            let full = all[i].iter().product::<usize>() == procs;
+            let top = if best.len() < EXACT_CANDIDATES {
+                f64::INFINITY
+            } else {
+                f64::from_bits(*best.peek().unwrap_or(&u64::MAX))
+            };
+            if floor > top && !(full && floor <= best_full) {
+                if floor > best_full {
+                    break;
+                }
+                continue;
+            }
+            let c = model_of(all[i].to_vec());
+            // Words are >= 0, so their bits order as the numbers do.
+            best.push(c.model_comm.max(0.0).to_bits());
+            if best.len() > EXACT_CANDIDATES {
+                best.pop();
+            }
+            if full {
+                best_full = best_full.min(c.model_comm);
+            }
+            cands.push(c);
+        }
+        Ok((cands, considered))
     }
 
     /// Stage 2: under a budget, a grid whose blocks exceed it may still fit when it walks a
     /// summed index in phases (2.5D / SUMMA): the fewest phases that fit are taken; grids
     /// that fit neither way are dropped.
     fn fit_phases(&self, g: &GroupCtx, cands: &mut Vec<Candidate>) -> Result<(), PlanError> {
-        let Some(s) = self.opts.mem else {
+        let Some(caps) = self.budget(g.gi) else {
             return Ok(());
         };
+        // The data is part of the whole: either cap bounds the model's blocks.
+        let s = caps.0.min(caps.1);
         for c in cands.iter_mut().filter(|c| c.memory > s) {
             if let Some((v, t, m)) = fewest_phases(g, &c.sizes, s) {
                 c.memory = m;
@@ -355,10 +626,19 @@ impl<'a> Planner<'a> {
         let min_mem = cands.iter().map(|c| c.memory).min().unwrap_or(0);
         cands.retain(|c| c.memory <= s);
         if cands.is_empty() {
-            return Err(PlanError::MemoryTooSmall {
-                budget: s,
-                needed: min_mem,
-                detail: format!(" (group {}: {})", g.gi, g.group.einsum_string()),
+            let detail = format!(" (group {}: {})", g.gi, g.group.einsum_string());
+            return Err(if caps.0 <= caps.1 {
+                PlanError::MemoryTooSmall {
+                    budget: caps.0,
+                    needed: min_mem,
+                    detail,
+                }
+            } else {
+                PlanError::TotalMemoryTooSmall {
+                    budget: caps.1,
+                    needed: min_mem,
+                    detail,
+                }
             });
         }
         Ok(())
@@ -387,24 +667,55 @@ impl<'a> Planner<'a> {
         best.ok_or_else(|| PlanError::Inconsistent(format!("group {}: no grid scheduled", g.gi)))
     }
 
+    /// Every candidate [`Self::score`] schedules, best first (its winner first: ties keep
+    /// the model's order).
+    fn score_all(&self, g: &GroupCtx, cands: &[Candidate]) -> Vec<Scheduled> {
+        let mut all = Vec::new();
+        for (ci, c) in cands.iter().enumerate().take(EXACT_CANDIDATES) {
+            let size: usize = c.sizes.iter().product();
+            if ci > 0 && size > EXACT_MAX_GRID {
+                continue;
+            }
+            all.push(self.schedule(g, c, ci));
+            if size > EXACT_MAX_GRID {
+                break;
+            }
+        }
+        all.sort_by_key(|s| (s.max_per_rank, s.total, s.candidate));
+        all
+    }
+
+    /// The moves that bring each input of the group to where it rests on candidate `c`.
+    fn input_moves(&self, g: &GroupCtx, c: &Candidate) -> Vec<Vec<Move>> {
+        let grid = g.grid(&c.sizes);
+        g.group
+            .inputs
+            .iter()
+            .map(|a| {
+                let shape = shape_of(&a.indices, &self.einsum.extents);
+                let target = resting_for(&grid, g.gidx, &a.indices, c.phases);
+                let from = current(&self.state, &self.tensors, self.opts, a.node, &target);
+                plan_move(&shape, &from, &target, self.opts.procs)
+            })
+            .collect()
+    }
+
     /// The exact schedule of candidate `ci`: the moves of its inputs, its phase fetches and
     /// the reduction of its output, counted per rank.
     fn schedule(&self, g: &GroupCtx, c: &Candidate, ci: usize) -> Scheduled {
         let (procs, ext) = (self.opts.procs, &self.einsum.extents);
         let grid = g.grid(&c.sizes);
         let mut acc = Vec::new();
-        let mut moves = Vec::new();
         let mut total = 0u64;
-        for a in &g.group.inputs {
-            let shape = shape_of(&a.indices, ext);
-            let target = resting_for(&grid, g.gidx, &a.indices, c.phases);
-            let from = current(&self.state, &self.tensors, self.opts, a.node, &target);
-            let m = plan_move(&shape, &from, &target, procs);
-            for mv in &m {
+        let moves = self.input_moves(g, c);
+        for (a, m) in g.group.inputs.iter().zip(&moves) {
+            for mv in m {
                 add_received(&mut acc, &mv.received);
                 total += mv.total();
             }
             if let (Some(k), Some((_, t))) = (phased_dim(c.phases, g.gidx, &a.indices), c.phases) {
+                let shape = shape_of(&a.indices, ext);
+                let target = resting_for(&grid, g.gidx, &a.indices, c.phases);
                 let whole = g.dist(&grid, &a.indices, false);
                 for part in 0..t {
                     let w = windowed(&whole, k, t, part);
@@ -413,7 +724,6 @@ impl<'a> Planner<'a> {
                     total += v.iter().map(|&(_, w)| w).sum::<u64>();
                 }
             }
-            moves.push(m);
         }
         // The reduction of this group's output (scattered over its own grid).
         let od = g.dist(&grid, &g.out_idx, true);
@@ -433,8 +743,15 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// Why the chosen grid leaves ranks idle, when it does.
-    fn note_idle(&mut self, g: &GroupCtx, c: &Candidate, best_full_p: Option<&Candidate>) {
+    /// Why the chosen grid (its exact words on the busiest rank and in all: `words`) leaves
+    /// ranks idle, when it does.
+    fn note_idle(
+        &mut self,
+        g: &GroupCtx,
+        c: &Candidate,
+        words: (u64, u64),
+        best_full_p: Option<&Candidate>,
+    ) {
         let procs = self.opts.procs;
         let used: usize = c.sizes.iter().product();
         if used >= procs {
@@ -444,11 +761,33 @@ impl<'a> Planner<'a> {
         let max_possible: u128 = g.gext.iter().map(|&n| n as u128).product();
         let why = if max_possible < procs as u128 {
             format!("the extents of group {gi} ({name}) allow at most {max_possible} ranks")
-        } else if let Some(f) = best_full_p {
+        } else if let Some(f) = best_full_p.filter(|_| procs > EXACT_MAX_GRID) {
+            // Grids this large are ranked by the model alone (scoring them is O(P) each).
+            let cmp = if c.model_comm < f.model_comm {
+                "fewer"
+            } else {
+                "no more"
+            };
             format!(
-                "group {gi} ({name}): the grid {:?} on {used} ranks moves fewer words (model {:.0}) than the best {procs}-rank grid {:?} (model {:.0})",
+                "group {gi} ({name}): the grid {:?} on {used} ranks moves {cmp} words by the model ({:.0}) than the best {procs}-rank grid {:?} ({:.0}); grids over {EXACT_MAX_GRID} ranks are not scored exactly",
                 c.sizes, c.model_comm, f.sizes, f.model_comm
             )
+        } else if let Some(f) = best_full_p {
+            // Exact words decide (busiest rank, then all); the model only ranks who is scored.
+            let fs = self.schedule(g, f, 0);
+            let full = (fs.max_per_rank, fs.total);
+            if words <= full {
+                let fewer = if words < full { "fewer" } else { "as few" };
+                format!(
+                    "group {gi} ({name}): the grid {:?} on {used} ranks moves {fewer} words ({} on the busiest rank, {} in all) than the best {procs}-rank grid {:?} ({}, {})",
+                    c.sizes, words.0, words.1, f.sizes, full.0, full.1
+                )
+            } else {
+                format!(
+                    "group {gi} ({name}): the grid {:?} on {used} ranks ({} words on the busiest rank, {} in all) was chosen among the grids scored exactly; the best {procs}-rank grid {:?} ({}, {}) was not scored (model {:.0} words against {:.0})",
+                    c.sizes, words.0, words.1, f.sizes, full.0, full.1, f.model_comm, c.model_comm
+                )
+            }
         } else {
             format!(
                 "group {gi} ({name}): no grid of {procs} ranks balances the work within {:.0}% (or fits the memory budget); {:?} uses {used}",
@@ -463,42 +802,93 @@ impl<'a> Planner<'a> {
     /// their fetches), frees — and the group's record.
     fn emit(&mut self, g: &GroupCtx, c: &Candidate, sched: Scheduled, considered: usize) {
         let grid = g.grid(&c.sizes);
+        let parts: Vec<usize> = (0..c.phases.map_or(0, |(_, t)| t)).collect();
+        let mut steps = std::mem::take(&mut self.steps);
+        let mut totals = std::mem::take(&mut self.totals);
+        let (inputs, resting) = self.emit_steps(
+            g,
+            c,
+            &grid,
+            sched.moves,
+            &parts,
+            g.gi,
+            &mut steps,
+            &mut totals,
+        );
+        (self.steps, self.totals) = (steps, totals);
+        for a in &g.group.inputs {
+            self.state.remove(&a.node);
+        }
+        let gp = self.group_plan(g, c, grid, inputs, resting, sched.max_per_rank, considered);
+        self.state
+            .insert(g.group.output.node, State::At(gp.output.1.clone()));
+        self.groups.push(gp);
+    }
+
+    /// Appends to `steps` the loads and moves of the group's inputs (`moves`), its compute or
+    /// the phases `parts` of it (`gid`: the group index the steps name) and the frees, their
+    /// volumes counted into `totals`; returns the inputs' group distributions and, for those
+    /// that rest elsewhere between phases, where they rest.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_steps(
+        &self,
+        g: &GroupCtx,
+        c: &Candidate,
+        grid: &Grid,
+        moves: Vec<Vec<Move>>,
+        parts: &[usize],
+        gid: usize,
+        steps: &mut Vec<PlanStep>,
+        totals: &mut Totals,
+    ) -> (Placed, Placed) {
         let mut inputs = Vec::new();
         let mut resting: Vec<(TensorId, Distribution)> = Vec::new();
-        for (a, m) in g.group.inputs.iter().zip(sched.moves) {
-            let whole = g.dist(&grid, &a.indices, false);
-            let target = resting_for(&grid, g.gidx, &a.indices, c.phases);
+        for (a, m) in g.group.inputs.iter().zip(moves) {
+            let whole = g.dist(grid, &a.indices, false);
+            let target = resting_for(grid, g.gidx, &a.indices, c.phases);
             if let State::Unloaded = self.state[&a.node] {
                 let d = current(&self.state, &self.tensors, self.opts, a.node, &target);
-                self.steps.push(PlanStep::Load {
+                steps.push(PlanStep::Load {
                     tensor: a.node,
                     dist: d,
                 });
             }
             for mv in m {
-                emit_move(a.node, mv, &mut self.totals, &mut self.steps, self.opts);
+                emit_move(a.node, mv, totals, steps, self.opts);
             }
-            self.state.insert(a.node, State::At(target.clone()));
             if target != whole {
                 resting.push((a.node, target));
             }
             inputs.push((a.node, whole));
         }
         match c.phases {
-            None => self.steps.push(PlanStep::Compute { group: g.gi }),
-            Some((_, t)) => {
-                for part in 0..t {
-                    self.emit_phase(g, c, &grid, &inputs, part);
+            None => steps.push(PlanStep::Compute { group: gid }),
+            Some(_) => {
+                for &part in parts {
+                    let step = self.phase_step(g, c, grid, &inputs, part, gid, steps.len(), totals);
+                    steps.push(step);
                 }
             }
         }
         for a in &g.group.inputs {
-            self.steps.push(PlanStep::Free { tensor: a.node });
-            self.state.remove(&a.node);
+            steps.push(PlanStep::Free { tensor: a.node });
         }
+        (inputs, resting)
+    }
+
+    /// The record of group `g` on candidate `c`.
+    #[allow(clippy::too_many_arguments)]
+    fn group_plan(
+        &self,
+        g: &GroupCtx,
+        c: &Candidate,
+        grid: Grid,
+        inputs: Vec<(TensorId, Distribution)>,
+        resting: Vec<(TensorId, Distribution)>,
+        predicted_max_per_rank: u64,
+        considered: usize,
+    ) -> GroupPlan {
         let od = g.dist(&grid, &g.out_idx, true);
-        self.state
-            .insert(g.group.output.node, State::At(od.clone()));
         let box_ceil: BTreeMap<Index, usize> = g
             .gidx
             .iter()
@@ -518,7 +908,7 @@ impl<'a> Planner<'a> {
                     .product::<f64>()
             })
             .sum();
-        self.groups.push(GroupPlan {
+        GroupPlan {
             group: g.group.clone(),
             grid,
             inputs,
@@ -526,7 +916,7 @@ impl<'a> Planner<'a> {
             max_flops_per_rank: flops,
             bound_memory_independent: 0.0,
             bound_memory_dependent: 0.0,
-            predicted_max_per_rank: sched.max_per_rank,
+            predicted_max_per_rank,
             candidates_considered: considered,
             phases: c.phases.map(|(v, t)| Phases {
                 index: g.gidx[v],
@@ -534,20 +924,25 @@ impl<'a> Planner<'a> {
                 resting,
                 overlap: false,
             }),
-        });
+        }
     }
 
-    /// One phase of a phased compute: the windows every rank fetches, then the compute.
-    fn emit_phase(
-        &mut self,
+    /// One phase of a phased compute (step `step` of the plan): the windows every rank
+    /// fetches, then the compute.
+    #[allow(clippy::too_many_arguments)]
+    fn phase_step(
+        &self,
         g: &GroupCtx,
         c: &Candidate,
         grid: &Grid,
         inputs: &[(TensorId, Distribution)],
         part: usize,
-    ) {
+        gid: usize,
+        step: usize,
+        totals: &mut Totals,
+    ) -> PlanStep {
         let procs = self.opts.procs;
-        let Some((_, t)) = c.phases else { return };
+        let t = c.phases.map_or(1, |(_, t)| t);
         let mut fetch = Vec::new();
         let mut views = Vec::new();
         for (a, (_, whole)) in g.group.inputs.iter().zip(inputs) {
@@ -557,28 +952,29 @@ impl<'a> Planner<'a> {
             let rest = resting_for(grid, g.gidx, &a.indices, c.phases);
             let w = windowed(whole, k, t, part);
             let shape = shape_of(&a.indices, &self.einsum.extents);
-            let view = MoveView::new(&shape, &rest, &w, false, procs);
-            let volume = view.volume(self.opts.per_rank);
-            let pattern = view.kind(volume.total);
-            views.push(view);
-            fetch.push(Fetch {
-                tensor: a.node,
-                pattern,
-                from: rest,
-                to: w,
-                volume,
-            });
+            views.push(MoveView::new(&shape, &rest, &w, false, procs));
+            fetch.push((a.node, rest, w));
         }
-        let volume = self
-            .totals
-            .tally(self.steps.len(), &views, procs, self.opts.per_rank);
-        self.steps.push(PlanStep::ComputePhase {
-            group: g.gi,
+        let (each, volume) = totals.tally_each(step, &views, procs, self.opts.per_rank);
+        let fetch = fetch
+            .into_iter()
+            .zip(each)
+            .zip(&views)
+            .map(|(((tensor, from, to), volume), view)| Fetch {
+                tensor,
+                pattern: view.kind(volume.total),
+                from,
+                to,
+                volume,
+            })
+            .collect();
+        PlanStep::ComputePhase {
+            group: gid,
             phase: part,
             fetch,
             prefetch: Vec::new(),
             volume,
-        });
+        }
     }
 
     /// Stage 5: the output's reduction, then the predictions (words, memory, per-rank I/O
@@ -623,6 +1019,13 @@ impl<'a> Planner<'a> {
                 detail: " (peak over the plan's steps, including input blocks in their starting distribution and receive buffers)".into(),
             });
         }
+        if let Some(t) = opts.mem_total.filter(|&t| max_peak_buf > t) {
+            return Err(PlanError::TotalMemoryTooSmall {
+                budget: t,
+                needed: max_peak_buf,
+                detail: " (peak over the plan's steps with message buffers)".into(),
+            });
+        }
         // The SOAP bound for the budget S, or without one for the plan's own peak per rank.
         let s_bound = opts.mem.map_or((max_peak as f64).max(1.0), |s| s as f64);
         let mut bound_per_rank = 0.0;
@@ -661,6 +1064,7 @@ impl<'a> Planner<'a> {
             einsum: einsum.clone(),
             procs,
             mem: opts.mem,
+            mem_total: opts.mem_total,
             tree: tree.clone(),
             path,
             tensors: self.tensors,
@@ -686,6 +1090,32 @@ impl<'a> Planner<'a> {
             inputs_in_place: opts.inputs_in_place,
         })
     }
+}
+
+/// A floor on [`model`]'s words for the grid of `sizes`: the same sum without the inputs'
+/// lacks (the partial sums they carry and the output's reduction), in the same order.
+fn model_floor(g: &GroupCtx, infos: &[InputInfo], out_pos: &[usize], sizes: &[usize]) -> f64 {
+    let mut comm = 0f64;
+    for info in infos {
+        if info.from.is_none() || info.same_grid.as_deref() == Some(sizes) {
+            continue;
+        }
+        if info.partial_q > 1 {
+            let q = info.partial_q;
+            comm += info.partial_block as f64 * (q - 1) as f64 / q as f64;
+        }
+    }
+    let ob: u64 = out_pos
+        .iter()
+        .map(|&v| g.gext[v].div_ceil(sizes[v]) as u64)
+        .product();
+    let q: usize = g.summed.iter().map(|&v| sizes[v]).product();
+    comm + ob as f64 * (q - 1) as f64 / q as f64
+}
+
+/// Whether a peak (tensor data, with message buffers) is within the caps.
+fn fits(peak: (u64, u64), caps: (u64, u64)) -> bool {
+    peak.0 <= caps.0 && peak.1 <= caps.1
 }
 
 /// The model figures of the grid of `sizes`: what ranks 0 and size-1 lack of their input
@@ -779,44 +1209,9 @@ fn model(
 /// The summed index to walk in phases on the grid of `sizes` and the fewest phases whose
 /// blocks fit `s` words, with the memory they take (`None` when no phasing fits).
 fn fewest_phases(g: &GroupCtx, sizes: &[usize], s: u64) -> Option<(usize, usize, u64)> {
-    let gidx = g.gidx;
-    let bv = |v: usize| g.gext[v].div_ceil(sizes[v]);
-    let v =
-        g.summed
-            .iter()
-            .copied()
-            .filter(|&v| {
-                g.group.inputs.iter().any(|a| {
-                    a.indices.contains(&gidx[v]) && replicas_of(sizes, gidx, &a.indices) > 1
-                })
-            })
-            .max_by_key(|&v| (bv(v), usize::MAX - v))?;
-    let mem_at = |t: usize| -> u64 {
-        let b = bv(v) as u64;
-        let mut m = 0u64;
-        for a in &g.group.inputs {
-            let full = g.blk(sizes, &a.indices);
-            if a.indices.contains(&gidx[v]) {
-                let rep = replicas_of(sizes, gidx, &a.indices) as u64;
-                let others = full / b.max(1);
-                m += others * (b.div_ceil(rep) + b.div_ceil(t as u64));
-            } else {
-                m += full;
-            }
-        }
-        // The accumulated output block and the phase's partial result beside it.
-        m += 2 * g.blk(sizes, &g.out_idx);
-        for o in &g.inner_outputs {
-            let full = g.blk(sizes, o);
-            m += if o.contains(&gidx[v]) {
-                (full / b.max(1)) * b.div_ceil(t as u64)
-            } else {
-                full
-            };
-        }
-        m
-    };
-    let (mut lo, mut hi) = (2usize, bv(v).max(2));
+    let v = phase_index(g, sizes)?;
+    let mem_at = |t: usize| phase_memory(g, sizes, v, t);
+    let (mut lo, mut hi) = (2usize, g.gext[v].div_ceil(sizes[v]).max(2));
     if mem_at(hi) > s {
         return None;
     }
@@ -829,6 +1224,51 @@ fn fewest_phases(g: &GroupCtx, sizes: &[usize], s: u64) -> Option<(usize, usize,
         }
     }
     Some((v, lo, mem_at(lo)))
+}
+
+/// The summed index the grid of `sizes` walks in phases: the one with the largest block
+/// among those an input is replicated along (`None`: no input is).
+fn phase_index(g: &GroupCtx, sizes: &[usize]) -> Option<usize> {
+    let gidx = g.gidx;
+    let bv = |v: usize| g.gext[v].div_ceil(sizes[v]);
+    g.summed
+        .iter()
+        .copied()
+        .filter(|&v| {
+            g.group
+                .inputs
+                .iter()
+                .any(|a| a.indices.contains(&gidx[v]) && replicas_of(sizes, gidx, &a.indices) > 1)
+        })
+        .max_by_key(|&v| (bv(v), usize::MAX - v))
+}
+
+/// The model's memory of the grid of `sizes` walking index `v` in `t` phases.
+fn phase_memory(g: &GroupCtx, sizes: &[usize], v: usize, t: usize) -> u64 {
+    let gidx = g.gidx;
+    let b = g.gext[v].div_ceil(sizes[v]) as u64;
+    let mut m = 0u64;
+    for a in &g.group.inputs {
+        let full = g.blk(sizes, &a.indices);
+        if a.indices.contains(&gidx[v]) {
+            let rep = replicas_of(sizes, gidx, &a.indices) as u64;
+            let others = full / b.max(1);
+            m += others * (b.div_ceil(rep) + b.div_ceil(t as u64));
+        } else {
+            m += full;
+        }
+    }
+    // The accumulated output block and the phase's partial result beside it.
+    m += 2 * g.blk(sizes, &g.out_idx);
+    for o in &g.inner_outputs {
+        let full = g.blk(sizes, o);
+        m += if o.contains(&gidx[v]) {
+            (full / b.max(1)) * b.div_ceil(t as u64)
+        } else {
+            full
+        };
+    }
+    m
 }
 
 /// The model's order of candidates: fewer words, then less memory, less work, closer to the

@@ -17,6 +17,10 @@ pub struct Args {
     /// Per-rank memory budget S, in words (elements); unlimited when absent.
     #[arg(long, value_name = "S")]
     pub mem: Option<u64>,
+    /// Per-rank cap on the whole process, in words: the tensor data plus each step's message
+    /// buffers (the plan's peak with buffers); unlimited when absent.
+    #[arg(long = "mem-total", value_name = "W")]
+    pub mem_total: Option<u64>,
     /// Path search strategy (as `deinsum path --optimize`).
     #[arg(long = "optimize", value_name = "NAME", default_value = "auto")]
     pub optimize: String,
@@ -61,6 +65,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let opts = PlanOptions {
         procs: args.procs,
         mem: args.mem,
+        mem_total: args.mem_total,
         path: deinsum_path::PathOptions::with_strategy(&args.optimize),
         inputs_in_place: args.inputs_in_place,
         per_rank: args.per_rank,
@@ -70,6 +75,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let plan = build(&einsum, &opts).map_err(|e| match e {
         PlanError::ZeroProcs
         | PlanError::MemoryTooSmall { .. }
+        | PlanError::TotalMemoryTooSmall { .. }
         | PlanError::MultiOperandStep { .. } => {
             anyhow::Error::new(super::InputError(e.to_string()))
         }
@@ -200,9 +206,14 @@ pub fn render_text(plan: &Plan, strategy: &str) -> String {
         o,
         "ranks P = {}, memory per rank {}, inputs {}",
         plan.procs,
-        plan.mem
-            .map(|s| format!("{s} words"))
-            .unwrap_or_else(|| "unlimited".into()),
+        match (plan.mem, plan.mem_total) {
+            (Some(s), None) => format!("{s} words"),
+            (None, None) => "unlimited".into(),
+            (s, Some(t)) => format!(
+                "{}, {t} words with message buffers",
+                s.map_or("data unlimited".into(), |s| format!("{s} words of data"))
+            ),
+        },
         if plan.inputs_in_place {
             "in place (already in their groups' distributions)"
         } else {
