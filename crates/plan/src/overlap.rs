@@ -69,13 +69,17 @@ pub fn apply(plan: Plan, opts: &PlanOptions) -> Plan {
 
 /// Pipelines every group of `plan` that can be: phased groups get prefetches, groups computed
 /// whole whose inputs arrive by a move are cut by `rule`. A rewrite that would raise the peak
-/// above the budget `opts.mem` is not made. When nothing is rewritten, `plan` comes back
+/// above the budget `opts.mem` (or, with buffers, `opts.mem_total`) is not made. When nothing is rewritten, `plan` comes back
 /// unchanged, byte for byte.
 pub fn pipeline(plan: Plan, opts: &PlanOptions, rule: &Chunking) -> Plan {
     let mut plan = plan;
     let mut changed = false;
     for gi in 0..plan.groups.len() {
-        let fits = |p: &Plan| opts.mem.is_none_or(|s| max_peak(p) <= s);
+        // Both caps hold: the data under `mem`, and data with buffers under `mem_total`.
+        let fits = |p: &Plan| {
+            let (data, with_buffers) = max_peaks(p);
+            opts.mem.is_none_or(|s| data <= s) && opts.mem_total.is_none_or(|s| with_buffers <= s)
+        };
         let rewritten = match plan.groups[gi].phases.as_ref().map(|ph| ph.count) {
             // The planner's phases with prefetches; when the second buffer breaks the budget,
             // twice as many phases, whose two windows take what one window took.
@@ -391,9 +395,11 @@ fn memory(plan: &Plan) -> Memory {
 }
 
 /// The largest predicted peak of tensor data over the ranks.
-fn max_peak(plan: &Plan) -> u64 {
+fn max_peaks(plan: &Plan) -> (u64, u64) {
     let m = memory(plan);
-    (0..m.active).map(|r| m.of_rank(r).0).max().unwrap_or(0)
+    (0..m.active)
+        .map(|r| m.of_rank(r))
+        .fold((0, 0), |(a, b), (x, y)| (a.max(x), b.max(y)))
 }
 
 /// Recomputes the plan's predicted words, peaks and bounds from its steps, as the planner's
