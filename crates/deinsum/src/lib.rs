@@ -63,6 +63,11 @@ pub struct Options {
     pub mem: Option<u64>,
     /// Path search options.
     pub path: deinsum_path::PathOptions,
+    /// The machine the plan's seconds are predicted for (default: the built-in model; read
+    /// a file with [`deinsum_plan::Machine::from_json`]).
+    pub machine: deinsum_plan::Machine,
+    /// What the planner minimises over its candidate paths (default: predicted time).
+    pub objective: deinsum_plan::Objective,
 }
 
 impl Default for Options {
@@ -71,6 +76,8 @@ impl Default for Options {
             procs: 1,
             mem: None,
             path: deinsum_path::PathOptions::default(),
+            machine: deinsum_plan::Machine::default(),
+            objective: deinsum_plan::Objective::default(),
         }
     }
 }
@@ -97,6 +104,8 @@ fn build_plan(einsum: &deinsum_expr::Einsum, o: &Options) -> Result<Plan, Error>
         procs: o.procs,
         mem: o.mem,
         path: o.path.clone(),
+        machine: o.machine.clone(),
+        objective: o.objective,
         ..deinsum_plan::PlanOptions::default()
     };
     Ok(deinsum_plan::build(einsum, &opts)?)
