@@ -20,8 +20,9 @@ fn fused_q(expr: &str, sizes: &str, s: f64) -> (f64, f64) {
 fn mttkrp_io_path_is_the_fused_one() {
     // Issue 14: the per-step I/O cost chose ijk,ka->ija first (Q 1,323,008 after fusion).
     let (io, flops) = fused_q("ijk,ja,ka->ia", "i=64,j=64,k=64,a=64", 4096.0);
-    assert_eq!(flops, 278_528.0);
-    assert_eq!(io, 278_528.0);
+    for q in [flops, io] {
+        assert!((q - 278_528.0).abs() < 1e-6 * q, "{q}");
+    }
 }
 
 /// Einsums of 3 to 5 operands over the indices a..f with 1 or 2 indices per operand beyond a
@@ -35,7 +36,7 @@ fn einsum_strategy() -> impl Strategy<Value = (String, String, f64)> {
             .collect();
         ops[0].push(idx[n + 1]);
         let out = format!("{}{}", idx[0], idx[n]);
-        let sizes: Vec<String> = idx
+        let sizes: Vec<String> = idx[..n + 2]
             .iter()
             .zip(&ext)
             .map(|(c, e)| format!("{c}={e}"))
