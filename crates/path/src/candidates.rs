@@ -17,7 +17,7 @@ const STRATEGIES: [&str; 3] = ["greedy", "dp", "branch-2"];
 /// sets of its steps; the first order found of each is kept, so the list is deterministic).
 fn all_trees(n: usize) -> Vec<Vec<Vec<usize>>> {
     fn walk(
-        nodes: &mut Vec<(usize, u64)>,
+        nodes: &[(usize, u64)],
         next: usize,
         ssa: &mut Vec<Vec<usize>>,
         sets: &mut Vec<u64>,
@@ -44,16 +44,16 @@ fn all_trees(n: usize) -> Vec<Vec<Vec<usize>>> {
                 rest.push((next, a.1 | b.1));
                 ssa.push(vec![a.0, b.0]);
                 sets.push(a.1 | b.1);
-                walk(&mut rest, next + 1, ssa, sets, seen, out);
+                walk(&rest, next + 1, ssa, sets, seen, out);
                 ssa.pop();
                 sets.pop();
             }
         }
     }
-    let mut nodes: Vec<(usize, u64)> = (0..n).map(|k| (k, 1u64 << k)).collect();
+    let nodes: Vec<(usize, u64)> = (0..n).map(|k| (k, 1u64 << k)).collect();
     let mut out = Vec::new();
     walk(
-        &mut nodes,
+        &nodes,
         n,
         &mut Vec::new(),
         &mut Vec::new(),
@@ -92,7 +92,7 @@ pub fn cheapest(
     }
     let fits = |p: &PathInfo| {
         opts.memory_limit
-            .map_or(true, |l| p.largest_intermediate.as_f64() <= l as f64)
+            .is_none_or(|l| p.largest_intermediate.as_f64() <= l as f64)
             && !p.tree.has_multi_operand_step()
     };
     pool.retain(|p| fits(p));

@@ -99,7 +99,7 @@ pub fn io_optimal(
             continue;
         }
         let f = crate::analyze(&c.tree, s)?;
-        if best.as_ref().map_or(true, |(_, b)| f.q_total < b.q_total) {
+        if best.as_ref().is_none_or(|(_, b)| f.q_total < b.q_total) {
             best = Some((c, f));
         }
     }
