@@ -23,7 +23,8 @@ fn machine_file_round_trips() {
 #[test]
 fn machine_file_errors_name_the_field() {
     let good: serde_json::Value = serde_json::from_str(&Machine::default().to_json()).unwrap();
-    let cases: [(&str, fn(&mut serde_json::Value), &str); 5] = [
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(&str, Edit, &str); 5] = [
         (
             "missing alpha",
             |v| {
