@@ -66,6 +66,11 @@ pub struct Options {
     /// Overlap communication with computation where it pays (default true; see
     /// [`deinsum_plan::overlap`]); false plans without pipelined phases.
     pub overlap: bool,
+    /// The machine the plan's seconds are predicted for (default: the built-in model; read
+    /// a file with [`deinsum_plan::Machine::from_json`]).
+    pub machine: deinsum_plan::Machine,
+    /// What the planner minimises over its candidate paths (default: predicted time).
+    pub objective: deinsum_plan::Objective,
 }
 
 impl Default for Options {
@@ -75,6 +80,8 @@ impl Default for Options {
             mem: None,
             path: deinsum_path::PathOptions::default(),
             overlap: true,
+            machine: deinsum_plan::Machine::default(),
+            objective: deinsum_plan::Objective::default(),
         }
     }
 }
@@ -102,6 +109,8 @@ fn build_plan(einsum: &deinsum_expr::Einsum, o: &Options) -> Result<Plan, Error>
         mem: o.mem,
         path: o.path.clone(),
         overlap: o.overlap,
+        machine: o.machine.clone(),
+        objective: o.objective,
         ..deinsum_plan::PlanOptions::default()
     };
     Ok(deinsum_plan::build(einsum, &opts)?)

@@ -25,6 +25,8 @@ enum Command {
     Plan(cli::plan::Args),
     /// Run the plan and report measured against predicted volumes.
     Run(cli::run::Args),
+    /// Measure this machine and write the machine file plans predict seconds with.
+    Calibrate(cli::calibrate::Args),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
         Command::Bound(a) => cli::bound::run(a),
         Command::Plan(a) => cli::plan::run(a),
         Command::Run(a) => cli::run::run(a),
+        Command::Calibrate(a) => cli::calibrate::run(a),
     };
     match result {
         Ok(code) => code,

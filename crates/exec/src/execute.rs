@@ -432,15 +432,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     for run in 0..runs {
         // Every rank starts each run together: a step's time is its own, not a late peer's.
         comm.barrier()?;
-        let r = run_steps(
-            plan,
-            comm,
-            &routes,
-            &mut loaded,
-            inputs,
-            opts,
-            pool,
-        )?;
+        let r = run_steps(plan, comm, &routes, &mut loaded, inputs, opts, pool)?;
         if run >= opts.warmup {
             for (s, m) in samples.iter_mut().zip(&r.2.steps) {
                 s.push(m.seconds);

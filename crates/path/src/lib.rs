@@ -11,6 +11,7 @@
 //! [`Flops`]) and a memory limit, and reports the tree, opt_einsum's linear path and its costs.
 
 mod bits;
+pub mod candidates;
 pub mod cost;
 mod net;
 pub mod strategy;

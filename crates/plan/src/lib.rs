@@ -13,6 +13,12 @@ use serde::{Deserialize, Serialize};
 mod geometry;
 pub use geometry::*;
 
+pub mod choose;
+pub mod machine;
+pub mod time;
+pub use choose::Objective;
+pub use machine::{Machine, MachineError};
+
 /// Version of the plan JSON schema (docs/plan-schema.md).
 pub const PLAN_VERSION: u32 = 3;
 
@@ -302,6 +308,17 @@ pub struct Prediction {
     /// `touched_per_rank / bound_per_rank` (>= 1 up to rounding: the bound is a lower bound on
     /// the same quantity).
     pub ratio: f64,
+    /// Predicted seconds of the whole plan on [`Prediction::machine`]: the sum of
+    /// `step_seconds` (docs/machine.md).
+    #[serde(default)]
+    pub seconds: f64,
+    /// Predicted seconds of each step, the busiest rank's, in step order (0 for loads and
+    /// frees).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step_seconds: Vec<f64>,
+    /// The name of the machine model the seconds are for.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub machine: String,
 }
 
 /// Options of [`build`].
@@ -333,6 +350,10 @@ pub struct PlanOptions {
     /// inputs arrive by a move is computed in phases whose windows are in flight while the
     /// previous phase computes. False gives the plan without overlap.
     pub overlap: bool,
+    /// The machine the plan's seconds are predicted for (default: [`Machine::default`]).
+    pub machine: Machine,
+    /// What [`build`] minimises over its candidate paths (default: predicted time).
+    pub objective: Objective,
 }
 
 impl std::fmt::Debug for PlanOptions {
@@ -346,6 +367,8 @@ impl std::fmt::Debug for PlanOptions {
             .field("balance_tolerance", &self.balance_tolerance)
             .field("per_rank", &self.per_rank)
             .field("overlap", &self.overlap)
+            .field("machine", &self.machine.name)
+            .field("objective", &self.objective)
             .finish()
     }
 }
@@ -361,6 +384,8 @@ impl Default for PlanOptions {
             balance_tolerance: 0.25,
             per_rank: false,
             overlap: true,
+            machine: Machine::default(),
+            objective: Objective::default(),
         }
     }
 }
@@ -368,26 +393,38 @@ impl Default for PlanOptions {
 /// Plans `einsum` for `opts.procs` ranks: finds the contraction tree
 /// ([`deinsum_path::optimize`]), the fusion groups and their SOAP bounds
 /// ([`deinsum_soap::analyze`]), then a grid per group, the moves between groups and the
-/// predicted volumes ([`build_from`]). The SOAP analysis uses the budget S when given, else an
-/// even share of the data (`(inputs + output) / P` words, at least 1); the per-rank bound
-/// beside the prediction uses S, or without a budget the plan's own peak memory per rank.
+/// predicted volumes and seconds ([`build_from`]). The SOAP analysis uses the budget S when
+/// given, else an even share of the data (`(inputs + output) / P` words, at least 1); the
+/// per-rank bound beside the prediction uses S, or without a budget the plan's own peak memory
+/// per rank. Under [`Objective::Flops`] the tree is the path search's; otherwise several
+/// candidate trees are planned and the one with the least predicted time (or words) is kept
+/// ([`choose`]).
 pub fn build(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
-    // The SOAP fusion depends on the budget, so the least budget is searched over all of it.
+    // The SOAP fusion depends on the budget, so the least budget is searched over all of it
+    // (the candidate paths included).
     builder::with_least_budget(opts, |o| build_once(einsum, o))
 }
 
 /// [`build`] under `opts` as given (no search for the least budget).
 fn build_once(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
+    match opts.objective {
+        Objective::Flops => build_flops(einsum, opts),
+        _ => choose::choose(einsum, opts).map(|c| c.plan),
+    }
+}
+
+/// [`build`] along the path search's tree alone (the flops-optimal one by default), under
+/// `opts` as given.
+pub fn build_flops(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
     if opts.procs == 0 {
         return Err(PlanError::ZeroProcs);
     }
     let info = deinsum_path::optimize(einsum, &opts.path)?;
-    if info.tree.has_multi_operand_step() {
-        return Err(PlanError::MultiOperandStep {
-            limit: opts.path.memory_limit.unwrap_or(0),
-            path: format!("{:?}", info.path),
-        });
-    }
+    plan_tree(einsum, &info.tree, info.path.clone(), opts)
+}
+
+/// The SOAP fast memory of the analysis: S, or an even share of the data.
+pub fn analysis_memory(einsum: &Einsum, opts: &PlanOptions) -> f64 {
     let data: f64 = (0..einsum.num_inputs())
         .map(|k| einsum.input_indices(k))
         .chain(std::iter::once(einsum.output()))
@@ -397,12 +434,44 @@ fn build_once(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
                 .product::<f64>()
         })
         .sum();
-    let s_analysis = match opts.mem {
+    match opts.mem {
         Some(s) => s as f64,
-        None => (data / opts.procs as f64).max(1.0),
-    };
-    let fusion = deinsum_soap::analyze(&info.tree, s_analysis)?;
-    builder::build_once(einsum, &info.tree, info.path.clone(), &fusion, opts)
+        None => (data / opts.procs.max(1) as f64).max(1.0),
+    }
+}
+
+/// Fuses, bounds and plans one contraction tree (with `path`, its linear form).
+pub fn plan_tree(
+    einsum: &Einsum,
+    tree: &ContractionTree,
+    path: Vec<Vec<usize>>,
+    opts: &PlanOptions,
+) -> Result<Plan, PlanError> {
+    if tree.has_multi_operand_step() {
+        return Err(PlanError::MultiOperandStep {
+            limit: opts.path.memory_limit.unwrap_or(0),
+            path: format!("{path:?}"),
+        });
+    }
+    let fusion = deinsum_soap::analyze(tree, analysis_memory(einsum, opts))?;
+    // One pass: `build` searches the least budget around the whole choice.
+    let mut plan = builder::build_once(einsum, tree, path, &fusion, opts)?;
+    time::annotate(&mut plan, &opts.machine);
+    Ok(plan)
+}
+
+/// Plans a tree with its fusion ([`builder::build_from`]: grids, moves, predicted words and
+/// memory), then predicts its seconds on `opts.machine` ([`time::annotate`]).
+pub fn build_from(
+    einsum: &Einsum,
+    tree: &ContractionTree,
+    path: Vec<Vec<usize>>,
+    fusion: &deinsum_soap::Fusion,
+    opts: &PlanOptions,
+) -> Result<Plan, PlanError> {
+    let mut plan = builder::build_from(einsum, tree, path, fusion, opts)?;
+    time::annotate(&mut plan, &opts.machine);
+    Ok(plan)
 }
 
 /// Why a plan cannot be built.
@@ -599,6 +668,6 @@ mod memory;
 mod moves;
 pub mod overlap;
 mod planner;
-pub use builder::{build_from, canonical_distribution, reduced_distribution, MIN_CANONICAL_BLOCK};
+pub use builder::{canonical_distribution, reduced_distribution, MIN_CANONICAL_BLOCK};
 pub use grids::{axis_candidates, enumerate as enumerate_grids, tight};
 pub use moves::{block_len, coord, MoveKind, MoveView};

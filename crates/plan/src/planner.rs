@@ -1084,6 +1084,8 @@ impl<'a> Planner<'a> {
                 touched_per_rank,
                 bound_per_rank,
                 ratio,
+                // Seconds are predicted after planning (crate::time::annotate).
+                ..Prediction::default()
             },
             idle,
             ranks_used,

@@ -63,3 +63,59 @@ impl CostModel for IoCost {
         q
     }
 }
+
+/// Candidates besides the two searches: this many of the cheapest trees by FLOPs...
+const IO_CANDIDATES: usize = 8;
+/// ...within this factor of the cheapest.
+const IO_FLOPS_FACTOR: f64 = 16.0;
+
+/// The contraction tree of `einsum` with the least total I/O for fast memory `s` *after
+/// fusion* ([`crate::analyze`]'s `q_total`), and its fusion. The per-step [`IoCost`] alone
+/// misjudges trees whose steps fuse (the fused MTTKRP moves far less than its steps apart), so
+/// the candidates are the path search's tree under `opts` (FLOPs by default), the tree the
+/// same search finds under [`IoCost`], and the cheapest trees by FLOPs
+/// ([`deinsum_path::candidates::cheapest`]); each is fused and bounded and the least total
+/// wins, the first candidate on a tie. So the chosen tree never moves more than the path
+/// search's own.
+pub fn io_optimal(
+    einsum: &deinsum_expr::Einsum,
+    opts: &deinsum_path::PathOptions,
+    s: f64,
+) -> Result<(deinsum_path::PathInfo, crate::Fusion), IoPathError> {
+    check_memory(s)?;
+    let mut cands =
+        deinsum_path::candidates::cheapest(einsum, opts, IO_CANDIDATES, IO_FLOPS_FACTOR)?;
+    let io = deinsum_path::PathOptions {
+        cost: std::sync::Arc::new(IoCost::new(s)?),
+        ..opts.clone()
+    };
+    let by_io = deinsum_path::optimize(einsum, &io)?;
+    if cands.iter().all(|c| c.path != by_io.path) {
+        cands.insert(1, by_io);
+    }
+    let mut best: Option<(deinsum_path::PathInfo, crate::Fusion)> = None;
+    for c in cands {
+        if c.tree.has_multi_operand_step() {
+            continue;
+        }
+        let f = crate::analyze(&c.tree, s)?;
+        if best.as_ref().is_none_or(|(_, b)| f.q_total < b.q_total) {
+            best = Some((c, f));
+        }
+    }
+    best.ok_or(IoPathError::NoPairwisePath)
+}
+
+/// Why [`io_optimal`] found no tree.
+#[derive(Debug, thiserror::Error)]
+pub enum IoPathError {
+    /// The path search failed.
+    #[error(transparent)]
+    Path(#[from] deinsum_path::PathError),
+    /// The SOAP analysis failed.
+    #[error(transparent)]
+    Soap(#[from] SoapError),
+    /// Every candidate is one step over all operands (a memory limit no pairwise path meets).
+    #[error("no pairwise contraction path fits the memory limit")]
+    NoPairwisePath,
+}

@@ -22,7 +22,7 @@ mod fusion;
 mod sdg;
 mod solver;
 
-pub use cost::IoCost;
+pub use cost::{io_optimal, IoCost, IoPathError};
 pub use fusion::{analyze, analyze_with, Partition, SearchMode};
 pub use sdg::{Sdg, SdgEdge, SdgNode};
 

@@ -1,11 +1,12 @@
 //! `deinsum bound`: the fusion partition and the SOAP I/O lower bound of every group.
 
 use deinsum_path::{optimize as optimize_path, PathError, PathOptions};
-use deinsum_soap::{analyze_with, parallel_bound, Fusion, IoCost, Partition, SearchMode};
+use deinsum_soap::{
+    analyze_with, io_optimal, parallel_bound, Fusion, IoPathError, Partition, SearchMode,
+};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 /// Arguments of `deinsum bound`.
 #[derive(clap::Args, Debug)]
@@ -84,29 +85,31 @@ pub fn bound_report(
     optimize: &str,
     path_cost: &str,
 ) -> anyhow::Result<(String, Value)> {
-    let mut opts = PathOptions {
+    let opts = PathOptions {
         strategy: optimize.to_string(),
         ..PathOptions::default()
     };
-    match path_cost {
-        "flops" => {}
-        "io" => {
-            let cost = IoCost::new(mem).map_err(|e| super::InputError(e.to_string()))?;
-            opts.cost = Arc::new(cost);
-        }
+    let user = |e: PathError| match e {
+        PathError::InvalidPath(_) => anyhow::Error::new(e),
+        other => anyhow::Error::new(super::InputError(other.to_string())),
+    };
+    let tree = match path_cost {
+        "flops" => optimize_path(einsum, &opts).map_err(user)?.tree,
+        // The tree of least I/O after fusion (never more than the flops tree's).
+        "io" => match io_optimal(einsum, &opts, mem) {
+            Ok((info, _)) => info.tree,
+            Err(IoPathError::Path(e)) => return Err(user(e)),
+            Err(e) => return Err(super::InputError(e.to_string()).into()),
+        },
         other => {
             return Err(super::InputError(format!(
                 "--path-cost must be `flops` or `io`, got `{other}`"
             ))
             .into())
         }
-    }
-    let info = optimize_path(einsum, &opts).map_err(|e| match e {
-        PathError::InvalidPath(_) => anyhow::Error::new(e),
-        other => anyhow::Error::new(super::InputError(other.to_string())),
-    })?;
-    let (fusion, runner) = analyze_with(&info.tree, mem, SearchMode::Auto)
-        .map_err(|e| super::InputError(e.to_string()))?;
+    };
+    let (fusion, runner) =
+        analyze_with(&tree, mem, SearchMode::Auto).map_err(|e| super::InputError(e.to_string()))?;
     let ins: Vec<String> = einsum
         .inputs
         .iter()

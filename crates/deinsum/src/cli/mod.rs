@@ -2,6 +2,7 @@
 //! library so that other front ends (the Python binding) print exactly what the CLI prints.
 
 pub mod bound;
+pub mod calibrate;
 pub mod html;
 pub mod inputs;
 pub mod parse;

@@ -1,6 +1,6 @@
 //! `deinsum plan`: build the distributed plan for P ranks and print it (text or JSON).
 
-use deinsum_plan::{build, Distribution, Grid, MoveKind, Plan, PlanError, PlanOptions, PlanStep};
+use deinsum_plan::{Distribution, Grid, MoveKind, Plan, PlanError, PlanOptions, PlanStep};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
@@ -38,6 +38,14 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
     pub format: PlanFormat,
+    /// Machine model file (docs/machine.md, written by `deinsum calibrate`) the predicted
+    /// seconds are for [default: the built-in model].
+    #[arg(long, value_name = "FILE")]
+    pub machine: Option<std::path::PathBuf>,
+    /// What the planner minimises over its candidate paths: `time` (predicted seconds),
+    /// `flops` (the path search's tree as it is) or `volume` (words of the busiest rank).
+    #[arg(long, value_name = "OBJ", default_value = "time")]
+    pub objective: String,
     /// Also write the plan JSON to this file.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<std::path::PathBuf>,
@@ -70,9 +78,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         inputs_in_place: args.inputs_in_place,
         per_rank: args.per_rank,
         overlap: !args.no_overlap,
+        machine: super::calibrate::load_machine(args.machine.as_deref())?,
+        objective: super::calibrate::objective(&args.objective)?,
         ..PlanOptions::default()
     };
-    let plan = build(&einsum, &opts).map_err(|e| match e {
+    let choice = deinsum_plan::choose::choose(&einsum, &opts).map_err(|e| match e {
         PlanError::ZeroProcs
         | PlanError::MemoryTooSmall { .. }
         | PlanError::TotalMemoryTooSmall { .. }
@@ -85,7 +95,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         other => anyhow::Error::new(other),
     })?;
-    let json = serde_json::to_string_pretty(&plan)?;
+    let plan = &choice.plan;
+    let json = serde_json::to_string_pretty(plan)?;
     if let Some(path) = &args.output {
         std::fs::write(path, format!("{json}\n"))
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
@@ -93,14 +104,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.html {
         let extras = super::html::Extras {
             strategy: Some(args.optimize.clone()),
-            ..Default::default()
+            predicted_seconds: (!plan.prediction.step_seconds.is_empty())
+                .then(|| plan.prediction.step_seconds.clone()),
         };
-        super::html::write_file(path, &super::html::plan_page(&plan, &extras))?;
+        super::html::write_file(path, &super::html::plan_page(plan, &extras))?;
     }
     let text = match args.format {
         PlanFormat::Json => format!("{json}\n"),
-        PlanFormat::Text => render_text(&plan, &args.optimize),
-        PlanFormat::Dot => render_dot(&plan)?,
+        PlanFormat::Text => render_text(plan, &args.optimize) + &render_choice(&choice),
+        PlanFormat::Dot => render_dot(plan)?,
     };
     let mut out = std::io::stdout().lock();
     match std::io::Write::write_all(&mut out, text.as_bytes()) {
@@ -108,6 +120,59 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// The candidate paths the planner weighed, the one kept and the runner-up with the margin.
+pub fn render_choice(c: &deinsum_plan::choose::Choice) -> String {
+    let mut o = String::new();
+    let unit = match c.objective {
+        deinsum_plan::Objective::Time => "s predicted",
+        deinsum_plan::Objective::Volume => "words max/rank",
+        deinsum_plan::Objective::Flops => "flops",
+    };
+    let _ = writeln!(
+        o,
+        "objective {}: {} candidate path(s) planned",
+        c.objective.name(),
+        c.candidates.len()
+    );
+    for (k, x) in c.candidates.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "  {} {:<8} {:?}  flops {:.4e}  predicted {:.6} s  words max/rank {}",
+            if k == c.chosen { "*" } else { " " },
+            x.origin,
+            x.path,
+            x.flops,
+            x.seconds,
+            x.words
+        );
+    }
+    match c.runner_up {
+        Some(r) => {
+            let (a, b) = (c.score(c.chosen), c.score(r));
+            let margin = if a > 0.0 { b / a } else { f64::INFINITY };
+            let _ = writeln!(
+                o,
+                "runner-up: {} {:?}, {} vs {} {} ({:.3}x)",
+                c.candidates[r].origin,
+                c.candidates[r].path,
+                fmt_score(b),
+                fmt_score(a),
+                unit,
+                margin
+            );
+        }
+        None => {
+            let _ = writeln!(o, "runner-up: none (one candidate path)");
+        }
+    }
+    o
+}
+
+/// A score in a short form (seconds and counts alike).
+fn fmt_score(x: f64) -> String {
+    format!("{x:.4e}")
 }
 
 /// What a move is, in words: `all-gather along k`, `all-to-all`.
@@ -416,6 +481,28 @@ fn render_totals(o: &mut String, plan: &Plan) {
         o,
         "per-rank I/O (words of a rank's blocks of every group's inputs and output) {}   SOAP per-rank bound {:.1}   ratio {:.3}",
         p.touched_per_rank, p.bound_per_rank, p.ratio
+    );
+    let steps: Vec<String> = p
+        .step_seconds
+        .iter()
+        .enumerate()
+        .filter(|(_, &t)| t > 0.0)
+        .map(|(k, t)| format!("{k}: {:.3} ms", t * 1e3))
+        .collect();
+    let _ = writeln!(
+        o,
+        "predicted time: {:.6} s on {} (per step {})",
+        p.seconds,
+        if p.machine.is_empty() {
+            "no machine model"
+        } else {
+            &p.machine
+        },
+        if steps.is_empty() {
+            "-".to_string()
+        } else {
+            steps.join(", ")
+        }
     );
     let _ = writeln!(
         o,

@@ -102,6 +102,18 @@ pub struct Args {
     /// Generate the sparse operand as Graph500's R-MAT graph of 2^SCALE vertices.
     #[arg(long, value_name = "SCALE")]
     pub rmat: Option<u32>,
+    /// Machine model file the predicted seconds are for (docs/machine.md) [default: the
+    /// built-in model, or with --plan the plan's own prediction].
+    #[arg(long, value_name = "FILE")]
+    pub machine: Option<PathBuf>,
+    /// What the planner minimises (as `deinsum plan --objective`).
+    #[arg(
+        long,
+        value_name = "OBJ",
+        default_value = "time",
+        conflicts_with = "plan"
+    )]
+    pub objective: String,
 }
 
 /// What rank 0 knows at the end of a run.
@@ -374,6 +386,8 @@ fn compile(
         procs,
         mem: args.mem,
         overlap: !args.no_overlap,
+        machine: super::calibrate::load_machine(args.machine.as_deref())?,
+        objective: super::calibrate::objective(&args.objective)?,
         ..crate::Options::default()
     };
     crate::Einsum::compile_parsed(einsum, &opts).map_err(|e| match e {
@@ -415,6 +429,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.threads == Some(0) {
         return Err(InputError("--threads must be at least 1".into()).into());
     }
+    // A bad machine file or objective is refused before any rank starts.
+    super::calibrate::load_machine(args.machine.as_deref())?;
+    super::calibrate::objective(&args.objective)?;
     let saved = match &args.plan {
         Some(path) => Some(super::plan_file::load(path)?),
         None => None,
@@ -453,11 +470,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    let predicted = predicted_seconds(plan, &args)?;
     if let Some(path) = &args.html {
-        let page = super::html::run_page(plan, &Default::default(), &outcome.reports);
+        let extras = super::html::Extras {
+            predicted_seconds: (!predicted.is_empty()).then(|| predicted.clone()),
+            ..Default::default()
+        };
+        let page = super::html::run_page(plan, &extras, &outcome.reports);
         super::html::write_file(path, &page)?;
     }
-    let summary = Summary::new(plan, &outcome.reports, args.dtype);
+    let summary = Summary::new(plan, &outcome.reports, args.dtype, &predicted);
     match args.format {
         Format::Text => print_text(plan, &summary, &args, check.as_ref()),
         Format::Json => print_json(plan, &summary, &args, check.as_ref())?,
@@ -468,6 +490,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Predicted seconds per step: the plan's own, or with `--machine` (for a saved plan) those
+/// of that machine; never a re-plan.
+fn predicted_seconds(plan: &Plan, args: &Args) -> anyhow::Result<Vec<f64>> {
+    if args.machine.is_some() && args.plan.is_some() {
+        let m = super::calibrate::load_machine(args.machine.as_deref())?;
+        return Ok(deinsum_plan::time::TimeModel::new(&m, plan.procs).step_seconds(plan));
+    }
+    Ok(plan.prediction.step_seconds.clone())
 }
 
 /// The serial comparison.
@@ -559,6 +591,8 @@ struct StepRow {
     predicted_max: u64,
     predicted_total: u64,
     exact: bool,
+    /// The plan's predicted seconds of the step.
+    predicted_seconds: f64,
 }
 
 /// Figures over all ranks.
@@ -584,7 +618,7 @@ struct Summary {
 }
 
 impl Summary {
-    fn new(plan: &Plan, reports: &[RunReport], dtype: Dtype) -> Self {
+    fn new(plan: &Plan, reports: &[RunReport], dtype: Dtype, predicted: &[f64]) -> Self {
         let mut rows = Vec::new();
         let mut contraction: Vec<f64> = Vec::new();
         let mut exact_all = true;
@@ -637,6 +671,7 @@ impl Summary {
                 predicted_max,
                 predicted_total,
                 exact,
+                predicted_seconds: predicted.get(i).copied().unwrap_or(0.0),
             });
         }
         let seconds = reports.iter().map(|r| r.seconds).fold(0.0, f64::max);
@@ -691,24 +726,26 @@ fn print_text(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) {
         s.dtype
     );
     println!(
-        "{:>4}  {:<12} {:<8} {:>10} {:>10}  {:>24}  {:>24}",
+        "{:>4}  {:<12} {:<8} {:>10} {:>10} {:>10}  {:>24}  {:>24}",
         "step",
         "kind",
         "tensor",
         "min [ms]",
         "med [ms]",
+        "pred [ms]",
         "words max/rank meas/pred",
         "words total meas/pred"
     );
     for r in &s.rows {
         let moved = r.kind == Some(StepKind::Redistribute);
         println!(
-            "{:>4}  {:<12} {:<8} {:>10.3} {:>10.3}  {:>24}  {:>24}  {}",
+            "{:>4}  {:<12} {:<8} {:>10.3} {:>10.3} {:>10.3}  {:>24}  {:>24}  {}",
             r.step,
             r.kind.map_or("", StepKind::name),
             r.tensor,
             r.seconds_min * 1e3,
             r.seconds * 1e3,
+            r.predicted_seconds * 1e3,
             if moved {
                 format!("{} / {}", r.measured_max, r.predicted_max)
             } else {
@@ -730,6 +767,22 @@ fn print_text(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) {
         args.warmup,
         s.threads,
         s.load_seconds * 1e3
+    );
+    let predicted: f64 = s.rows.iter().map(|r| r.predicted_seconds).sum();
+    println!(
+        "predicted {:.3} ms against measured median {:.3} ms (measured/predicted {:.2}) on {}",
+        predicted * 1e3,
+        median(&s.contraction) * 1e3,
+        if predicted > 0.0 {
+            median(&s.contraction) / predicted
+        } else {
+            0.0
+        },
+        if plan.prediction.machine.is_empty() {
+            "no machine model"
+        } else {
+            &plan.prediction.machine
+        }
     );
     println!(
         "total: {:.3} ms, {:.3} GFLOP/s ({:.3e} multiply-adds), words moved {} (predicted {}), max per rank {} (predicted {}){}",
@@ -774,7 +827,7 @@ fn print_json(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) -> a
                 "seconds_min": r.seconds_min, "seconds_median": r.seconds,
                 "words_max_per_rank": r.measured_max, "predicted_max_per_rank": r.predicted_max,
                 "words_total": r.measured_total, "predicted_total": r.predicted_total,
-                "exact": r.exact,
+                "exact": r.exact, "predicted_seconds": r.predicted_seconds,
             })
         })
         .collect();
@@ -792,6 +845,7 @@ fn print_json(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) -> a
         "contraction_seconds_min": s.contraction.iter().copied().fold(f64::INFINITY, f64::min),
         "contraction_seconds_median": median(&s.contraction),
         "contraction_seconds": s.contraction,
+        "predicted_seconds": s.rows.iter().map(|r| r.predicted_seconds).sum::<f64>(),
         "multiply_adds": s.madds,
         "gflops": s.gflops,
         "words_total": s.measured_total,

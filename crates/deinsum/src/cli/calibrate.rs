@@ -1,0 +1,391 @@
+//! `deinsum calibrate`: measures this machine (GEMM rates with deinsum's own kernels, a stream
+//! copy, point-to-point latency and bandwidth, one collective per kind) and writes the machine
+//! file the planner predicts seconds with (docs/machine.md).
+
+use super::InputError;
+use deinsum_exec::Communicator as _;
+use deinsum_plan::machine::{GemmRate, Link, Machine, Memory, RateClass};
+use deinsum_plan::Objective;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Arguments of `deinsum calibrate`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Where to write the machine file.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        default_value = "machine.json"
+    )]
+    pub output: PathBuf,
+    /// Fewer and smaller measurements (under 10 s).
+    #[arg(long)]
+    pub quick: bool,
+    /// Ranks per node to record [default: the cores of this node].
+    #[arg(long, value_name = "N")]
+    pub ranks_per_node: Option<usize>,
+}
+
+/// The machine of `--machine FILE`, or the built-in default; a bad file is the user's (exit 2).
+pub fn load_machine(path: Option<&Path>) -> anyhow::Result<Machine> {
+    let Some(path) = path else {
+        return Ok(Machine::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| InputError(format!("cannot read machine file {}: {e}", path.display())))?;
+    Machine::from_json(&text).map_err(|e| InputError(format!("{}: {e}", path.display())).into())
+}
+
+/// The objective of `--objective NAME`.
+pub fn objective(name: &str) -> anyhow::Result<Objective> {
+    Objective::from_name(name).ok_or_else(|| {
+        InputError(format!(
+            "--objective must be one of {}, got `{name}`",
+            Objective::NAMES.join(", ")
+        ))
+        .into()
+    })
+}
+
+/// Median of a few timings of `f` (seconds), after one untimed call.
+fn median_time(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut v: Vec<f64> = (0..reps.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Seconds of the compute step of `expr` at extent `n` on one rank with `threads` threads,
+/// run through the planner and executor as `deinsum run` runs it (median of `reps`).
+fn compute_seconds(expr: &str, sizes: &str, threads: usize, reps: usize) -> anyhow::Result<f64> {
+    let spec = deinsum_expr::ExtentSpec::from_flags(Some(sizes), None, None)?;
+    let e = crate::Einsum::compile(expr, &spec, &crate::Options::procs(1))?;
+    let opts = deinsum_exec::ExecOptions {
+        repeat: reps,
+        warmup: 1,
+        threads,
+        ..deinsum_exec::ExecOptions::default()
+    };
+    let world = deinsum_exec::InProcess::new(1)?;
+    let plan = e.plan().clone();
+    let out = world
+        .run(|comm| {
+            let (_, rep) = deinsum_exec::execute_measured::<f64, _>(
+                &plan,
+                comm,
+                &deinsum_exec::Inputs::Seeded { seed: 1 },
+                &opts,
+            )?;
+            Ok::<_, deinsum_exec::ExecError>(rep)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let rep = out.into_iter().next().context_none()?;
+    let mut per_run: Vec<f64> = Vec::new();
+    for m in rep.steps.iter().filter(|m| {
+        matches!(
+            m.kind,
+            deinsum_exec::StepKind::Compute | deinsum_exec::StepKind::ComputePhase
+        )
+    }) {
+        per_run.resize(per_run.len().max(m.samples.len()), 0.0);
+        for (a, b) in per_run.iter_mut().zip(&m.samples) {
+            *a += b;
+        }
+    }
+    per_run.sort_by(f64::total_cmp);
+    Ok(per_run.get(per_run.len() / 2).copied().unwrap_or(0.0))
+}
+
+/// `Option` to a plain error.
+trait ContextNone<T> {
+    fn context_none(self) -> anyhow::Result<T>;
+}
+impl<T> ContextNone<T> for Option<T> {
+    fn context_none(self) -> anyhow::Result<T> {
+        self.ok_or_else(|| anyhow::anyhow!("the calibration run returned no report"))
+    }
+}
+
+/// The contraction measured for each class, its extents and multiply-adds.
+fn class_kernel(class: RateClass, quick: bool) -> (&'static str, String, f64) {
+    let big = if quick { 256 } else { 512 };
+    match class {
+        RateClass::Large => (
+            "ij,jk->ik",
+            format!("i={big},j={big},k={big}"),
+            (big as f64).powi(3),
+        ),
+        // Sides of 48 with a batch: below the large class, as tensor-network steps often are.
+        RateClass::Medium => {
+            let b = if quick { 16 } else { 64 };
+            (
+                "bij,bjk->bik",
+                format!("b={b},i=48,j=48,k=48"),
+                b as f64 * 48f64.powi(3),
+            )
+        }
+        // A Khatri-Rao step: no summed index.
+        RateClass::Small => {
+            let n = if quick { 128 } else { 256 };
+            (
+                "ja,ka->jka",
+                format!("j={n},k={n},a=32"),
+                (n * n * 32) as f64,
+            )
+        }
+    }
+}
+
+/// GEMM rates of every class at one thread and at all cores.
+fn gemm_rates(cores: usize, quick: bool) -> anyhow::Result<Vec<(RateClass, Vec<GemmRate>)>> {
+    let mut threads = vec![1];
+    if cores > 1 {
+        threads.push(cores);
+    }
+    let reps = if quick { 3 } else { 7 };
+    let mut out = Vec::new();
+    for class in RateClass::ALL {
+        let (expr, sizes, madds) = class_kernel(class, quick);
+        let mut rates = Vec::new();
+        for &t in &threads {
+            let s = compute_seconds(expr, &sizes, t, reps)?.max(1e-9);
+            let per = 2.0 * madds / s / t as f64;
+            eprintln!(
+                "gemm {:<6} {expr} {sizes}, {t} thread(s): {:.3} ms, {:.2} GFLOP/s per thread",
+                class.key(),
+                s * 1e3,
+                per / 1e9
+            );
+            rates.push(GemmRate {
+                threads: t,
+                flops_per_thread: per,
+            });
+        }
+        out.push((class, rates));
+    }
+    Ok(out)
+}
+
+/// Stream-copy bandwidth (bytes read plus written per second) of one thread and of `cores`
+/// threads each copying its own buffer.
+fn stream_copy(cores: usize, quick: bool) -> Memory {
+    let words = if quick { 1 << 22 } else { 1 << 24 };
+    let reps = if quick { 3 } else { 7 };
+    let one = {
+        let src = vec![1.0f64; words];
+        let mut dst = vec![0.0f64; words];
+        let s = median_time(reps, || dst.copy_from_slice(std::hint::black_box(&src)));
+        std::hint::black_box(&dst);
+        (16 * words) as f64 / s.max(1e-9)
+    };
+    eprintln!("stream copy, 1 thread: {:.2} GB/s", one / 1e9);
+    let per = words / cores.max(1);
+    let mut bufs: Vec<(Vec<f64>, Vec<f64>)> = (0..cores)
+        .map(|_| (vec![1.0; per], vec![0.0; per]))
+        .collect();
+    let s = median_time(reps, || {
+        std::thread::scope(|sc| {
+            for (src, dst) in bufs.iter_mut() {
+                sc.spawn(move || dst.copy_from_slice(std::hint::black_box(src)));
+            }
+        })
+    });
+    let node = ((16 * per * cores) as f64 / s.max(1e-9)).max(one);
+    eprintln!("stream copy, {cores} threads: {:.2} GB/s", node / 1e9);
+    Memory {
+        per_thread: one,
+        per_node: node,
+    }
+}
+
+/// Ping-pong between ranks 0 and 1 of `comm` with `words` f64 each way: seconds per one-way
+/// message (median of `reps` round trips).
+fn ping_pong<C: deinsum_exec::Communicator>(
+    comm: &C,
+    words: usize,
+    reps: usize,
+) -> Result<f64, deinsum_exec::CommError> {
+    let me = comm.rank();
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps + 1 {
+        let t = Instant::now();
+        // Round trip: 0 -> 1, then 1 -> 0; ranks beyond 1 take part with nothing.
+        let (s1, f1): (Vec<(usize, Vec<f64>)>, Vec<usize>) = match me {
+            0 => (vec![(1, vec![1.0; words])], vec![]),
+            1 => (vec![], vec![0]),
+            _ => (vec![], vec![]),
+        };
+        comm.exchange(s1, &f1)?;
+        let (s2, f2): (Vec<(usize, Vec<f64>)>, Vec<usize>) = match me {
+            0 => (vec![], vec![1]),
+            1 => (vec![(0, vec![1.0; words])], vec![]),
+            _ => (vec![], vec![]),
+        };
+        comm.exchange(s2, &f2)?;
+        times.push(t.elapsed().as_secs_f64() / 2.0);
+    }
+    times.remove(0);
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// α and β from ping-pongs at a small and a large size on `comm` (2 ranks or more).
+fn link_of<C: deinsum_exec::Communicator>(
+    comm: &C,
+    quick: bool,
+) -> Result<Link, deinsum_exec::CommError> {
+    let reps = if quick { 20 } else { 100 };
+    let small = ping_pong(comm, 1, reps)?;
+    let big_words = if quick { 1 << 18 } else { 1 << 20 };
+    let big = ping_pong(comm, big_words, reps / 4 + 3)?;
+    let alpha = small.max(1e-9);
+    let beta = ((big - alpha) / (8 * big_words) as f64).max(1e-13);
+    Ok(Link { alpha, beta })
+}
+
+/// One collective per kind on `comm`, printed beside the model's prediction for it.
+fn collectives<C: deinsum_exec::Communicator>(
+    comm: &C,
+    link: &Link,
+    words: usize,
+) -> Result<(), deinsum_exec::CommError> {
+    let p = comm.size();
+    let reps = 5;
+    let mut buf = vec![1.0f64; words];
+    let ar = median_time(reps, || {
+        let _ = comm.all_reduce_sum_f64(&mut buf);
+    });
+    let counts = vec![words / p; p];
+    let send = vec![1.0f64; counts.iter().sum()];
+    let rs = median_time(reps, || {
+        let _ = comm.reduce_scatter_sum_f64(&send, &counts);
+    });
+    let mut bytes = vec![0u8; 8 * words];
+    let bc = median_time(reps, || {
+        let _ = comm.broadcast(&mut bytes, 0);
+    });
+    let per = vec![8 * words / p; p];
+    let a2a_buf = vec![0u8; per.iter().sum()];
+    let a2a = median_time(reps, || {
+        let _ = comm.all_to_all_v(&a2a_buf, &per);
+    });
+    if comm.rank() == 0 {
+        let n = 8.0 * words as f64;
+        let q = p as f64;
+        let ring = 2.0 * (q - 1.0) * link.alpha + 2.0 * (q - 1.0) / q * n * link.beta;
+        let lg = q.log2().ceil();
+        for (name, t, model) in [
+            ("allreduce (ring)", ar, ring),
+            (
+                "reduce-scatter (ring)",
+                rs,
+                (q - 1.0) * link.alpha + (q - 1.0) / q * n * link.beta,
+            ),
+            (
+                "broadcast (binomial)",
+                bc,
+                lg * (link.alpha + n * link.beta),
+            ),
+            (
+                "all-to-all (pairwise)",
+                a2a,
+                (q - 1.0) * (link.alpha + n / q * link.beta),
+            ),
+        ] {
+            eprintln!(
+                "collective {name}, {p} ranks, {words} words: {:.3} ms measured, {:.3} ms by the model",
+                t * 1e3,
+                model * 1e3
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.ranks_per_node == Some(0) {
+        return Err(InputError("--ranks-per-node must be at least 1".into()).into());
+    }
+    let start = Instant::now();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (link, backend) = measure_network(args.quick)?;
+    let Some(link) = link else {
+        // Ranks other than 0 of an MPI calibration write nothing.
+        return Ok(ExitCode::SUCCESS);
+    };
+    let gemm = gemm_rates(cores, args.quick)?;
+    let memory = stream_copy(cores, args.quick);
+    let m = Machine {
+        name: format!(
+            "calibrated by deinsum calibrate{} ({backend}, {cores} cores)",
+            if args.quick { " --quick" } else { "" }
+        ),
+        cores_per_node: cores,
+        ranks_per_node: args.ranks_per_node.unwrap_or(cores),
+        word_bytes: 8,
+        gemm,
+        memory,
+        // One node was measured: between nodes the same figures stand until measured.
+        inter_node: link.clone(),
+        intra_node: link,
+    };
+    std::fs::write(&args.output, m.to_json())
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", args.output.display()))?;
+    eprintln!(
+        "wrote {} in {:.1} s",
+        args.output.display(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The network link: under an MPI launcher (with the `mpi` feature) measured between MPI
+/// ranks, else between two in-process ranks; `None` on MPI ranks other than 0.
+fn measure_network(quick: bool) -> anyhow::Result<(Option<Link>, &'static str)> {
+    #[cfg(feature = "mpi")]
+    if super::launch_size().is_some() {
+        let universe =
+            mpi::initialize().ok_or_else(|| anyhow::anyhow!("MPI initialization failed"))?;
+        let comm = deinsum_exec::mpi::MpiComm::world(&universe);
+        if comm.size() < 2 {
+            return Err(
+                InputError("calibrate under mpirun needs at least 2 ranks (-n 2)".into()).into(),
+            );
+        }
+        let link = link_of(&comm, quick)?;
+        eprintln!(
+            "ping-pong (MPI, {} ranks): alpha {:.2} us, beta {:.3} ns/byte",
+            comm.size(),
+            link.alpha * 1e6,
+            link.beta * 1e9
+        );
+        collectives(&comm, &link, if quick { 1 << 16 } else { 1 << 20 })?;
+        return Ok(((comm.rank() == 0).then_some(link), "MPI"));
+    }
+    let world = deinsum_exec::InProcess::new(2)?;
+    let out = world
+        .run(|comm| {
+            let link = link_of(comm, quick)?;
+            if comm.rank() == 0 {
+                eprintln!(
+                    "ping-pong (in-process, 2 ranks): alpha {:.2} us, beta {:.3} ns/byte",
+                    link.alpha * 1e6,
+                    link.beta * 1e9
+                );
+            }
+            collectives(comm, &link, if quick { 1 << 16 } else { 1 << 20 })?;
+            Ok::<_, deinsum_exec::CommError>(link)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((out.into_iter().next(), "in-process"))
+}

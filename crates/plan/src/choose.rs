@@ -1,0 +1,174 @@
+//! The joint choice of path and plan: several candidate trees are planned in full and the one
+//! with the least predicted time (or words, or FLOPs) is kept. The planner itself is not
+//! touched: each candidate goes through [`crate::plan_tree`].
+
+use crate::{plan_tree, Plan, PlanError, PlanOptions};
+use deinsum_expr::Einsum;
+
+/// What [`crate::build`] minimises.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Objective {
+    /// Predicted seconds on the machine model.
+    #[default]
+    Time,
+    /// FLOPs of the path alone (the path search's tree, planned as it is).
+    Flops,
+    /// Words received by the busiest rank over the plan.
+    Volume,
+}
+
+impl Objective {
+    /// Every objective's name, as `--objective` takes it.
+    pub const NAMES: [&'static str; 3] = ["time", "flops", "volume"];
+
+    /// The objective named `name`.
+    pub fn from_name(name: &str) -> Option<Objective> {
+        match name {
+            "time" => Some(Objective::Time),
+            "flops" => Some(Objective::Flops),
+            "volume" => Some(Objective::Volume),
+            _ => None,
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Objective::Time => "time",
+            Objective::Flops => "flops",
+            Objective::Volume => "volume",
+        }
+    }
+}
+
+/// Candidate trees by FLOPs: at most this many...
+pub const CHEAPEST: usize = 4;
+/// ...within this factor of the cheapest.
+pub const FLOPS_FACTOR: f64 = 4.0;
+
+/// One planned candidate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// Where the tree came from: `flops` (the path search), `cheapest` (k cheapest by FLOPs),
+    /// `io` (least fused SOAP I/O).
+    pub origin: &'static str,
+    /// The tree in opt_einsum's linear format.
+    pub path: Vec<Vec<usize>>,
+    /// FLOPs of the path (opt_einsum's count).
+    pub flops: f64,
+    /// Predicted seconds of its plan.
+    pub seconds: f64,
+    /// Words received by the busiest rank over its plan.
+    pub words: u64,
+}
+
+/// The chosen plan, every candidate planned, and the runner-up.
+#[derive(Clone, Debug)]
+pub struct Choice {
+    /// The plan kept.
+    pub plan: Plan,
+    /// Every candidate that could be planned, in the order considered.
+    pub candidates: Vec<Candidate>,
+    /// Position of the kept plan in `candidates`.
+    pub chosen: usize,
+    /// Position of the best other candidate under the objective, if any.
+    pub runner_up: Option<usize>,
+    /// The objective.
+    pub objective: Objective,
+}
+
+impl Choice {
+    /// The objective's figure of candidate `c` (seconds, words, or FLOPs).
+    pub fn score(&self, c: usize) -> f64 {
+        score(self.objective, &self.candidates[c])
+    }
+}
+
+fn score(o: Objective, c: &Candidate) -> f64 {
+    match o {
+        Objective::Time => c.seconds,
+        Objective::Volume => c.words as f64,
+        Objective::Flops => c.flops,
+    }
+}
+
+/// The candidate trees: the path search's, the k cheapest by FLOPs within a factor, and the
+/// tree of least fused SOAP I/O; each once.
+fn candidate_trees(
+    einsum: &Einsum,
+    opts: &PlanOptions,
+) -> Result<Vec<(&'static str, deinsum_path::PathInfo)>, PlanError> {
+    let cheap = deinsum_path::candidates::cheapest(einsum, &opts.path, CHEAPEST, FLOPS_FACTOR)?;
+    let mut out: Vec<(&'static str, deinsum_path::PathInfo)> = cheap
+        .into_iter()
+        .enumerate()
+        .map(|(k, p)| (if k == 0 { "flops" } else { "cheapest" }, p))
+        .collect();
+    let s = crate::analysis_memory(einsum, opts);
+    // An I/O tree that cannot be found (a memory limit no pairwise path meets) is no candidate.
+    if let Ok((io, _)) = deinsum_soap::io_optimal(einsum, &opts.path, s) {
+        if out.iter().all(|(_, p)| p.path != io.path) {
+            out.push(("io", io));
+        }
+    }
+    Ok(out)
+}
+
+/// Plans every candidate tree and keeps the least under `opts.objective` (the first on a tie,
+/// so the path search's tree wins unless another is strictly better). A candidate the planner
+/// refuses (over the memory budget) is skipped; when all are refused, the first one's error
+/// is returned.
+pub fn choose(einsum: &Einsum, opts: &PlanOptions) -> Result<Choice, PlanError> {
+    if opts.procs == 0 {
+        return Err(PlanError::ZeroProcs);
+    }
+    let mut plans: Vec<Plan> = Vec::new();
+    let mut candidates = Vec::new();
+    let mut first_err = None;
+    for (origin, info) in candidate_trees(einsum, opts)? {
+        match plan_tree(einsum, &info.tree, info.path.clone(), opts) {
+            Ok(p) => {
+                candidates.push(Candidate {
+                    origin,
+                    path: info.path.clone(),
+                    flops: info.flops.as_f64(),
+                    seconds: p.prediction.seconds,
+                    words: p.prediction.max_per_rank,
+                });
+                plans.push(p);
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    let objective = opts.objective;
+    let order = |a: &usize, b: &usize| {
+        let (x, y) = (&candidates[*a], &candidates[*b]);
+        score(objective, x)
+            .total_cmp(&score(objective, y))
+            .then(x.seconds.total_cmp(&y.seconds))
+            .then(a.cmp(b))
+    };
+    let mut ranked: Vec<usize> = (0..candidates.len()).collect();
+    // Under Flops the path search's tree is kept as it is; the others rank behind it.
+    if objective == Objective::Flops {
+        if ranked.len() > 1 {
+            ranked[1..].sort_by(order);
+        }
+    } else {
+        ranked.sort_by(order);
+    }
+    let Some(&chosen) = ranked.first() else {
+        return Err(first_err.unwrap_or(PlanError::Inconsistent("no candidate tree".into())));
+    };
+    let runner_up = ranked.get(1).copied();
+    let plan = plans.swap_remove(chosen);
+    Ok(Choice {
+        plan,
+        candidates,
+        chosen,
+        runner_up,
+        objective,
+    })
+}

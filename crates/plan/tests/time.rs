@@ -1,0 +1,180 @@
+//! The machine model and the predicted seconds: machine files checked field by field, every
+//! plan's seconds finite and non-negative, and the objectives.
+
+use deinsum_expr::{parse, Einsum, ExtentSpec};
+use deinsum_plan::machine::RateClass;
+use deinsum_plan::{build, build_flops, Machine, MachineError, Objective, PlanOptions};
+use proptest::prelude::*;
+
+fn einsum(expr: &str, size: usize) -> Einsum {
+    let spec = ExtentSpec {
+        default: Some(size),
+        ..Default::default()
+    };
+    parse(expr, &spec).unwrap()
+}
+
+#[test]
+fn machine_file_round_trips() {
+    let m = Machine::default();
+    assert_eq!(Machine::from_json(&m.to_json()).unwrap(), m);
+}
+
+#[test]
+fn machine_file_errors_name_the_field() {
+    let good: serde_json::Value = serde_json::from_str(&Machine::default().to_json()).unwrap();
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(&str, Edit, &str); 5] = [
+        (
+            "missing alpha",
+            |v| {
+                v["network"]["intra_node"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("alpha");
+            },
+            "network.intra_node.alpha",
+        ),
+        (
+            "negative beta",
+            |v| v["network"]["inter_node"]["beta"] = serde_json::json!(-1.0),
+            "network.inter_node.beta",
+        ),
+        (
+            "no small class",
+            |v| {
+                v["gemm"].as_object_mut().unwrap().remove("small");
+            },
+            "gemm.small",
+        ),
+        (
+            "zero threads",
+            |v| v["gemm"]["large"][0]["threads"] = serde_json::json!(0),
+            "gemm.large[0].threads",
+        ),
+        (
+            "string cores",
+            |v| v["cores_per_node"] = serde_json::json!("eight"),
+            "cores_per_node",
+        ),
+    ];
+    for (what, edit, field) in cases {
+        let mut v = good.clone();
+        edit(&mut v);
+        let err = Machine::from_json(&v.to_string()).unwrap_err();
+        assert!(
+            err.to_string().contains(&format!("`{field}`")),
+            "{what}: {err}"
+        );
+    }
+    assert!(matches!(
+        Machine::from_json("{not json"),
+        Err(MachineError::Json(_))
+    ));
+}
+
+#[test]
+fn gemm_rate_takes_the_nearest_measured_thread_count() {
+    let m = Machine::from_json(
+        &Machine::default()
+            .to_json()
+            .replace("\"threads\": 1", "\"threads\": 2"),
+    )
+    .unwrap();
+    let per = m.gemm_rate(RateClass::Large, 2) / 2.0;
+    // One thread, below every measured count, takes the smallest one's per-thread rate.
+    assert_eq!(m.gemm_rate(RateClass::Large, 1), per);
+    assert_eq!(m.gemm_rate(RateClass::Large, 8), 8.0 * per);
+}
+
+#[test]
+fn flops_objective_is_the_path_search_plan() {
+    let e = einsum("ijk,ja,ka,al->il", 12);
+    for p in [1, 3, 8] {
+        let o = PlanOptions {
+            procs: p,
+            objective: Objective::Flops,
+            ..Default::default()
+        };
+        let a = serde_json::to_string(&build(&e, &o).unwrap()).unwrap();
+        let b = serde_json::to_string(&build_flops(&e, &o).unwrap()).unwrap();
+        assert_eq!(a, b);
+    }
+}
+
+#[test]
+fn time_objective_never_predicts_slower_than_the_flops_plan() {
+    for (expr, size) in [
+        ("ijk,ja,ka->ia", 24),
+        ("ij,jk,kl,lm->im", 32),
+        ("ijk,ja,ka,al->il", 16),
+        ("ijk,jb,kc->ibc", 20),
+    ] {
+        let e = einsum(expr, size);
+        for p in [2, 5] {
+            let o = PlanOptions {
+                procs: p,
+                ..Default::default()
+            };
+            let c = deinsum_plan::choose::choose(&e, &o).unwrap();
+            let flops = build_flops(&e, &o).unwrap();
+            assert!(
+                c.plan.prediction.seconds <= flops.prediction.seconds,
+                "{expr} P={p}"
+            );
+            assert_eq!(c.candidates[0].path, flops.path);
+            // Deterministic: the same input chooses the same plan, byte for byte.
+            let again = build(&e, &o).unwrap();
+            assert_eq!(
+                serde_json::to_string(&again).unwrap(),
+                serde_json::to_string(&c.plan).unwrap()
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(32)
+    ))]
+    #[test]
+    fn every_step_has_finite_nonnegative_seconds(
+        k in 0usize..4, size in 1usize..20, p in 1usize..40, mem in prop::option::of(200u64..4000)
+    ) {
+        let expr = ["ij,jk->ik", "ijk,ja,ka->ia", "ij,jk,kl->il", "ijk,jb,kc->ibc"][k];
+        let e = einsum(expr, size);
+        let o = PlanOptions { procs: p, mem, ..Default::default() };
+        if let Ok(plan) = build(&e, &o) {
+            let pr = &plan.prediction;
+            prop_assert_eq!(pr.step_seconds.len(), plan.steps.len());
+            prop_assert!(pr.step_seconds.iter().all(|t| t.is_finite() && *t >= 0.0));
+            let sum: f64 = pr.step_seconds.iter().sum();
+            prop_assert!((sum - pr.seconds).abs() <= 1e-12 * sum.max(1.0));
+            prop_assert!(!pr.machine.is_empty());
+        }
+    }
+}
+
+#[test]
+fn time_picks_another_mttkrp_path_than_flops_on_the_calibrated_machine() {
+    // This repository's 2-core machine as `deinsum calibrate --quick` measured it: the
+    // Khatri-Rao step of the flops path (ja,ka->jka) is memory-bound, so contracting the
+    // tensor with one factor at a time is predicted faster at P = 2 and 4 (and was measured
+    // faster at P = 4 in crates/deinsum/benches/PREDICTED.md).
+    let m = Machine::from_json(include_str!("../../../machines/dev-2core.json")).unwrap();
+    let spec = ExtentSpec::from_flags(Some("i=128,j=128,k=128,a=32"), None, None).unwrap();
+    let e = parse("ijk,ja,ka->ia", &spec).unwrap();
+    for p in [2, 4] {
+        let o = PlanOptions {
+            procs: p,
+            machine: m.clone(),
+            ..Default::default()
+        };
+        let c = deinsum_plan::choose::choose(&e, &o).unwrap();
+        let flops = &c.candidates[0];
+        assert_eq!(flops.origin, "flops");
+        assert_ne!(c.chosen, 0, "P={p}: time kept the flops path");
+        assert!(c.plan.prediction.seconds < flops.seconds, "P={p}");
+        assert_ne!(c.plan.path, flops.path);
+    }
+}
