@@ -110,15 +110,21 @@ fn plan_pages_draw_a_grid_per_group_and_a_heat_map_per_move() {
         // The expression is escaped, never raw markup.
         assert!(page.contains(&args[0].replace('>', "&gt;")), "{args:?}");
         // Words per rank, I/O against the bound, memory against the budget.
-        assert_eq!(page.matches(r#"<svg class="bars""#).count(), 3, "{args:?}");
+        // Every plan now carries predicted seconds (the built-in machine model): a fourth
+        // chart, the predicted time per step.
+        let timed = plan["prediction"]["step_seconds"]
+            .as_array()
+            .is_some_and(|v| !v.is_empty());
+        assert!(timed, "{args:?}: the plan has predicted seconds");
+        assert_eq!(page.matches(r#"<svg class="bars""#).count(), 4, "{args:?}");
         assert!(page.contains("SOAP per-rank bound"));
         if args.contains(&"--mem") {
             assert!(page.contains("budget S"));
             assert!(page.contains("phases along"));
         }
-        // No run, no timeline; no machine model, no predicted time.
+        // No run, no timeline; the predicted time per step is shown.
         assert!(!page.contains("timeline-row"));
-        assert!(!page.contains("Predicted time per step"));
+        assert!(page.contains("Predicted time per step"), "{args:?}");
     }
 }
 

@@ -15,6 +15,8 @@ fn phased_runs(e: &deinsum_expr::Einsum, p: usize) -> usize {
         e,
         &PlanOptions {
             procs: p,
+            // The path search's tree: these cases are chosen for the phasing of its groups.
+            objective: deinsum_plan::Objective::Flops,
             ..Default::default()
         },
     )
@@ -27,6 +29,7 @@ fn phased_runs(e: &deinsum_expr::Einsum, p: usize) -> usize {
             &PlanOptions {
                 procs: p,
                 mem: Some(s),
+                objective: deinsum_plan::Objective::Flops,
                 ..Default::default()
             },
         ) else {
