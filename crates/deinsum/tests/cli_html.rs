@@ -2,19 +2,8 @@
 //! grid per group, a heat map per move, a timeline row per rank). `.ci/html.sh` loads the same
 //! pages in headless Chromium; these tests hold the page text to the plan without a browser.
 
-use std::process::Command;
-
-fn deinsum(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_deinsum"))
-        .args(args)
-        .output()
-        .expect("binary runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod cli_support;
+use cli_support::deinsum;
 
 /// A fresh file path in the system's temporary directory.
 fn temp(name: &str) -> std::path::PathBuf {

@@ -1,18 +1,7 @@
 //! End-to-end tests of `deinsum path`.
 
-use std::process::Command;
-
-fn deinsum(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_deinsum"))
-        .args(args)
-        .output()
-        .expect("run deinsum");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod cli_support;
+use cli_support::deinsum;
 
 #[test]
 fn path_json_replays_in_opt_einsum_format() {

@@ -2,17 +2,8 @@
 
 use std::process::Command;
 
-fn deinsum(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_deinsum"))
-        .args(args)
-        .output()
-        .expect("binary runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod cli_support;
+use cli_support::deinsum;
 
 #[test]
 fn readme_command_checks_and_matches_the_plan() {

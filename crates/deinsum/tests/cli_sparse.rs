@@ -1,19 +1,8 @@
 //! `deinsum run` with a sparse operand: generated, from Matrix Market, FROSTT-shaped errors,
 //! and the einsums not built yet refused with exit 2.
 
-use std::process::Command;
-
-fn deinsum(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_deinsum"))
-        .args(args)
-        .output()
-        .expect("binary runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod cli_support;
+use cli_support::deinsum;
 
 fn json(out: &str) -> serde_json::Value {
     serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))
