@@ -23,49 +23,7 @@ pub fn read_mtx<T: Scalar>(path: &Path) -> Result<SparseTensor<T>, SparseError> 
         .next()
         .ok_or_else(|| parse_err(path, 1, "header", "the file is empty"))?;
     let (pattern, sym) = header(path, head)?;
-    // The size line is the first that is neither a comment nor blank.
-    let (size_no, size_line) = lines
-        .by_ref()
-        .find(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('%'))
-        .ok_or_else(|| {
-            parse_err(
-                path,
-                2,
-                "size line",
-                "missing (expected 'rows cols entries')",
-            )
-        })?;
-    let dims: Vec<&str> = size_line.split_whitespace().collect();
-    let num = |k: usize, what: &str| -> Result<usize, SparseError> {
-        let t = dims
-            .get(k)
-            .ok_or_else(|| parse_err(path, size_no, "size line", format!("missing {what}")))?;
-        t.parse().map_err(|_| {
-            parse_err(
-                path,
-                size_no,
-                "size line",
-                format!("{what} '{t}' is not a count"),
-            )
-        })
-    };
-    let (m, n, declared) = (num(0, "rows")?, num(1, "columns")?, num(2, "entries")?);
-    if dims.len() > 3 {
-        return Err(parse_err(
-            path,
-            size_no,
-            "size line",
-            "more than three numbers",
-        ));
-    }
-    if m == 0 || n == 0 {
-        return Err(parse_err(
-            path,
-            size_no,
-            "size line",
-            "a matrix needs rows and columns",
-        ));
-    }
+    let (size_no, m, n, declared) = size_line(path, &mut lines)?;
     if sym != Symmetry::General && m != n {
         return Err(parse_err(
             path,
@@ -197,4 +155,55 @@ fn header(path: &Path, head: &str) -> Result<(bool, Symmetry), SparseError> {
         }
     };
     Ok((pattern, sym))
+}
+
+/// Parses the size line `rows cols entries`: the first line after the banner that is neither a
+/// comment nor blank. Returns its line number and the three counts.
+fn size_line<'a>(
+    path: &Path,
+    lines: &mut impl Iterator<Item = (usize, &'a str)>,
+) -> Result<(usize, usize, usize, usize), SparseError> {
+    // The size line is the first that is neither a comment nor blank.
+    let (size_no, size_line) = lines
+        .find(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('%'))
+        .ok_or_else(|| {
+            parse_err(
+                path,
+                2,
+                "size line",
+                "missing (expected 'rows cols entries')",
+            )
+        })?;
+    let dims: Vec<&str> = size_line.split_whitespace().collect();
+    let num = |k: usize, what: &str| -> Result<usize, SparseError> {
+        let t = dims
+            .get(k)
+            .ok_or_else(|| parse_err(path, size_no, "size line", format!("missing {what}")))?;
+        t.parse().map_err(|_| {
+            parse_err(
+                path,
+                size_no,
+                "size line",
+                format!("{what} '{t}' is not a count"),
+            )
+        })
+    };
+    let (m, n, declared) = (num(0, "rows")?, num(1, "columns")?, num(2, "entries")?);
+    if dims.len() > 3 {
+        return Err(parse_err(
+            path,
+            size_no,
+            "size line",
+            "more than three numbers",
+        ));
+    }
+    if m == 0 || n == 0 {
+        return Err(parse_err(
+            path,
+            size_no,
+            "size line",
+            "a matrix needs rows and columns",
+        ));
+    }
+    Ok((size_no, m, n, declared))
 }
