@@ -242,15 +242,20 @@ fn body(world: &MpiComm, c: &mut Checks) {
             sizes: sizes.iter().copied().collect(),
             ..ExtentSpec::default()
         };
-        let free = world.or_abort(Einsum::compile(expr, &spec, &Options::procs(p)));
+        // The path search's tree: these cases are chosen for the phasing of its groups (the
+        // time objective may pick a tree whose groups fit without phases).
+        let flops = Options {
+            objective: deinsum::plan::Objective::Flops,
+            ..Options::procs(p)
+        };
+        let free = world.or_abort(Einsum::compile(expr, &spec, &flops));
         // The tightest of a few budgets that still has a (phased) plan.
         let mut chosen = None;
         for num in [9u64, 8, 7, 6] {
             let s = free.plan().prediction.max_peak_memory * num / 10;
             let opts = Options {
-                procs: p,
                 mem: Some(s),
-                ..Options::default()
+                ..flops.clone()
             };
             if let Ok(comp) = Einsum::compile(expr, &spec, &opts) {
                 if comp.plan().groups.iter().any(|g| g.phases.is_some()) {
