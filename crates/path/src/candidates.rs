@@ -10,8 +10,10 @@ use std::collections::BTreeSet;
 /// 945 trees); above it the candidates are what the registered strategies return.
 pub const ENUMERATE_MAX_OPERANDS: usize = 6;
 
-/// Strategies whose paths are candidates above [`ENUMERATE_MAX_OPERANDS`].
-const STRATEGIES: [&str; 3] = ["greedy", "dp", "branch-2"];
+/// Strategies whose paths are candidates above [`ENUMERATE_MAX_OPERANDS`], each with the
+/// largest operand count it is run for: dp and branch-2 grow exponentially (a 30-matrix chain
+/// did not plan in 30 s), so beyond their limits only greedy, which is polynomial, is asked.
+const STRATEGIES: [(&str, usize); 3] = [("greedy", usize::MAX), ("dp", 14), ("branch-2", 10)];
 
 /// Every pairwise tree of `n` leaves once, as SSA paths (a tree is identified by the leaf
 /// sets of its steps; the first order found of each is kept, so the list is deterministic).
@@ -81,7 +83,10 @@ pub fn cheapest(
             pool.push(evaluate(einsum, tree, &Flops, "enumerated"));
         }
     } else if n > ENUMERATE_MAX_OPERANDS {
-        for s in STRATEGIES {
+        for (s, max) in STRATEGIES {
+            if n > max {
+                continue;
+            }
             let o = PathOptions {
                 strategy: s.into(),
                 memory_limit: opts.memory_limit,
