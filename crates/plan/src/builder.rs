@@ -420,10 +420,10 @@ impl Cap {
 /// value of that cap that plans (the other held): searched by doubling from the figure the
 /// planner saw, then bisecting between a cap that fails and one that plans (so the figure
 /// plans and one word less does not). Feasibility is monotone in each cap, so this is exact.
-pub(crate) fn with_least_budget(
+pub(crate) fn with_least_budget<T>(
     opts: &PlanOptions,
-    build: impl Fn(&PlanOptions) -> Result<Plan, PlanError>,
-) -> Result<Plan, PlanError> {
+    build: impl Fn(&PlanOptions) -> Result<T, PlanError>,
+) -> Result<T, PlanError> {
     let first = build(opts);
     let Err(e) = &first else { return first };
     let Some((cap, needed)) = Cap::of(e) else {

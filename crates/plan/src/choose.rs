@@ -114,6 +114,12 @@ fn candidate_trees(
     Ok(out)
 }
 
+/// [`choose`] with the least-budget search around it (as [`crate::build`]): when a cap is too
+/// small, the error's figure is the least value of that cap that plans.
+pub fn choose_within_budget(einsum: &Einsum, opts: &PlanOptions) -> Result<Choice, PlanError> {
+    crate::builder::with_least_budget(opts, |o| choose(einsum, o))
+}
+
 /// Plans every candidate tree and keeps the least under `opts.objective` (the first on a tie,
 /// so the path search's tree wins unless another is strictly better). A candidate the planner
 /// refuses (over the memory budget) is skipped; when all are refused, the first one's error

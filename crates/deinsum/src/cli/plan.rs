@@ -82,19 +82,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         objective: super::calibrate::objective(&args.objective)?,
         ..PlanOptions::default()
     };
-    let choice = deinsum_plan::choose::choose(&einsum, &opts).map_err(|e| match e {
-        PlanError::ZeroProcs
-        | PlanError::MemoryTooSmall { .. }
-        | PlanError::TotalMemoryTooSmall { .. }
-        | PlanError::MultiOperandStep { .. } => {
-            anyhow::Error::new(super::InputError(e.to_string()))
-        }
-        // A bad strategy name or an einsum the search cannot take is the caller's.
-        PlanError::Path(ref p) if !matches!(p, deinsum_path::PathError::InvalidPath(_)) => {
-            anyhow::Error::new(super::InputError(e.to_string()))
-        }
-        other => anyhow::Error::new(other),
-    })?;
+    let choice =
+        deinsum_plan::choose::choose_within_budget(&einsum, &opts).map_err(|e| match e {
+            PlanError::ZeroProcs
+            | PlanError::MemoryTooSmall { .. }
+            | PlanError::TotalMemoryTooSmall { .. }
+            | PlanError::MultiOperandStep { .. } => {
+                anyhow::Error::new(super::InputError(e.to_string()))
+            }
+            // A bad strategy name or an einsum the search cannot take is the caller's.
+            PlanError::Path(ref p) if !matches!(p, deinsum_path::PathError::InvalidPath(_)) => {
+                anyhow::Error::new(super::InputError(e.to_string()))
+            }
+            other => anyhow::Error::new(other),
+        })?;
     let plan = &choice.plan;
     let json = serde_json::to_string_pretty(plan)?;
     if let Some(path) = &args.output {
