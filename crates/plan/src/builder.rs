@@ -527,6 +527,19 @@ fn plan_groups(
 /// How many times the groups before one that found no room are planned again.
 const RETIGHTEN: usize = 12;
 
+/// Sets every group's SOAP parallel bounds for `procs` ranks and budget `s_bound`; returns the
+/// per-rank bound of the plan (the binding bound of each group, summed).
+pub(crate) fn set_bounds(groups: &mut [GroupPlan], procs: usize, s_bound: f64) -> f64 {
+    let mut bound_per_rank = 0.0;
+    for g in groups {
+        let b = deinsum_soap::parallel_bound(&g.group, procs, s_bound);
+        g.bound_memory_independent = b.memory_independent;
+        g.bound_memory_dependent = b.memory_dependent;
+        bound_per_rank += b.binding();
+    }
+    bound_per_rank
+}
+
 /// Max over ranks of the words of its blocks of every group's inputs and output, summed over
 /// the groups (ranks outside a group's grid touch nothing of it).
 pub(crate) fn touched(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> u64 {

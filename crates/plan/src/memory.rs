@@ -18,6 +18,19 @@ struct Held {
 }
 
 /// The memory model of a plan.
+/// Peak words over the ranks ([`Memory::peaks`]).
+#[derive(Default)]
+pub(crate) struct Peaks {
+    /// Max over ranks of the data's peak.
+    pub(crate) max: u64,
+    /// Max over ranks of the peak with message buffers.
+    pub(crate) max_with_buffers: u64,
+    /// Each rank's data peak (empty unless asked for).
+    pub(crate) per_rank: Vec<u64>,
+    /// Each rank's peak with buffers (empty unless asked for).
+    pub(crate) per_rank_with_buffers: Vec<u64>,
+}
+
 pub(crate) struct Memory {
     held: Vec<Held>,
     /// The distinct blocks held at some step: an index into `bases` and the phase windows
@@ -161,6 +174,22 @@ impl Memory {
             active: active.min(procs),
             ranks_used,
         }
+    }
+
+    /// The peaks over every rank that can hold data (`0..active`): the maxima always, the
+    /// per-rank lists (indexed by rank) only with `per_rank`.
+    pub(crate) fn peaks(&self, per_rank: bool) -> Peaks {
+        let mut p = Peaks::default();
+        for r in 0..self.active {
+            let (d, b) = self.of_rank(r);
+            p.max = p.max.max(d);
+            p.max_with_buffers = p.max_with_buffers.max(b);
+            if per_rank {
+                p.per_rank.push(d);
+                p.per_rank_with_buffers.push(b);
+            }
+        }
+        p
     }
 
     /// Peak words of `rank` over the steps: the data, and the data with message buffers (a

@@ -396,10 +396,8 @@ fn memory(plan: &Plan) -> Memory {
 
 /// The largest predicted peak of tensor data over the ranks.
 fn max_peaks(plan: &Plan) -> (u64, u64) {
-    let m = memory(plan);
-    (0..m.active)
-        .map(|r| m.of_rank(r))
-        .fold((0, 0), |(a, b), (x, y)| (a.max(x), b.max(y)))
+    let p = memory(plan).peaks(false);
+    (p.max, p.max_with_buffers)
 }
 
 /// Recomputes the plan's predicted words, peaks and bounds from its steps, as the planner's
@@ -418,26 +416,10 @@ fn refresh_prediction(plan: &mut Plan, opts: &PlanOptions) {
             received[r] += w;
         }
     }
-    let m = memory(plan);
-    let (mut peak, mut peak_buf) = (Vec::new(), Vec::new());
-    let (mut max_peak, mut max_peak_buf) = (0u64, 0u64);
-    for r in 0..m.active {
-        let (d, b) = m.of_rank(r);
-        max_peak = max_peak.max(d);
-        max_peak_buf = max_peak_buf.max(b);
-        if opts.per_rank {
-            peak.push(d);
-            peak_buf.push(b);
-        }
-    }
+    let peaks = memory(plan).peaks(opts.per_rank);
+    let max_peak = peaks.max;
     let s_bound = opts.mem.map_or((max_peak as f64).max(1.0), |s| s as f64);
-    let mut bound_per_rank = 0.0;
-    for g in &mut plan.groups {
-        let b = deinsum_soap::parallel_bound(&g.group, procs, s_bound);
-        g.bound_memory_independent = b.memory_independent;
-        g.bound_memory_dependent = b.memory_dependent;
-        bound_per_rank += b.binding();
-    }
+    let bound_per_rank = crate::builder::set_bounds(&mut plan.groups, procs, s_bound);
     let pr = &mut plan.prediction;
     pr.max_per_rank = received.iter().copied().max().unwrap_or(0);
     pr.total = received.iter().sum();
@@ -451,10 +433,10 @@ fn refresh_prediction(plan: &mut Plan, opts: &PlanOptions) {
     };
     pr.received = list(&received);
     pr.sent = list(&sent);
-    pr.peak_memory = crate::sparse(peak);
+    pr.peak_memory = crate::sparse(peaks.per_rank);
     pr.max_peak_memory = max_peak;
-    pr.peak_memory_with_buffers = crate::sparse(peak_buf);
-    pr.max_peak_memory_with_buffers = max_peak_buf;
+    pr.peak_memory_with_buffers = crate::sparse(peaks.per_rank_with_buffers);
+    pr.max_peak_memory_with_buffers = peaks.max_with_buffers;
     pr.bound_per_rank = bound_per_rank;
     pr.ratio = if bound_per_rank > 0.0 {
         pr.touched_per_rank as f64 / bound_per_rank

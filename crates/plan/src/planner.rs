@@ -387,10 +387,8 @@ impl<'a> Planner<'a> {
         for (step, words) in totals.buffers {
             memory.set_buffers(step, words);
         }
-        (0..memory.active).fold((0, 0), |(a, b), r| {
-            let (m, mb) = memory.of_rank(r);
-            (a.max(m), b.max(mb))
-        })
+        let p = memory.peaks(false);
+        (p.max, p.max_with_buffers)
     }
 
     /// The group as the stages see it; registers its output tensor and checks its accesses.
@@ -1001,17 +999,8 @@ impl<'a> Planner<'a> {
             memory.set_buffers(step, words);
         }
         let ranks_used = memory.ranks_used;
-        let (mut peak, mut peak_buf) = (Vec::new(), Vec::new());
-        let (mut max_peak, mut max_peak_buf) = (0u64, 0u64);
-        for r in 0..memory.active {
-            let (m, mb) = memory.of_rank(r);
-            max_peak = max_peak.max(m);
-            max_peak_buf = max_peak_buf.max(mb);
-            if opts.per_rank {
-                peak.push(m);
-                peak_buf.push(mb);
-            }
-        }
+        let peaks = memory.peaks(opts.per_rank);
+        let (max_peak, max_peak_buf) = (peaks.max, peaks.max_with_buffers);
         if let Some(s) = opts.mem.filter(|&s| max_peak > s) {
             return Err(PlanError::MemoryTooSmall {
                 budget: s,
@@ -1028,13 +1017,7 @@ impl<'a> Planner<'a> {
         }
         // The SOAP bound for the budget S, or without one for the plan's own peak per rank.
         let s_bound = opts.mem.map_or((max_peak as f64).max(1.0), |s| s as f64);
-        let mut bound_per_rank = 0.0;
-        for g in &mut self.groups {
-            let b = deinsum_soap::parallel_bound(&g.group, procs, s_bound);
-            g.bound_memory_independent = b.memory_independent;
-            g.bound_memory_dependent = b.memory_dependent;
-            bound_per_rank += b.binding();
-        }
+        let bound_per_rank = crate::builder::set_bounds(&mut self.groups, procs, s_bound);
         let ratio = if bound_per_rank > 0.0 {
             touched_per_rank as f64 / bound_per_rank
         } else {
@@ -1077,9 +1060,9 @@ impl<'a> Planner<'a> {
                 max_sent_per_rank: max_of(&totals.sent),
                 received: per_rank(&totals.received, opts.per_rank),
                 sent: per_rank(&totals.sent, opts.per_rank),
-                peak_memory: crate::sparse(peak),
+                peak_memory: crate::sparse(peaks.per_rank),
                 max_peak_memory: max_peak,
-                peak_memory_with_buffers: crate::sparse(peak_buf),
+                peak_memory_with_buffers: crate::sparse(peaks.per_rank_with_buffers),
                 max_peak_memory_with_buffers: max_peak_buf,
                 touched_per_rank,
                 bound_per_rank,
