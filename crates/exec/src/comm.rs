@@ -471,6 +471,35 @@ pub mod p2p {
         Ok(())
     }
 
+    /// The parts of an all-gather or gather in rank order: this rank's own `mine` in its place,
+    /// the messages `got` (from the other ranks with a nonzero count, ascending) in theirs,
+    /// each checked against its count.
+    fn in_rank_order<T: Scalar>(
+        me: usize,
+        mine: &[T],
+        counts: &[usize],
+        got: Vec<Vec<T>>,
+        what: &str,
+    ) -> Result<Vec<T>, CommError> {
+        let mut out = Vec::with_capacity(counts.iter().sum());
+        let mut it = got.into_iter();
+        for (r, &c) in counts.iter().enumerate() {
+            if r == me {
+                out.extend_from_slice(mine);
+            } else if c > 0 {
+                let v = it.next().unwrap_or_default();
+                if v.len() != c {
+                    return Err(CommError::Invalid(format!(
+                        "{what}: rank {r} sent {}",
+                        v.len()
+                    )));
+                }
+                out.extend(v);
+            }
+        }
+        Ok(out)
+    }
+
     /// [`Communicator::all_gather_v`] as point-to-point messages.
     pub fn all_gather_v<C: Communicator + ?Sized, T: Scalar>(
         comm: &C,
@@ -489,24 +518,7 @@ pub mod p2p {
         };
         let from: Vec<usize> = (0..n).filter(|&r| r != me && counts[r] > 0).collect();
         let got = comm.exchange(sends, &from)?;
-        let mut out = Vec::with_capacity(counts.iter().sum());
-        let mut it = got.into_iter();
-        #[allow(clippy::needless_range_loop)] // r is a rank: counts, mine and the messages
-        for r in 0..n {
-            if r == me {
-                out.extend_from_slice(mine);
-            } else if counts[r] > 0 {
-                let v = it.next().unwrap_or_default();
-                if v.len() != counts[r] {
-                    return Err(CommError::Invalid(format!(
-                        "all-gather: rank {r} sent {}",
-                        v.len()
-                    )));
-                }
-                out.extend(v);
-            }
-        }
-        Ok(out)
+        in_rank_order(me, mine, counts, got, "all-gather")
     }
 
     /// [`Communicator::reduce_scatter_v`] as point-to-point messages (summed in rank order).
@@ -638,23 +650,6 @@ pub mod p2p {
         }
         let from: Vec<usize> = (0..n).filter(|&r| r != me && counts[r] > 0).collect();
         let got = comm.exchange::<T>(Vec::new(), &from)?;
-        let mut out = Vec::with_capacity(counts.iter().sum());
-        let mut it = got.into_iter();
-        #[allow(clippy::needless_range_loop)] // r is a rank: counts, mine and the messages
-        for r in 0..n {
-            if r == me {
-                out.extend_from_slice(mine);
-            } else if counts[r] > 0 {
-                let v = it.next().unwrap_or_default();
-                if v.len() != counts[r] {
-                    return Err(CommError::Invalid(format!(
-                        "gather: rank {r} sent {}",
-                        v.len()
-                    )));
-                }
-                out.extend(v);
-            }
-        }
-        Ok(Some(out))
+        in_rank_order(me, mine, counts, got, "gather").map(Some)
     }
 }
