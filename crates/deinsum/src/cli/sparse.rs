@@ -72,10 +72,22 @@ fn spmm_form(e: &Einsum) -> Result<(char, char, Vec<char>), anyhow::Error> {
 }
 
 /// The sparse operand: read from its file or generated.
-fn sparse_operand(args: &Args, shape: &[usize]) -> anyhow::Result<SparseTensor<f64>> {
-    let files = sparse_files(args);
-    if let Some(p) = files.iter().find(|p| io::is_sparse_file(p)) {
-        return io::read::<f64>(p, Some(shape)).map_err(|e| InputError(e.to_string()).into());
+/// A sparse input file and the tensor read from it (with the file's own shape).
+type ReadFile = (PathBuf, SparseTensor<f64>);
+
+/// The sparse operand of `shape`: the file already read (a FROSTT file whose shape the einsum
+/// gives is read again within that shape, since the file carries none), or generated.
+fn sparse_operand(
+    args: &Args,
+    shape: &[usize],
+    read: Option<ReadFile>,
+) -> anyhow::Result<SparseTensor<f64>> {
+    let input = |e: SparseError| anyhow::Error::new(InputError(e.to_string()));
+    if let Some((p, t)) = read {
+        if t.shape() != shape && p.extension().is_some_and(|e| e == "tns") {
+            return io::read::<f64>(&p, Some(shape)).map_err(input);
+        }
+        return io::check_shape(&p, t, shape).map_err(input);
     }
     let t = match (args.density, args.rmat) {
         (Some(_), Some(_)) => {
@@ -112,11 +124,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         return Err(not_built("--dtype f32"));
     }
     let expr = args.expr.as_deref().context("an einsum is required")?;
-    let einsum = einsum_of(expr, args)?;
+    let (einsum, read) = einsum_of(expr, args)?;
     let (i, j, rest) = spmm_form(&einsum)?;
     let (m, n) = (einsum.extent(i), einsum.extent(j));
     let k: usize = rest.iter().map(|&c| einsum.extent(c)).product();
-    let a = sparse_operand(args, &[m, n])?;
+    let a = sparse_operand(args, &[m, n], read)?;
     let csr = a.to_csr().map_err(|e| InputError(e.to_string()))?;
     let procs = args.procs.unwrap_or(1);
     if procs == 0 {
@@ -142,12 +154,14 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
 /// The einsum. A sparse file's shape gives the extents of operand 0's indices that no
 /// `--sizes` entry names; the dense operand's other extents come from the flags (default 10,
-/// as for `run`). `--rmat S` without extent flags makes every extent 2^S.
-fn einsum_of(expr: &str, args: &Args) -> anyhow::Result<Einsum> {
+/// as for `run`). `--rmat S` without extent flags makes every extent 2^S. The sparse file,
+/// read once here, comes back with the einsum.
+fn einsum_of(expr: &str, args: &Args) -> anyhow::Result<(Einsum, Option<ReadFile>)> {
     let x = &args.extents;
     let no_flags = x.sizes.is_none() && x.size.is_none() && x.shapes.is_none();
     let mut ext = x.clone();
     let files = sparse_files(args);
+    let mut read = None;
     if let Some(p) = files.iter().find(|p| io::is_sparse_file(p)) {
         let t = io::read::<f64>(p, None).map_err(|e| InputError(e.to_string()))?;
         let probe = super::einsum_from_args(expr, &super::ExtentArgs::default())?;
@@ -178,10 +192,11 @@ fn einsum_of(expr: &str, args: &Args) -> anyhow::Result<Einsum> {
         if ext.size.is_none() && ext.shapes.is_none() {
             ext.size = Some(super::DEFAULT_SIZE.to_string());
         }
+        read = Some((p.clone(), t));
     } else if let (Some(s), true) = (args.rmat, no_flags) {
         ext.size = Some(1usize.checked_shl(s).unwrap_or(0).to_string());
     }
-    super::einsum_from_args(expr, &ext)
+    Ok((super::einsum_from_args(expr, &ext)?, read))
 }
 
 /// Each rank's rows of C with its measured (received, sent) words, and the slowest rank's time.

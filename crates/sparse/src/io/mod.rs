@@ -39,13 +39,23 @@ pub fn read<T: Scalar>(
             })
         }
     };
-    if let Some(s) = shape {
-        if t.shape() != s {
-            return Err(SparseError::Format {
-                file: path.display().to_string(),
-                message: format!("has shape {:?}, expected {:?}", t.shape(), s),
-            });
-        }
+    match shape {
+        Some(s) => check_shape(path, t, s),
+        None => Ok(t),
+    }
+}
+
+/// `t`, read from `path`, if it has `shape`; else the error naming the file and both shapes.
+pub fn check_shape<T: Scalar>(
+    path: &Path,
+    t: SparseTensor<T>,
+    shape: &[usize],
+) -> Result<SparseTensor<T>, SparseError> {
+    if t.shape() != shape {
+        return Err(SparseError::Format {
+            file: path.display().to_string(),
+            message: format!("has shape {:?}, expected {:?}", t.shape(), shape),
+        });
     }
     Ok(t)
 }
