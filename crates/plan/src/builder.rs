@@ -471,19 +471,21 @@ pub(crate) fn build_once(
     };
     // Groups are chosen greedily; when a later group k finds no room under the budget, the
     // groups before it are planned again under a tighter budget `b`: cut by what k lacked,
-    // and raised halfway back when the earlier groups no longer fit (`floor` fails them).
+    // the cut doubling while k still finds no room (a deficit of one word once stepped down
+    // one word at a time and ran out of tries), and raised halfway back when the earlier
+    // groups no longer fit (`floor` fails them).
     let (mut b, mut ok_b, mut floor) = (s, s, 0u64);
-    let mut k = 0;
+    let (mut k, mut cut) = (0, 0u64);
     for _ in 0..RETIGHTEN {
         let tight = (k > 0).then_some((k, b));
         match plan_groups(einsum, tree, path.clone(), fusion, opts, tight) {
             Ok(p) => return Ok(p),
             Err((gi, e)) => match Cap::of(&e) {
                 Some((_, needed)) if gi > 0 && gi >= k => {
+                    cut = if gi == k { cut.saturating_mul(2) } else { 0 };
                     (k, ok_b) = (gi, b);
-                    b = b
-                        .saturating_sub(needed.saturating_sub(s).max(1))
-                        .max(floor + 1);
+                    cut = cut.max(needed.saturating_sub(s).max(1));
+                    b = b.saturating_sub(cut).max(floor + 1);
                 }
                 Some(_) if gi < k => {
                     floor = b;
