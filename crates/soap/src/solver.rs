@@ -219,6 +219,12 @@ impl Program {
     /// Samples the path from full saturation down to `X <= stop_x` (or the all-ones tile),
     /// with consecutive samples at most `MAX_LNX_GAP` apart in `ln X`.
     pub fn path(&self, stop_x: f64) -> Vec<PathPoint> {
+        self.path_until(|p| p.x <= stop_x)
+    }
+
+    /// [`Self::path`] stopped at the first sample where `stop` holds (that sample included):
+    /// a caller that needs only the path's upper part does not walk the rest of it.
+    fn path_until(&self, stop: impl Fn(&PathPoint) -> bool) -> Vec<PathPoint> {
         let n = self.len();
         let l0 = self.l_saturated();
         let mut pts = vec![self.point(l0, &self.hi)];
@@ -228,7 +234,7 @@ impl Program {
         let mut step = 0.25;
         loop {
             let last = pts.last().expect("path is non-empty");
-            if last.x <= stop_x || last.y.iter().all(|&v| v <= 1e-12) {
+            if stop(last) || last.y.iter().all(|&v| v <= 1e-12) {
                 break;
             }
             let cand = self.point(last.l - step, &last.y);
@@ -419,7 +425,8 @@ impl Program {
 
     /// The smallest X with `ln chi(X) >= target` (the memory-independent per-rank dominator).
     pub fn x_for_lnchi(&self, target: f64) -> f64 {
-        let pts = self.path(0.0);
+        // ln chi falls along the path: below the target, the rest of it cannot cross again.
+        let pts = self.path_until(|p| p.lnchi <= target);
         let top = &pts[0];
         if target >= top.lnchi {
             return top.x;
