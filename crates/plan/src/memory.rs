@@ -2,7 +2,7 @@
 //! message buffers of the step's moves. Built once per plan (rank-independent), queried per
 //! rank, so one rank's peak costs O(steps) and all ranks' O(P · steps).
 
-use crate::moves::{ranges_of, MoveView};
+use crate::moves::{ranges_of, Cuts, MoveView};
 use crate::{block_range, Distribution, GroupPlan, PlanStep, Tensor, TensorId, Window};
 use deinsum_path::ContractionTree;
 use std::collections::{BTreeMap, HashMap};
@@ -46,6 +46,9 @@ pub(crate) struct Memory {
     /// Ranks that compute in at least one group.
     pub(crate) ranks_used: usize,
 }
+
+/// Ranks whose blocks and buffer words [`Memory::peaks`] sweeps at once.
+const PEAK_CHUNK: usize = 4096;
 
 /// The shape of tensor `id` (empty when unknown: a scalar).
 pub(crate) fn tensor_shape(tensors: &[Tensor], id: TensorId) -> Vec<usize> {
@@ -180,13 +183,44 @@ impl Memory {
     /// per-rank lists (indexed by rank) only with `per_rank`.
     pub(crate) fn peaks(&self, per_rank: bool) -> Peaks {
         let mut p = Peaks::default();
-        for r in 0..self.active {
-            let (d, b) = self.of_rank(r);
-            p.max = p.max.max(d);
-            p.max_with_buffers = p.max_with_buffers.max(b);
-            if per_rank {
-                p.per_rank.push(d);
-                p.per_rank_with_buffers.push(b);
+        // Ranks in chunks: each base's blocks and each move's buffer words are swept over a
+        // chunk at once (no per-rank divisions), in memory bounded by the chunk.
+        let cuts: Vec<Cuts> = self.bases.iter().map(|(d, sh)| Cuts::new(d, sh)).collect();
+        for lo in (0..self.active).step_by(PEAK_CHUNK) {
+            let hi = (lo + PEAK_CHUNK).min(self.active);
+            let bufs: Vec<Vec<Vec<u64>>> = self
+                .held
+                .iter()
+                .map(|h| match self.buffers.contains_key(&h.step) {
+                    true => Vec::new(),
+                    false => h.moves.iter().map(|m| m.buffer_words(lo..hi)).collect(),
+                })
+                .collect();
+            let mut coords: Vec<Vec<usize>> = cuts.iter().map(|c| c.start_at(lo)).collect();
+            let mut base: Vec<Option<crate::Ranges>> = vec![None; cuts.len()];
+            for r in lo..hi {
+                for (k, ((c, x), (d, _))) in cuts
+                    .iter()
+                    .zip(coords.iter_mut())
+                    .zip(&self.bases)
+                    .enumerate()
+                {
+                    base[k] = (r < d.grid.size()).then(|| {
+                        let mut out = crate::Ranges::new();
+                        c.ranges_into(x, &mut out);
+                        out
+                    });
+                    c.step(x);
+                }
+                let (d, b) = self.peak_with(r, &base, |h| {
+                    bufs[h].iter().map(|v| v[r - lo]).sum::<u64>()
+                });
+                p.max = p.max.max(d);
+                p.max_with_buffers = p.max_with_buffers.max(b);
+                if per_rank {
+                    p.per_rank.push(d);
+                    p.per_rank_with_buffers.push(b);
+                }
             }
         }
         p
@@ -200,6 +234,26 @@ impl Memory {
             .iter()
             .map(|(d, sh)| ranges_of(d, rank, sh))
             .collect();
+        self.peak_with(rank, &base, |h| {
+            self.held[h]
+                .moves
+                .iter()
+                .map(|m| {
+                    let (s, w) = m.words_of(rank);
+                    s + w
+                })
+                .sum()
+        })
+    }
+
+    /// [`Self::of_rank`] given the rank's block of every base and the buffer words of each
+    /// held step's moves (`move_words(held index)`, asked only where no buffers were set).
+    fn peak_with(
+        &self,
+        rank: usize,
+        base: &[Option<crate::Ranges>],
+        move_words: impl Fn(usize) -> u64,
+    ) -> (u64, u64) {
         let lens: Vec<u64> = self
             .blocks
             .iter()
@@ -218,18 +272,11 @@ impl Memory {
             })
             .collect();
         let (mut peak, mut peak_buf) = (0u64, 0u64);
-        for h in &self.held {
+        for (hi, h) in self.held.iter().enumerate() {
             let x: u64 = h.blocks.iter().map(|&(i, n)| lens[i] * n).sum();
             let bufs: u64 = match self.buffers.get(&h.step) {
                 Some(b) => b.get(rank).copied().unwrap_or(0),
-                None => h
-                    .moves
-                    .iter()
-                    .map(|m| {
-                        let (s, w) = m.words_of(rank);
-                        s + w
-                    })
-                    .sum(),
+                None => move_words(hi),
             };
             peak = peak.max(x);
             peak_buf = peak_buf.max(x + bufs);

@@ -138,6 +138,115 @@ pub(crate) fn ranges_of(
     Some(out)
 }
 
+/// The blocks of one distribution's ranks, for sweeps over ranks in order: each index's
+/// ranges tabled by the coordinates of the grid dims it is split over (cut on the fly when
+/// that table would be large), the grid's coordinates stepped by [`Cuts::step`].
+pub(crate) struct Cuts {
+    /// Grid dim sizes.
+    sizes: Vec<usize>,
+    /// Per index: the grid dims it is split over and, when small enough, its range per
+    /// mixed-radix number of their coordinates (first dim most significant).
+    per_index: Vec<(Vec<usize>, Option<Vec<(usize, usize)>>)>,
+    shape: Vec<usize>,
+    dist: Distribution,
+}
+
+/// Largest per-index table [`Cuts`] builds (entries); beyond, the ranges are cut per rank.
+const MAX_CUT_TABLE: usize = 1 << 12;
+
+impl Cuts {
+    pub(crate) fn new(dist: &Distribution, shape: &[usize]) -> Cuts {
+        let sizes: Vec<usize> = dist.grid.dims.iter().map(|d| d.size).collect();
+        let per_index = shape
+            .iter()
+            .enumerate()
+            .map(|(v, &n)| {
+                let dims = dist.split[v].clone();
+                let count = dims
+                    .iter()
+                    .try_fold(1usize, |a, &g| a.checked_mul(sizes[g]))
+                    .filter(|&c| c <= MAX_CUT_TABLE);
+                let table = count.map(|count| {
+                    let mut digits = vec![0usize; dims.len()];
+                    (0..count)
+                        .map(|mut x| {
+                            for k in (0..dims.len()).rev() {
+                                digits[k] = x % sizes[dims[k]];
+                                x /= sizes[dims[k]];
+                            }
+                            Self::cut(dist, &sizes, v, n, &dims, |k| digits[k])
+                        })
+                        .collect()
+                });
+                (dims, table)
+            })
+            .collect();
+        Cuts {
+            sizes,
+            per_index,
+            shape: shape.to_vec(),
+            dist: dist.clone(),
+        }
+    }
+
+    /// The range of index `v` (extent `n`, split over `dims`) at the coordinates `digit(k)`
+    /// of `dims[k]`, windowed.
+    fn cut(
+        dist: &Distribution,
+        sizes: &[usize],
+        v: usize,
+        n: usize,
+        dims: &[usize],
+        digit: impl Fn(usize) -> usize,
+    ) -> (usize, usize) {
+        let (mut lo, mut hi) = (0, n);
+        for (k, &g) in dims.iter().enumerate() {
+            (lo, hi) = block_range(lo, hi, sizes[g], digit(k));
+        }
+        if dist.window.is_empty() {
+            (lo, hi)
+        } else {
+            dist.windowed(v, (lo, hi))
+        }
+    }
+
+    /// The coordinates of `rank` (taken modulo the grid's size: a rank past the grid's end
+    /// holds nothing of it, whatever they are).
+    pub(crate) fn start_at(&self, rank: usize) -> Vec<usize> {
+        let mut coords = vec![0; self.sizes.len()];
+        let mut r = rank;
+        for (k, &n) in self.sizes.iter().enumerate().rev() {
+            coords[k] = r % n.max(1);
+            r /= n.max(1);
+        }
+        coords
+    }
+
+    /// The next rank's coordinates (row-major, last fastest; wraps past the grid's end).
+    pub(crate) fn step(&self, coords: &mut [usize]) {
+        for k in (0..coords.len()).rev() {
+            coords[k] += 1;
+            if coords[k] < self.sizes[k] {
+                return;
+            }
+            coords[k] = 0;
+        }
+    }
+
+    /// The block at `coords`, into `out`.
+    pub(crate) fn ranges_into(&self, coords: &[usize], out: &mut crate::Ranges) {
+        out.clear();
+        for (v, (dims, table)) in self.per_index.iter().enumerate() {
+            out.push(match table {
+                Some(t) => t[dims.iter().fold(0, |a, &g| a * self.sizes[g] + coords[g])],
+                None => Self::cut(&self.dist, &self.sizes, v, self.shape[v], dims, |k| {
+                    coords[dims[k]]
+                }),
+            });
+        }
+    }
+}
+
 /// Number of elements of the block `rank` holds in `dist` (0 outside the grid), without
 /// allocating for tensors of up to four indices.
 pub fn block_len(dist: &Distribution, rank: usize, shape: &[usize]) -> u64 {
@@ -267,28 +376,6 @@ impl MoveView {
         self.words_of(rank).1
     }
 
-    /// Words `rank` receives, without the sends.
-    fn received_only(&self, rank: usize) -> u64 {
-        let Some(tb) = ranges_of(&self.to, rank, &self.shape) else {
-            return 0;
-        };
-        let t_len: u64 = tb
-            .iter()
-            .map(|&(s, e)| e.saturating_sub(s) as u64)
-            .product();
-        if t_len == 0 {
-            return 0;
-        }
-        let own = match (rank < self.src_size)
-            .then(|| ranges_of(&self.from, rank, &self.shape))
-            .flatten()
-        {
-            Some(fb) => fb.iter().zip(&tb).map(|(&a, &b)| overlap(a, b)).product(),
-            None => 0,
-        };
-        t_len * self.partial_count as u64 - own
-    }
-
     /// Words `rank` sends and receives, each block of the rank cut once.
     pub fn words_of(&self, rank: usize) -> (u64, u64) {
         let sb = if rank < self.src_size {
@@ -301,22 +388,43 @@ impl MoveView {
         } else {
             None
         };
-        let len = |b: &crate::Ranges| -> u64 {
+        self.words_with(rank, sb.as_deref(), tb.as_deref())
+    }
+
+    /// [`Self::words_of`] given the rank's source and target blocks (`None` outside a grid).
+    fn words_with(
+        &self,
+        rank: usize,
+        sb: Option<&[(usize, usize)]>,
+        tb: Option<&[(usize, usize)]>,
+    ) -> (u64, u64) {
+        let len = |b: &[(usize, usize)]| -> u64 {
             b.iter().map(|&(s, e)| e.saturating_sub(s) as u64).product()
         };
-        let own = match (&sb, &tb) {
+        let own = match (sb, tb) {
             (Some(a), Some(b)) => a.iter().zip(b).map(|(&x, &y)| overlap(x, y)).product(),
             _ => 0,
         };
-        let received = match &tb {
+        let received = match tb {
             Some(b) if len(b) > 0 => len(b) * self.partial_count as u64 - own,
             _ => 0,
         };
-        let sent = match &sb {
+        let sent = match sb {
             Some(b) if len(b) > 0 => self.sent_from(rank, b, own),
             _ => 0,
         };
         (sent, received)
+    }
+
+    /// Words sent plus received by each rank of `ranks`, in order (what its message buffers
+    /// hold during the move).
+    pub(crate) fn buffer_words(&self, ranks: std::ops::Range<usize>) -> Vec<u64> {
+        let mut out = Vec::with_capacity(ranks.len());
+        self.sweep_range(ranks, |r, sb, tb| {
+            let (s, w) = self.words_with(r, sb, tb);
+            out.push(s + w);
+        });
+        out
     }
 
     /// Words `rank` sends.
@@ -355,10 +463,67 @@ impl MoveView {
     /// Words received per rank, sparse `(rank, words)` ascending (nonzero only): what the
     /// planner scores candidates by (it does not depend on the choice of senders).
     pub fn received(&self) -> Vec<(usize, u64)> {
-        (0..self.dst_size)
-            .map(|r| (r, self.received_only(r)))
-            .filter(|&(_, w)| w > 0)
-            .collect()
+        let mut out = Vec::new();
+        self.sweep(self.dst_size, |r, sb, tb| {
+            let Some(tb) = tb else { return };
+            let t_len: u64 = tb
+                .iter()
+                .map(|&(s, e)| e.saturating_sub(s) as u64)
+                .product();
+            if t_len == 0 {
+                return;
+            }
+            let own = sb.map_or(0, |fb| {
+                fb.iter()
+                    .zip(tb)
+                    .map(|(&a, &b)| overlap(a, b))
+                    .product::<u64>()
+            });
+            let w = t_len * self.partial_count as u64 - own;
+            if w > 0 {
+                out.push((r, w));
+            }
+        });
+        out
+    }
+
+    /// Calls `f(rank, source block, target block)` for ranks `0..n` in order (a block is
+    /// `None` outside its grid), each grid's coordinates stepped as an odometer and each
+    /// index cut from a table ([`Cuts`]): the per-rank divisions of [`ranges_of`] are what
+    /// planning spent most of its time in at thousands of ranks.
+    fn sweep(
+        &self,
+        n: usize,
+        f: impl FnMut(usize, Option<&[(usize, usize)]>, Option<&[(usize, usize)]>),
+    ) {
+        self.sweep_range(0..n, f)
+    }
+
+    /// [`Self::sweep`] over the ranks of `ranks`.
+    fn sweep_range(
+        &self,
+        ranks: std::ops::Range<usize>,
+        mut f: impl FnMut(usize, Option<&[(usize, usize)]>, Option<&[(usize, usize)]>),
+    ) {
+        let (from, to) = (
+            Cuts::new(&self.from, &self.shape),
+            Cuts::new(&self.to, &self.shape),
+        );
+        let (mut fc, mut tc) = (from.start_at(ranks.start), to.start_at(ranks.start));
+        let (mut fb, mut tb) = (crate::Ranges::new(), crate::Ranges::new());
+        for r in ranks {
+            let sb = (r < self.src_size).then(|| {
+                from.ranges_into(&fc, &mut fb);
+                &fb[..]
+            });
+            let tbr = (r < self.dst_size).then(|| {
+                to.ranges_into(&tc, &mut tb);
+                &tb[..]
+            });
+            f(r, sb, tbr);
+            from.step(&mut fc);
+            to.step(&mut tc);
+        }
     }
 
     /// The volume of the move over all ranks: max and total always, the sparse per-rank lists
@@ -366,10 +531,10 @@ impl MoveView {
     pub fn volume(&self, per_rank: bool) -> Volume {
         let n = self.src_size.max(self.dst_size);
         let mut v = Volume::default();
-        for r in 0..n {
-            let (s, w) = self.words_of(r);
+        self.sweep(n, |r, sb, tb| {
+            let (s, w) = self.words_with(r, sb, tb);
             v.add_rank(r, s, w, per_rank);
-        }
+        });
         v
     }
 
