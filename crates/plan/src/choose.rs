@@ -4,6 +4,7 @@
 
 use crate::{plan_tree, Plan, PlanError, PlanOptions};
 use deinsum_expr::Einsum;
+use rayon::prelude::*;
 
 /// What [`crate::build`] minimises.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -131,8 +132,15 @@ pub fn choose(einsum: &Einsum, opts: &PlanOptions) -> Result<Choice, PlanError> 
     let mut plans: Vec<Plan> = Vec::new();
     let mut candidates = Vec::new();
     let mut first_err = None;
-    for (origin, info) in candidate_trees(einsum, opts)? {
-        match plan_tree(einsum, &info.tree, info.path.clone(), opts) {
+    let trees = candidate_trees(einsum, opts)?;
+    // The trees are planned independently, on all cores (results kept in the trees' order, so
+    // the choice is the same as planning them one after another).
+    let planned: Vec<Result<Plan, PlanError>> = trees
+        .par_iter()
+        .map(|(_, info)| plan_tree(einsum, &info.tree, info.path.clone(), opts))
+        .collect();
+    for ((origin, info), planned) in trees.into_iter().zip(planned) {
+        match planned {
             Ok(p) => {
                 candidates.push(Candidate {
                     origin,

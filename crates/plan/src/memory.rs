@@ -212,9 +212,8 @@ impl Memory {
                     });
                     c.step(x);
                 }
-                let (d, b) = self.peak_with(r, &base, |h| {
-                    bufs[h].iter().map(|v| v[r - lo]).sum::<u64>()
-                });
+                let (d, b) =
+                    self.peak_with(r, &base, |h| bufs[h].iter().map(|v| v[r - lo]).sum::<u64>());
                 p.max = p.max.max(d);
                 p.max_with_buffers = p.max_with_buffers.max(b);
                 if per_rank {
