@@ -146,10 +146,13 @@ pub(crate) struct Cuts {
     sizes: Vec<usize>,
     /// Per index: the grid dims it is split over and, when small enough, its range per
     /// mixed-radix number of their coordinates (first dim most significant).
-    per_index: Vec<(Vec<usize>, Option<Vec<(usize, usize)>>)>,
+    per_index: Vec<(Vec<usize>, Option<Vec<Range>>)>,
     shape: Vec<usize>,
     dist: Distribution,
 }
+
+/// A half-open range of one index.
+type Range = (usize, usize);
 
 /// Largest per-index table [`Cuts`] builds (entries); beyond, the ranges are cut per rank.
 const MAX_CUT_TABLE: usize = 1 << 12;
