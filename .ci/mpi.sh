@@ -148,6 +148,24 @@ for n in 3; do
         bad "mpirun -n $n deinsum run without --backend uses MPI (exit $st)"
     fi
 done
+# calibrate under mpirun measures the MPI link (not two in-process ranks), writes one file from
+# rank 0 and records the node's cores and the ranks the launcher put on it.
+cal_dir=$(mktemp -d)
+out=$(timeout "$TIMEOUT" "$MPIRUN" -n 2 "$target_dir/debug/deinsum" calibrate --quick \
+    -o "$cal_dir/m.json" 2>&1)
+st=$?
+if [ $st -eq 0 ] && [ "$(echo "$out" | grep -c "ping-pong (MPI, 2 ranks)")" -eq 1 ] \
+    && [ "$(echo "$out" | grep -c "^wrote ")" -eq 1 ] \
+    && grep -q '"ranks_per_node": 2' "$cal_dir/m.json" \
+    && grep -q "\"cores_per_node\": $(getconf _NPROCESSORS_ONLN)," "$cal_dir/m.json" \
+    && grep -q '(MPI, ' "$cal_dir/m.json"; then
+    ok "mpirun -n 2 deinsum calibrate measures MPI, one file"
+else
+    echo "$out" | tail -20
+    cat "$cal_dir/m.json" 2>/dev/null | head -40
+    bad "mpirun -n 2 deinsum calibrate measures MPI, one file (exit $st)"
+fi
+rm -rf "$cal_dir"
 # A saved plan runs exactly under mpirun; a plan for another world size is refused (exit 2).
 plan_dir=$(mktemp -d)
 "$target_dir/debug/deinsum" plan "ijk,ja,ka,al->il" --sizes i=7,j=6,k=8,a=5,l=9 --procs 3 \

@@ -200,7 +200,11 @@ fn stream_copy(cores: usize, quick: bool) -> Memory {
         })
     });
     let node = ((16 * per * cores) as f64 / s.max(1e-9)).max(one);
-    eprintln!("stream copy, {cores} threads: {:.2} GB/s", node / 1e9);
+    eprintln!(
+        "stream copy, {cores} thread{}: {:.2} GB/s",
+        if cores == 1 { "" } else { "s" },
+        node / 1e9
+    );
     Memory {
         per_thread: one,
         per_node: node,
@@ -317,21 +321,39 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Err(InputError("--ranks-per-node must be at least 1".into()).into());
     }
     let start = Instant::now();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = super::node_cores();
+    // An MPI launcher binds each rank to its cores: threads beyond them cannot be measured.
+    let usable = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(cores);
     let (link, backend) = measure_network(args.quick)?;
     let Some(link) = link else {
         // Ranks other than 0 of an MPI calibration write nothing.
         return Ok(ExitCode::SUCCESS);
     };
-    let gemm = gemm_rates(cores, args.quick)?;
-    let memory = stream_copy(cores, args.quick);
+    if usable < cores {
+        eprintln!(
+            "note: this process may use {usable} of the node's {cores} cores (the launcher binds \
+             it): compute rates measured for up to {usable} thread(s); `mpirun --bind-to none` \
+             measures them all"
+        );
+    }
+    let gemm = gemm_rates(usable, args.quick)?;
+    let memory = stream_copy(usable, args.quick);
+    // Under MPI the ranks the launcher placed on this node, else one per core.
+    let ranks_per_node = args.ranks_per_node.unwrap_or_else(|| {
+        (backend == "MPI")
+            .then(|| deinsum_exec::preflight::mpi_ranks_on_node().or_else(super::launch_size))
+            .flatten()
+            .unwrap_or(cores)
+    });
     let m = Machine {
         name: format!(
             "calibrated by deinsum calibrate{} ({backend}, {cores} cores)",
             if args.quick { " --quick" } else { "" }
         ),
         cores_per_node: cores,
-        ranks_per_node: args.ranks_per_node.unwrap_or(cores),
+        ranks_per_node,
         word_bytes: 8,
         gemm,
         memory,
@@ -363,12 +385,14 @@ fn measure_network(quick: bool) -> anyhow::Result<(Option<Link>, &'static str)> 
             );
         }
         let link = link_of(&comm, quick)?;
-        eprintln!(
-            "ping-pong (MPI, {} ranks): alpha {:.2} us, beta {:.3} ns/byte",
-            comm.size(),
-            link.alpha * 1e6,
-            link.beta * 1e9
-        );
+        if comm.rank() == 0 {
+            eprintln!(
+                "ping-pong (MPI, {} ranks): alpha {:.2} us, beta {:.3} ns/byte",
+                comm.size(),
+                link.alpha * 1e6,
+                link.beta * 1e9
+            );
+        }
         collectives(&comm, &link, if quick { 1 << 16 } else { 1 << 20 })?;
         return Ok(((comm.rank() == 0).then_some(link), "MPI"));
     }
