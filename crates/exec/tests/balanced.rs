@@ -36,7 +36,7 @@ fn run_checked(e: &deinsum_expr::Einsum, pl: &Plan) -> usize {
                 &canonical_distribution(&t.indices, &t.shape, pl.procs)
             );
             let holders = (0..pl.procs)
-                .filter(|&r| dist.block(r, &t.shape).is_some_and(|b| b.len() > 0))
+                .filter(|&r| dist.block(r, &t.shape).is_some_and(|b| !b.is_empty()))
                 .count();
             // Every rank of the canonical grid holds data.
             assert_eq!(

@@ -54,7 +54,7 @@ proptest! {
                 None => prop_assert!(r >= used),
                 Some(b) => {
                     prop_assert!(r < used);
-                    prop_assert!(b.len() > 0, "rank {} of {} holds nothing", r, used);
+                    prop_assert!(!b.is_empty(), "rank {} of {} holds nothing", r, used);
                     mark(&b.ranges, &shape, &mut seen);
                 }
             }
