@@ -192,6 +192,7 @@ fn dist(g: Grid, split: Vec<Vec<usize>>) -> Distribution {
         split,
         partial: Vec::new(),
         window: Vec::new(),
+        balanced: false,
     }
 }
 
@@ -326,4 +327,62 @@ fn a_kind_that_does_not_fit_falls_back_to_the_exchange() {
         }
     }
     assert!(fell_back > 0, "no relabelled move fell back");
+}
+
+/// `d` in balanced blocks.
+fn balanced(mut d: Distribution) -> Distribution {
+    d.balanced = true;
+    d
+}
+
+/// Balanced blocks (the canonical inputs' blocking) on P = 1..16: moves into and out of them
+/// are exact, and between two balanced distributions the permutation and the all-gather run
+/// as their collectives.
+#[test]
+fn balanced_blocks_run_as_their_collectives() {
+    let mut paths = Paths::new();
+    let mut uneven = 0;
+    for e in &cases()[..3] {
+        let t = left_tree(e);
+        for p in 1..=16 {
+            let mut pl = plan(e, &t, &unfused(&t), p);
+            let (out, d0) = pl.output.clone();
+            if d0.split.len() != 2 {
+                continue;
+            }
+            let shape = pl.tensor(out).expect("output").shape.clone();
+            uneven += usize::from(!shape[0].is_multiple_of(p));
+            let mut chain = vec![
+                d0.clone(),
+                balanced(dist(grid(&[('i', p)]), vec![vec![0], vec![]])),
+            ];
+            if let Some(a) = (2..p).find(|&a| p.is_multiple_of(a) && a * a != p) {
+                let b = p / a;
+                chain.push(balanced(dist(
+                    grid(&[('i', a), ('k', b)]),
+                    vec![vec![0], vec![1]],
+                )));
+                chain.push(balanced(dist(
+                    grid(&[('k', b), ('i', a)]),
+                    vec![vec![1], vec![0]],
+                )));
+                chain.push(balanced(dist(
+                    grid(&[('k', b), ('i', a)]),
+                    vec![vec![1], vec![]],
+                )));
+            }
+            chain.push(d0);
+            for w in chain.windows(2) {
+                let s = move_step(&pl, out, &w[0], &w[1], false);
+                pl.steps.push(s);
+            }
+            run_and_tally(e, &pl, &mut paths);
+        }
+    }
+    eprintln!("kind: (as its collective, fell back to the exchange) = {paths:?}");
+    assert!(uneven > 0, "no case cuts uneven balanced blocks");
+    for kind in ["permute", "all_gather", "all_to_all"] {
+        let (coll, _) = paths.get(kind).copied().unwrap_or_default();
+        assert!(coll > 0, "no {kind} move ran as its collective: {paths:?}");
+    }
 }

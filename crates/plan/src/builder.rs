@@ -24,12 +24,15 @@ pub(crate) const EXACT_MAX_GRID: usize = 1 << 14;
 pub const MIN_CANONICAL_BLOCK: u64 = 16;
 
 /// The canonical distribution of an input tensor of `shape` on `procs` ranks: a block
-/// distribution in C order on at most `P' = min(P, ceil(size / MIN_CANONICAL_BLOCK))` ranks.
-/// The first index is split over `p_0 = min(P', n_0)` ranks rounded down to its number of
-/// nonempty ceil-blocks (`ceil(n / ceil(n / p))`); when ranks remain, the second index is split
-/// over `min(P' / p_0, n_1)` (same rounding), and so on. Grid dims are named by the tensor's indices, in tensor order. With
-/// `n_0 >= P` and a large tensor this is the usual 1-D row-block distribution. A tensor
-/// without indices lives on rank 0.
+/// distribution in C order on at most `P' = min(P, ceil(size / MIN_CANONICAL_BLOCK))` ranks,
+/// in balanced blocks ([`crate::balanced_range`]: the first `n mod p` blocks one element
+/// longer), so that every rank of its grid holds data. The first index is split over
+/// `p_0 = min(P', n_0)` ranks; the second over `min(floor(P' / p_0), n_1)`, and so on while
+/// ranks remain. The grid has between `P'/2` (exclusive) and `P'` ranks, exactly `P'` when
+/// `n_0 >= P'` (the usual 1-D row-block distribution). Grid dims are named by the tensor's
+/// indices, in tensor order. `balanced` is set only when some extent is not a multiple of its
+/// ranks (otherwise balanced and ceil-sized blocks coincide). A tensor without indices lives
+/// on rank 0.
 pub fn canonical_distribution(indices: &[Index], shape: &[usize], procs: usize) -> Distribution {
     if indices.is_empty() {
         return Distribution::on_root(0);
@@ -37,9 +40,11 @@ pub fn canonical_distribution(indices: &[Index], shape: &[usize], procs: usize) 
     let size = shape.iter().fold(1u64, |a, &n| a.saturating_mul(n as u64));
     let by_size = usize::try_from(size.div_ceil(MIN_CANONICAL_BLOCK)).unwrap_or(usize::MAX);
     let rem = procs.max(1).min(by_size.max(1));
+    let sizes = greedy_split(rem, shape);
+    let balanced = shape.iter().zip(&sizes).any(|(&n, &p)| n % p != 0);
     let dims = indices
         .iter()
-        .zip(greedy_split(rem, shape))
+        .zip(sizes)
         .map(|(&c, p)| GridDim { index: c, size: p })
         .collect();
     Distribution {
@@ -47,17 +52,17 @@ pub fn canonical_distribution(indices: &[Index], shape: &[usize], procs: usize) 
         split: (0..indices.len()).map(|k| vec![k]).collect(),
         partial: Vec::new(),
         window: Vec::new(),
+        balanced,
     }
 }
 
 /// Ranks per index when `rem` ranks split `shape` in C order: each index over as many ranks as
-/// remain (at most its extent), rounded down to its number of nonempty ceil-blocks.
+/// remain, at most its extent (balanced blocks leave none of them empty).
 fn greedy_split(mut rem: usize, shape: &[usize]) -> Vec<usize> {
     shape
         .iter()
         .map(|&n| {
-            let n = n.max(1);
-            let p = n.div_ceil(n.div_ceil(rem.min(n).max(1)));
+            let p = rem.min(n).max(1);
             rem /= p;
             p
         })
@@ -99,6 +104,7 @@ pub fn reduced_distribution(dist: &Distribution, shape: &[usize]) -> Distributio
         split,
         partial: Vec::new(),
         window: Vec::new(),
+        balanced: dist.balanced,
     }
 }
 
@@ -307,6 +313,7 @@ pub(crate) fn resting_for(
         split,
         partial: Vec::new(),
         window: Vec::new(),
+        balanced: false,
     }
 }
 

@@ -64,6 +64,32 @@ pub fn block_range(lo: usize, hi: usize, parts: usize, part: usize) -> (usize, u
     (s, e)
 }
 
+/// The `part`-th of `parts` balanced blocks of `[lo, hi)`: with `n = hi - lo`, the first
+/// `n mod parts` blocks have `ceil(n/parts)` elements and the rest `floor(n/parts)`, so every
+/// block is nonempty when `n >= parts` and the largest is the ceil block's size.
+pub fn balanced_range(lo: usize, hi: usize, parts: usize, part: usize) -> (usize, usize) {
+    let p = parts.max(1);
+    let (q, r) = ((hi - lo) / p, (hi - lo) % p);
+    let start = |x: usize| lo + x.min(p) * q + x.min(r);
+    (start(part), start(part.saturating_add(1)))
+}
+
+/// Block `part` of `parts` of `[lo, hi)`: balanced ([`balanced_range`]) or ceil-sized
+/// ([`block_range`]). Every split of a distribution's grid goes through here.
+pub fn split_range(
+    balanced: bool,
+    lo: usize,
+    hi: usize,
+    parts: usize,
+    part: usize,
+) -> (usize, usize) {
+    if balanced {
+        balanced_range(lo, hi, parts, part)
+    } else {
+        block_range(lo, hi, parts, part)
+    }
+}
+
 /// A box of a tensor: one half-open global range per tensor index, in the tensor's order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Block {
@@ -121,7 +147,8 @@ pub struct Distribution {
     /// The grid the tensor lives on.
     pub grid: Grid,
     /// For each tensor index (tensor order), the grid dimensions (positions in `grid.dims`)
-    /// that split it, outermost first (nested ceil-blocking). Empty: not split.
+    /// that split it, outermost first (nested blocking: ceil-sized, or balanced with
+    /// `balanced`). Empty: not split.
     pub split: Vec<Vec<usize>>,
     /// Grid dimensions along which blocks are partial sums. Grid dimensions that neither split
     /// nor are partial replicate the block.
@@ -131,6 +158,11 @@ pub struct Distribution {
     /// phased compute). Empty for every distribution a tensor rests in.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub window: Vec<Window>,
+    /// The grid splits cut balanced blocks ([`balanced_range`]) instead of ceil-sized ones
+    /// ([`block_range`]); windows are ceil-sized either way. Only canonical input
+    /// distributions set it, and only where it changes a block (absent when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub balanced: bool,
 }
 
 /// One phase window of a [`Distribution`]: part `part` of `parts` of tensor index `dim`.
@@ -154,13 +186,18 @@ impl Distribution {
             .zip(&self.split)
             .enumerate()
             .map(|(v, (&n, dims))| {
-                let r = dims.iter().fold((0, n), |(lo, hi), &g| {
-                    block_range(lo, hi, self.grid.dims[g].size, coords[g])
-                });
+                let r = dims
+                    .iter()
+                    .fold((0, n), |(lo, hi), &g| self.cut((lo, hi), g, coords[g]));
                 self.windowed(v, r)
             })
             .collect();
         Some(Block { ranges })
+    }
+
+    /// Block `x` of `range` along grid dim `g` (this distribution's blocking).
+    pub fn cut(&self, (lo, hi): (usize, usize), g: usize, x: usize) -> (usize, usize) {
+        split_range(self.balanced, lo, hi, self.grid.dims[g].size, x)
     }
 
     /// `range` of tensor index `v` cut down to the windows on `v` (unchanged without one).
@@ -178,6 +215,7 @@ impl Distribution {
             split: vec![Vec::new(); ndim],
             partial: Vec::new(),
             window: Vec::new(),
+            balanced: false,
         }
     }
 

@@ -365,6 +365,7 @@ fn compute_blocks(
                 .collect(),
             partial: Vec::new(),
             window,
+            balanced: false,
         };
         out.push((d, o.iter().map(ext).collect(), 1));
     }

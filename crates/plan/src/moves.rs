@@ -8,7 +8,7 @@
 //! grid) sends it. Sender and receiver evaluate the same rule, so both derive the same list
 //! without anyone building the whole schedule.
 
-use crate::{block_range, Block, Distribution, Grid, Transfer, Volume};
+use crate::{Block, Distribution, Grid, Transfer, Volume};
 use serde::{Deserialize, Serialize};
 
 /// What a redistribution is, classified from its source, target and `sum` flag. Grid dims are
@@ -56,9 +56,10 @@ pub(crate) struct Interval {
     pub(crate) coords: Vec<usize>,
 }
 
-/// The nonempty intervals of `[0, n)` blocked by the grid dimensions `dims` (nested, outermost
-/// first), in increasing order.
-pub(crate) fn partition(n: usize, dims: &[usize], grid: &Grid) -> Vec<Interval> {
+/// The nonempty intervals of `[0, n)` blocked by the grid dimensions `dims` of `dist` (nested,
+/// outermost first, in `dist`'s blocking), in increasing order.
+pub(crate) fn partition(n: usize, dims: &[usize], dist: &Distribution) -> Vec<Interval> {
+    let grid = &dist.grid;
     let mut cur = vec![Interval {
         start: 0,
         end: n,
@@ -69,7 +70,7 @@ pub(crate) fn partition(n: usize, dims: &[usize], grid: &Grid) -> Vec<Interval> 
         let mut next = Vec::with_capacity(cur.len() * p.min(n.max(1)));
         for iv in &cur {
             for x in 0..p {
-                let (s, e) = block_range(iv.start, iv.end, p, x);
+                let (s, e) = dist.cut((iv.start, iv.end), g, x);
                 if s < e {
                     let mut coords = iv.coords.clone();
                     coords.push(x);
@@ -127,7 +128,7 @@ pub(crate) fn ranges_of(
     for (v, &n) in shape.iter().enumerate() {
         let (mut lo, mut hi) = (0, n);
         for &gd in &dist.split[v] {
-            (lo, hi) = block_range(lo, hi, g.dims[gd].size, coords[gd]);
+            (lo, hi) = dist.cut((lo, hi), gd, coords[gd]);
         }
         out.push(if dist.window.is_empty() {
             (lo, hi)
@@ -310,11 +311,11 @@ impl MoveView {
         let fg = &from.grid;
         let nd = shape.len();
         let src_parts: Vec<Vec<Interval>> = (0..nd)
-            .map(|v| partition(shape[v], &from.split[v], fg))
+            .map(|v| partition(shape[v], &from.split[v], from))
             .collect();
         let dst_parts: Vec<Vec<Interval>> = (0..nd)
             .map(|v| {
-                let mut p = partition(shape[v], &to.split[v], &to.grid);
+                let mut p = partition(shape[v], &to.split[v], to);
                 for iv in &mut p {
                     (iv.start, iv.end) = to.windowed(v, (iv.start, iv.end));
                 }
@@ -737,7 +738,8 @@ fn classify(from: &Distribution, to: &Distribution, sum: bool) -> MoveKind {
     if from.grid.size() == 1 && !sum && to.split.iter().all(Vec::is_empty) && to.window.is_empty() {
         return MoveKind::Broadcast;
     }
-    if from.grid == to.grid {
+    // Same-grid kinds and permutations match blocks by coordinates: both sides must cut alike.
+    if from.grid == to.grid && from.balanced == to.balanced {
         let prefix = from
             .split
             .iter()
@@ -792,7 +794,12 @@ fn classify(from: &Distribution, to: &Distribution, sum: bool) -> MoveKind {
             .map(|s| s.iter().map(|&g| d.grid.dims[g].size).collect())
             .collect()
     };
-    if !sum && unreplicated(from) && unreplicated(to) && sizes(from) == sizes(to) {
+    if !sum
+        && unreplicated(from)
+        && unreplicated(to)
+        && sizes(from) == sizes(to)
+        && from.balanced == to.balanced
+    {
         return MoveKind::Permute;
     }
     MoveKind::AllToAll

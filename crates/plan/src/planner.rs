@@ -81,6 +81,7 @@ impl GroupCtx<'_> {
                 Vec::new()
             },
             window: Vec::new(),
+            balanced: false,
         }
     }
 

@@ -18,6 +18,7 @@ fn dist(g: &Grid, split: Vec<Vec<usize>>, partial: Vec<usize>) -> Distribution {
         split,
         partial,
         window: vec![],
+        balanced: false,
     }
 }
 

@@ -54,6 +54,7 @@ fn dist(split: Vec<Vec<usize>>, grid: &[(char, usize)]) -> Distribution {
         split,
         partial: Vec::new(),
         window: Vec::new(),
+        balanced: false,
     }
 }
 

@@ -47,7 +47,7 @@ fn schedule(
     let dst_size = to.grid.size().min(procs.max(1));
     // Source partition per tensor index.
     let parts: Vec<Vec<Interval>> = (0..nd)
-        .map(|v| partition(shape[v], &from.split[v], fg))
+        .map(|v| partition(shape[v], &from.split[v], from))
         .collect();
     let mut is_split = vec![false; fg.dims.len()];
     for dims in &from.split {

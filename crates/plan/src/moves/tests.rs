@@ -97,14 +97,16 @@ fn check_cover(
 }
 
 /// A random distribution of a tensor with `nd` indices: a grid of up to 3 dims (sizes 1..=4),
-/// each index split by up to two unused dims, some left-over dims partial when `partial`.
+/// each index split by up to two unused dims, some left-over dims partial when `partial`,
+/// in balanced or ceil-sized blocks.
 fn dist_strategy(nd: usize, partial: bool) -> impl Strategy<Value = Distribution> {
     (
         prop::collection::vec(1usize..=4, 0..=3),
         prop::collection::vec(0usize..8, nd * 2),
         prop::collection::vec(any::<bool>(), 3),
+        any::<bool>(),
     )
-        .prop_map(move |(sizes, picks, part)| {
+        .prop_map(move |(sizes, picks, part, balanced)| {
             let dims: Vec<GridDim> = sizes
                 .iter()
                 .enumerate()
@@ -135,6 +137,7 @@ fn dist_strategy(nd: usize, partial: bool) -> impl Strategy<Value = Distribution
                 split,
                 partial: partial_dims,
                 window: vec![],
+                balanced,
             }
         })
 }
@@ -233,6 +236,7 @@ fn replicas_spread_the_sends() {
         split: vec![vec![]],
         partial: vec![],
         window: vec![],
+        balanced: false,
     };
     let to = Distribution {
         grid: Grid {
@@ -244,6 +248,7 @@ fn replicas_spread_the_sends() {
         split: vec![vec![0]],
         partial: vec![],
         window: vec![],
+        balanced: false,
     };
     let v = MoveView::new(&[8], &from, &to, false, 8).volume(true);
     assert_eq!(v.received, vec![(4, 1), (5, 1), (6, 1), (7, 1)]);
