@@ -178,7 +178,7 @@ impl Cuts {
                                 digits[k] = x % sizes[dims[k]];
                                 x /= sizes[dims[k]];
                             }
-                            Self::cut(dist, &sizes, v, n, &dims, |k| digits[k])
+                            Self::cut(dist, v, n, &dims, |k| digits[k])
                         })
                         .collect()
                 });
@@ -197,7 +197,6 @@ impl Cuts {
     /// of `dims[k]`, windowed.
     fn cut(
         dist: &Distribution,
-        sizes: &[usize],
         v: usize,
         n: usize,
         dims: &[usize],
@@ -205,7 +204,7 @@ impl Cuts {
     ) -> (usize, usize) {
         let (mut lo, mut hi) = (0, n);
         for (k, &g) in dims.iter().enumerate() {
-            (lo, hi) = block_range(lo, hi, sizes[g], digit(k));
+            (lo, hi) = dist.cut((lo, hi), g, digit(k));
         }
         if dist.window.is_empty() {
             (lo, hi)
@@ -243,9 +242,7 @@ impl Cuts {
         for (v, (dims, table)) in self.per_index.iter().enumerate() {
             out.push(match table {
                 Some(t) => t[dims.iter().fold(0, |a, &g| a * self.sizes[g] + coords[g])],
-                None => Self::cut(&self.dist, &self.sizes, v, self.shape[v], dims, |k| {
-                    coords[dims[k]]
-                }),
+                None => Self::cut(&self.dist, v, self.shape[v], dims, |k| coords[dims[k]]),
             });
         }
     }
