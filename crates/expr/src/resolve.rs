@@ -23,6 +23,8 @@ impl fmt::Display for Source {
     }
 }
 
+/// The validated einsum of `ast` under `spec`: the output checked, `...` given fresh labels,
+/// every index its extent and every operand its storage dims.
 pub(crate) fn resolve(expr: &str, ast: &Ast, spec: &ExtentSpec) -> Result<Einsum, ExprError> {
     let input_labels: BTreeSet<Index> = ast.inputs.iter().flat_map(|t| t.labels()).collect();
     check_output(expr, ast, &input_labels)?;
@@ -35,38 +37,7 @@ pub(crate) fn resolve(expr: &str, ast: &Ast, spec: &ExtentSpec) -> Result<Einsum
 
     let mut extents: BTreeMap<Index, usize> = BTreeMap::new();
     let mut sources: BTreeMap<Index, Source> = BTreeMap::new();
-    let mut inputs = Vec::with_capacity(ast.inputs.len());
-
-    // Broadcast extent of each ellipsis position: the largest, the others 1 or equal.
-    let mut bext = vec![1usize; nb];
-    if let Some(shapes) = &spec.shapes {
-        let mut bfrom: Vec<Option<usize>> = vec![None; nb];
-        for (k, t) in ast.inputs.iter().enumerate() {
-            let start = t.ellipsis_position_in_dims();
-            for j in 0..ell_dims[k] {
-                let b = nb - ell_dims[k] + j;
-                let n = shapes[k][start + j];
-                if n == 1 {
-                    continue;
-                }
-                match bfrom[b] {
-                    Some(prev) if bext[b] != n => {
-                        return Err(ExprError::invalid(format!(
-                            "'...' shapes do not broadcast: operand {prev} has extent {} and \
-                             operand {k} has extent {n} at broadcast dimension {b} \
-                             (counted from the left of the longest '...')",
-                            bext[b]
-                        )))
-                    }
-                    Some(_) => {}
-                    None => {
-                        bfrom[b] = Some(k);
-                        bext[b] = n;
-                    }
-                }
-            }
-        }
-    }
+    let bext = broadcast_extents(ast, spec, &ell_dims, nb)?;
     for (b, &c) in ellipsis.iter().enumerate() {
         extents.insert(c, bext[b]);
     }
@@ -78,68 +49,19 @@ pub(crate) fn resolve(expr: &str, ast: &Ast, spec: &ExtentSpec) -> Result<Einsum
             set_extent(&mut extents, &mut sources, c, n, src)?;
         }
     }
-
-    // Storage dims of every operand: an extent-1 dim of a larger index is a broadcast dim.
-    for (k, t) in ast.inputs.iter().enumerate() {
-        let mut dims = Vec::new();
-        let mut named_broadcast = Vec::new();
-        for (item, _) in &t.items {
-            match item {
-                Item::Label(c) => {
-                    let n = spec.shapes.as_ref().map_or(0, |s| s[k][dims.len()]);
-                    if n == 1 && extents.get(c).is_some_and(|&e| e > 1) {
-                        named_broadcast.push((dims.len(), *c));
-                        dims.push(Dim::Broadcast);
-                    } else {
-                        dims.push(Dim::Index(*c));
-                    }
-                }
-                Item::Ellipsis => {
-                    for j in 0..ell_dims[k] {
-                        let b = nb - ell_dims[k] + j;
-                        let n = spec.shapes.as_ref().map_or(1, |s| s[k][dims.len()]);
-                        dims.push(if n == 1 && bext[b] > 1 {
-                            Dim::Broadcast
-                        } else {
-                            Dim::Index(ellipsis[b])
-                        });
-                    }
-                }
-            }
-        }
-        let mut op = Operand::new(dims);
-        op.named_broadcast = named_broadcast;
-        inputs.push(op);
-    }
+    let ell = EllipsisDims {
+        per_operand: &ell_dims,
+        labels: &ellipsis,
+        extents: &bext,
+    };
+    let inputs = (0..ast.inputs.len())
+        .map(|k| storage_dims(ast, spec, k, &extents, &ell))
+        .collect();
 
     for (&c, &n) in &spec.sizes {
         set_extent(&mut extents, &mut sources, c, n, Source::Sizes)?;
     }
-    let missing: Vec<Index> = input_labels
-        .iter()
-        .copied()
-        .filter(|c| !extents.contains_key(c))
-        .collect();
-    match (spec.default, missing.as_slice()) {
-        (_, []) => {}
-        (Some(n), _) => {
-            for c in missing {
-                extents.insert(c, n);
-            }
-        }
-        (None, [c]) => {
-            return Err(ExprError::invalid(format!(
-                "no extent for index '{c}' (give --sizes {c}=N, --size N or --shapes)"
-            )))
-        }
-        (None, cs) => {
-            let list: Vec<String> = cs.iter().map(|c| format!("'{c}'")).collect();
-            return Err(ExprError::invalid(format!(
-                "no extent for indices {} (give --sizes, --size N or --shapes)",
-                list.join(", ")
-            )));
-        }
-    }
+    fill_missing(spec, &input_labels, &mut extents)?;
 
     let output = output_labels(ast, &ellipsis);
     let einsum = Einsum {
@@ -151,6 +73,126 @@ pub(crate) fn resolve(expr: &str, ast: &Ast, spec: &ExtentSpec) -> Result<Einsum
     };
     check_sizes(&einsum, ast)?;
     Ok(einsum)
+}
+
+/// The broadcast extent of each `...` position (counted from the left of the longest): the
+/// largest of the operands' extents there, the others 1 or equal (1 everywhere without shapes).
+fn broadcast_extents(
+    ast: &Ast,
+    spec: &ExtentSpec,
+    ell_dims: &[usize],
+    nb: usize,
+) -> Result<Vec<usize>, ExprError> {
+    let mut bext = vec![1usize; nb];
+    let Some(shapes) = &spec.shapes else {
+        return Ok(bext);
+    };
+    let mut bfrom: Vec<Option<usize>> = vec![None; nb];
+    for (k, t) in ast.inputs.iter().enumerate() {
+        let start = t.ellipsis_position_in_dims();
+        for j in 0..ell_dims[k] {
+            let b = nb - ell_dims[k] + j;
+            let n = shapes[k][start + j];
+            if n == 1 {
+                continue;
+            }
+            match bfrom[b] {
+                Some(prev) if bext[b] != n => {
+                    return Err(ExprError::invalid(format!(
+                        "'...' shapes do not broadcast: operand {prev} has extent {} and \
+                         operand {k} has extent {n} at broadcast dimension {b} \
+                         (counted from the left of the longest '...')",
+                        bext[b]
+                    )))
+                }
+                Some(_) => {}
+                None => {
+                    bfrom[b] = Some(k);
+                    bext[b] = n;
+                }
+            }
+        }
+    }
+    Ok(bext)
+}
+
+/// What [`storage_dims`] needs of the ellipsis: dims per operand, labels and broadcast extents.
+struct EllipsisDims<'a> {
+    per_operand: &'a [usize],
+    labels: &'a [Index],
+    extents: &'a [usize],
+}
+
+/// Operand `k`'s storage dims: an extent-1 dim of a larger index is a broadcast dim.
+fn storage_dims(
+    ast: &Ast,
+    spec: &ExtentSpec,
+    k: usize,
+    extents: &BTreeMap<Index, usize>,
+    ell: &EllipsisDims<'_>,
+) -> Operand {
+    let nb = ell.labels.len();
+    let mut dims = Vec::new();
+    let mut named_broadcast = Vec::new();
+    for (item, _) in &ast.inputs[k].items {
+        match item {
+            Item::Label(c) => {
+                let n = spec.shapes.as_ref().map_or(0, |s| s[k][dims.len()]);
+                if n == 1 && extents.get(c).is_some_and(|&e| e > 1) {
+                    named_broadcast.push((dims.len(), *c));
+                    dims.push(Dim::Broadcast);
+                } else {
+                    dims.push(Dim::Index(*c));
+                }
+            }
+            Item::Ellipsis => {
+                for j in 0..ell.per_operand[k] {
+                    let b = nb - ell.per_operand[k] + j;
+                    let n = spec.shapes.as_ref().map_or(1, |s| s[k][dims.len()]);
+                    dims.push(if n == 1 && ell.extents[b] > 1 {
+                        Dim::Broadcast
+                    } else {
+                        Dim::Index(ell.labels[b])
+                    });
+                }
+            }
+        }
+    }
+    let mut op = Operand::new(dims);
+    op.named_broadcast = named_broadcast;
+    op
+}
+
+/// Gives the default extent to every input label still without one, or names them.
+fn fill_missing(
+    spec: &ExtentSpec,
+    input_labels: &BTreeSet<Index>,
+    extents: &mut BTreeMap<Index, usize>,
+) -> Result<(), ExprError> {
+    let missing: Vec<Index> = input_labels
+        .iter()
+        .copied()
+        .filter(|c| !extents.contains_key(c))
+        .collect();
+    match (spec.default, missing.as_slice()) {
+        (_, []) => Ok(()),
+        (Some(n), _) => {
+            for c in missing {
+                extents.insert(c, n);
+            }
+            Ok(())
+        }
+        (None, [c]) => Err(ExprError::invalid(format!(
+            "no extent for index '{c}' (give --sizes {c}=N, --size N or --shapes)"
+        ))),
+        (None, cs) => {
+            let list: Vec<String> = cs.iter().map(|c| format!("'{c}'")).collect();
+            Err(ExprError::invalid(format!(
+                "no extent for indices {} (give --sizes, --size N or --shapes)",
+                list.join(", ")
+            )))
+        }
+    }
 }
 
 impl Term {
