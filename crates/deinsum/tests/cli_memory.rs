@@ -44,8 +44,15 @@ fn assert_out_of_memory(code: i32, err: &str) -> (String, u64) {
     assert_eq!(code, 1, "exit status (134 is an abort, -1 a signal): {err}");
     assert!(!err.contains("panicked"), "{err}");
     assert!(!err.contains("memory allocation of"), "{err}");
-    assert_eq!(err.matches("cannot allocate").count(), 1, "said once: {err}");
-    assert!(!err.contains("failed: rank"), "the rank is named once: {err}");
+    assert_eq!(
+        err.matches("cannot allocate").count(),
+        1,
+        "said once: {err}"
+    );
+    assert!(
+        !err.contains("failed: rank"),
+        "the rank is named once: {err}"
+    );
     let line = err
         .lines()
         .find(|l| l.contains("cannot allocate"))
@@ -57,7 +64,7 @@ fn assert_out_of_memory(code: i32, err: &str) -> (String, u64) {
     let (_, rest) = rest.split_once(" (").expect("bytes");
     let (bytes, rest) = rest.split_once(" bytes) for ").expect("bytes");
     let bytes: u64 = bytes.parse().expect("a byte count");
-    assert!(bytes > 0 && bytes % 8 == 0, "f64 elements: {line}");
+    assert!(bytes > 0 && bytes.is_multiple_of(8), "f64 elements: {line}");
     let (tensor, rest) = rest.split_once(" at step ").expect("the step");
     assert!(
         ["T0 (ij)", "T1 (jk)", "out (ik)"].contains(&tensor),
@@ -118,7 +125,14 @@ fn a_window_or_output_beyond_the_limit_is_an_error_at_its_step() {
 fn a_plan_for_ten_thousand_ranks_is_small_json() {
     // Once 2.9 GB of transfers (and an abort as JSON): now structured moves.
     let (code, out, err) = deinsum(&[
-        "plan", "ij,jk->ik", "--size", "4096", "--procs", "10000", "--format", "json",
+        "plan",
+        "ij,jk->ik",
+        "--size",
+        "4096",
+        "--procs",
+        "10000",
+        "--format",
+        "json",
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.len() < 1 << 20, "{} bytes of JSON", out.len());

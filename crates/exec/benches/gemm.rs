@@ -83,7 +83,9 @@ fn gemm_rows(quick: bool) {
         let ctx = RankContext::new(1 << 26, 1, 0).expect("a context");
         let _in = ctx.enter();
         let step = |x: &LocalTensor<f64>, y: &LocalTensor<f64>| {
-            deinsum_exec::pool::give(black_box(contract(x, y, &['i', 'k']).expect("memory for the bench")).data)
+            deinsum_exec::pool::give(
+                black_box(contract(x, y, &['i', 'k']).expect("memory for the bench")).data,
+            )
         };
         let once = best(1, || faer(&a.data, &b.data, Layout::default(), &mut out));
         let reps = reps_for(once, 0.2);

@@ -604,8 +604,8 @@ fn read_input<T: Scalar>(
     Ok(match dist.block(me, &t.shape) {
         None => None,
         Some(b) => {
-            let data = load_block(plan, k, &b, inputs)
-                .map_err(|e| e.into_exec(plan, me, i, tensor, k))?;
+            let data =
+                load_block(plan, k, &b, inputs).map_err(|e| e.into_exec(plan, me, i, tensor, k))?;
             Some(LocalTensor {
                 indices: t.indices.clone(),
                 ranges: b.ranges.to_vec(),
@@ -1094,8 +1094,8 @@ impl<T: Scalar, C: Communicator> Prefetch<'_, T, C> {
         // A message carries every prefetched tensor: a failure names the first.
         let first = self.prefetch.first().map_or(0, |f| f.tensor);
         let oom = |e| oom(self.plan, me, step_stage(self.plan, self.step), first, e);
-        let (sends, from) = crate::prefetch::pack(&legs, me, p)
-            .map_err(|e| move_error(e, bad, oom))?;
+        let (sends, from) =
+            crate::prefetch::pack(&legs, me, p).map_err(|e| move_error(e, bad, oom))?;
         let send_words: u64 = sends.iter().map(|(_, v)| v.len() as u64).sum();
         mem.touch_buffers(send_words);
         let (recv, part) = {
@@ -1316,7 +1316,9 @@ fn compute_group<T: Scalar>(
         opts.tile_words,
         stats,
     )?;
-    let r = r.into_order(&out_t.indices).map_err(|e| e.for_tensor(*out_id))?;
+    let r = r
+        .into_order(&out_t.indices)
+        .map_err(|e| e.for_tensor(*out_id))?;
     match out_dist.block(me, &out_t.shape) {
         Some(b) => {
             if b.ranges[..] != r.ranges[..] {
@@ -1367,7 +1369,9 @@ fn load_block<T: Scalar>(
     inputs: &Inputs<T>,
 ) -> Result<Vec<T>, LoadError> {
     match inputs {
-        Inputs::Seeded { seed } => seeded_block(&plan.einsum, k, *seed, b).map_err(LoadError::Alloc),
+        Inputs::Seeded { seed } => {
+            seeded_block(&plan.einsum, k, *seed, b).map_err(LoadError::Alloc)
+        }
         Inputs::Full(all) => {
             let full = all
                 .get(k)

@@ -128,7 +128,8 @@ impl<T: Scalar> LocalTensor<T> {
             .filter(|&ax| keep.contains(&self.indices[ax]))
             .collect();
         let ranges: Vec<(usize, usize)> = kept.iter().map(|&ax| self.ranges[ax]).collect();
-        let mut out = LocalTensor::zeros(kept.iter().map(|&ax| self.indices[ax]).collect(), ranges)?;
+        let mut out =
+            LocalTensor::zeros(kept.iter().map(|&ax| self.indices[ax]).collect(), ranges)?;
         let shape = self.shape();
         let ost = row_major_strides(&out.shape());
         // Per axis of the block, its stride in the result (0 for a summed axis).
