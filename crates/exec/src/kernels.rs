@@ -22,10 +22,25 @@ pub struct LocalTensor<T> {
     pub data: Vec<T>,
 }
 
+/// Elements of a block over `ranges`; a count beyond `usize` is a buffer that cannot be had.
+fn elements<T>(ranges: &[(usize, usize)]) -> Result<usize, OutOfMemory> {
+    ranges
+        .iter()
+        .try_fold(1usize, |n, &(s, e)| n.checked_mul(e - s))
+        .ok_or_else(|| OutOfMemory {
+            bytes: ranges
+                .iter()
+                .map(|&(s, e)| (e - s) as u128)
+                .product::<u128>()
+                * std::mem::size_of::<T>() as u128,
+            tensor: None,
+        })
+}
+
 impl<T: Scalar> LocalTensor<T> {
     /// A zero block over `ranges`.
     pub fn zeros(indices: Vec<Index>, ranges: Vec<(usize, usize)>) -> Result<Self, OutOfMemory> {
-        let n = ranges.iter().map(|&(s, e)| e - s).product();
+        let n = elements::<T>(&ranges)?;
         Ok(LocalTensor {
             indices,
             ranges,
@@ -39,7 +54,7 @@ impl<T: Scalar> LocalTensor<T> {
         indices: Vec<Index>,
         ranges: Vec<(usize, usize)>,
     ) -> Result<Self, OutOfMemory> {
-        let n = ranges.iter().map(|&(s, e)| e - s).product();
+        let n = elements::<T>(&ranges)?;
         Ok(LocalTensor {
             indices,
             ranges,

@@ -352,3 +352,26 @@ fn the_rank_pool_hands_freed_buffers_back() {
     let f = pool::take::<f32>(1 << 20).unwrap();
     assert_ne!(f.as_ptr() as usize, p as usize);
 }
+
+#[test]
+fn a_buffer_the_allocator_refuses_is_an_error_with_its_size() {
+    use deinsum_exec::pool;
+    // More than the address space: refused without touching memory, in and out of a context.
+    let n = usize::MAX / 8;
+    let e = pool::take::<f64>(n).unwrap_err();
+    assert_eq!(e.bytes, n as u128 * 8);
+    assert_eq!(e.tensor, None);
+    assert!(e.to_string().contains("out of memory"), "{e}");
+    let ctx = pool::RankContext::new(1 << 21, 1, 0).unwrap();
+    let _in = ctx.enter();
+    assert!(pool::take_overwritten::<f32>(usize::MAX / 2).is_err());
+    assert!(pool::take_empty::<f64>(n).is_err());
+    let e =
+        LocalTensor::<f64>::zeros(vec!['i', 'j'], vec![(0, 1 << 40), (0, 1 << 30)]).unwrap_err();
+    assert_eq!(e.bytes, 8u128 << 70);
+    assert_eq!(
+        e.for_tensor(3).for_tensor(5).tensor,
+        Some(3),
+        "the first name stays"
+    );
+}
