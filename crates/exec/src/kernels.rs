@@ -303,7 +303,7 @@ const TILE: usize = 32;
 /// The whole strided view (`shape`, `strides`) of `src` in row-major order. When the view's
 /// innermost axis is strided but another axis is contiguous in `src`, the copy goes by square
 /// tiles of those two axes (a cache-blocked transpose) instead of one strided read per element.
-fn permuted<T: Copy + Default + Send + Sync + 'static>(
+fn permuted<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
     src: &[T],
     shape: &[usize],
     strides: &[usize],

@@ -189,23 +189,17 @@ pub fn try_copy<T: Copy>(src: &[T]) -> Result<Vec<T>, OutOfMemory> {
     Ok(v)
 }
 
-/// A fresh vector of `len` default values (the fill runs on the rank's threads when large:
-/// the first touch of each page is most of its cost).
-fn fresh<T: Copy + Default + Send + Sync + 'static>(len: usize) -> Result<Vec<T>, OutOfMemory> {
-    let mut v = try_vec(len)?;
-    if len >= MIN_POOLED && rank_threads() > 1 {
-        on_rank_pool(|| {
-            use rayon::prelude::*;
-            v.par_extend(rayon::iter::repeat_n(T::default(), len));
-        });
-    } else {
-        v.resize(len, T::default());
-    }
-    Ok(v)
+/// A fresh vector of `len` zeros, from the allocator's zeroed memory (bytemuck's fallible
+/// `alloc_zeroed`): large ones come as untouched zero pages, so nothing is written twice and
+/// the first touch of each page stays with the kernel that fills it, as `vec!` would do it.
+fn fresh<T: bytemuck::Zeroable>(len: usize) -> Result<Vec<T>, OutOfMemory> {
+    bytemuck::allocation::try_zeroed_vec(len).map_err(|()| OutOfMemory::of::<T>(len))
 }
 
 /// A buffer of `len` zeros, from the pool when it has one that fits.
-pub fn take<T: Copy + Default + Send + Sync + 'static>(len: usize) -> Result<Vec<T>, OutOfMemory> {
+pub fn take<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
+    len: usize,
+) -> Result<Vec<T>, OutOfMemory> {
     match take_any::<T>(len) {
         Some(mut v) => {
             v.fill(T::default());
@@ -217,7 +211,7 @@ pub fn take<T: Copy + Default + Send + Sync + 'static>(len: usize) -> Result<Vec
 
 /// A buffer of `len` elements whose values the caller overwrites entirely (stale values from
 /// the pool, or zeros from a fresh allocation).
-pub fn take_overwritten<T: Copy + Default + Send + Sync + 'static>(
+pub fn take_overwritten<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
     len: usize,
 ) -> Result<Vec<T>, OutOfMemory> {
     match take_any::<T>(len) {
