@@ -207,7 +207,7 @@ impl Einsum {
             let me = comm.rank();
             // This rank's block of every loaded operand, cut out of the lent arrays.
             let mut blocks = std::collections::BTreeMap::new();
-            for step in &plan.steps {
+            for (i, step) in plan.steps.iter().enumerate() {
                 let PlanStep::Load { tensor, dist } = step else {
                     continue;
                 };
@@ -218,11 +218,27 @@ impl Einsum {
                     continue;
                 };
                 if let (Some(b), Some(full)) = (dist.block(me, &t.shape), operands.get(k)) {
+                    use deinsum_exec::data::BlockError;
                     let data = deinsum_exec::data::block_of_full(&plan.einsum, k, full, &b)
-                        .map_err(|message| ExecError::Input {
-                            rank: me,
-                            operand: k,
-                            message,
+                        .map_err(|e| match e {
+                            BlockError::Input(message) => ExecError::Input {
+                                rank: me,
+                                operand: k,
+                                message,
+                            },
+                            BlockError::OutOfMemory(o) => ExecError::OutOfMemory {
+                                rank: me,
+                                tensor: format!(
+                                    "{} ({})",
+                                    t.name,
+                                    t.indices.iter().collect::<String>()
+                                ),
+                                bytes: o.bytes,
+                                stage: deinsum_exec::Stage::Step {
+                                    step: i,
+                                    kind: deinsum_exec::StepKind::Load,
+                                },
+                            },
                         })?;
                     blocks.insert(k, data);
                 }

@@ -71,8 +71,8 @@ fn gemm_rows(quick: bool) {
         let flops = 2.0 * (m * n * k) as f64;
         let a = block("ij", &[m, k]);
         let b = block("jk", &[k, n]);
-        let at = a.permute(&['j', 'i']);
-        let bt = b.permute(&['k', 'j']);
+        let at = a.permute(&['j', 'i']).expect("memory for the bench");
+        let bt = b.permute(&['k', 'j']).expect("memory for the bench");
         let mut out = vec![0.0f64; m * n];
         let faer = |ad: &[f64], bd: &[f64], l: Layout, out: &mut [f64]| {
             f64::gemm_layout(m, n, k, ad, bd, out, false, l)
@@ -83,7 +83,9 @@ fn gemm_rows(quick: bool) {
         let ctx = RankContext::new(1 << 26, 1, 0).expect("a context");
         let _in = ctx.enter();
         let step = |x: &LocalTensor<f64>, y: &LocalTensor<f64>| {
-            deinsum_exec::pool::give(black_box(contract(x, y, &['i', 'k'])).data)
+            deinsum_exec::pool::give(
+                black_box(contract(x, y, &['i', 'k']).expect("memory for the bench")).data,
+            )
         };
         let once = best(1, || faer(&a.data, &b.data, Layout::default(), &mut out));
         let reps = reps_for(once, 0.2);

@@ -1,6 +1,7 @@
 //! Input data: the seeded generator, caller-supplied arrays and blocks, and box copies.
 
 use crate::kernels::LocalTensor;
+use crate::pool::{try_vec, OutOfMemory};
 use crate::Scalar;
 use deinsum_expr::{Dim, Einsum};
 use deinsum_plan::Block;
@@ -100,13 +101,37 @@ fn for_each_storage(block: &Block, strides: &[u64], mut f: impl FnMut(usize, u64
 }
 
 /// The seeded generator's block of operand `k` (row-major over its distinct indices).
-pub fn seeded_block<T: Scalar>(einsum: &Einsum, k: usize, seed: u64, block: &Block) -> Vec<T> {
+pub fn seeded_block<T: Scalar>(
+    einsum: &Einsum,
+    k: usize,
+    seed: u64,
+    block: &Block,
+) -> Result<Vec<T>, OutOfMemory> {
     let strides = storage_strides(einsum, k);
-    let mut out = vec![T::default(); block.len() as usize];
+    let mut out = crate::pool::take_overwritten(block_len::<T>(block)?)?;
     for_each_storage(block, &strides, |lin, x| {
         out[lin] = T::from_f64(seeded_value(seed, k, x));
     });
-    out
+    Ok(out)
+}
+
+/// The elements of `block` as a length (a block that cannot be addressed cannot be allocated).
+fn block_len<T>(block: &Block) -> Result<usize, OutOfMemory> {
+    usize::try_from(block.len()).map_err(|_| OutOfMemory {
+        bytes: block.len() as u128 * std::mem::size_of::<T>() as u128,
+        tensor: None,
+    })
+}
+
+/// Why an operand's block cannot be had: the input is wrong, or the block does not fit.
+#[derive(Debug, thiserror::Error)]
+pub enum BlockError {
+    /// The input does not fit the einsum (wrong length, unreadable file).
+    #[error("{0}")]
+    Input(String),
+    /// The block's buffer cannot be allocated.
+    #[error(transparent)]
+    OutOfMemory(#[from] OutOfMemory),
 }
 
 /// Operand `k`'s block out of its whole storage array `full`.
@@ -115,18 +140,18 @@ pub fn block_of_full<T: Scalar>(
     k: usize,
     full: &[T],
     block: &Block,
-) -> Result<Vec<T>, String> {
+) -> Result<Vec<T>, BlockError> {
     let shape = einsum.inputs[k].shape(&einsum.extents);
     let want: usize = shape.iter().product();
     if full.len() != want {
-        return Err(format!(
+        return Err(BlockError::Input(format!(
             "operand {k}: {} elements given, its shape {:?} has {want}",
             full.len(),
             shape
-        ));
+        )));
     }
     let strides = storage_strides(einsum, k);
-    let mut out = vec![T::default(); block.len() as usize];
+    let mut out = crate::pool::take_overwritten(block_len::<T>(block)?)?;
     for_each_storage(block, &strides, |lin, x| out[lin] = full[x as usize]);
     Ok(out)
 }
@@ -160,12 +185,7 @@ fn for_each_run(
     }
     let ss = strides_of(&src.iter().map(|&(s, e)| e - s).collect::<Vec<_>>());
     let ds = strides_of(&dst.iter().map(|&(s, e)| e - s).collect::<Vec<_>>());
-    // Dims `inner..` form one run: each is whole in both blocks, but the outermost may be cut.
-    let whole = |d: usize| bx[d] == src[d] && bx[d] == dst[d];
-    let mut inner = nd - 1;
-    while inner > 0 && whole(inner) {
-        inner -= 1;
-    }
+    let inner = run_dims(bx, src, dst);
     let run: usize = shape[inner..].iter().product();
     let outer: usize = shape[..inner].iter().product();
     let mut idx = vec![0usize; inner];
@@ -190,6 +210,31 @@ fn for_each_run(
     }
 }
 
+/// The first dim of the runs of [`for_each_run`]: dims `inner..` form one run (each is whole
+/// in both blocks, but the outermost may be cut).
+fn run_dims(bx: &[(usize, usize)], src: &[(usize, usize)], dst: &[(usize, usize)]) -> usize {
+    let whole = |d: usize| bx[d] == src[d] && bx[d] == dst[d];
+    let mut inner = bx.len().saturating_sub(1);
+    while inner > 0 && whole(inner) {
+        inner -= 1;
+    }
+    inner
+}
+
+/// The runs of [`for_each_run`] as a list `(src offset, dst offset, length)`, allocated
+/// fallibly: a box cut along a short innermost dim has about as many runs as elements.
+fn run_list(
+    bx: &[(usize, usize)],
+    src: &[(usize, usize)],
+    dst: &[(usize, usize)],
+) -> Result<Vec<(usize, usize, usize)>, OutOfMemory> {
+    let inner = run_dims(bx, src, dst);
+    let count: usize = bx[..inner].iter().map(|&(s, e)| e - s).product();
+    let mut runs = try_vec(count.max(1))?;
+    for_each_run(bx, src, dst, |so, dof, n| runs.push((so, dof, n)));
+    Ok(runs)
+}
+
 /// Below this many words a box is copied on one thread (splitting costs more than it saves).
 const PAR_MIN_WORDS: usize = 1 << 16;
 
@@ -200,15 +245,20 @@ fn copy_threads(words: usize) -> usize {
     t.min(words / PAR_MIN_WORDS).max(1)
 }
 
-/// Appends box `bx` of block `t` to `out`, row-major. A large contiguous box is copied by the
-/// rank's threads straight into `out`'s spare room.
-pub fn pack_box<T: Scalar>(t: &LocalTensor<T>, bx: &Block, out: &mut Vec<T>) {
-    let mut runs = Vec::new();
-    for_each_run(&bx.ranges, &t.ranges, &bx.ranges, |so, _, n| {
-        runs.push((so, n))
-    });
+/// Appends box `bx` of block `t` to `out`, row-major (`out` grows fallibly when its room is
+/// short; the executor's messages are allocated at their final size). A large contiguous box
+/// is copied by the rank's threads straight into `out`'s spare room.
+pub fn pack_box<T: Scalar>(
+    t: &LocalTensor<T>,
+    bx: &Block,
+    out: &mut Vec<T>,
+) -> Result<(), OutOfMemory> {
+    let runs = run_list(&bx.ranges, &t.ranges, &bx.ranges)?;
+    let len = block_len::<T>(bx)?;
+    out.try_reserve(len)
+        .map_err(|_| OutOfMemory::of::<T>(out.len().saturating_add(len)))?;
     match runs[..] {
-        [(so, n)] if copy_threads(n) > 1 => crate::pool::on_rank_pool(|| {
+        [(so, _, n)] if copy_threads(n) > 1 => crate::pool::on_rank_pool(|| {
             use rayon::prelude::*;
             let chunk = n
                 .div_ceil(4 * crate::kernels::threads())
@@ -216,21 +266,25 @@ pub fn pack_box<T: Scalar>(t: &LocalTensor<T>, bx: &Block, out: &mut Vec<T>) {
             out.par_extend(t.data[so..so + n].par_iter().with_min_len(chunk).copied());
         }),
         _ => {
-            for (so, n) in runs {
+            for (so, _, n) in runs {
                 out.extend_from_slice(&t.data[so..so + n]);
             }
         }
     }
+    Ok(())
 }
 
 /// Copies (or adds, with `sum`) box `bx` of block `src` into block `dst`, run by run, without
 /// an intermediate buffer.
-pub fn copy_box<T: Scalar>(src: &LocalTensor<T>, dst: &mut LocalTensor<T>, bx: &Block, sum: bool) {
-    let mut runs = Vec::new();
-    for_each_run(&bx.ranges, &src.ranges, &dst.ranges, |so, dof, n| {
-        runs.push((so, dof, n))
-    });
+pub fn copy_box<T: Scalar>(
+    src: &LocalTensor<T>,
+    dst: &mut LocalTensor<T>,
+    bx: &Block,
+    sum: bool,
+) -> Result<(), OutOfMemory> {
+    let runs = run_list(&bx.ranges, &src.ranges, &dst.ranges)?;
     copy_runs(&runs, &src.data, &mut dst.data, sum);
+    Ok(())
 }
 
 fn add_or_copy<T: Scalar>(d: &mut [T], s: &[T], sum: bool) {
@@ -244,12 +298,15 @@ fn add_or_copy<T: Scalar>(d: &mut [T], s: &[T], sum: bool) {
 }
 
 /// Copies (or adds, with `sum`) the row-major box `bx` held in `src` into block `t`.
-pub fn unpack_box<T: Scalar>(t: &mut LocalTensor<T>, bx: &Block, src: &[T], sum: bool) {
-    let mut runs = Vec::new();
-    for_each_run(&bx.ranges, &bx.ranges, &t.ranges, |so, dof, n| {
-        runs.push((so, dof, n))
-    });
+pub fn unpack_box<T: Scalar>(
+    t: &mut LocalTensor<T>,
+    bx: &Block,
+    src: &[T],
+    sum: bool,
+) -> Result<(), OutOfMemory> {
+    let runs = run_list(&bx.ranges, &bx.ranges, &t.ranges)?;
     copy_runs(&runs, src, &mut t.data, sum);
+    Ok(())
 }
 
 /// Copies (adds) the runs `(src offset, dst offset, length)` of `src` into `dst`; their target

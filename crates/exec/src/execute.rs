@@ -4,6 +4,7 @@ use crate::comm::Calls;
 use crate::data::{block_of_full, seeded_block, unpack_box, Inputs};
 use crate::kernels::{eval_group, GroupStats, GroupSteps, LocalTensor};
 use crate::moves::{self, MoveError};
+use crate::pool::OutOfMemory;
 use crate::{CommError, Communicator, Scalar};
 use deinsum_plan::{
     block_range, Block, Distribution, Plan, PlanStep, Tensor, TensorId, TensorKind,
@@ -52,6 +53,22 @@ pub enum ExecError {
     /// The rank's thread pool cannot be made.
     #[error("cannot start the rank's threads: {0}")]
     Threads(String),
+    /// A tensor's buffer cannot be allocated (a memory limit the preflight check did not
+    /// see: `ulimit -v`, a cgroup, other processes). Not the user's input: exit 1.
+    #[error(
+        "rank {rank}: cannot allocate {} ({bytes} bytes) for {tensor} at {stage}: out of memory",
+        crate::preflight::human(*.bytes)
+    )]
+    OutOfMemory {
+        /// The rank whose allocation failed.
+        rank: usize,
+        /// The tensor the buffer was for: its name and indices, such as `T1 (jk)`.
+        tensor: String,
+        /// The bytes asked for.
+        bytes: u128,
+        /// Where in the run.
+        stage: Stage,
+    },
     /// Bad input data (wrong length, unreadable file).
     #[error("rank {rank}: input operand {operand}: {message}")]
     Input {
@@ -62,6 +79,66 @@ pub enum ExecError {
         /// What is wrong.
         message: String,
     },
+}
+
+/// Where in a run an allocation failed ([`ExecError::OutOfMemory`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Plan step `step` (inputs are read ahead of the runs, at their Load steps).
+    Step {
+        /// Position in `Plan::steps`.
+        step: usize,
+        /// Its kind.
+        kind: StepKind,
+    },
+    /// The gather of the output to rank 0, after the run.
+    Gather,
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stage::Step { step, kind } => write!(f, "step {step} ({kind})"),
+            Stage::Gather => write!(f, "the gather of the output"),
+        }
+    }
+}
+
+/// A tensor as an error names it: `T1 (jk)`; an intermediate inside a fused group (no plan
+/// tensor) by its tree node and indices.
+fn tensor_label(plan: &Plan, id: usize) -> String {
+    if let Some(t) = plan.tensor(id) {
+        return format!("{} ({})", t.name, t.indices.iter().collect::<String>());
+    }
+    match id
+        .checked_sub(plan.tree.num_inputs)
+        .and_then(|s| plan.tree.steps.get(s))
+    {
+        Some(st) => format!(
+            "t{id} ({}), an intermediate of a fused group",
+            st.output.iter().collect::<String>()
+        ),
+        None => format!("tensor {id}"),
+    }
+}
+
+/// The executor's error for an allocation that failed on rank `rank` at `stage`; `tensor` is
+/// named unless the failure names a more precise one.
+fn oom(plan: &Plan, rank: usize, stage: Stage, tensor: usize, e: OutOfMemory) -> ExecError {
+    ExecError::OutOfMemory {
+        rank,
+        tensor: tensor_label(plan, e.tensor.unwrap_or(tensor)),
+        bytes: e.bytes,
+        stage,
+    }
+}
+
+/// The stage of plan step `i`.
+fn step_stage(plan: &Plan, i: usize) -> Stage {
+    Stage::Step {
+        step: i,
+        kind: plan.steps.get(i).map_or(StepKind::Free, StepKind::of),
+    }
 }
 
 /// Executor settings.
@@ -223,6 +300,17 @@ impl<T: Scalar> DistTensor<T> {
     /// Gathers the whole tensor (row-major over its indices) to rank 0: `Some` there, `None`
     /// elsewhere. Collective: every rank must call it.
     pub fn gather<C: Communicator>(&self, comm: &C) -> Result<Option<Vec<T>>, ExecError> {
+        let me = comm.rank();
+        let oom = |e: OutOfMemory| ExecError::OutOfMemory {
+            rank: me,
+            tensor: format!(
+                "{} ({})",
+                self.tensor.name,
+                self.tensor.indices.iter().collect::<String>()
+            ),
+            bytes: e.bytes,
+            stage: Stage::Gather,
+        };
         let p = comm.size();
         let shape = &self.tensor.shape;
         // One holder per block: coordinate 0 along every grid dim that does not split.
@@ -239,11 +327,12 @@ impl<T: Scalar> DistTensor<T> {
                 None
             }
         };
-        let me = comm.rank();
         let mut counts = vec![0usize; p];
         let mut send = Vec::new();
         if me != 0 && primary(me).is_some() {
             if let Some(l) = &self.local {
+                let bytes = l.data.len().saturating_mul(T::BYTES);
+                send = crate::pool::try_vec::<u8>(bytes).map_err(oom)?;
                 T::extend_bytes(&l.data, &mut send);
                 counts[0] = send.len();
             }
@@ -255,17 +344,18 @@ impl<T: Scalar> DistTensor<T> {
         let mut full = LocalTensor::<T>::zeros(
             self.tensor.indices.clone(),
             shape.iter().map(|&n| (0, n)).collect(),
-        );
+        )
+        .map_err(oom)?;
         let mut off = 0;
         for (r, &c) in rc.iter().enumerate() {
             let Some(b) = primary(r) else { continue };
             if r == 0 {
                 if let Some(l) = &self.local {
-                    unpack_box(&mut full, &b, &l.data, false);
+                    unpack_box(&mut full, &b, &l.data, false).map_err(oom)?;
                 }
                 continue;
             }
-            let mut vals = Vec::new();
+            let mut vals = crate::pool::try_vec(c / T::BYTES).map_err(oom)?;
             T::from_bytes(&recv[off..off + c], &mut vals);
             off += c;
             if vals.len() as u64 != b.len() {
@@ -276,7 +366,7 @@ impl<T: Scalar> DistTensor<T> {
                 ))
                 .into());
             }
-            unpack_box(&mut full, &b, &vals, false);
+            unpack_box(&mut full, &b, &vals, false).map_err(oom)?;
         }
         Ok(Some(full.data))
     }
@@ -514,7 +604,8 @@ fn read_input<T: Scalar>(
     Ok(match dist.block(me, &t.shape) {
         None => None,
         Some(b) => {
-            let data = load_block(plan, k, &b, inputs, me)?;
+            let data =
+                load_block(plan, k, &b, inputs).map_err(|e| e.into_exec(plan, me, i, tensor, k))?;
             Some(LocalTensor {
                 indices: t.indices.clone(),
                 ranges: b.ranges.to_vec(),
@@ -746,6 +837,8 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         sum: bool,
     ) -> Result<(), ExecError> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
+        let (plan, me) = (self.plan, self.me);
+        let oom = |e| oom(plan, me, step_stage(plan, i), tensor, e);
         // This rank's transfers, derived from the move (plans store none).
         let transfers = self
             .plan
@@ -778,11 +871,11 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
                 &transfers,
                 &mut self.mem,
             );
-            new.map_err(|e| move_error(e, bad))?
+            new.map_err(|e| move_error(e, bad, oom))?
         } else {
             let way = self.routes.way(i, 0);
             let moved = moves::move_block(self.comm, way, t, cur, to, &transfers, &mut self.mem);
-            let moved = moved.map_err(|e| move_error(e, bad))?;
+            let moved = moved.map_err(|e| move_error(e, bad, oom))?;
             cur = moved.source;
             moved.block
         };
@@ -803,7 +896,8 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         for (tid, d) in &g.inputs {
             ins.push((*tid, held_input(&self.held, *tid, d).map_err(bad)?));
         }
-        let result = run.eval(&ins, None, m, &mut self.mem).map_err(bad)?;
+        let result = run.eval(&ins, None, m, &mut self.mem);
+        let result = result.map_err(|e| e.into_exec(self.plan, self.me, i, *out_id))?;
         self.mem.add(words(&result));
         self.held.insert(*out_id, (out_dist.clone(), result));
         Ok(())
@@ -860,7 +954,8 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         }
         let cut = Some((ph.index, ph.count, phase));
         let part = if prefetch.is_empty() {
-            run.eval(&ins, cut, m, &mut self.mem).map_err(bad)?
+            let part = run.eval(&ins, cut, m, &mut self.mem);
+            part.map_err(|e| e.into_exec(self.plan, self.me, i, *out_id))?
         } else {
             let at = Prefetch {
                 plan: self.plan,
@@ -936,7 +1031,10 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
                 transfers,
                 &mut self.mem,
             )
-            .map_err(|e| move_error(e, bad))?;
+            .map_err(|e| {
+                let oom = |o| oom(self.plan, self.me, step_stage(self.plan, i), f.tensor, o);
+                move_error(e, bad, oom)
+            })?;
             windows.push((f.tensor, f.to.clone(), w));
         }
         Ok(windows)
@@ -993,7 +1091,11 @@ impl<T: Scalar, C: Communicator> Prefetch<'_, T, C> {
             legs.push((&trs[..], b.as_ref()));
             tensors.push(t);
         }
-        let (sends, from) = crate::prefetch::pack(&legs, me, p).map_err(bad)?;
+        // A message carries every prefetched tensor: a failure names the first.
+        let first = self.prefetch.first().map_or(0, |f| f.tensor);
+        let oom = |e| oom(self.plan, me, step_stage(self.plan, self.step), first, e);
+        let (sends, from) =
+            crate::prefetch::pack(&legs, me, p).map_err(|e| move_error(e, bad, oom))?;
         let send_words: u64 = sends.iter().map(|(_, v)| v.len() as u64).sum();
         mem.touch_buffers(send_words);
         let (recv, part) = {
@@ -1001,21 +1103,22 @@ impl<T: Scalar, C: Communicator> Prefetch<'_, T, C> {
             self.comm
                 .exchange_while(sends, &from, || run.eval(ins, cut, m, mem))?
         };
-        let part = part.map_err(bad)?;
-        let mut next: Vec<Option<LocalTensor<T>>> = self
-            .prefetch
-            .iter()
-            .zip(&tensors)
-            .map(|(f, t)| {
-                f.to.block(me, &t.shape)
-                    .map(|b| LocalTensor::<T>::zeros(t.indices.clone(), b.ranges.to_vec()))
-            })
-            .collect();
+        let out_id = run.g.output.0;
+        let part = part.map_err(|e| e.into_exec(self.plan, me, self.step, out_id))?;
+        let mut next: Vec<Option<LocalTensor<T>>> = Vec::new();
+        for (f, t) in self.prefetch.iter().zip(&tensors) {
+            let block = f.to.block(me, &t.shape).map(|b| {
+                LocalTensor::<T>::zeros(t.indices.clone(), b.ranges.to_vec())
+                    .map_err(|e| oom(e.for_tensor(f.tensor)))
+            });
+            next.push(block.transpose()?);
+        }
         let next_words: u64 = next.iter().map(words).sum();
         let recv_words: u64 = recv.iter().map(|v| v.len() as u64).sum();
         mem.add(next_words);
         mem.touch_buffers(recv_words + words(&part));
-        crate::prefetch::unpack(&mut next, &legs, &recv, &from, me).map_err(bad)?;
+        crate::prefetch::unpack(&mut next, &legs, &recv, &from, me)
+            .map_err(|e| move_error(e, bad, oom))?;
         let next = self
             .prefetch
             .iter()
@@ -1044,7 +1147,7 @@ impl GroupRun<'_> {
         cut: Option<(deinsum_expr::Index, usize, usize)>,
         m: &mut StepMeasure,
         mem: &mut Mem,
-    ) -> Result<Option<LocalTensor<T>>, String> {
+    ) -> Result<Option<LocalTensor<T>>, GroupError> {
         let mut stats = GroupStats::default();
         let out = on_pool(self.pool, || {
             compute_group(self.plan, self.g, self.me, ins, cut, self.opts, &mut stats)
@@ -1052,6 +1155,35 @@ impl GroupRun<'_> {
         m.madds = stats.madds;
         mem.touch(stats.max_intermediate + words(&out));
         Ok(out)
+    }
+}
+
+/// Why a group's evaluation failed: the plan's fault, or an allocation.
+#[derive(Debug)]
+enum GroupError {
+    Plan(String),
+    Alloc(OutOfMemory),
+}
+
+impl From<String> for GroupError {
+    fn from(m: String) -> Self {
+        GroupError::Plan(m)
+    }
+}
+
+impl From<OutOfMemory> for GroupError {
+    fn from(e: OutOfMemory) -> Self {
+        GroupError::Alloc(e)
+    }
+}
+
+impl GroupError {
+    /// The executor's error on rank `me` at step `i`, whose group computes tensor `out`.
+    fn into_exec(self, plan: &Plan, me: usize, i: usize, out: TensorId) -> ExecError {
+        match self {
+            GroupError::Plan(message) => ExecError::InvalidPlan { step: i, message },
+            GroupError::Alloc(e) => oom(plan, me, step_stage(plan, i), out, e),
+        }
     }
 }
 
@@ -1112,7 +1244,7 @@ fn compute_group<T: Scalar>(
     cut: Option<(char, usize, usize)>,
     opts: &ExecOptions,
     stats: &mut GroupStats,
-) -> Result<Option<LocalTensor<T>>, String> {
+) -> Result<Option<LocalTensor<T>>, GroupError> {
     let (out_id, out_dist) = &g.output;
     let out_t = plan
         .tensor(*out_id)
@@ -1151,10 +1283,10 @@ fn compute_group<T: Scalar>(
     for &(tid, blk) in ins {
         let blk = blk.ok_or_else(|| format!("rank {me} holds no block of {tid}"))?;
         if blk.ranges != proj(&blk.indices) {
-            return Err(format!(
+            return Err(GroupError::Plan(format!(
                 "rank {me}: block {:?} of tensor {tid} is not the projection of its iteration box",
                 blk.ranges
-            ));
+            )));
         }
         blocks.push((tid, blk));
     }
@@ -1174,7 +1306,7 @@ fn compute_group<T: Scalar>(
             .collect(),
     };
     if steps.steps.is_empty() {
-        return Err("a group without steps".into());
+        return Err(GroupError::Plan("a group without steps".into()));
     }
     let r = eval_group(
         &steps,
@@ -1183,19 +1315,50 @@ fn compute_group<T: Scalar>(
         &blocks,
         opts.tile_words,
         stats,
-    );
-    let r = r.into_order(&out_t.indices);
+    )?;
+    let r = r
+        .into_order(&out_t.indices)
+        .map_err(|e| e.for_tensor(*out_id))?;
     match out_dist.block(me, &out_t.shape) {
         Some(b) => {
             if b.ranges[..] != r.ranges[..] {
-                return Err(format!(
+                return Err(GroupError::Plan(format!(
                     "rank {me}: computed block {:?} of {} but its distribution gives {:?}",
                     r.ranges, out_t.name, b.ranges
-                ));
+                )));
             }
             Ok(Some(r))
         }
         None => Ok(None),
+    }
+}
+
+/// Why an input block cannot be had: the input's fault, or an allocation.
+enum LoadError {
+    Input(String),
+    Alloc(OutOfMemory),
+}
+
+impl From<crate::data::BlockError> for LoadError {
+    fn from(e: crate::data::BlockError) -> Self {
+        match e {
+            crate::data::BlockError::Input(m) => LoadError::Input(m),
+            crate::data::BlockError::OutOfMemory(o) => LoadError::Alloc(o),
+        }
+    }
+}
+
+impl LoadError {
+    /// The executor's error on rank `me` for operand `k` (tensor `tensor`) loaded at step `i`.
+    fn into_exec(self, plan: &Plan, me: usize, i: usize, tensor: TensorId, k: usize) -> ExecError {
+        match self {
+            LoadError::Input(message) => ExecError::Input {
+                rank: me,
+                operand: k,
+                message,
+            },
+            LoadError::Alloc(e) => oom(plan, me, step_stage(plan, i), tensor, e),
+        }
     }
 }
 
@@ -1204,50 +1367,51 @@ fn load_block<T: Scalar>(
     k: usize,
     b: &Block,
     inputs: &Inputs<T>,
-    me: usize,
-) -> Result<Vec<T>, ExecError> {
-    let err = |message: String| ExecError::Input {
-        rank: me,
-        operand: k,
-        message,
-    };
+) -> Result<Vec<T>, LoadError> {
     match inputs {
-        Inputs::Seeded { seed } => Ok(seeded_block(&plan.einsum, k, *seed, b)),
+        Inputs::Seeded { seed } => {
+            seeded_block(&plan.einsum, k, *seed, b).map_err(LoadError::Alloc)
+        }
         Inputs::Full(all) => {
             let full = all
                 .get(k)
-                .ok_or_else(|| err(format!("{} operands given", all.len())))?;
-            block_of_full(&plan.einsum, k, full, b).map_err(err)
+                .ok_or_else(|| LoadError::Input(format!("{} operands given", all.len())))?;
+            Ok(block_of_full(&plan.einsum, k, full, b)?)
         }
         Inputs::Blocks(map) => {
             let data = map
                 .get(&k)
-                .ok_or_else(|| err("no local block given".into()))?;
+                .ok_or_else(|| LoadError::Input("no local block given".into()))?;
             if data.len() as u64 != b.len() {
-                return Err(err(format!(
+                return Err(LoadError::Input(format!(
                     "local block has {} elements, the plan's block {:?} has {}",
                     data.len(),
                     b.ranges,
                     b.len()
                 )));
             }
-            Ok(data.clone())
+            crate::pool::try_copy(data).map_err(LoadError::Alloc)
         }
         Inputs::Npy(paths) => {
             let path = paths
                 .get(k)
-                .ok_or_else(|| err(format!("{} .npy files given", paths.len())))?;
-            crate::npy_input::read_block::<T>(path, &plan.einsum, k, b).map_err(err)
+                .ok_or_else(|| LoadError::Input(format!("{} .npy files given", paths.len())))?;
+            Ok(crate::npy_input::read_block::<T>(path, &plan.einsum, k, b)?)
         }
     }
 }
 
 /// The executor's error for a failed move: communication failures as they are, plan faults
 /// through `bad` (which names the step).
-fn move_error(e: MoveError, bad: impl FnOnce(String) -> ExecError) -> ExecError {
+fn move_error(
+    e: MoveError,
+    bad: impl FnOnce(String) -> ExecError,
+    oom: impl FnOnce(OutOfMemory) -> ExecError,
+) -> ExecError {
     match e {
         MoveError::Comm(c) => ExecError::Comm(c),
         MoveError::Plan(s) => bad(s),
+        MoveError::Alloc(o) => oom(o),
     }
 }
 

@@ -5,10 +5,10 @@
 //! outer and Hadamard products are done directly; a fused group is evaluated tile by tile
 //! ([`eval_group`]) so that no intermediate exceeds the tile budget.
 
+use crate::pool::OutOfMemory;
 use crate::Scalar;
 use deinsum_expr::Index;
 use deinsum_path::Step;
-use ndarray::{ArrayViewD, Axis, IxDyn};
 use std::borrow::Cow;
 
 /// A dense row-major block of a tensor: its indices, the global range along each, the data.
@@ -22,35 +22,58 @@ pub struct LocalTensor<T> {
     pub data: Vec<T>,
 }
 
+/// Elements of a block over `ranges`; a count beyond `usize` is a buffer that cannot be had.
+fn elements<T>(ranges: &[(usize, usize)]) -> Result<usize, OutOfMemory> {
+    ranges
+        .iter()
+        .try_fold(1usize, |n, &(s, e)| n.checked_mul(e - s))
+        .ok_or_else(|| OutOfMemory {
+            bytes: ranges
+                .iter()
+                .map(|&(s, e)| (e - s) as u128)
+                .product::<u128>()
+                * std::mem::size_of::<T>() as u128,
+            tensor: None,
+        })
+}
+
 impl<T: Scalar> LocalTensor<T> {
     /// A zero block over `ranges`.
-    pub fn zeros(indices: Vec<Index>, ranges: Vec<(usize, usize)>) -> Self {
-        let n = ranges.iter().map(|&(s, e)| e - s).product();
-        LocalTensor {
+    pub fn zeros(indices: Vec<Index>, ranges: Vec<(usize, usize)>) -> Result<Self, OutOfMemory> {
+        let n = elements::<T>(&ranges)?;
+        Ok(LocalTensor {
             indices,
             ranges,
-            data: crate::pool::take(n),
-        }
+            data: crate::pool::take(n)?,
+        })
     }
 
     /// A block over `ranges` whose values the caller overwrites entirely (from the rank's
     /// buffer pool when it has one: no zeros written first).
-    pub fn overwritten(indices: Vec<Index>, ranges: Vec<(usize, usize)>) -> Self {
-        let n = ranges.iter().map(|&(s, e)| e - s).product();
-        LocalTensor {
+    pub fn overwritten(
+        indices: Vec<Index>,
+        ranges: Vec<(usize, usize)>,
+    ) -> Result<Self, OutOfMemory> {
+        let n = elements::<T>(&ranges)?;
+        Ok(LocalTensor {
             indices,
             ranges,
-            data: crate::pool::take_overwritten(n),
-        }
+            data: crate::pool::take_overwritten(n)?,
+        })
+    }
+
+    /// A copy of the block in fallibly allocated storage.
+    pub fn try_clone(&self) -> Result<Self, OutOfMemory> {
+        Ok(LocalTensor {
+            indices: self.indices.clone(),
+            ranges: self.ranges.clone(),
+            data: crate::pool::try_copy(&self.data)?,
+        })
     }
 
     /// Extent along each index.
     pub fn shape(&self) -> Vec<usize> {
         self.ranges.iter().map(|&(s, e)| e - s).collect()
-    }
-
-    fn view(&self) -> ArrayViewD<'_, T> {
-        ArrayViewD::from_shape(IxDyn(&self.shape()), &self.data).expect("block length matches")
     }
 
     fn pos(&self, c: Index) -> usize {
@@ -61,72 +84,116 @@ impl<T: Scalar> LocalTensor<T> {
     }
 
     /// The block with its indices in `order` (a permutation of its own).
-    pub fn permute(&self, order: &[Index]) -> Self {
-        self.permute_cow(order).into_owned()
+    pub fn permute(&self, order: &[Index]) -> Result<Self, OutOfMemory> {
+        match self.permute_cow(order)? {
+            Cow::Borrowed(b) => b.try_clone(),
+            Cow::Owned(o) => Ok(o),
+        }
     }
 
     /// [`LocalTensor::permute`], borrowing when the order is already right.
-    pub fn permute_cow(&self, order: &[Index]) -> Cow<'_, Self> {
+    pub fn permute_cow(&self, order: &[Index]) -> Result<Cow<'_, Self>, OutOfMemory> {
         if order == self.indices.as_slice() {
-            return Cow::Borrowed(self);
+            return Ok(Cow::Borrowed(self));
         }
-        Cow::Owned(self.permute_owned(order))
+        Ok(Cow::Owned(self.permute_owned(order)?))
     }
 
     /// Consumes the block and returns it in `order`.
-    pub fn into_order(self, order: &[Index]) -> Self {
+    pub fn into_order(self, order: &[Index]) -> Result<Self, OutOfMemory> {
         if order == self.indices.as_slice() {
-            return self;
+            return Ok(self);
         }
         self.permute_owned(order)
     }
 
-    fn permute_owned(&self, order: &[Index]) -> Self {
+    fn permute_owned(&self, order: &[Index]) -> Result<Self, OutOfMemory> {
         let perm: Vec<usize> = order.iter().map(|&c| self.pos(c)).collect();
         let shape = self.shape();
         let st = row_major_strides(&shape);
         let pshape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
         let pst: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
-        LocalTensor {
+        Ok(LocalTensor {
             indices: order.to_vec(),
             ranges: perm.iter().map(|&p| self.ranges[p]).collect(),
-            data: permuted(&self.data, &pshape, &pst),
-        }
+            data: permuted(&self.data, &pshape, &pst)?,
+        })
     }
 
     /// Sums out every index not in `keep`, keeping the others in their order.
-    pub fn sum_to(&self, keep: &[Index]) -> Self {
-        self.sum_cow(keep).into_owned()
+    pub fn sum_to(&self, keep: &[Index]) -> Result<Self, OutOfMemory> {
+        match self.sum_cow(keep)? {
+            Cow::Borrowed(b) => b.try_clone(),
+            Cow::Owned(o) => Ok(o),
+        }
     }
 
     /// [`LocalTensor::sum_to`], borrowing when nothing is summed.
-    pub fn sum_cow(&self, keep: &[Index]) -> Cow<'_, Self> {
+    pub fn sum_cow(&self, keep: &[Index]) -> Result<Cow<'_, Self>, OutOfMemory> {
         if self.indices.iter().all(|c| keep.contains(c)) {
-            return Cow::Borrowed(self);
+            return Ok(Cow::Borrowed(self));
         }
-        Cow::Owned(self.sum_owned(keep))
+        Ok(Cow::Owned(self.sum_owned(keep)?))
     }
 
-    fn sum_owned(&self, keep: &[Index]) -> Self {
-        let mut arr = self.view().to_owned();
-        let mut indices = self.indices.clone();
-        let mut ranges = self.ranges.clone();
-        for ax in (0..indices.len()).rev() {
-            if !keep.contains(&indices[ax]) {
-                arr = arr.sum_axis(Axis(ax));
-                indices.remove(ax);
-                ranges.remove(ax);
-            }
+    /// Sums out the indices not in `keep` in one pass: each element of the block is added
+    /// into its place in the (zeroed) result, the innermost index in a tight loop.
+    fn sum_owned(&self, keep: &[Index]) -> Result<Self, OutOfMemory> {
+        let kept: Vec<usize> = (0..self.indices.len())
+            .filter(|&ax| keep.contains(&self.indices[ax]))
+            .collect();
+        let ranges: Vec<(usize, usize)> = kept.iter().map(|&ax| self.ranges[ax]).collect();
+        let mut out =
+            LocalTensor::zeros(kept.iter().map(|&ax| self.indices[ax]).collect(), ranges)?;
+        let shape = self.shape();
+        let ost = row_major_strides(&out.shape());
+        // Per axis of the block, its stride in the result (0 for a summed axis).
+        let mut os = vec![0usize; shape.len()];
+        for (j, &ax) in kept.iter().enumerate() {
+            os[ax] = ost[j];
         }
-        LocalTensor {
-            indices,
-            ranges,
-            data: arr.iter().copied().collect(),
+        let nd = shape.len();
+        if nd == 0 || shape.contains(&0) {
+            return Ok(out);
+        }
+        let (inner, si) = (shape[nd - 1], os[nd - 1]);
+        let mut idx = vec![0usize; nd - 1];
+        let (mut o, mut src) = (0usize, 0usize);
+        loop {
+            let row = &self.data[src..src + inner];
+            if si == 0 {
+                let mut acc = T::default();
+                row.iter().for_each(|&x| acc += x);
+                out.data[o] += acc;
+            } else {
+                for (t, &x) in row.iter().enumerate() {
+                    out.data[o + t * si] += x;
+                }
+            }
+            src += inner;
+            let mut d = nd - 1;
+            loop {
+                if d == 0 {
+                    return Ok(out);
+                }
+                d -= 1;
+                idx[d] += 1;
+                o += os[d];
+                if idx[d] < shape[d] {
+                    break;
+                }
+                o -= os[d] * shape[d];
+                idx[d] = 0;
+            }
         }
     }
 
     /// The sub-block over global `sub` ranges (per index of `sub_indices`; other indices whole).
-    pub fn slice(&self, sub_indices: &[Index], sub: &[(usize, usize)]) -> Self {
+    pub fn slice(
+        &self,
+        sub_indices: &[Index],
+        sub: &[(usize, usize)],
+    ) -> Result<Self, OutOfMemory> {
         let st = row_major_strides(&self.shape());
         let mut ranges = self.ranges.clone();
         for (c, &r) in sub_indices.iter().zip(sub) {
@@ -141,11 +208,11 @@ impl<T: Scalar> LocalTensor<T> {
             .map(|((&(s, _), &(lo, _)), &k)| (s - lo) * k)
             .sum();
         let shape: Vec<usize> = ranges.iter().map(|&(s, e)| e - s).collect();
-        LocalTensor {
+        Ok(LocalTensor {
             indices: self.indices.clone(),
-            data: gather_strided(&self.data, &shape, &st, base),
+            data: gather_strided(&self.data, &shape, &st, base)?,
             ranges,
-        }
+        })
     }
 
     /// Adds `other` (same indices and ranges) into this block.
@@ -188,16 +255,21 @@ fn row_major_strides(shape: &[usize]) -> Vec<usize> {
 
 /// Copies the strided view (`shape`, `strides`, offset `base`) of `src` into a row-major vector;
 /// the innermost axis is a tight loop (a slice copy when its stride is 1).
-fn gather_strided<T: Copy>(src: &[T], shape: &[usize], strides: &[usize], base: usize) -> Vec<T> {
+fn gather_strided<T: Copy>(
+    src: &[T],
+    shape: &[usize],
+    strides: &[usize],
+    base: usize,
+) -> Result<Vec<T>, OutOfMemory> {
     let total: usize = shape.iter().product();
-    let mut out = Vec::with_capacity(total);
+    let mut out = crate::pool::try_vec(total)?;
     if total == 0 {
-        return out;
+        return Ok(out);
     }
     let nd = shape.len();
     if nd == 0 {
         out.push(src[base]);
-        return out;
+        return Ok(out);
     }
     let (inner, is) = (shape[nd - 1], strides[nd - 1]);
     let mut idx = vec![0usize; nd - 1];
@@ -211,7 +283,7 @@ fn gather_strided<T: Copy>(src: &[T], shape: &[usize], strides: &[usize], base: 
         let mut d = nd - 1;
         loop {
             if d == 0 {
-                return out;
+                return Ok(out);
             }
             d -= 1;
             idx[d] += 1;
@@ -231,11 +303,11 @@ const TILE: usize = 32;
 /// The whole strided view (`shape`, `strides`) of `src` in row-major order. When the view's
 /// innermost axis is strided but another axis is contiguous in `src`, the copy goes by square
 /// tiles of those two axes (a cache-blocked transpose) instead of one strided read per element.
-fn permuted<T: Copy + Default + Send + 'static>(
+fn permuted<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
     src: &[T],
     shape: &[usize],
     strides: &[usize],
-) -> Vec<T> {
+) -> Result<Vec<T>, OutOfMemory> {
     let nd = shape.len();
     let q = (nd >= 2 && strides[nd - 1] != 1)
         .then(|| (0..nd - 1).rev().find(|&d| strides[d] == 1 && shape[d] > 1))
@@ -244,7 +316,7 @@ fn permuted<T: Copy + Default + Send + 'static>(
     let Some(q) = q.filter(|_| total > 0) else {
         return gather_strided(src, shape, strides, 0);
     };
-    let mut out = crate::pool::take_overwritten::<T>(total);
+    let mut out = crate::pool::take_overwritten::<T>(total)?;
     let ost = row_major_strides(shape);
     let (nq, nl, sl, oq) = (shape[q], shape[nd - 1], strides[nd - 1], ost[q]);
     // Every combination of the other axes is one 2-D transpose.
@@ -270,7 +342,7 @@ fn permuted<T: Copy + Default + Send + 'static>(
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// Multiply-adds of evaluating `step` over a box with extents `ext` (by index).
@@ -280,13 +352,19 @@ pub fn step_madds(step: &Step, ext: &dyn Fn(Index) -> usize) -> f64 {
 
 /// Evaluates one tree step locally: a unary step (sum and transpose) or a pairwise
 /// contraction into indices `out`.
-pub fn eval_step<T: Scalar>(operands: &[&LocalTensor<T>], out: &[Index]) -> LocalTensor<T> {
+pub fn eval_step<T: Scalar>(
+    operands: &[&LocalTensor<T>],
+    out: &[Index],
+) -> Result<LocalTensor<T>, OutOfMemory> {
     match operands {
-        [a] => a.sum_cow(out).permute_cow(out).into_owned(),
+        [a] => match a.sum_cow(out)? {
+            Cow::Borrowed(b) => b.permute(out),
+            Cow::Owned(o) => o.into_order(out),
+        },
         [a, b] => contract(a, b, out),
         _ => {
             // A tree step has one or two operands; fold longer lists pairwise for robustness.
-            let mut acc = (*operands[0]).clone();
+            let mut acc = operands[0].try_clone()?;
             for (i, b) in operands.iter().enumerate().skip(1) {
                 let keep: Vec<Index> = acc
                     .indices
@@ -302,9 +380,9 @@ pub fn eval_step<T: Scalar>(operands: &[&LocalTensor<T>], out: &[Index]) -> Loca
                         }
                         v
                     });
-                acc = contract(&acc, b, &keep);
+                acc = contract(&acc, b, &keep)?;
             }
-            acc.permute(out)
+            acc.into_order(out)
         }
     }
 }
@@ -315,7 +393,7 @@ pub fn contract<T: Scalar>(
     a: &LocalTensor<T>,
     b: &LocalTensor<T>,
     out: &[Index],
-) -> LocalTensor<T> {
+) -> Result<LocalTensor<T>, OutOfMemory> {
     // Indices only one side has and the output lacks are summed before the product.
     let keep = |x: &LocalTensor<T>, y: &LocalTensor<T>| -> Vec<Index> {
         x.indices
@@ -324,8 +402,8 @@ pub fn contract<T: Scalar>(
             .filter(|c| out.contains(c) || y.indices.contains(c))
             .collect()
     };
-    let a = a.sum_cow(&keep(a, b));
-    let b = b.sum_cow(&keep(b, &a));
+    let a = a.sum_cow(&keep(a, b))?;
+    let b = b.sum_cow(&keep(b, &a))?;
     if a.indices.iter().all(|c| out.contains(c)) {
         return product(&a, &b, out);
     }
@@ -363,11 +441,15 @@ const PAR_MIN_WORDS: usize = 1 << 16;
 /// `a * b` over the indices `out` (every index of either operand; none summed): outer
 /// product, Hadamard product or a mix, written straight in `out`'s order, a row of the
 /// output's innermost index at a time, rows split over the rank's threads when large.
-fn product<T: Scalar>(a: &LocalTensor<T>, b: &LocalTensor<T>, out: &[Index]) -> LocalTensor<T> {
+fn product<T: Scalar>(
+    a: &LocalTensor<T>,
+    b: &LocalTensor<T>,
+    out: &[Index],
+) -> Result<LocalTensor<T>, OutOfMemory> {
     let ranges: Vec<(usize, usize)> = out.iter().map(|&c| range_in(a, b, c)).collect();
     let shape: Vec<usize> = ranges.iter().map(|&(s, e)| e - s).collect();
     let total: usize = shape.iter().product();
-    let mut data = crate::pool::take_overwritten::<T>(total);
+    let mut data = crate::pool::take_overwritten::<T>(total)?;
     let (sa, sb) = (strides_along(a, out), strides_along(b, out));
     let nd = out.len();
     if nd == 0 {
@@ -402,11 +484,11 @@ fn product<T: Scalar>(a: &LocalTensor<T>, b: &LocalTensor<T>, out: &[Index]) -> 
             }
         }
     }
-    LocalTensor {
+    Ok(LocalTensor {
         indices: out.to_vec(),
         ranges,
         data,
-    }
+    })
 }
 
 /// `dst[t] = a[oa + t sa] * b[ob + t sb]`, with tight loops for unit and zero strides.
@@ -505,15 +587,15 @@ impl Orientation {
         x: &LocalTensor<T>,
         y: &LocalTensor<T>,
         out: &[Index],
-    ) -> LocalTensor<T> {
+    ) -> Result<LocalTensor<T>, OutOfMemory> {
         let order = |v: [&[Index]; 3]| -> Vec<Index> { v.concat() };
         let xp = match self.x_form {
             Some(_) => Cow::Borrowed(x),
-            None => x.permute_cow(&order([&self.batch, &self.left, &self.summed])),
+            None => x.permute_cow(&order([&self.batch, &self.left, &self.summed]))?,
         };
         let yp = match self.y_form {
             Some(_) => Cow::Borrowed(y),
-            None => y.permute_cow(&order([&self.batch, &self.summed, &self.right])),
+            None => y.permute_cow(&order([&self.batch, &self.summed, &self.right]))?,
         };
         let len = |v: &[Index]| -> usize {
             v.iter()
@@ -531,7 +613,7 @@ impl Orientation {
             a_trans: self.x_form.as_ref().is_some_and(|f| f.trans),
             b_trans: self.y_form.as_ref().is_some_and(|f| f.trans),
         };
-        let mut c = crate::pool::take_overwritten::<T>(nb * m * n);
+        let mut c = crate::pool::take_overwritten::<T>(nb * m * n)?;
         batched_gemm(&xp.data, &yp.data, &mut c, (nb, m, n, k), layout);
         let c_order = order([&self.batch, &self.left, &self.right]);
         let ct = LocalTensor {
@@ -540,7 +622,7 @@ impl Orientation {
             data: c,
         };
         if ct.indices.as_slice() == out {
-            return ct;
+            return Ok(ct);
         }
         let r = ct.permute_owned(out);
         crate::pool::give(ct.data);
@@ -650,7 +732,7 @@ pub fn eval_group<T: Scalar>(
     inputs: &[(usize, &LocalTensor<T>)],
     tile_words: u64,
     stats: &mut GroupStats,
-) -> LocalTensor<T> {
+) -> Result<LocalTensor<T>, OutOfMemory> {
     eval_group_held(group, box_indices, box_ranges, inputs, tile_words, 0, stats)
 }
 
@@ -663,7 +745,7 @@ fn eval_group_held<T: Scalar>(
     tile_words: u64,
     held: u64,
     stats: &mut GroupStats,
-) -> LocalTensor<T> {
+) -> Result<LocalTensor<T>, OutOfMemory> {
     let last = group.steps.last().expect("a group has a step");
     let out_indices = &last.output;
     let ext = |c: Index, r: &[(usize, usize)]| -> u64 {
@@ -706,16 +788,15 @@ fn eval_group_held<T: Scalar>(
                     let mut sub = box_ranges.to_vec();
                     sub[p] = (start, end);
                     // Only the blocks that carry the tiled index are cut; the others are shared.
-                    let sliced: Vec<(usize, Cow<'_, LocalTensor<T>>)> = inputs
-                        .iter()
-                        .map(|(id, blk)| {
-                            if blk.indices.contains(&c) {
-                                (*id, Cow::Owned(blk.slice(&[c], &[(start, end)])))
-                            } else {
-                                (*id, Cow::Borrowed(*blk))
-                            }
-                        })
-                        .collect();
+                    let mut sliced: Vec<(usize, Cow<'_, LocalTensor<T>>)> = Vec::new();
+                    for (id, blk) in inputs {
+                        sliced.push(if blk.indices.contains(&c) {
+                            let cut = blk.slice(&[c], &[(start, end)]);
+                            (*id, Cow::Owned(cut.map_err(|e| e.for_tensor(*id))?))
+                        } else {
+                            (*id, Cow::Borrowed(*blk))
+                        });
+                    }
                     let refs: Vec<(usize, &LocalTensor<T>)> =
                         sliced.iter().map(|(id, b)| (*id, b.as_ref())).collect();
                     let out_words: u64 = out_indices.iter().map(|&c| ext(c, &sub)).product();
@@ -727,14 +808,14 @@ fn eval_group_held<T: Scalar>(
                         tile_words,
                         held + if acc.is_some() { out_words } else { 0 },
                         stats,
-                    );
+                    )?;
                     match &mut acc {
                         None => acc = Some(part),
                         Some(a) => a.add_assign(&part),
                     }
                     start = end;
                 }
-                return acc.expect("a non-empty tiled range");
+                return Ok(acc.expect("a non-empty tiled range"));
             }
         }
     }
@@ -769,8 +850,8 @@ fn eval_group_held<T: Scalar>(
             .iter()
             .map(|&c| ext(c, box_ranges) as f64)
             .product::<f64>();
-        let r = eval_step(&ops, &st.output);
+        let r = eval_step(&ops, &st.output).map_err(|e| e.for_tensor(node))?;
         nodes.push((node, r));
     }
-    nodes.pop().expect("a group has a step").1
+    Ok(nodes.pop().expect("a group has a step").1)
 }

@@ -15,21 +15,31 @@ use crate::comm::{CommError, Communicator};
 use crate::data::{copy_box, pack_box, unpack_box};
 use crate::execute::Mem;
 use crate::kernels::LocalTensor;
+use crate::pool::OutOfMemory;
 use crate::Scalar;
 use deinsum_plan::{Block, Distribution, MoveKind, PlanStep, Tensor, Transfer};
 
-/// Why a move failed: communication, or a plan whose transfers do not fit the blocks held.
+/// Why a move failed: communication, a plan whose transfers do not fit the blocks held, or a
+/// buffer the allocator refused.
 #[derive(Debug)]
 pub(crate) enum MoveError {
     /// The communicator failed.
     Comm(CommError),
     /// The transfers do not fit the blocks (the executor names the step).
     Plan(String),
+    /// A block or message cannot be allocated (the executor names the step and tensor).
+    Alloc(OutOfMemory),
 }
 
 impl From<CommError> for MoveError {
     fn from(e: CommError) -> Self {
         MoveError::Comm(e)
+    }
+}
+
+impl From<OutOfMemory> for MoveError {
+    fn from(e: OutOfMemory) -> Self {
+        MoveError::Alloc(e)
     }
 }
 
@@ -69,7 +79,7 @@ pub(crate) fn pack<T: Scalar>(
     for (d, len) in lens.iter().enumerate() {
         if let Some(n) = len {
             slot[d] = sends.len();
-            sends.push((d, crate::pool::take_empty(*n)));
+            sends.push((d, crate::pool::take_empty(*n)?));
         }
     }
     for tr in outgoing() {
@@ -78,7 +88,7 @@ pub(crate) fn pack<T: Scalar>(
             if outside(b, blk) {
                 return Err(not_held(me));
             }
-            pack_box(blk, b, &mut sends[slot[tr.dst]].1);
+            pack_box(blk, b, &mut sends[slot[tr.dst]].1)?;
         }
     }
     Ok(sends)
@@ -139,7 +149,7 @@ pub(crate) fn unpack<T: Scalar>(
                     "rank {me}: message from rank {src} does not match its transfer"
                 )));
             }
-            unpack_box(dst, b, &vals[pos..pos + n], sum);
+            unpack_box(dst, b, &vals[pos..pos + n], sum)?;
             pos += n;
         }
         if pos != vals.len() {
@@ -170,7 +180,7 @@ pub(crate) fn copy_local<T: Scalar>(
             if outside(b, blk) || outside(b, dst) {
                 return Err(not_held(me));
             }
-            copy_box(blk, dst, b, sum);
+            copy_box(blk, dst, b, sum)?;
         }
     }
     Ok(())
@@ -181,9 +191,10 @@ pub(crate) fn target_block<T: Scalar>(
     t: &Tensor,
     to: &Distribution,
     me: usize,
-) -> Option<LocalTensor<T>> {
+) -> Result<Option<LocalTensor<T>>, OutOfMemory> {
     to.block(me, &t.shape)
         .map(|b| LocalTensor::<T>::zeros(t.indices.clone(), b.ranges.to_vec()))
+        .transpose()
 }
 
 fn words<T>(t: &Option<LocalTensor<T>>) -> u64 {
@@ -247,7 +258,7 @@ pub(crate) fn move_block<T: Scalar, C: Communicator>(
         _ => false,
     };
     if !matches!(way.route, Route::Exchange | Route::Local) {
-        let mut new = target_block(t, to, me);
+        let mut new = target_block(t, to, me)?;
         run_way(
             comm,
             &way,
@@ -272,7 +283,7 @@ pub(crate) fn move_block<T: Scalar, C: Communicator>(
     let (mut block, source) = if stays {
         (cur, None)
     } else {
-        let mut new = target_block(t, to, me);
+        let mut new = target_block(t, to, me)?;
         copy_local(cur.as_ref(), new.as_mut(), transfers, false, me)?;
         (new, cur)
     };
@@ -323,7 +334,7 @@ fn exchange_into<T: Scalar, C: Communicator>(
     sum: bool,
     mem: &mut Mem,
 ) -> Result<Option<LocalTensor<T>>, MoveError> {
-    let mut new = target_block(t, to, comm.rank());
+    let mut new = target_block(t, to, comm.rank())?;
     run_way(comm, &way, cur, new.as_mut(), transfers, sum, mem)?;
     mem.add(words(&new));
     Ok(new)
@@ -400,7 +411,7 @@ fn pack_piece<T: Scalar>(
         if outside(b, blk) {
             return Err(MoveError::Plan("a piece outside the block held".into()));
         }
-        pack_box(blk, b, out);
+        pack_box(blk, b, out)?;
     }
     Ok(())
 }
@@ -440,7 +451,7 @@ fn unpack_pieces<T: Scalar>(
                 "gathered pieces do not match the target block".into(),
             ));
         }
-        unpack_box(dst, b, &data[pos..pos + n], false);
+        unpack_box(dst, b, &data[pos..pos + n], false)?;
         pos += n;
     }
     Ok(())
@@ -470,6 +481,7 @@ fn collective<T: Scalar, C: Communicator>(
             unpack_pieces(new, &pieces, &all)
         }
         Op::ReduceScatter => {
+            buf = crate::pool::take_empty(g.dst.iter().map(len).sum())?;
             for x in 0..n {
                 pack_piece(cur, g.dst[x].as_ref(), &mut buf)?;
             }
@@ -514,7 +526,7 @@ fn collective<T: Scalar, C: Communicator>(
                         if outside(b, src) || outside(b, dst) {
                             return Err(MoveError::Plan("the root's piece is not held".into()));
                         }
-                        copy_box(src, dst, b, false);
+                        copy_box(src, dst, b, false)?;
                     }
                     unpack_pieces(new, &pieces, &all)
                 }
@@ -522,7 +534,7 @@ fn collective<T: Scalar, C: Communicator>(
                     if k == root {
                         pack_piece(cur, g.dst[root].as_ref(), &mut buf)?;
                     } else {
-                        buf = vec![T::default(); len(&g.dst[k])];
+                        buf = crate::pool::take(len(&g.dst[k]))?;
                     }
                     mem.touch_buffers(buf.len() as u64 + target_words);
                     sub.broadcast_typed(&mut buf, root)?;

@@ -1,5 +1,7 @@
 //! Reading input blocks from .npy files through the npy reader ([`crate::npy`]).
 
+use crate::data::BlockError;
+use crate::npy::NpyError;
 use crate::Scalar;
 use deinsum_expr::Einsum;
 use deinsum_plan::Block;
@@ -11,7 +13,11 @@ pub(crate) fn read_block<T: Scalar>(
     einsum: &Einsum,
     k: usize,
     block: &Block,
-) -> Result<Vec<T>, String> {
-    crate::npy::read_operand_block::<T>(path, &einsum.inputs[k], &einsum.extents, block)
-        .map_err(|e| e.to_string())
+) -> Result<Vec<T>, BlockError> {
+    crate::npy::read_operand_block::<T>(path, &einsum.inputs[k], &einsum.extents, block).map_err(
+        |e| match e {
+            NpyError::OutOfMemory(o) => BlockError::OutOfMemory(o),
+            other => BlockError::Input(other.to_string()),
+        },
+    )
 }

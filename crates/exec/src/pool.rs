@@ -140,21 +140,84 @@ fn with_free<R>(f: impl FnOnce(&mut Free) -> R) -> Option<R> {
     })
 }
 
+/// The allocator refused a tensor-sized buffer (or its size does not fit the address space).
+///
+/// Every buffer whose length is a count of tensor elements (blocks, messages, intermediates,
+/// the run lists of box copies) is allocated through this module or [`try_vec`], so that a
+/// failure is an error and not an abort. Bookkeeping whose length is a count of indices, grid
+/// dimensions, ranks or transfers is allocated as usual: it is not what exhausts a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cannot allocate {} ({bytes} bytes): out of memory", crate::preflight::human(*.bytes))]
+pub struct OutOfMemory {
+    /// The bytes asked for.
+    pub bytes: u128,
+    /// The tensor (plan tensor id, a tree node) the buffer was for, when the code that asked
+    /// knew it; the executor otherwise names the step's tensor.
+    pub tensor: Option<usize>,
+}
+
+impl OutOfMemory {
+    /// The failure of a buffer of `len` elements of `T`.
+    pub fn of<T>(len: usize) -> Self {
+        OutOfMemory {
+            bytes: len as u128 * std::mem::size_of::<T>() as u128,
+            tensor: None,
+        }
+    }
+
+    /// The same failure, naming `tensor` unless a more precise one is named already.
+    pub fn for_tensor(self, tensor: usize) -> Self {
+        OutOfMemory {
+            tensor: self.tensor.or(Some(tensor)),
+            ..self
+        }
+    }
+}
+
+/// An empty vector with room for exactly `cap` elements, or the allocator's refusal.
+pub fn try_vec<T>(cap: usize) -> Result<Vec<T>, OutOfMemory> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(cap)
+        .map_err(|_| OutOfMemory::of::<T>(cap))?;
+    Ok(v)
+}
+
+/// A copy of `src` in a fallibly allocated vector.
+pub fn try_copy<T: Copy>(src: &[T]) -> Result<Vec<T>, OutOfMemory> {
+    let mut v = try_vec(src.len())?;
+    v.extend_from_slice(src);
+    Ok(v)
+}
+
+/// A fresh vector of `len` zeros, from the allocator's zeroed memory (bytemuck's fallible
+/// `alloc_zeroed`): large ones come as untouched zero pages, so nothing is written twice and
+/// the first touch of each page stays with the kernel that fills it, as `vec!` would do it.
+fn fresh<T: bytemuck::Zeroable>(len: usize) -> Result<Vec<T>, OutOfMemory> {
+    bytemuck::allocation::try_zeroed_vec(len).map_err(|()| OutOfMemory::of::<T>(len))
+}
+
 /// A buffer of `len` zeros, from the pool when it has one that fits.
-pub fn take<T: Copy + Default + Send + 'static>(len: usize) -> Vec<T> {
+pub fn take<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
+    len: usize,
+) -> Result<Vec<T>, OutOfMemory> {
     match take_any::<T>(len) {
         Some(mut v) => {
             v.fill(T::default());
-            v
+            Ok(v)
         }
-        None => vec![T::default(); len],
+        None => fresh(len),
     }
 }
 
 /// A buffer of `len` elements whose values the caller overwrites entirely (stale values from
 /// the pool, or zeros from a fresh allocation).
-pub fn take_overwritten<T: Copy + Default + Send + 'static>(len: usize) -> Vec<T> {
-    take_any::<T>(len).unwrap_or_else(|| vec![T::default(); len])
+pub fn take_overwritten<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
+    len: usize,
+) -> Result<Vec<T>, OutOfMemory> {
+    match take_any::<T>(len) {
+        Some(v) => Ok(v),
+        None => fresh(len),
+    }
 }
 
 fn take_any<T: Copy + Default + Send + 'static>(len: usize) -> Option<Vec<T>> {
@@ -169,16 +232,16 @@ fn take_any<T: Copy + Default + Send + 'static>(len: usize) -> Option<Vec<T>> {
 }
 
 /// An empty buffer with room for `cap` elements, from the pool when it has one that fits.
-pub fn take_empty<T: Copy + Default + Send + 'static>(cap: usize) -> Vec<T> {
+pub fn take_empty<T: Copy + Default + Send + 'static>(cap: usize) -> Result<Vec<T>, OutOfMemory> {
     if cap < MIN_POOLED {
-        return Vec::with_capacity(cap);
+        return try_vec(cap);
     }
     match with_free(|f| f.take::<T>(cap)).flatten() {
         Some(mut v) => {
             v.clear();
-            v
+            Ok(v)
         }
-        None => Vec::with_capacity(cap),
+        None => try_vec(cap),
     }
 }
 

@@ -6,6 +6,7 @@
 
 use crate::data::{copy_box, pack_box, unpack_box};
 use crate::kernels::LocalTensor;
+use crate::moves::MoveError;
 use crate::Scalar;
 use deinsum_plan::{Block, Transfer};
 
@@ -28,7 +29,7 @@ pub(crate) fn pack<T: Scalar>(
     legs: &[Leg<'_, T>],
     me: usize,
     p: usize,
-) -> Result<(Vec<(usize, Vec<T>)>, Vec<(usize, usize)>), String> {
+) -> Result<(Vec<(usize, Vec<T>)>, Vec<(usize, usize)>), MoveError> {
     let mut out_len: Vec<Option<usize>> = vec![None; p];
     let mut in_len: Vec<Option<usize>> = vec![None; p];
     for (trs, _) in legs {
@@ -41,7 +42,7 @@ pub(crate) fn pack<T: Scalar>(
             };
             let e = slot
                 .get_mut(peer)
-                .ok_or_else(|| format!("transfer with rank {peer} of {p}"))?;
+                .ok_or_else(|| MoveError::Plan(format!("transfer with rank {peer} of {p}")))?;
             *e = Some(e.unwrap_or(0) + n);
         }
     }
@@ -50,18 +51,21 @@ pub(crate) fn pack<T: Scalar>(
     for (d, n) in out_len.iter().enumerate() {
         if let Some(n) = n {
             slot[d] = sends.len();
-            sends.push((d, Vec::with_capacity(*n)));
+            sends.push((d, crate::pool::take_empty(*n)?));
         }
     }
     for (trs, src) in legs {
         for tr in trs.iter().filter(|tr| tr.src == me && tr.dst != me) {
-            let blk =
-                src.ok_or_else(|| format!("rank {me} sends from a block it does not hold"))?;
+            let blk = src.ok_or_else(|| {
+                MoveError::Plan(format!("rank {me} sends from a block it does not hold"))
+            })?;
             for b in &tr.boxes {
                 if outside(b, blk) {
-                    return Err(format!("rank {me} sends from outside its block"));
+                    return Err(MoveError::Plan(format!(
+                        "rank {me} sends from outside its block"
+                    )));
                 }
-                pack_box(blk, b, &mut sends[slot[tr.dst]].1);
+                pack_box(blk, b, &mut sends[slot[tr.dst]].1)?;
             }
         }
     }
@@ -82,18 +86,21 @@ pub(crate) fn unpack<T: Scalar>(
     recv: &[Vec<T>],
     from: &[(usize, usize)],
     me: usize,
-) -> Result<(), String> {
-    let no_block = || format!("rank {me} receives into no block");
+) -> Result<(), MoveError> {
+    let no_block = || MoveError::Plan(format!("rank {me} receives into no block"));
     for ((trs, src), dst) in legs.iter().zip(targets.iter_mut()) {
         for tr in trs.iter().filter(|tr| tr.src == me && tr.dst == me) {
-            let blk =
-                src.ok_or_else(|| format!("rank {me} copies from a block it does not hold"))?;
+            let blk = src.ok_or_else(|| {
+                MoveError::Plan(format!("rank {me} copies from a block it does not hold"))
+            })?;
             let d = dst.as_mut().ok_or_else(no_block)?;
             for b in &tr.boxes {
                 if outside(b, blk) || outside(b, d) {
-                    return Err(format!("rank {me}: a local piece outside its blocks"));
+                    return Err(MoveError::Plan(format!(
+                        "rank {me}: a local piece outside its blocks"
+                    )));
                 }
-                copy_box(blk, d, b, false);
+                copy_box(blk, d, b, false)?;
             }
         }
     }
@@ -105,20 +112,20 @@ pub(crate) fn unpack<T: Scalar>(
                 for b in &tr.boxes {
                     let n = b.len() as usize;
                     if pos + n > vals.len() || outside(b, d) {
-                        return Err(format!(
+                        return Err(MoveError::Plan(format!(
                             "rank {me}: message from rank {s} does not match its transfers"
-                        ));
+                        )));
                     }
-                    unpack_box(d, b, &vals[pos..pos + n], false);
+                    unpack_box(d, b, &vals[pos..pos + n], false)?;
                     pos += n;
                 }
             }
         }
         if pos != vals.len() {
-            return Err(format!(
+            return Err(MoveError::Plan(format!(
                 "rank {me}: message from rank {s} has {} elements, its transfers {pos}",
                 vals.len()
-            ));
+            )));
         }
     }
     Ok(())

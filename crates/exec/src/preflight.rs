@@ -52,7 +52,7 @@ pub enum PreflightError {
 }
 
 /// Bytes as a short human figure (powers of 1024).
-fn human(bytes: u128) -> String {
+pub(crate) fn human(bytes: u128) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut x = bytes as f64;
     let mut u = 0;

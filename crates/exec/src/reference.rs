@@ -2,6 +2,7 @@
 
 use crate::data::seeded_value;
 use crate::kernels::{eval_step, LocalTensor};
+use crate::pool::OutOfMemory;
 use crate::Scalar;
 use deinsum_expr::{Dim, Einsum, Index};
 use deinsum_path::ContractionTree;
@@ -83,41 +84,47 @@ pub fn naive_seeded(einsum: &Einsum, seed: u64) -> Vec<f64> {
 }
 
 /// Operand `k` of the seeded generator as a whole tensor over its distinct indices (f64).
-pub fn seeded_leaf(einsum: &Einsum, k: usize, seed: u64) -> LocalTensor<f64> {
+pub fn seeded_leaf(einsum: &Einsum, k: usize, seed: u64) -> Result<LocalTensor<f64>, OutOfMemory> {
     let idx = einsum.inputs[k].indices.clone();
     let shape: Vec<usize> = idx.iter().map(|&c| einsum.extent(c)).collect();
     let b = Block::full(&shape);
-    LocalTensor {
+    Ok(LocalTensor {
         indices: idx,
-        data: crate::data::seeded_block::<f64>(einsum, k, seed, &b),
+        data: crate::data::seeded_block::<f64>(einsum, k, seed, &b)?,
         ranges: b.ranges.to_vec(),
-    }
+    })
 }
 
 /// The einsum evaluated serially along `tree` from whole operands `leaves` (f64), for sizes
-/// where the naive loop is too slow. Output row-major over `einsum.output`.
+/// where the naive loop is too slow. Output row-major over `einsum.output`. A failed
+/// allocation names the tree node it was for.
 pub fn tree_reference(
     einsum: &Einsum,
     tree: &ContractionTree,
     leaves: Vec<LocalTensor<f64>>,
-) -> Vec<f64> {
+) -> Result<Vec<f64>, OutOfMemory> {
     let mut nodes = leaves;
     for st in &tree.steps {
         let ops: Vec<&LocalTensor<f64>> = st.operands.iter().map(|&i| &nodes[i]).collect();
-        let r = eval_step(&ops, &st.output);
+        let node = nodes.len();
+        let r = eval_step(&ops, &st.output).map_err(|e| e.for_tensor(node))?;
         nodes.push(r);
     }
     match nodes.pop() {
-        Some(last) => last.into_order(&einsum.output).data,
-        None => Vec::new(),
+        Some(last) => Ok(last.into_order(&einsum.output)?.data),
+        None => Ok(Vec::new()),
     }
 }
 
 /// [`tree_reference`] for the seeded generator's inputs.
-pub fn tree_seeded(einsum: &Einsum, tree: &ContractionTree, seed: u64) -> Vec<f64> {
+pub fn tree_seeded(
+    einsum: &Einsum,
+    tree: &ContractionTree,
+    seed: u64,
+) -> Result<Vec<f64>, OutOfMemory> {
     let leaves = (0..einsum.inputs.len())
-        .map(|k| seeded_leaf(einsum, k, seed))
-        .collect();
+        .map(|k| seeded_leaf(einsum, k, seed).map_err(|e| e.for_tensor(k)))
+        .collect::<Result<_, _>>()?;
     tree_reference(einsum, tree, leaves)
 }
 

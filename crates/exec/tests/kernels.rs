@@ -20,7 +20,7 @@ fn batched_gemm_matches_loops() {
     let (nb, ni, nj, nk) = (3, 4, 5, 6);
     let a = tensor("bij", &[nb, ni, nj], 1);
     let b = tensor("bjk", &[nb, nj, nk], 2);
-    let c = contract(&a, &b, &['k', 'b', 'i']);
+    let c = contract(&a, &b, &['k', 'b', 'i']).unwrap();
     assert_eq!(c.indices, vec!['k', 'b', 'i']);
     for k in 0..nk {
         for bb in 0..nb {
@@ -40,7 +40,7 @@ fn one_sided_sums_and_outer_products() {
     let a = tensor("ij", &[3, 4], 1);
     let b = tensor("k", &[5], 2);
     // Sum over j (only in a), outer product with k.
-    let c = contract(&a, &b, &['i', 'k']);
+    let c = contract(&a, &b, &['i', 'k']).unwrap();
     for i in 0..3 {
         for k in 0..5 {
             let want: f64 = (0..4).map(|j| a.data[i * 4 + j]).sum::<f64>() * b.data[k];
@@ -73,11 +73,11 @@ fn tiled_mttkrp_bounds_the_khatri_rao_intermediate() {
     let ranges = [(0, nj), (0, na), (0, nk), (0, ni)];
     let ins = [(0usize, &x), (1, &b), (2, &c)];
     let mut whole = GroupStats::default();
-    let full = eval_group(&g, &idx, &ranges, &ins, u64::MAX, &mut whole);
+    let full = eval_group(&g, &idx, &ranges, &ins, u64::MAX, &mut whole).unwrap();
     assert_eq!(whole.max_intermediate, (nj * nk * na) as u64);
     let tile = 20u64;
     let mut tiled = GroupStats::default();
-    let t = eval_group(&g, &idx, &ranges, &ins, tile, &mut tiled);
+    let t = eval_group(&g, &idx, &ranges, &ins, tile, &mut tiled).unwrap();
     // A tile of the KRP plus the partial sums of the output (held while tiles accumulate).
     assert!(
         tiled.max_intermediate <= tile + 2 * (ni * na) as u64,
@@ -137,11 +137,11 @@ fn every_storage_order_of_the_operands_gives_the_same_product() {
         let b0 = tensor(sb, &sb.chars().map(ext).collect::<Vec<_>>(), 2);
         let summed: Vec<char> = sa.chars().filter(|c| !so.contains(*c)).collect();
         for pa in perms(&a0.indices) {
-            let a = a0.permute(&pa);
+            let a = a0.permute(&pa).unwrap();
             for pb in perms(&b0.indices) {
-                let b = b0.permute(&pb);
+                let b = b0.permute(&pb).unwrap();
                 for po in perms(&so.chars().collect::<Vec<_>>()) {
-                    let c = contract(&a, &b, &po);
+                    let c = contract(&a, &b, &po).unwrap();
                     assert_eq!(c.indices, po);
                     let shape: Vec<usize> = po.iter().map(|&x| ext(x)).collect();
                     let n: usize = shape.iter().product();
@@ -199,11 +199,11 @@ fn products_split_over_a_rank_pool_equal_one_thread() {
     for (ia, sa, ib, sb, out) in cases {
         let a = tensor(ia, sa, 1);
         let b = tensor(ib, sb, 2);
-        let one = contract(&a, &b, out);
+        let one = contract(&a, &b, out).unwrap();
         assert_eq!(deinsum_exec::kernels::threads(), 1);
         let par = pool.install(|| {
             assert_eq!(deinsum_exec::kernels::threads(), 3);
-            contract(&a, &b, out)
+            contract(&a, &b, out).unwrap()
         });
         assert_eq!(one.indices, par.indices);
         for (x, y) in one.data.iter().zip(&par.data) {
@@ -239,7 +239,7 @@ fn permutes_of_blocks_larger_than_a_tile_match_index_math() {
     for (idx, shape) in [("abc", vec![37, 70, 45]), ("abcd", vec![9, 33, 5, 40])] {
         let t = tensor(idx, &shape, 3);
         for p in perms(&t.indices) {
-            let q = t.permute(&p);
+            let q = t.permute(&p).unwrap();
             let pshape: Vec<usize> = p
                 .iter()
                 .map(|c| shape[t.indices.iter().position(|d| d == c).unwrap()])
@@ -274,8 +274,8 @@ fn outer_and_hadamard_products_in_every_output_order_and_on_a_pool() {
         let a = tensor(sa, &sa.chars().map(ext).collect::<Vec<_>>(), 1);
         let b = tensor(sb, &sb.chars().map(ext).collect::<Vec<_>>(), 2);
         for po in perms(&so.chars().collect::<Vec<_>>()) {
-            let c = contract(&a, &b, &po);
-            let par = pool.install(|| contract(&a, &b, &po));
+            let c = contract(&a, &b, &po).unwrap();
+            let par = pool.install(|| contract(&a, &b, &po).unwrap());
             assert_eq!(c, par);
             let shape: Vec<usize> = po.iter().map(|&x| ext(x)).collect();
             for (lin, idx) in multi_indices(&shape).iter().enumerate() {
@@ -310,18 +310,18 @@ fn box_copies_split_over_the_rank_pool_equal_one_thread() {
                 ..tensor("ij", &[420, 600], 2)
             };
             let (mut seq_c, mut seq_u, mut packed) = (dst0.clone(), dst0.clone(), Vec::new());
-            copy_box(&src, &mut seq_c, &bx, sum);
-            pack_box(&src, &bx, &mut packed);
-            unpack_box(&mut seq_u, &bx, &packed, sum);
+            copy_box(&src, &mut seq_c, &bx, sum).unwrap();
+            pack_box(&src, &bx, &mut packed).unwrap();
+            unpack_box(&mut seq_u, &bx, &packed, sum).unwrap();
             assert_eq!(seq_c, seq_u);
             let _in = ctx.enter();
             assert_eq!(deinsum_exec::pool::rank_threads(), 3);
             let (mut par_c, mut par_u, mut par_p) = (dst0.clone(), dst0.clone(), vec![7.0]);
-            copy_box(&src, &mut par_c, &bx, sum);
-            pack_box(&src, &bx, &mut par_p);
+            copy_box(&src, &mut par_c, &bx, sum).unwrap();
+            pack_box(&src, &bx, &mut par_p).unwrap();
             assert_eq!(par_p[0], 7.0);
             assert_eq!(par_p[1..], packed[..]);
-            unpack_box(&mut par_u, &bx, &par_p[1..], sum);
+            unpack_box(&mut par_u, &bx, &par_p[1..], sum).unwrap();
             assert_eq!(par_c, seq_c);
             assert_eq!(par_u, seq_u);
         }
@@ -333,22 +333,45 @@ fn the_rank_pool_hands_freed_buffers_back() {
     use deinsum_exec::pool;
     let ctx = pool::RankContext::new(1 << 21, 1, 0).unwrap();
     let _in = ctx.enter();
-    let mut v = pool::take::<f64>(1 << 20);
+    let mut v = pool::take::<f64>(1 << 20).unwrap();
     assert!(v.iter().all(|&x| x == 0.0));
     v.fill(3.0);
     let p = v.as_ptr();
     pool::give(v);
     // Zeroed again on the way out, same memory.
-    let w = pool::take::<f64>(1 << 20);
+    let w = pool::take::<f64>(1 << 20).unwrap();
     assert_eq!(w.as_ptr(), p);
     assert!(w.iter().all(|&x| x == 0.0));
     pool::give(w);
     // Too large a buffer for a small request: kept for a request of its size.
-    let small = pool::take_empty::<f64>(1 << 19);
+    let small = pool::take_empty::<f64>(1 << 19).unwrap();
     assert_ne!(small.as_ptr(), p);
-    let e = pool::take_empty::<f64>((1 << 20) - 100);
+    let e = pool::take_empty::<f64>((1 << 20) - 100).unwrap();
     assert_eq!((e.as_ptr(), e.len()), (p, 0));
     // Another element type does not get it.
-    let f = pool::take::<f32>(1 << 20);
+    let f = pool::take::<f32>(1 << 20).unwrap();
     assert_ne!(f.as_ptr() as usize, p as usize);
+}
+
+#[test]
+fn a_buffer_the_allocator_refuses_is_an_error_with_its_size() {
+    use deinsum_exec::pool;
+    // More than the address space: refused without touching memory, in and out of a context.
+    let n = usize::MAX / 8;
+    let e = pool::take::<f64>(n).unwrap_err();
+    assert_eq!(e.bytes, n as u128 * 8);
+    assert_eq!(e.tensor, None);
+    assert!(e.to_string().contains("out of memory"), "{e}");
+    let ctx = pool::RankContext::new(1 << 21, 1, 0).unwrap();
+    let _in = ctx.enter();
+    assert!(pool::take_overwritten::<f32>(usize::MAX / 2).is_err());
+    assert!(pool::take_empty::<f64>(n).is_err());
+    let e =
+        LocalTensor::<f64>::zeros(vec!['i', 'j'], vec![(0, 1 << 40), (0, 1 << 30)]).unwrap_err();
+    assert_eq!(e.bytes, 8u128 << 70);
+    assert_eq!(
+        e.for_tensor(3).for_tensor(5).tensor,
+        Some(3),
+        "the first name stays"
+    );
 }

@@ -516,17 +516,29 @@ const NAIVE_MAX_POINTS: f64 = 2e7;
 
 fn check_result(plan: &Plan, args: &Args, got: &[f64]) -> anyhow::Result<Check> {
     let e = &plan.einsum;
+    // The serial reference holds whole tensors: a refused allocation is an error naming it.
+    let refused = |o: deinsum_exec::pool::OutOfMemory| {
+        let what = o
+            .tensor
+            .and_then(|id| plan.tensor(id).map(|t| t.name.clone()))
+            .or_else(|| o.tensor.map(|id| format!("tree node {id}")))
+            .unwrap_or_else(|| "a tensor".into());
+        anyhow::anyhow!("the serial reference of --check: {what}: {o}")
+    };
     let (method, want) = match &input_paths(args) {
         None if iteration_space(e) <= NAIVE_MAX_POINTS => {
             ("naive loop nest", naive_seeded(e, args.seed))
         }
         None => {
             let leaves = (0..e.inputs.len())
-                .map(|k| deinsum_exec::reference::seeded_leaf(e, k, args.seed))
-                .collect();
+                .map(|k| {
+                    deinsum_exec::reference::seeded_leaf(e, k, args.seed)
+                        .map_err(|o| refused(o.for_tensor(k)))
+                })
+                .collect::<anyhow::Result<_>>()?;
             (
                 "serial contraction tree",
-                tree_reference(e, &plan.tree, leaves),
+                tree_reference(e, &plan.tree, leaves).map_err(refused)?,
             )
         }
         Some(paths) => {
@@ -536,7 +548,7 @@ fn check_result(plan: &Plan, args: &Args, got: &[f64]) -> anyhow::Result<Check> 
             }
             (
                 "serial contraction tree",
-                tree_reference(e, &plan.tree, leaves),
+                tree_reference(e, &plan.tree, leaves).map_err(refused)?,
             )
         }
     };

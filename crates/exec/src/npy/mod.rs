@@ -75,6 +75,9 @@ pub enum NpyError {
         /// What is wrong.
         reason: String,
     },
+    /// The block's buffer cannot be allocated.
+    #[error(transparent)]
+    OutOfMemory(#[from] crate::pool::OutOfMemory),
     /// Another rank failed while writing the file.
     #[error("{}: rank {rank} failed while writing its part of the file", .path.display())]
     PeerFailed {
