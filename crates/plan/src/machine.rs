@@ -327,6 +327,19 @@ impl Machine {
         per * t as f64
     }
 
+    /// Flop/s of one rank of a `procs`-rank job computing with `threads` threads while the
+    /// node's other ranks compute too: the per-thread rate measured at the number of threads
+    /// busy on the node (at most its cores), since GEMMs running side by side share caches,
+    /// memory bandwidth and clock (two 1-thread ranks on two cores each ran at the 2-thread
+    /// per-thread rate here, 61 against 80 GFLOP/s alone), times `threads`.
+    pub fn gemm_rate_on_node(&self, class: RateClass, threads: usize, procs: usize) -> f64 {
+        let t = threads.max(1);
+        let busy = (self.ranks_on_node(procs) * t)
+            .min(self.cores_per_node.max(1))
+            .max(t);
+        self.gemm_rate(class, busy) / busy as f64 * t as f64
+    }
+
     /// Ranks of a `procs`-rank job that share a node.
     pub fn ranks_on_node(&self, procs: usize) -> usize {
         procs.clamp(1, self.ranks_per_node.max(1))

@@ -215,7 +215,7 @@ impl<'a> TimeModel<'a> {
             }
             let madds = (batch * m * n * k) as f64;
             let class = RateClass::of(m, n, k);
-            t += 2.0 * madds / (self.m.gemm_rate(class, threads) * share);
+            t += 2.0 * madds / (self.m.gemm_rate_on_node(class, threads, self.procs) * share);
         }
         t
     }

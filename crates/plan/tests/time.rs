@@ -178,3 +178,33 @@ fn time_picks_another_mttkrp_path_than_flops_on_the_calibrated_machine() {
         assert_ne!(c.plan.path, flops.path);
     }
 }
+
+/// Ranks computing side by side run at the per-thread rate measured with that many threads
+/// busy on the node, not at one thread's rate alone.
+#[test]
+fn side_by_side_ranks_take_the_busy_node_rate() {
+    use deinsum_plan::machine::GemmRate;
+    let mut m = Machine {
+        cores_per_node: 2,
+        ranks_per_node: 2,
+        ..Machine::default()
+    };
+    let rates = vec![
+        GemmRate {
+            threads: 1,
+            flops_per_thread: 80e9,
+        },
+        GemmRate {
+            threads: 2,
+            flops_per_thread: 60e9,
+        },
+    ];
+    m.gemm = vec![(RateClass::Large, rates)];
+    // One rank alone, one thread: the 1-thread rate; with both cores: 2 x the 2-thread rate.
+    assert_eq!(m.gemm_rate_on_node(RateClass::Large, 1, 1), 80e9);
+    assert_eq!(m.gemm_rate_on_node(RateClass::Large, 2, 1), 120e9);
+    // Two 1-thread ranks on the two cores: each at the 2-thread per-thread rate.
+    assert_eq!(m.gemm_rate_on_node(RateClass::Large, 1, 2), 60e9);
+    // Four ranks on two cores: still two threads busy at a time (core_share divides further).
+    assert_eq!(m.gemm_rate_on_node(RateClass::Large, 1, 4), 60e9);
+}
