@@ -44,9 +44,63 @@ pub fn enumerate(extents: &[usize], procs: usize, slack: f64) -> Vec<Vec<usize>>
 /// [`enumerate`]'s tuples one after another in one vector (`extents.len()` numbers each; for
 /// no extents, one empty tuple is `[0]`): no allocation per grid.
 pub(crate) fn enumerate_flat(extents: &[usize], procs: usize, slack: f64) -> Vec<usize> {
+    let mut out = Vec::new();
+    walk_grids(extents, procs, slack, |t, _| push_flat(&mut out, t));
+    out
+}
+
+/// Appends tuple `t` to a flat list (the empty tuple as `[0]`).
+fn push_flat(out: &mut Vec<usize>, t: &[usize]) {
+    if t.is_empty() {
+        out.push(0);
+    }
+    out.extend_from_slice(t);
+}
+
+/// Whether work `w` is within `1 + max(slack, 0)` of the least work `least`.
+fn balanced(w: u128, least: u128, slack: f64) -> bool {
+    let limit = (least as f64) * (1.0 + slack.max(0.0));
+    (w as f64) <= limit * (1.0 + 1e-12)
+}
+
+/// [`enumerate_flat`]'s tuples, in the same order, that balance the work: whose work is
+/// within `1 + max(slack, 0)` of the least among them; with their count. Only tuples within
+/// the least work seen so far are stored (that bound only tightens), so the list stays small.
+pub(crate) fn balanced_flat(extents: &[usize], procs: usize, slack: f64) -> (Vec<usize>, usize) {
+    let mut out = Vec::new();
+    let mut works: Vec<u128> = Vec::new();
+    let mut least = u128::MAX;
+    walk_grids(extents, procs, slack, |t, w| {
+        least = least.min(w);
+        if balanced(w, least, slack) {
+            push_flat(&mut out, t);
+            works.push(w);
+        }
+    });
+    let nd = extents.len().max(1);
+    let mut kept = 0;
+    for (i, &w) in works.iter().enumerate() {
+        if balanced(w, least, slack) {
+            out.copy_within(i * nd..(i + 1) * nd, kept * nd);
+            kept += 1;
+        }
+    }
+    out.truncate(kept * nd);
+    (out, kept)
+}
+
+/// Calls `leaf` with every tuple [`enumerate`] lists, in its order, and the tuple's work (the
+/// product of its ceil blocks `ceil(n_v / p_v)`: the busiest box).
+fn walk_grids(extents: &[usize], procs: usize, slack: f64, mut leaf: impl FnMut(&[usize], u128)) {
     let cands: Vec<Vec<usize>> = extents
         .iter()
         .map(|&n| axis_candidates(n.max(1), procs))
+        .collect();
+    // Per index and candidate, the ceil block it leaves (what the work multiplies).
+    let blocks: Vec<Vec<u128>> = extents
+        .iter()
+        .zip(&cands)
+        .map(|(&n, c)| c.iter().map(|&p| n.div_ceil(p) as u128).collect())
         .collect();
     let cap = procs;
     let mut maxrest = vec![1usize; extents.len() + 1];
@@ -57,17 +111,21 @@ pub(crate) fn enumerate_flat(extents: &[usize], procs: usize, slack: f64) -> Vec
     let mut top = maxrest[0].min(cap);
     loop {
         let lo = ((top as f64) / (1.0 + 2.0 * slack)).ceil().max(1.0) as usize;
-        let mut out = Vec::new();
         let mut cur = Vec::with_capacity(extents.len());
         let walk = Walk {
             cands: &cands,
+            blocks: &blocks,
             maxrest: &maxrest,
             lo,
             cap,
         };
-        walk.dfs(0, 1, &mut cur, &mut out);
-        if !out.is_empty() || lo <= 1 {
-            return out;
+        let mut found = false;
+        walk.dfs(0, 1, 1, &mut cur, &mut |t, w| {
+            found = true;
+            leaf(t, w);
+        });
+        if found || lo <= 1 {
+            return;
         }
         // No grid reaches lo: the achievable maximum is lower; retry below it.
         top = lo - 1;
@@ -77,32 +135,37 @@ pub(crate) fn enumerate_flat(extents: &[usize], procs: usize, slack: f64) -> Vec
 /// The depth-first walk over per-index sizes.
 struct Walk<'a> {
     cands: &'a [Vec<usize>],
+    blocks: &'a [Vec<u128>],
     maxrest: &'a [usize],
     lo: usize,
     cap: usize,
 }
 
 impl Walk<'_> {
-    fn dfs(&self, v: usize, prod: usize, cur: &mut Vec<usize>, out: &mut Vec<usize>) {
+    fn dfs(
+        &self,
+        v: usize,
+        prod: usize,
+        work: u128,
+        cur: &mut Vec<usize>,
+        leaf: &mut impl FnMut(&[usize], u128),
+    ) {
         if v == self.cands.len() {
             if prod >= self.lo {
-                if cur.is_empty() {
-                    out.push(0);
-                }
-                out.extend_from_slice(cur);
+                leaf(cur, work);
             }
             return;
         }
         if prod.saturating_mul(self.maxrest[v]) < self.lo {
             return;
         }
-        for &p in &self.cands[v] {
+        for (&p, &b) in self.cands[v].iter().zip(&self.blocks[v]) {
             let np = match prod.checked_mul(p) {
                 Some(x) if x <= self.cap => x,
                 _ => break,
             };
             cur.push(p);
-            self.dfs(v + 1, np, cur, out);
+            self.dfs(v + 1, np, work.wrapping_mul(b), cur, leaf);
             cur.pop();
         }
     }
@@ -132,5 +195,36 @@ mod tests {
     fn enumerate_large_p_small_extents() {
         let g = enumerate(&[10, 10, 10, 10], 1 << 20, 0.25);
         assert!(g.contains(&vec![10, 10, 10, 10]));
+    }
+
+    #[test]
+    fn balanced_flat_is_the_balanced_part_of_enumerate_flat() {
+        let cases: [(&[usize], usize, f64); 5] = [
+            (&[192, 192, 192, 192, 192, 68], 512, 0.25),
+            (&[10, 10, 10], 8, 0.25),
+            (&[4872, 4872, 120], 4096, 0.0),
+            (&[7, 3], 1000, 0.5),
+            (&[], 16, 0.25),
+        ];
+        for (ext, procs, slack) in cases {
+            let nd = ext.len().max(1);
+            let all = enumerate_flat(ext, procs, slack);
+            let work = |t: &[usize]| -> u128 {
+                ext.iter()
+                    .zip(t)
+                    .map(|(&n, &p)| n.div_ceil(p) as u128)
+                    .product()
+            };
+            let least = all.chunks(nd).map(work).min().unwrap_or(1);
+            let want: Vec<usize> = all
+                .chunks(nd)
+                .filter(|t| balanced(work(t), least, slack))
+                .flatten()
+                .copied()
+                .collect();
+            let (got, count) = balanced_flat(ext, procs, slack);
+            assert_eq!(got, want, "{ext:?} on {procs}");
+            assert_eq!(count, want.len() / nd);
+        }
     }
 }

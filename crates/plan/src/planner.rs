@@ -529,80 +529,60 @@ impl<'a> Planner<'a> {
         let out_pos = g.positions(&g.out_idx);
         let inner_pos: Vec<Vec<usize>> = g.inner_outputs.iter().map(|o| g.positions(o)).collect();
         let nd = g.gext.len();
-        let flat = grids::enumerate_flat(&g.gext, self.opts.procs, self.opts.balance_tolerance);
-        if flat.is_empty() {
+        let (flat, considered) =
+            grids::balanced_flat(&g.gext, self.opts.procs, self.opts.balance_tolerance);
+        if considered == 0 {
             return Err(PlanError::Inconsistent(format!(
                 "group {} has no grid",
                 g.gi
             )));
         }
-        let work = |sizes: &[usize]| -> u128 {
-            g.gext
-                .iter()
-                .zip(sizes)
-                .map(|(&n, &p)| n.div_ceil(p) as u128)
-                .product()
-        };
-        let grid_list: Vec<&[usize]> = if nd == 0 {
-            vec![&[]]
-        } else {
-            flat.chunks(nd).collect()
-        };
-        let works: Vec<u128> = grid_list.iter().map(|s| work(s)).collect();
-        let w_min = works.iter().copied().min().unwrap_or(1);
-        let limit = (w_min as f64) * (1.0 + self.opts.balance_tolerance.max(0.0));
-        let all: Vec<&[usize]> = grid_list
-            .into_iter()
-            .zip(works)
-            .filter(|&(_, w)| (w as f64) <= limit * (1.0 + 1e-12))
-            .map(|(s, _)| s)
-            .collect();
-        let considered = all.len();
+        let grid = |i: usize| -> &[usize] { &flat[i * nd..(i + 1) * nd] };
         let model_of = |sizes| model(g, &infos, &out_pos, &inner_pos, &tile_ln, sizes);
         if self.budget(g.gi).is_some() {
             // Under a budget every grid may be tried in turn: all are modelled.
             return Ok((
-                all.into_iter().map(|s| model_of(s.to_vec())).collect(),
+                (0..considered)
+                    .map(|i| model_of(grid(i).to_vec()))
+                    .collect(),
                 considered,
             ));
         }
         // Without one only the best EXACT_CANDIDATES by the model and the best grid on all
         // ranks are ever used: grids whose floor on the model's words already exceeds both
-        // are not modelled (the floor leaves out the inputs' lacks, so it never exceeds the
-        // words: float addition is monotone), scanning the floors upwards.
+        // the EXACT_CANDIDATES-th best words modelled so far and the best on all ranks are
+        // not modelled (the floor takes the inputs' lacks on rank 0 alone, so it never
+        // exceeds the words). The grids of least floor are modelled first, so that the scan
+        // of the rest starts from good incumbents.
         let procs = self.opts.procs;
-        let mut floors: Vec<(f64, usize)> = all
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (model_floor(g, &infos, &out_pos, s), i))
+        let full = |i: usize| grid(i).iter().product::<usize>() == procs;
+        let floors: Vec<f64> = (0..considered)
+            .map(|i| model_floor(g, &infos, &out_pos, grid(i)))
             .collect();
-        floors.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let mut best: std::collections::BinaryHeap<u64> = std::collections::BinaryHeap::new();
-        let mut best_full = f64::INFINITY;
+        let seeds = least_floors(&floors, full, 2 * EXACT_CANDIDATES);
+        let mut bound = Incumbents::default();
         let mut cands = Vec::new();
-        for &(floor, i) in &floors {
-            let full = all[i].iter().product::<usize>() == procs;
-            let top = if best.len() < EXACT_CANDIDATES {
-                f64::INFINITY
-            } else {
-                f64::from_bits(*best.peek().unwrap_or(&u64::MAX))
-            };
-            if floor > top && !(full && floor <= best_full) {
-                if floor > best_full {
-                    break;
-                }
-                continue;
+        let mut visit = |i: usize| {
+            let full = full(i);
+            if bound.prunes(floors[i], full) {
+                return;
             }
-            let c = model_of(all[i].to_vec());
-            // Words are >= 0, so their bits order as the numbers do.
-            best.push(c.model_comm.max(0.0).to_bits());
-            if best.len() > EXACT_CANDIDATES {
-                best.pop();
-            }
-            if full {
-                best_full = best_full.min(c.model_comm);
-            }
+            let c = model_of(grid(i).to_vec());
+            bound.add(c.model_comm, full);
             cands.push(c);
+        };
+        for &i in &seeds {
+            visit(i);
+        }
+        let mut next_seed = {
+            let mut s = seeds.clone();
+            s.sort_unstable();
+            s.into_iter().peekable()
+        };
+        for i in 0..considered {
+            if next_seed.next_if_eq(&i).is_none() {
+                visit(i);
+            }
         }
         Ok((cands, considered))
     }
@@ -1078,14 +1058,82 @@ impl<'a> Planner<'a> {
     }
 }
 
-/// A floor on [`model`]'s words for the grid of `sizes`: the same sum without the inputs'
-/// lacks (the partial sums they carry and the output's reduction), in the same order.
+/// The branch-and-bound state of [`Planner::candidates`]: the least [`EXACT_CANDIDATES`]
+/// model words seen, and the least on all ranks.
+struct Incumbents {
+    /// The words as bits (words are >= 0, so their bits order as the numbers do); a max-heap.
+    best: std::collections::BinaryHeap<u64>,
+    best_full: f64,
+}
+
+impl Default for Incumbents {
+    fn default() -> Self {
+        Incumbents {
+            best: std::collections::BinaryHeap::new(),
+            best_full: f64::INFINITY,
+        }
+    }
+}
+
+impl Incumbents {
+    /// Whether a grid whose model words are at least `floor` (`full`: on all ranks) can be
+    /// neither among the best [`EXACT_CANDIDATES`] nor the best on all ranks.
+    fn prunes(&self, floor: f64, full: bool) -> bool {
+        let top = if self.best.len() < EXACT_CANDIDATES {
+            f64::INFINITY
+        } else {
+            f64::from_bits(*self.best.peek().unwrap_or(&u64::MAX))
+        };
+        floor > top && !(full && floor <= self.best_full)
+    }
+
+    /// Counts a modelled grid's words.
+    fn add(&mut self, words: f64, full: bool) {
+        self.best.push(words.max(0.0).to_bits());
+        if self.best.len() > EXACT_CANDIDATES {
+            self.best.pop();
+        }
+        if full {
+            self.best_full = self.best_full.min(words);
+        }
+    }
+}
+
+/// The positions of the `k` least `floors`, and of the `k` least among those where `full`
+/// holds, once each, by floor then position (floors are >= 0: their bits order as they do).
+fn least_floors(floors: &[f64], full: impl Fn(usize) -> bool, k: usize) -> Vec<usize> {
+    let mut any = std::collections::BinaryHeap::with_capacity(k + 1);
+    let mut on_all = std::collections::BinaryHeap::with_capacity(k + 1);
+    for (i, &f) in floors.iter().enumerate() {
+        let key = (f.max(0.0).to_bits(), i);
+        for (heap, take) in [(&mut any, true), (&mut on_all, false)] {
+            if !take && !full(i) {
+                continue;
+            }
+            if heap.len() < k {
+                heap.push(key);
+            } else if heap.peek().is_some_and(|&top| key < top) {
+                heap.pop();
+                heap.push(key);
+            }
+        }
+    }
+    let mut keys: Vec<(u64, usize)> = any.into_iter().chain(on_all).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys.into_iter().map(|(_, i)| i).collect()
+}
+
+/// A floor on [`model`]'s words for the grid of `sizes`: the same sum in the same order, with
+/// each input's lack taken on rank 0 alone (the model takes the larger of ranks 0 and
+/// size-1), so it never exceeds the model's words (float addition is monotone).
 fn model_floor(g: &GroupCtx, infos: &[InputInfo], out_pos: &[usize], sizes: &[usize]) -> f64 {
     let mut comm = 0f64;
     for info in infos {
         if info.from.is_none() || info.same_grid.as_deref() == Some(sizes) {
             continue;
         }
+        comm += rank_lack(info, sizes, 0, info.from_first.as_ref()) as f64;
         if info.partial_q > 1 {
             let q = info.partial_q;
             comm += info.partial_block as f64 * (q - 1) as f64 / q as f64;
@@ -1097,6 +1145,27 @@ fn model_floor(g: &GroupCtx, infos: &[InputInfo], out_pos: &[usize], sizes: &[us
         .product();
     let q: usize = g.summed.iter().map(|&v| sizes[v]).product();
     comm + ob as f64 * (q - 1) as f64 / q as f64
+}
+
+/// What rank `r` (0, or the grid's last rank: coordinates 0, or sizes-1 everywhere) lacks of
+/// its target block of `info` on the grid of `sizes`, given the block `from` it holds now.
+fn rank_lack(info: &InputInfo, sizes: &[usize], r: usize, from: Option<&crate::Ranges>) -> u64 {
+    let mut t_len = 1u64;
+    let mut both = 1u64;
+    for (k, (&n, &v)) in info.shape.iter().zip(&info.pos).enumerate() {
+        let x = if r == 0 { 0 } else { sizes[v] - 1 };
+        let (ts, te) = crate::block_range(0, n, sizes[v], x);
+        t_len *= (te - ts) as u64;
+        if let Some(fb) = from {
+            let (lo, hi) = fb[k];
+            both *= te.min(hi).saturating_sub(ts.max(lo)) as u64;
+        }
+    }
+    if from.is_some() {
+        t_len - both
+    } else {
+        t_len
+    }
 }
 
 /// Whether a peak (tensor data, with message buffers) is within the caps.
@@ -1136,28 +1205,12 @@ fn model(
         // What ranks 0 and size-1 lack of their target block (a sample of the grid): rank 0
         // is at coordinates 0, rank size-1 at sizes-1 everywhere.
         let from_last = ranges_of(from, last, &info.shape);
-        let lack = [(0usize, &info.from_first), (last, &from_last)]
-            .iter()
-            .map(|&(r, fb)| {
-                let mut t_len = 1u64;
-                let mut both = 1u64;
-                for (k, (&n, &v)) in info.shape.iter().zip(&info.pos).enumerate() {
-                    let x = if r == 0 { 0 } else { sizes[v] - 1 };
-                    let (ts, te) = crate::block_range(0, n, sizes[v], x);
-                    t_len *= (te - ts) as u64;
-                    if let Some(fb) = fb {
-                        let (lo, hi) = fb[k];
-                        both *= te.min(hi).saturating_sub(ts.max(lo)) as u64;
-                    }
-                }
-                if fb.is_some() {
-                    t_len - both
-                } else {
-                    t_len
-                }
-            })
-            .max()
-            .unwrap_or(b);
+        let lack = rank_lack(info, &sizes, 0, info.from_first.as_ref()).max(rank_lack(
+            info,
+            &sizes,
+            last,
+            from_last.as_ref(),
+        ));
         comm += lack as f64;
         if info.partial_q > 1 {
             let q = info.partial_q;
