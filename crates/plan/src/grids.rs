@@ -45,7 +45,7 @@ pub fn enumerate(extents: &[usize], procs: usize, slack: f64) -> Vec<Vec<usize>>
 /// no extents, one empty tuple is `[0]`): no allocation per grid.
 pub(crate) fn enumerate_flat(extents: &[usize], procs: usize, slack: f64) -> Vec<usize> {
     let mut out = Vec::new();
-    walk_grids(extents, procs, slack, |t, _| push_flat(&mut out, t));
+    Axes::new(extents, procs).walk(slack, None, |t, _, _| push_flat(&mut out, t));
     out
 }
 
@@ -58,77 +58,182 @@ fn push_flat(out: &mut Vec<usize>, t: &[usize]) {
 }
 
 /// Whether work `w` is within `1 + max(slack, 0)` of the least work `least`.
+#[cfg(test)]
 fn balanced(w: u128, least: u128, slack: f64) -> bool {
-    let limit = (least as f64) * (1.0 + slack.max(0.0));
-    (w as f64) <= limit * (1.0 + 1e-12)
+    Limit::of(least, slack).admits(w)
+}
+
+/// The works within `1 + max(slack, 0)` of a least work: `w as f64 <= float`, tested on
+/// integers when `float` is below 2^53 (where every integer is a float, so `w <= floor`
+/// says the same without the slow `u128` conversion).
+#[derive(Clone, Copy)]
+struct Limit {
+    float: f64,
+    int: Option<u128>,
+}
+
+impl Limit {
+    /// No limit (no least work yet).
+    const NONE: Limit = Limit {
+        float: f64::INFINITY,
+        int: None,
+    };
+
+    /// The limit for the least work `least`.
+    fn of(least: u128, slack: f64) -> Limit {
+        let limit = (least as f64) * (1.0 + slack.max(0.0));
+        let float = limit * (1.0 + 1e-12);
+        let int = (float < 9_007_199_254_740_992.0).then(|| float.floor() as u128);
+        Limit { float, int }
+    }
+
+    /// Whether work `w` is within it.
+    fn admits(&self, w: u128) -> bool {
+        match self.int {
+            Some(m) => w <= m,
+            None => (w as f64) <= self.float,
+        }
+    }
 }
 
 /// [`enumerate_flat`]'s tuples, in the same order, that balance the work: whose work is
-/// within `1 + max(slack, 0)` of the least among them; with their count. Only tuples within
-/// the least work seen so far are stored (that bound only tightens), so the list stays small.
-pub(crate) fn balanced_flat(extents: &[usize], procs: usize, slack: f64) -> (Vec<usize>, usize) {
-    let mut out = Vec::new();
-    let mut works: Vec<u128> = Vec::new();
-    let mut least = u128::MAX;
-    walk_grids(extents, procs, slack, |t, w| {
-        least = least.min(w);
-        if balanced(w, least, slack) {
-            push_flat(&mut out, t);
-            works.push(w);
-        }
-    });
-    let nd = extents.len().max(1);
-    let mut kept = 0;
-    for (i, &w) in works.iter().enumerate() {
-        if balanced(w, least, slack) {
-            out.copy_within(i * nd..(i + 1) * nd, kept * nd);
-            kept += 1;
-        }
-    }
-    out.truncate(kept * nd);
-    (out, kept)
+/// within `1 + max(slack, 0)` of the least among them; with their count.
+#[cfg(test)]
+fn balanced_flat(extents: &[usize], procs: usize, slack: f64) -> (Vec<usize>, usize) {
+    let b = Axes::new(extents, procs).balanced(slack, |_| 0.0);
+    (b.flat, b.count)
 }
 
-/// Calls `leaf` with every tuple [`enumerate`] lists, in its order, and the tuple's work (the
-/// product of its ceil blocks `ceil(n_v / p_v)`: the busiest box).
-fn walk_grids(extents: &[usize], procs: usize, slack: f64, mut leaf: impl FnMut(&[usize], u128)) {
-    let cands: Vec<Vec<usize>> = extents
-        .iter()
-        .map(|&n| axis_candidates(n.max(1), procs))
-        .collect();
-    // Per index and candidate, the ceil block it leaves (what the work multiplies).
-    let blocks: Vec<Vec<u128>> = extents
-        .iter()
-        .zip(&cands)
-        .map(|(&n, c)| c.iter().map(|&p| n.div_ceil(p) as u128).collect())
-        .collect();
-    let cap = procs;
-    let mut maxrest = vec![1usize; extents.len() + 1];
-    for v in (0..extents.len()).rev() {
-        let m = *cands[v].last().unwrap_or(&1);
-        maxrest[v] = maxrest[v + 1].saturating_mul(m);
-    }
-    let mut top = maxrest[0].min(cap);
-    loop {
-        let lo = ((top as f64) / (1.0 + 2.0 * slack)).ceil().max(1.0) as usize;
-        let mut cur = Vec::with_capacity(extents.len());
-        let walk = Walk {
-            cands: &cands,
-            blocks: &blocks,
-            maxrest: &maxrest,
-            lo,
-            cap,
-        };
-        let mut found = false;
-        walk.dfs(0, 1, 1, &mut cur, &mut |t, w| {
-            found = true;
-            leaf(t, w);
-        });
-        if found || lo <= 1 {
-            return;
+/// The candidate sizes of every index of an iteration space ([`axis_candidates`]), and the
+/// walk over their tuples.
+pub(crate) struct Axes {
+    extents: Vec<usize>,
+    procs: usize,
+    cands: Vec<Vec<usize>>,
+}
+
+/// The tuples that balance the work ([`Axes::balanced`]).
+pub(crate) struct Balanced {
+    /// The tuples one after another, as [`enumerate_flat`] lists them.
+    pub(crate) flat: Vec<usize>,
+    /// Per tuple, the figure the caller computed of it.
+    pub(crate) values: Vec<f64>,
+    /// How many tuples.
+    pub(crate) count: usize,
+}
+
+impl Axes {
+    /// The candidates of each of `extents` on `procs` ranks.
+    pub(crate) fn new(extents: &[usize], procs: usize) -> Axes {
+        Axes {
+            extents: extents.to_vec(),
+            procs,
+            cands: extents
+                .iter()
+                .map(|&n| axis_candidates(n.max(1), procs))
+                .collect(),
         }
-        // No grid reaches lo: the achievable maximum is lower; retry below it.
-        top = lo - 1;
+    }
+
+    /// Index `v`'s candidate sizes, ascending (what a tuple's positions refer to).
+    pub(crate) fn candidates(&self, v: usize) -> &[usize] {
+        &self.cands[v]
+    }
+
+    /// [`enumerate_flat`]'s tuples, in the same order, that balance the work: whose work is
+    /// within `1 + max(slack, 0)` of the least among them; each with `value` of its
+    /// positions among the candidates. The walk skips subtrees whose every tuple is out of
+    /// balance with the least work seen so far (that bound only tightens) and keeps only
+    /// tuples within it, so the list stays small.
+    pub(crate) fn balanced(&self, slack: f64, mut value: impl FnMut(&[usize]) -> f64) -> Balanced {
+        let mut flat = Vec::new();
+        let mut values = Vec::new();
+        let mut works: Vec<u128> = Vec::new();
+        let least = self.walk(slack, Some(slack), |t, at, w| {
+            push_flat(&mut flat, t);
+            values.push(value(at));
+            works.push(w);
+        });
+        let nd = self.extents.len().max(1);
+        let limit = Limit::of(least, slack);
+        let mut count = 0;
+        for (i, &w) in works.iter().enumerate() {
+            if limit.admits(w) {
+                flat.copy_within(i * nd..(i + 1) * nd, count * nd);
+                values[count] = values[i];
+                count += 1;
+            }
+        }
+        flat.truncate(count * nd);
+        values.truncate(count);
+        Balanced {
+            flat,
+            values,
+            count,
+        }
+    }
+
+    /// Calls `leaf` with every tuple [`enumerate`] lists, in its order, its positions among
+    /// the candidates, and its work (the product of its ceil blocks `ceil(n_v / p_v)`: the
+    /// busiest box); with `balance`, only with those within that slack of the least work
+    /// seen before them (and maybe a few more). Returns the least work.
+    fn walk(
+        &self,
+        slack: f64,
+        balance: Option<f64>,
+        mut leaf: impl FnMut(&[usize], &[usize], u128),
+    ) -> u128 {
+        let (extents, cands) = (&self.extents, &self.cands);
+        // Per index and candidate, the ceil block it leaves (what the work multiplies).
+        let blocks: Vec<Vec<u128>> = extents
+            .iter()
+            .zip(cands)
+            .map(|(&n, c)| c.iter().map(|&p| n.div_ceil(p) as u128).collect())
+            .collect();
+        let cap = self.procs;
+        let nd = extents.len();
+        let mut maxrest = vec![1usize; nd + 1];
+        // Over the indices from v on: the least product of their blocks, and of their
+        // extents (the bounds on a subtree's work).
+        let mut minrest = vec![1u128; nd + 1];
+        let mut extrest = vec![Some(1u128); nd + 1];
+        for v in (0..nd).rev() {
+            let m = *cands[v].last().unwrap_or(&1);
+            maxrest[v] = maxrest[v + 1].saturating_mul(m);
+            let b = blocks[v].last().copied().unwrap_or(1);
+            minrest[v] = minrest[v + 1].saturating_mul(b);
+            extrest[v] = extrest[v + 1].and_then(|e| e.checked_mul(extents[v] as u128));
+        }
+        // Pruning needs exact works: off when the iteration space overflows u128.
+        let balance = balance.filter(|_| extrest[0].is_some());
+        let mut top = maxrest[0].min(cap);
+        loop {
+            let lo = ((top as f64) / (1.0 + 2.0 * slack)).ceil().max(1.0) as usize;
+            let mut cur = Vec::with_capacity(nd);
+            let mut at = Vec::with_capacity(nd);
+            let mut found = false;
+            let mut walk = Walk {
+                cands,
+                blocks: &blocks,
+                maxrest: &maxrest,
+                minrest: &minrest,
+                extrest: &extrest,
+                lo,
+                cap,
+                balance,
+                least: u128::MAX,
+                limit: Limit::NONE,
+            };
+            walk.dfs(0, 1, 1, (&mut cur, &mut at), &mut |t, a, w| {
+                found = true;
+                leaf(t, a, w);
+            });
+            if found || lo <= 1 {
+                return walk.least;
+            }
+            // No grid reaches lo: the achievable maximum is lower; retry below it.
+            top = lo - 1;
+        }
     }
 }
 
@@ -137,36 +242,107 @@ struct Walk<'a> {
     cands: &'a [Vec<usize>],
     blocks: &'a [Vec<u128>],
     maxrest: &'a [usize],
+    minrest: &'a [u128],
+    extrest: &'a [Option<u128>],
     lo: usize,
     cap: usize,
+    /// The slack of the work filter, when the walk applies it.
+    balance: Option<f64>,
+    /// The least work of a tuple met so far.
+    least: u128,
+    /// The limit of `least` (none with none yet).
+    limit: Limit,
 }
 
+/// The tuple being built: its sizes and their positions among the candidates.
+type Cursor<'c> = (&'c mut Vec<usize>, &'c mut Vec<usize>);
+
 impl Walk<'_> {
+    /// Notes a tuple's work `w`; whether it is within the limit.
+    fn admit(&mut self, w: u128) -> bool {
+        if w < self.least {
+            self.least = w;
+            if let Some(slack) = self.balance {
+                self.limit = Limit::of(w, slack);
+            }
+        }
+        self.limit.admits(w)
+    }
+
     fn dfs(
-        &self,
+        &mut self,
         v: usize,
         prod: usize,
         work: u128,
-        cur: &mut Vec<usize>,
-        leaf: &mut impl FnMut(&[usize], u128),
+        cur: Cursor,
+        leaf: &mut impl FnMut(&[usize], &[usize], u128),
     ) {
+        let (sizes, at) = cur;
         if v == self.cands.len() {
-            if prod >= self.lo {
-                leaf(cur, work);
+            if prod >= self.lo && self.admit(work) {
+                leaf(sizes, at, work);
             }
             return;
         }
         if prod.saturating_mul(self.maxrest[v]) < self.lo {
             return;
         }
-        for (&p, &b) in self.cands[v].iter().zip(&self.blocks[v]) {
+        if self.balance.is_some() && v + 1 == self.cands.len() {
+            return self.last(prod, work, (sizes, at), leaf);
+        }
+        if self.balance.is_some() && self.least != u128::MAX {
+            // Every tuple below has work at least `work` times the larger of the least
+            // blocks left and the extents left over the most ranks left.
+            let most = (self.cap / prod).max(1) as u128;
+            let rest = self.extrest[v].unwrap_or(u128::MAX).div_ceil(most);
+            let lb = work.saturating_mul(self.minrest[v].max(rest));
+            if !self.limit.admits(lb) {
+                return;
+            }
+        }
+        for (i, (&p, &b)) in self.cands[v].iter().zip(&self.blocks[v]).enumerate() {
             let np = match prod.checked_mul(p) {
                 Some(x) if x <= self.cap => x,
                 _ => break,
             };
-            cur.push(p);
-            self.dfs(v + 1, np, work.wrapping_mul(b), cur, leaf);
-            cur.pop();
+            sizes.push(p);
+            at.push(i);
+            self.dfs(v + 1, np, work.wrapping_mul(b), (sizes, at), leaf);
+            sizes.pop();
+            at.pop();
+        }
+    }
+
+    /// The last index under the work filter: its sizes that keep the product within
+    /// `[lo, cap]` form a range whose largest has the least work (blocks shrink as sizes
+    /// grow), and those within the limit are the top of that range.
+    fn last(
+        &mut self,
+        prod: usize,
+        work: u128,
+        cur: Cursor,
+        leaf: &mut impl FnMut(&[usize], &[usize], u128),
+    ) {
+        let (sizes, at) = cur;
+        let v = self.cands.len() - 1;
+        let (c, b) = (&self.cands[v], &self.blocks[v]);
+        // prod * p <= cap and prod * p >= lo, on the sizes alone.
+        let (room, need) = (self.cap / prod, self.lo.div_ceil(prod));
+        let end = c.partition_point(|&p| p <= room);
+        let start = c.partition_point(|&p| p < need);
+        if start >= end || !self.admit(work.wrapping_mul(b[end - 1])) {
+            return;
+        }
+        let mut first = end - 1;
+        while first > start && self.limit.admits(work.wrapping_mul(b[first - 1])) {
+            first -= 1;
+        }
+        for i in first..end {
+            sizes.push(c[i]);
+            at.push(i);
+            leaf(sizes, at, work.wrapping_mul(b[i]));
+            sizes.pop();
+            at.pop();
         }
     }
 }

@@ -529,8 +529,20 @@ impl<'a> Planner<'a> {
         let out_pos = g.positions(&g.out_idx);
         let inner_pos: Vec<Vec<usize>> = g.inner_outputs.iter().map(|o| g.positions(o)).collect();
         let nd = g.gext.len();
-        let (flat, considered) =
-            grids::balanced_flat(&g.gext, self.opts.procs, self.opts.balance_tolerance);
+        let axes = grids::Axes::new(&g.gext, self.opts.procs);
+        let slack = self.opts.balance_tolerance;
+        let budget = self.budget(g.gi).is_some();
+        // Without a budget each grid's floor is taken in the walk (see below).
+        let grids::Balanced {
+            flat,
+            values: floors,
+            count: considered,
+        } = if budget {
+            axes.balanced(slack, |_| 0.0)
+        } else {
+            let table = FloorTable::new(g, &infos, &out_pos, &axes);
+            axes.balanced(slack, |at| table.floor(at))
+        };
         if considered == 0 {
             return Err(PlanError::Inconsistent(format!(
                 "group {} has no grid",
@@ -539,7 +551,7 @@ impl<'a> Planner<'a> {
         }
         let grid = |i: usize| -> &[usize] { &flat[i * nd..(i + 1) * nd] };
         let model_of = |sizes| model(g, &infos, &out_pos, &inner_pos, &tile_ln, sizes);
-        if self.budget(g.gi).is_some() {
+        if budget {
             // Under a budget every grid may be tried in turn: all are modelled.
             return Ok((
                 (0..considered)
@@ -556,9 +568,6 @@ impl<'a> Planner<'a> {
         // of the rest starts from good incumbents.
         let procs = self.opts.procs;
         let full = |i: usize| grid(i).iter().product::<usize>() == procs;
-        let floors: Vec<f64> = (0..considered)
-            .map(|i| model_floor(g, &infos, &out_pos, grid(i)))
-            .collect();
         let seeds = least_floors(&floors, full, 2 * EXACT_CANDIDATES);
         let mut bound = Incumbents::default();
         let mut cands = Vec::new();
@@ -1126,7 +1135,9 @@ fn least_floors(floors: &[f64], full: impl Fn(usize) -> bool, k: usize) -> Vec<u
 
 /// A floor on [`model`]'s words for the grid of `sizes`: the same sum in the same order, with
 /// each input's lack taken on rank 0 alone (the model takes the larger of ranks 0 and
-/// size-1), so it never exceeds the model's words (float addition is monotone).
+/// size-1), so it never exceeds the model's words (float addition is monotone). The planner
+/// takes it from a [`FloorTable`]; this is the reference the table is tested against.
+#[cfg(test)]
 fn model_floor(g: &GroupCtx, infos: &[InputInfo], out_pos: &[usize], sizes: &[usize]) -> f64 {
     let mut comm = 0f64;
     for info in infos {
@@ -1154,17 +1165,121 @@ fn rank_lack(info: &InputInfo, sizes: &[usize], r: usize, from: Option<&crate::R
     let mut both = 1u64;
     for (k, (&n, &v)) in info.shape.iter().zip(&info.pos).enumerate() {
         let x = if r == 0 { 0 } else { sizes[v] - 1 };
-        let (ts, te) = crate::block_range(0, n, sizes[v], x);
-        t_len *= (te - ts) as u64;
-        if let Some(fb) = from {
-            let (lo, hi) = fb[k];
-            both *= te.min(hi).saturating_sub(ts.max(lo)) as u64;
-        }
+        let (t, b) = dim_lack(n, sizes[v], x, from.map(|fb| fb[k]));
+        t_len *= t;
+        both *= b;
     }
     if from.is_some() {
         t_len - both
     } else {
         t_len
+    }
+}
+
+/// Along one index of extent `n` split in `p`: the length of part `x` (the target) and how
+/// much of it the range `from` holds (0 without one).
+fn dim_lack(n: usize, p: usize, x: usize, from: Option<(usize, usize)>) -> (u64, u64) {
+    let (ts, te) = crate::block_range(0, n, p, x);
+    let both = from.map_or(0, |(lo, hi)| te.min(hi).saturating_sub(ts.max(lo)) as u64);
+    ((te - ts) as u64, both)
+}
+
+/// [`model_floor`] tabled over a group's candidate sizes ([`grids::Axes`]): a grid's floor
+/// from its positions among the candidates by products of tabled factors, without a
+/// division, in the same order (the same figure, bit for bit).
+struct FloorTable {
+    /// The inputs that move (those loaded in place contribute nothing).
+    inputs: Vec<FloorInput>,
+    /// Per output index: its grid dim and its block per candidate size.
+    out: Vec<(usize, Vec<u64>)>,
+    /// Per summed index: its grid dim and its candidate sizes.
+    summed: Vec<(usize, Vec<usize>)>,
+}
+
+/// One input of a [`FloorTable`].
+struct FloorInput {
+    /// Per index of the input: its grid dim and, per candidate size, rank 0's target length
+    /// and how much of it rank 0 holds now ([`dim_lack`]).
+    dims: Vec<(usize, Vec<(u64, u64)>)>,
+    /// Whether rank 0 holds a block of it now.
+    held: bool,
+    /// The partial-sum term: block and count of partial copies, when it carries partials.
+    partial: Option<(u64, usize)>,
+    /// The candidate positions of the grid it already sits on, if any.
+    same: Option<Vec<usize>>,
+}
+
+impl FloorTable {
+    fn new(g: &GroupCtx, infos: &[InputInfo], out_pos: &[usize], axes: &grids::Axes) -> Self {
+        let inputs = infos
+            .iter()
+            .filter(|info| info.from.is_some())
+            .map(|info| FloorInput {
+                dims: info
+                    .pos
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &v)| {
+                        let held = info.from_first.as_ref().map(|fb| fb[k]);
+                        let n = info.shape[k];
+                        let per = axes.candidates(v).iter();
+                        (v, per.map(|&p| dim_lack(n, p, 0, held)).collect())
+                    })
+                    .collect(),
+                held: info.from_first.is_some(),
+                partial: (info.partial_q > 1).then_some((info.partial_block, info.partial_q)),
+                // A size that is no candidate is never met: that input never sits in place.
+                same: info.same_grid.as_ref().and_then(|sizes| {
+                    sizes
+                        .iter()
+                        .enumerate()
+                        .map(|(v, p)| axes.candidates(v).binary_search(p).ok())
+                        .collect()
+                }),
+            })
+            .collect();
+        let out = out_pos
+            .iter()
+            .map(|&v| {
+                let n = g.gext[v];
+                let per = axes.candidates(v).iter();
+                (v, per.map(|&p| n.div_ceil(p) as u64).collect())
+            })
+            .collect();
+        let summed = g
+            .summed
+            .iter()
+            .map(|&v| (v, axes.candidates(v).to_vec()))
+            .collect();
+        FloorTable {
+            inputs,
+            out,
+            summed,
+        }
+    }
+
+    /// [`model_floor`] of the grid at candidate positions `at`.
+    fn floor(&self, at: &[usize]) -> f64 {
+        let mut comm = 0f64;
+        for a in &self.inputs {
+            if a.same.as_deref() == Some(at) {
+                continue;
+            }
+            let (mut t_len, mut both) = (1u64, 1u64);
+            for (v, per) in &a.dims {
+                let (t, b) = per[at[*v]];
+                t_len *= t;
+                both *= b;
+            }
+            let lack = if a.held { t_len - both } else { t_len };
+            comm += lack as f64;
+            if let Some((block, q)) = a.partial {
+                comm += block as f64 * (q - 1) as f64 / q as f64;
+            }
+        }
+        let ob: u64 = self.out.iter().map(|(v, per)| per[at[*v]]).product();
+        let q: usize = self.summed.iter().map(|(v, per)| per[at[*v]]).product();
+        comm + ob as f64 * (q - 1) as f64 / q as f64
     }
 }
 
@@ -1342,4 +1457,83 @@ fn select_best(cands: &mut Vec<Candidate>, procs: usize) -> Option<Candidate> {
     }
     cands.sort_by(order);
     best_full_p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deinsum_expr::{parse, ExtentSpec};
+
+    /// Every grid the walk enumerates for every group of every cheap tree of `expr`: the
+    /// tabled floor is [`model_floor`] bit for bit, the floor never exceeds the model's
+    /// words, and the walk's floors are the table's.
+    fn floors_hold(expr: &str, sizes: &str, procs: usize, in_place: bool) {
+        let spec = ExtentSpec::from_flags(Some(sizes), None, None).expect("sizes");
+        let einsum = parse(expr, &spec).expect("einsum");
+        let opts = PlanOptions {
+            procs,
+            inputs_in_place: in_place,
+            ..Default::default()
+        };
+        let trees = deinsum_path::candidates::cheapest(&einsum, &opts.path, 4, 4.0).expect("trees");
+        let mut checked = 0usize;
+        for info in &trees {
+            let fusion = deinsum_soap::analyze(&info.tree, crate::analysis_memory(&einsum, &opts))
+                .expect("fusion");
+            let mut planner = Planner::new(&einsum, &info.tree, &opts).expect("planner");
+            let n = fusion.groups.len();
+            for (gi, group) in fusion.groups.iter().enumerate() {
+                let g = planner.group_ctx(gi, group).expect("group");
+                let infos = planner.input_infos(&g);
+                let out_pos = g.positions(&g.out_idx);
+                let inner: Vec<Vec<usize>> =
+                    g.inner_outputs.iter().map(|o| g.positions(o)).collect();
+                let tile = vec![0.0; g.gext.len()];
+                let axes = grids::Axes::new(&g.gext, procs);
+                let table = FloorTable::new(&g, &infos, &out_pos, &axes);
+                let nd = g.gext.len();
+                let slack = opts.balance_tolerance;
+                let all = grids::enumerate_flat(&g.gext, procs, slack);
+                for sizes in all.chunks(nd.max(1)) {
+                    let sizes = &sizes[..nd];
+                    let at: Vec<usize> = (0..nd)
+                        .map(|v| axes.candidates(v).binary_search(&sizes[v]).expect("cand"))
+                        .collect();
+                    let floor = model_floor(&g, &infos, &out_pos, sizes);
+                    assert_eq!(table.floor(&at).to_bits(), floor.to_bits(), "{sizes:?}");
+                    let words = model(&g, &infos, &out_pos, &inner, &tile, sizes.to_vec());
+                    assert!(floor <= words.model_comm, "{expr} group {gi} {sizes:?}");
+                    checked += 1;
+                }
+                let b = axes.balanced(slack, |at| table.floor(at));
+                for (i, &f) in b.values.iter().enumerate() {
+                    let sizes = &b.flat[i * nd..(i + 1) * nd];
+                    let want = model_floor(&g, &infos, &out_pos, sizes);
+                    assert_eq!(f.to_bits(), want.to_bits());
+                }
+                planner.plan_group(gi, group, gi + 1 == n).expect("plan");
+            }
+        }
+        assert!(checked > 0);
+    }
+
+    #[test]
+    fn floor_is_a_lower_bound_of_the_model() {
+        floors_hold("ij,jk->ik", "i=30,j=17,k=23", 12, false);
+        floors_hold("ijk,ja,ka->ia", "i=20,j=13,k=9,a=5", 24, false);
+        floors_hold("ijk,ja,ka->ia", "i=20,j=13,k=9,a=5", 24, true);
+        floors_hold("ijk,ia,ja->ka", "i=11,j=7,k=19,a=6", 30, false);
+        floors_hold(
+            "ijklm,ja,ka,la,ma->ia",
+            "i=7,j=6,k=5,l=9,m=4,a=3",
+            64,
+            false,
+        );
+        floors_hold(
+            "ijklm,jb,kc,ld,me->ibcde",
+            "i=6,j=7,k=5,l=6,m=4,b=3,c=2,d=3,e=2",
+            48,
+            false,
+        );
+    }
 }
