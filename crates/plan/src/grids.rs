@@ -1,5 +1,8 @@
 //! Enumeration of candidate process grids over a group's iteration space.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+
 /// True when splitting `n` into `p` ceil-sized blocks leaves no block empty (other `p` are
 /// dominated: the same blocks on fewer ranks).
 pub fn tight(n: usize, p: usize) -> bool {
@@ -100,8 +103,13 @@ impl Limit {
 /// within `1 + max(slack, 0)` of the least among them; with their count.
 #[cfg(test)]
 fn balanced_flat(extents: &[usize], procs: usize, slack: f64) -> (Vec<usize>, usize) {
-    let b = Axes::new(extents, procs).balanced(slack, |_| 0.0);
-    (b.flat, b.count)
+    let axes = Axes::new(extents, procs);
+    let b = axes.balanced(slack, |_| 0.0);
+    let mut flat = Vec::new();
+    for i in 0..b.count {
+        push_flat(&mut flat, &b.sizes(&axes, i));
+    }
+    (flat, b.count)
 }
 
 /// The candidate sizes of every index of an iteration space ([`axis_candidates`]), and the
@@ -112,14 +120,68 @@ pub(crate) struct Axes {
     cands: Vec<Vec<usize>>,
 }
 
-/// The tuples that balance the work ([`Axes::balanced`]).
+/// The tuples that balance the work, each with the caller's figure ([`Axes::balanced`]).
 pub(crate) struct Balanced {
-    /// The tuples one after another, as [`enumerate_flat`] lists them.
-    pub(crate) flat: Vec<usize>,
+    /// The tuples (shared with other groups over the same iteration space).
+    tuples: Arc<Tuples>,
     /// Per tuple, the figure the caller computed of it.
     pub(crate) values: Vec<f64>,
     /// How many tuples.
     pub(crate) count: usize,
+}
+
+impl Balanced {
+    /// Tuple `i`'s sizes.
+    pub(crate) fn sizes(&self, axes: &Axes, i: usize) -> Vec<usize> {
+        let at = self.tuples.at(i);
+        let nd = axes.extents.len();
+        (0..nd).map(|v| axes.cands[v][at[v] as usize]).collect()
+    }
+
+    /// Whether tuple `i` uses all the ranks.
+    pub(crate) fn uses_all(&self, i: usize) -> bool {
+        self.tuples.full[i]
+    }
+}
+
+/// The balanced tuples of one iteration space on one number of ranks: what a walk finds.
+struct Tuples {
+    /// The tuples' positions among the candidates, one tuple after another in
+    /// [`enumerate_flat`]'s order, `width` numbers each (positions take half the memory of
+    /// sizes: there are millions of tuples at P = 4096).
+    at: Vec<u32>,
+    /// Numbers per tuple: the number of indices, and 1 for none (the empty tuple is `[0]`).
+    width: usize,
+    /// Per tuple, whether its sizes multiply to all the ranks.
+    full: Vec<bool>,
+    /// How many tuples.
+    count: usize,
+}
+
+impl Tuples {
+    /// Tuple `i`'s positions.
+    fn at(&self, i: usize) -> &[u32] {
+        &self.at[i * self.width..(i + 1) * self.width]
+    }
+}
+
+/// The walks done so far, by extents, ranks and slack: the candidate trees of one einsum
+/// share most of their iteration spaces (the same first contraction, say), and a walk is
+/// the same wherever its space comes from. Process-wide and bounded by [`WALKS_HELD`].
+static WALKS: LazyLock<Mutex<Walks>> = LazyLock::new(Default::default);
+
+/// Positions held in [`WALKS`] beyond which it is emptied before a new walk.
+const WALKS_HELD: usize = 1 << 25;
+
+/// A walk's key: extents, ranks, slack's bits.
+type WalkKey = (Vec<usize>, usize, u64);
+
+#[derive(Default)]
+struct Walks {
+    /// One cell per key; a second caller waits on the cell while the first walks.
+    map: HashMap<WalkKey, Arc<OnceLock<Arc<Tuples>>>>,
+    /// Positions held by the finished walks.
+    held: usize,
 }
 
 impl Axes {
@@ -145,44 +207,102 @@ impl Axes {
     /// positions among the candidates. The walk skips subtrees whose every tuple is out of
     /// balance with the least work seen so far (that bound only tightens) and keeps only
     /// tuples within it, so the list stays small.
-    pub(crate) fn balanced(&self, slack: f64, mut value: impl FnMut(&[usize]) -> f64) -> Balanced {
-        let mut flat = Vec::new();
-        let mut values = Vec::new();
-        let mut works: Vec<u128> = Vec::new();
-        let least = self.walk(slack, Some(slack), |t, at, w| {
-            push_flat(&mut flat, t);
-            values.push(value(at));
-            works.push(w);
+    pub(crate) fn balanced(&self, slack: f64, mut value: impl FnMut(&[u32]) -> f64) -> Balanced {
+        let tuples = self.tuples(slack);
+        let values = (0..tuples.count).map(|i| value(tuples.at(i))).collect();
+        Balanced {
+            count: tuples.count,
+            tuples,
+            values,
+        }
+    }
+
+    /// The walk of [`Self::balanced`], done once per extents, ranks and slack ([`WALKS`]).
+    fn tuples(&self, slack: f64) -> Arc<Tuples> {
+        let key = (self.extents.clone(), self.procs, slack.to_bits());
+        let cell = {
+            // A poisoned lock only means another walk panicked: the map is still sound.
+            let mut walks = WALKS.lock().unwrap_or_else(|e| e.into_inner());
+            if !walks.map.contains_key(&key) && walks.held > WALKS_HELD {
+                walks.map.clear();
+                walks.held = 0;
+            }
+            walks.map.entry(key).or_default().clone()
+        };
+        let mut fresh = false;
+        let tuples = cell
+            .get_or_init(|| {
+                fresh = true;
+                Arc::new(self.walk_tuples(slack))
+            })
+            .clone();
+        if fresh {
+            let mut walks = WALKS.lock().unwrap_or_else(|e| e.into_inner());
+            walks.held += tuples.at.len();
+        }
+        tuples
+    }
+
+    /// The balanced tuples, walked.
+    fn walk_tuples(&self, slack: f64) -> Tuples {
+        let mut at_flat: Vec<u32> = Vec::new();
+        let mut full = Vec::new();
+        // Tuples from `since` on came after the least work was last lowered, so the walk
+        // admitted them under the final limit; only those before need their work again.
+        let (mut seen, mut since) = (u128::MAX, 0usize);
+        let (least, pruned) = self.walk(slack, Some(slack), |sizes, at, w| {
+            if w < seen {
+                (seen, since) = (w, full.len());
+            }
+            if at.is_empty() {
+                at_flat.push(0);
+            }
+            // Positions fit: a candidate list is never longer than memory allows to walk.
+            at_flat.extend(at.iter().map(|&a| a as u32));
+            // The walk keeps products within the ranks: no overflow.
+            full.push(sizes.iter().product::<usize>() == self.procs);
         });
-        let nd = self.extents.len().max(1);
+        let nd = self.extents.len();
+        let width = nd.max(1);
         let limit = Limit::of(least, slack);
+        let recheck = if pruned { since } else { full.len() };
         let mut count = 0;
-        for (i, &w) in works.iter().enumerate() {
-            if limit.admits(w) {
-                flat.copy_within(i * nd..(i + 1) * nd, count * nd);
-                values[count] = values[i];
+        for i in 0..full.len() {
+            let keep = i >= recheck || limit.admits(self.work_at(&at_flat[i * width..][..nd]));
+            if keep {
+                at_flat.copy_within(i * width..(i + 1) * width, count * width);
+                full[count] = full[i];
                 count += 1;
             }
         }
-        flat.truncate(count * nd);
-        values.truncate(count);
-        Balanced {
-            flat,
-            values,
+        at_flat.truncate(count * width);
+        full.truncate(count);
+        Tuples {
+            at: at_flat,
+            width,
+            full,
             count,
         }
+    }
+
+    /// The work of the tuple at candidate positions `at` (as the walk multiplies it).
+    fn work_at(&self, at: &[u32]) -> u128 {
+        at.iter().enumerate().fold(1u128, |w, (v, &a)| {
+            w.wrapping_mul(self.extents[v].div_ceil(self.cands[v][a as usize]) as u128)
+        })
     }
 
     /// Calls `leaf` with every tuple [`enumerate`] lists, in its order, its positions among
     /// the candidates, and its work (the product of its ceil blocks `ceil(n_v / p_v)`: the
     /// busiest box); with `balance`, only with those within that slack of the least work
-    /// seen before them (and maybe a few more). Returns the least work.
+    /// seen before them (and maybe a few more). Returns the least work, and whether the
+    /// filter applied (works are exact: the iteration space fits `u128`).
     fn walk(
         &self,
         slack: f64,
         balance: Option<f64>,
         mut leaf: impl FnMut(&[usize], &[usize], u128),
-    ) -> u128 {
+    ) -> (u128, bool) {
         let (extents, cands) = (&self.extents, &self.cands);
         // Per index and candidate, the ceil block it leaves (what the work multiplies).
         let blocks: Vec<Vec<u128>> = extents
@@ -229,7 +349,7 @@ impl Axes {
                 leaf(t, a, w);
             });
             if found || lo <= 1 {
-                return walk.least;
+                return (walk.least, balance.is_some());
             }
             // No grid reaches lo: the achievable maximum is lower; retry below it.
             top = lo - 1;
@@ -375,12 +495,14 @@ mod tests {
 
     #[test]
     fn balanced_flat_is_the_balanced_part_of_enumerate_flat() {
-        let cases: [(&[usize], usize, f64); 5] = [
+        // The last overflows u128: the walk cannot prune and every work is rechecked.
+        let cases: [(&[usize], usize, f64); 6] = [
             (&[192, 192, 192, 192, 192, 68], 512, 0.25),
             (&[10, 10, 10], 8, 0.25),
             (&[4872, 4872, 120], 4096, 0.0),
             (&[7, 3], 1000, 0.5),
             (&[], 16, 0.25),
+            (&[1 << 40, 1 << 40, 1 << 40, 1 << 40], 16, 0.25),
         ];
         for (ext, procs, slack) in cases {
             let nd = ext.len().max(1);
@@ -388,8 +510,7 @@ mod tests {
             let work = |t: &[usize]| -> u128 {
                 ext.iter()
                     .zip(t)
-                    .map(|(&n, &p)| n.div_ceil(p) as u128)
-                    .product()
+                    .fold(1u128, |w, (&n, &p)| w.wrapping_mul(n.div_ceil(p) as u128))
             };
             let least = all.chunks(nd).map(work).min().unwrap_or(1);
             let want: Vec<usize> = all

@@ -17,6 +17,7 @@ use crate::{
 use deinsum_expr::{Einsum, Index};
 use deinsum_path::ContractionTree;
 use deinsum_soap::FusedGroup;
+use rayon::prelude::*;
 use std::collections::BTreeMap;
 
 /// The exact schedule of one candidate grid: what the busiest rank receives, the words in
@@ -528,35 +529,29 @@ impl<'a> Planner<'a> {
             .collect();
         let out_pos = g.positions(&g.out_idx);
         let inner_pos: Vec<Vec<usize>> = g.inner_outputs.iter().map(|o| g.positions(o)).collect();
-        let nd = g.gext.len();
         let axes = grids::Axes::new(&g.gext, self.opts.procs);
         let slack = self.opts.balance_tolerance;
         let budget = self.budget(g.gi).is_some();
         // Without a budget each grid's floor is taken in the walk (see below).
-        let grids::Balanced {
-            flat,
-            values: floors,
-            count: considered,
-        } = if budget {
+        let balanced = if budget {
             axes.balanced(slack, |_| 0.0)
         } else {
             let table = FloorTable::new(g, &infos, &out_pos, &axes);
             axes.balanced(slack, |at| table.floor(at))
         };
+        let (floors, considered) = (&balanced.values, balanced.count);
         if considered == 0 {
             return Err(PlanError::Inconsistent(format!(
                 "group {} has no grid",
                 g.gi
             )));
         }
-        let grid = |i: usize| -> &[usize] { &flat[i * nd..(i + 1) * nd] };
+        let grid = |i: usize| balanced.sizes(&axes, i);
         let model_of = |sizes| model(g, &infos, &out_pos, &inner_pos, &tile_ln, sizes);
         if budget {
             // Under a budget every grid may be tried in turn: all are modelled.
             return Ok((
-                (0..considered)
-                    .map(|i| model_of(grid(i).to_vec()))
-                    .collect(),
+                (0..considered).map(|i| model_of(grid(i))).collect(),
                 considered,
             ));
         }
@@ -566,9 +561,8 @@ impl<'a> Planner<'a> {
         // not modelled (the floor takes the inputs' lacks on rank 0 alone, so it never
         // exceeds the words). The grids of least floor are modelled first, so that the scan
         // of the rest starts from good incumbents.
-        let procs = self.opts.procs;
-        let full = |i: usize| grid(i).iter().product::<usize>() == procs;
-        let seeds = least_floors(&floors, full, 2 * EXACT_CANDIDATES);
+        let full = |i: usize| balanced.uses_all(i);
+        let seeds = least_floors(floors, full, 2 * EXACT_CANDIDATES);
         let mut bound = Incumbents::default();
         let mut cands = Vec::new();
         let mut visit = |i: usize| {
@@ -576,7 +570,7 @@ impl<'a> Planner<'a> {
             if bound.prunes(floors[i], full) {
                 return;
             }
-            let c = model_of(grid(i).to_vec());
+            let c = model_of(grid(i));
             bound.add(c.model_comm, full);
             cands.push(c);
         };
@@ -636,20 +630,12 @@ impl<'a> Planner<'a> {
     /// rank first, then the total; the winner keeps its moves.
     fn score(&self, g: &GroupCtx, cands: &[Candidate]) -> Result<Scheduled, PlanError> {
         let mut best: Option<Scheduled> = None;
-        for (ci, c) in cands.iter().enumerate().take(EXACT_CANDIDATES) {
-            let size: usize = c.sizes.iter().product();
-            if ci > 0 && size > EXACT_MAX_GRID {
-                continue;
-            }
-            let s = self.schedule(g, c, ci);
+        for s in self.scheduled(g, cands) {
             if best
                 .as_ref()
                 .is_none_or(|b| (s.max_per_rank, s.total) < (b.max_per_rank, b.total))
             {
                 best = Some(s);
-            }
-            if size > EXACT_MAX_GRID {
-                break;
             }
         }
         best.ok_or_else(|| PlanError::Inconsistent(format!("group {}: no grid scheduled", g.gi)))
@@ -658,19 +644,31 @@ impl<'a> Planner<'a> {
     /// Every candidate [`Self::score`] schedules, best first (its winner first: ties keep
     /// the model's order).
     fn score_all(&self, g: &GroupCtx, cands: &[Candidate]) -> Vec<Scheduled> {
-        let mut all = Vec::new();
+        let mut all = self.scheduled(g, cands);
+        all.sort_by_key(|s| (s.max_per_rank, s.total, s.candidate));
+        all
+    }
+
+    /// The exact schedules of the first [`EXACT_CANDIDATES`] candidates, in their order,
+    /// leaving out those past the first on more than [`EXACT_MAX_GRID`] ranks (scoring is
+    /// O(P) each). They are independent: scheduled on all cores (the trees of a choice
+    /// already share them, but the last tree planned would otherwise finish alone).
+    fn scheduled(&self, g: &GroupCtx, cands: &[Candidate]) -> Vec<Scheduled> {
+        let mut picked = Vec::new();
         for (ci, c) in cands.iter().enumerate().take(EXACT_CANDIDATES) {
             let size: usize = c.sizes.iter().product();
             if ci > 0 && size > EXACT_MAX_GRID {
                 continue;
             }
-            all.push(self.schedule(g, c, ci));
+            picked.push((ci, c));
             if size > EXACT_MAX_GRID {
                 break;
             }
         }
-        all.sort_by_key(|s| (s.max_per_rank, s.total, s.candidate));
-        all
+        picked
+            .par_iter()
+            .map(|&(ci, c)| self.schedule(g, c, ci))
+            .collect()
     }
 
     /// The moves that bring each input of the group to where it rests on candidate `c`.
@@ -1206,7 +1204,7 @@ struct FloorInput {
     /// The partial-sum term: block and count of partial copies, when it carries partials.
     partial: Option<(u64, usize)>,
     /// The candidate positions of the grid it already sits on, if any.
-    same: Option<Vec<usize>>,
+    same: Option<Vec<u32>>,
 }
 
 impl FloorTable {
@@ -1233,7 +1231,7 @@ impl FloorTable {
                     sizes
                         .iter()
                         .enumerate()
-                        .map(|(v, p)| axes.candidates(v).binary_search(p).ok())
+                        .map(|(v, p)| axes.candidates(v).binary_search(p).ok().map(|a| a as u32))
                         .collect()
                 }),
             })
@@ -1259,7 +1257,7 @@ impl FloorTable {
     }
 
     /// [`model_floor`] of the grid at candidate positions `at`.
-    fn floor(&self, at: &[usize]) -> f64 {
+    fn floor(&self, at: &[u32]) -> f64 {
         let mut comm = 0f64;
         for a in &self.inputs {
             if a.same.as_deref() == Some(at) {
@@ -1267,7 +1265,7 @@ impl FloorTable {
             }
             let (mut t_len, mut both) = (1u64, 1u64);
             for (v, per) in &a.dims {
-                let (t, b) = per[at[*v]];
+                let (t, b) = per[at[*v] as usize];
                 t_len *= t;
                 both *= b;
             }
@@ -1277,8 +1275,16 @@ impl FloorTable {
                 comm += block as f64 * (q - 1) as f64 / q as f64;
             }
         }
-        let ob: u64 = self.out.iter().map(|(v, per)| per[at[*v]]).product();
-        let q: usize = self.summed.iter().map(|(v, per)| per[at[*v]]).product();
+        let ob: u64 = self
+            .out
+            .iter()
+            .map(|(v, per)| per[at[*v] as usize])
+            .product();
+        let q: usize = self
+            .summed
+            .iter()
+            .map(|(v, per)| per[at[*v] as usize])
+            .product();
         comm + ob as f64 * (q - 1) as f64 / q as f64
     }
 }
@@ -1496,8 +1502,8 @@ mod tests {
                 let all = grids::enumerate_flat(&g.gext, procs, slack);
                 for sizes in all.chunks(nd.max(1)) {
                     let sizes = &sizes[..nd];
-                    let at: Vec<usize> = (0..nd)
-                        .map(|v| axes.candidates(v).binary_search(&sizes[v]).expect("cand"))
+                    let at: Vec<u32> = (0..nd)
+                        .map(|v| axes.candidates(v).binary_search(&sizes[v]).expect("cand") as u32)
                         .collect();
                     let floor = model_floor(&g, &infos, &out_pos, sizes);
                     assert_eq!(table.floor(&at).to_bits(), floor.to_bits(), "{sizes:?}");
@@ -1507,8 +1513,8 @@ mod tests {
                 }
                 let b = axes.balanced(slack, |at| table.floor(at));
                 for (i, &f) in b.values.iter().enumerate() {
-                    let sizes = &b.flat[i * nd..(i + 1) * nd];
-                    let want = model_floor(&g, &infos, &out_pos, sizes);
+                    let sizes = b.sizes(&axes, i);
+                    let want = model_floor(&g, &infos, &out_pos, &sizes);
                     assert_eq!(f.to_bits(), want.to_bits());
                 }
                 planner.plan_group(gi, group, gi + 1 == n).expect("plan");
