@@ -133,9 +133,11 @@ pub(crate) struct Balanced {
 impl Balanced {
     /// Tuple `i`'s sizes.
     pub(crate) fn sizes(&self, axes: &Axes, i: usize) -> Vec<usize> {
-        let at = self.tuples.at(i);
         let nd = axes.extents.len();
-        (0..nd).map(|v| axes.cands[v][at[v] as usize]).collect()
+        let w = self.tuples.width;
+        (0..nd)
+            .map(|v| axes.cands[v][self.tuples.at.get(i * w + v) as usize])
+            .collect()
     }
 
     /// Whether tuple `i` uses all the ranks.
@@ -147,9 +149,9 @@ impl Balanced {
 /// The balanced tuples of one iteration space on one number of ranks: what a walk finds.
 struct Tuples {
     /// The tuples' positions among the candidates, one tuple after another in
-    /// [`enumerate_flat`]'s order, `width` numbers each (positions take half the memory of
-    /// sizes: there are millions of tuples at P = 4096).
-    at: Vec<u32>,
+    /// [`enumerate_flat`]'s order, `width` numbers each (in the narrowest integer that
+    /// holds them: there are millions of tuples at P = 4096).
+    at: Positions,
     /// Numbers per tuple: the number of indices, and 1 for none (the empty tuple is `[0]`).
     width: usize,
     /// Per tuple, whether its sizes multiply to all the ranks.
@@ -159,9 +161,77 @@ struct Tuples {
 }
 
 impl Tuples {
-    /// Tuple `i`'s positions.
-    fn at(&self, i: usize) -> &[u32] {
-        &self.at[i * self.width..(i + 1) * self.width]
+    /// Tuple `i`'s positions, into `out`.
+    fn at_into(&self, i: usize, out: &mut Vec<u32>) {
+        out.clear();
+        let r = i * self.width..(i + 1) * self.width;
+        match &self.at {
+            Positions::U8(p) => out.extend(p[r].iter().map(|&a| u32::from(a))),
+            Positions::U16(p) => out.extend(p[r].iter().map(|&a| u32::from(a))),
+            Positions::U32(p) => out.extend_from_slice(&p[r]),
+        }
+    }
+}
+
+/// Candidate positions, each in a byte when every index has at most 256 candidates (the
+/// usual case), else in two or four.
+enum Positions {
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+}
+
+impl Positions {
+    /// Room for positions below `most`.
+    fn for_most(most: usize) -> Positions {
+        if most <= 1 << 8 {
+            Positions::U8(Vec::new())
+        } else if most <= 1 << 16 {
+            Positions::U16(Vec::new())
+        } else {
+            Positions::U32(Vec::new())
+        }
+    }
+
+    // The conversions cannot truncate: `for_most` chose a type that holds every position.
+    fn push(&mut self, a: usize) {
+        match self {
+            Positions::U8(p) => p.push(a as u8),
+            Positions::U16(p) => p.push(a as u16),
+            Positions::U32(p) => p.push(a as u32),
+        }
+    }
+
+    fn get(&self, i: usize) -> u32 {
+        match self {
+            Positions::U8(p) => u32::from(p[i]),
+            Positions::U16(p) => u32::from(p[i]),
+            Positions::U32(p) => p[i],
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Positions::U8(p) => p.len(),
+            Positions::U16(p) => p.len(),
+            Positions::U32(p) => p.len(),
+        }
+    }
+
+    fn copy_within(&mut self, src: std::ops::Range<usize>, dst: usize) {
+        match self {
+            Positions::U8(p) => p.copy_within(src, dst),
+            Positions::U16(p) => p.copy_within(src, dst),
+            Positions::U32(p) => p.copy_within(src, dst),
+        }
+    }
+
+    fn truncate(&mut self, n: usize) {
+        match self {
+            Positions::U8(p) => p.truncate(n),
+            Positions::U16(p) => p.truncate(n),
+            Positions::U32(p) => p.truncate(n),
+        }
     }
 }
 
@@ -209,7 +279,13 @@ impl Axes {
     /// tuples within it, so the list stays small.
     pub(crate) fn balanced(&self, slack: f64, mut value: impl FnMut(&[u32]) -> f64) -> Balanced {
         let tuples = self.tuples(slack);
-        let values = (0..tuples.count).map(|i| value(tuples.at(i))).collect();
+        let mut at = Vec::with_capacity(tuples.width);
+        let values = (0..tuples.count)
+            .map(|i| {
+                tuples.at_into(i, &mut at);
+                value(&at)
+            })
+            .collect();
         Balanced {
             count: tuples.count,
             tuples,
@@ -245,7 +321,8 @@ impl Axes {
 
     /// The balanced tuples, walked.
     fn walk_tuples(&self, slack: f64) -> Tuples {
-        let mut at_flat: Vec<u32> = Vec::new();
+        let most = self.cands.iter().map(Vec::len).max().unwrap_or(0);
+        let mut at_flat = Positions::for_most(most);
         let mut full = Vec::new();
         // Tuples from `since` on came after the least work was last lowered, so the walk
         // admitted them under the final limit; only those before need their work again.
@@ -257,8 +334,9 @@ impl Axes {
             if at.is_empty() {
                 at_flat.push(0);
             }
-            // Positions fit: a candidate list is never longer than memory allows to walk.
-            at_flat.extend(at.iter().map(|&a| a as u32));
+            for &a in at {
+                at_flat.push(a);
+            }
             // The walk keeps products within the ranks: no overflow.
             full.push(sizes.iter().product::<usize>() == self.procs);
         });
@@ -268,7 +346,7 @@ impl Axes {
         let recheck = if pruned { since } else { full.len() };
         let mut count = 0;
         for i in 0..full.len() {
-            let keep = i >= recheck || limit.admits(self.work_at(&at_flat[i * width..][..nd]));
+            let keep = i >= recheck || limit.admits(self.work_at(&at_flat, i * width));
             if keep {
                 at_flat.copy_within(i * width..(i + 1) * width, count * width);
                 full[count] = full[i];
@@ -285,10 +363,12 @@ impl Axes {
         }
     }
 
-    /// The work of the tuple at candidate positions `at` (as the walk multiplies it).
-    fn work_at(&self, at: &[u32]) -> u128 {
-        at.iter().enumerate().fold(1u128, |w, (v, &a)| {
-            w.wrapping_mul(self.extents[v].div_ceil(self.cands[v][a as usize]) as u128)
+    /// The work of the tuple whose positions start at `start` of `at` (as the walk
+    /// multiplies it).
+    fn work_at(&self, at: &Positions, start: usize) -> u128 {
+        (0..self.extents.len()).fold(1u128, |w, v| {
+            let p = self.cands[v][at.get(start + v) as usize];
+            w.wrapping_mul(self.extents[v].div_ceil(p) as u128)
         })
     }
 
@@ -495,15 +575,18 @@ mod tests {
 
     #[test]
     fn balanced_flat_is_the_balanced_part_of_enumerate_flat() {
-        // The last overflows u128: the walk cannot prune and every work is rechecked.
-        let cases: [(&[usize], usize, f64); 6] = [
+        // The fifth has over 256 candidates for an index (positions in two bytes); the last
+        // overflows u128: the walk cannot prune and every work is rechecked.
+        let cases: [(&[usize], usize, f64); 7] = [
             (&[192, 192, 192, 192, 192, 68], 512, 0.25),
             (&[10, 10, 10], 8, 0.25),
             (&[4872, 4872, 120], 4096, 0.0),
             (&[7, 3], 1000, 0.5),
             (&[], 16, 0.25),
+            (&[3_628_800, 3], 3_628_800, 0.25),
             (&[1 << 40, 1 << 40, 1 << 40, 1 << 40], 16, 0.25),
         ];
+        assert!(axis_candidates(3_628_800, 3_628_800).len() > 256);
         for (ext, procs, slack) in cases {
             let nd = ext.len().max(1);
             let all = enumerate_flat(ext, procs, slack);
