@@ -167,10 +167,11 @@ impl Totals {
         let mut each = vec![Volume::default(); views.len()];
         let mut v = Volume::default();
         let mut bufs = vec![0u64; n];
+        let words: Vec<Vec<(u64, u64)>> = views.iter().map(|m| m.words_per_rank(n)).collect();
         for (r, buf) in bufs.iter_mut().enumerate() {
             let (mut s, mut w) = (0, 0);
-            for (m, e) in views.iter().zip(&mut each) {
-                let (ms, mw) = m.words_of(r);
+            for (mw, e) in words.iter().zip(&mut each) {
+                let (ms, mw) = mw[r];
                 e.add_rank(r, ms, mw, per_rank);
                 (s, w) = (s + ms, w + mw);
             }

@@ -417,6 +417,14 @@ impl MoveView {
         (sent, received)
     }
 
+    /// Words sent and received by each rank of `0..n`, in order ([`Self::words_of`] of each,
+    /// the blocks cut by one sweep instead of per-rank divisions).
+    pub(crate) fn words_per_rank(&self, n: usize) -> Vec<(u64, u64)> {
+        let mut out = Vec::with_capacity(n);
+        self.sweep(n, |r, sb, tb| out.push(self.words_with(r, sb, tb)));
+        out
+    }
+
     /// Words sent plus received by each rank of `ranks`, in order (what its message buffers
     /// hold during the move).
     pub(crate) fn buffer_words(&self, ranks: std::ops::Range<usize>) -> Vec<u64> {

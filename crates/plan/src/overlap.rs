@@ -76,7 +76,11 @@ pub fn pipeline(plan: Plan, opts: &PlanOptions, rule: &Chunking) -> Plan {
     let mut changed = false;
     for gi in 0..plan.groups.len() {
         // Both caps hold: the data under `mem`, and data with buffers under `mem_total`.
+        // (Without a cap nothing is counted: the peaks are a sweep over every rank.)
         let fits = |p: &Plan| {
+            if opts.mem.is_none() && opts.mem_total.is_none() {
+                return true;
+            }
             let (data, with_buffers) = max_peaks(p);
             opts.mem.is_none_or(|s| data <= s) && opts.mem_total.is_none_or(|s| with_buffers <= s)
         };
@@ -364,10 +368,9 @@ fn fetch(
 
 /// Sets the volume of step `i` to its moves' words together.
 fn set_step_volume(plan: &mut Plan, i: usize, opts: &PlanOptions) {
-    let views = plan.step_moves(i);
+    let words = words_per_rank(&plan.step_moves(i), plan.procs);
     let mut v = Volume::default();
-    for r in 0..plan.procs {
-        let (s, w) = words_of(&views, r);
+    for (r, &(s, w)) in words.iter().enumerate() {
         v.add_rank(r, s, w, opts.per_rank);
     }
     if let PlanStep::ComputePhase { volume, .. } = &mut plan.steps[i] {
@@ -375,12 +378,15 @@ fn set_step_volume(plan: &mut Plan, i: usize, opts: &PlanOptions) {
     }
 }
 
-/// Words `rank` sends and receives over `views`.
-fn words_of(views: &[MoveView], rank: usize) -> (u64, u64) {
-    views.iter().fold((0, 0), |(s, w), m| {
-        let (ms, mw) = m.words_of(rank);
-        (s + ms, w + mw)
-    })
+/// Words each rank of `0..n` sends and receives over `views`.
+fn words_per_rank(views: &[MoveView], n: usize) -> Vec<(u64, u64)> {
+    let mut out = vec![(0, 0); n];
+    for m in views {
+        for (o, (s, w)) in out.iter_mut().zip(m.words_per_rank(n)) {
+            *o = (o.0 + s, o.1 + w);
+        }
+    }
+    out
 }
 
 /// The plan's memory model.
@@ -410,8 +416,7 @@ fn refresh_prediction(plan: &mut Plan, opts: &PlanOptions) {
         if views.is_empty() {
             continue;
         }
-        for r in 0..procs {
-            let (s, w) = words_of(&views, r);
+        for (r, (s, w)) in words_per_rank(&views, procs).into_iter().enumerate() {
             sent[r] += s;
             received[r] += w;
         }
