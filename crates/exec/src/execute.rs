@@ -255,6 +255,11 @@ pub struct StepMeasure {
     /// moves took).
     #[serde(default, skip_serializing_if = "Calls::is_empty")]
     pub calls: Calls,
+    /// Seconds of the step this rank spent blocked waiting for peers, in the last run, as the
+    /// communicator measures it ([`Communicator::blocked`]); the rest of `seconds` is compute,
+    /// packing and the transfers themselves.
+    #[serde(default)]
+    pub blocked: f64,
 }
 
 /// What a run did on this rank.
@@ -703,6 +708,7 @@ fn run_steps<T: Scalar, C: Communicator>(
         let t0 = Instant::now();
         let tr0 = comm.traffic();
         let calls0 = comm.calls();
+        let blocked0 = comm.blocked();
         let mut m = StepMeasure {
             step: i,
             kind: StepKind::of(step),
@@ -717,9 +723,11 @@ fn run_steps<T: Scalar, C: Communicator>(
             start: t0.duration_since(run_start).as_secs_f64(),
             end: 0.0,
             calls: Default::default(),
+            blocked: 0.0,
         };
         run.step(i, step, &mut m)?;
         m.calls = comm.calls().since(&calls0);
+        m.blocked = comm.blocked().saturating_sub(blocked0).as_secs_f64();
         let tr1 = comm.traffic();
         m.sent = (tr1.sent - tr0.sent) / T::BYTES as u64;
         m.received = (tr1.received - tr0.received) / T::BYTES as u64;

@@ -99,6 +99,21 @@ pub fn timeline(plan: &Plan, reports: &[RunReport]) -> String {
         );
         for m in &rep.steps {
             step_bar(&mut o, plan, m, (x(m.start), x(m.end.max(m.start)), y, rh));
+            if m.blocked > 0.0 {
+                // Only the total is measured, not where in the step it fell: drawn from the start.
+                let _ = write!(
+                    o,
+                    r##"<rect class="waiting" x="{:.2}" y="{:.2}" width="{:.2}" height="{:.2}" fill="#222"><title>step {}: rank {} blocked {} of {} waiting for peers (measured)</title></rect>"##,
+                    x(m.start),
+                    y + rh * 0.6,
+                    (x(m.start + m.blocked.min(m.end - m.start)) - x(m.start)).max(0.3),
+                    (rh * 0.4 - 1.0).max(1.0),
+                    m.step,
+                    rep.rank,
+                    secs(m.blocked),
+                    secs(m.end - m.start)
+                );
+            }
             let lead = waits
                 .get(rep.rank)
                 .and_then(|w| w.get(m.step).copied().flatten());
@@ -123,7 +138,11 @@ pub fn timeline(plan: &Plan, reports: &[RunReport]) -> String {
     let mut note = String::from(
         "The last timed run. Each rank's clock starts when it leaves the barrier that begins the \
          run; bars are plan steps. Hatched: the part of a step before the last of the rank's \
-         senders entered it — the rank waited, or packed its own sends, during it.",
+         senders entered it — the rank waited, or packed its own sends, during it (derived from \
+         the ranks' step starts). Dark band: the time the rank was measured blocked in the step \
+         waiting for peers (in-process: parked on a message or a collective; under MPI: blocking \
+         receives and waits on point-to-point requests, while MPI's own collectives count as \
+         communication), drawn from the step's start since only its total is recorded.",
     );
     if reports.len() > rows {
         let _ = write!(
@@ -180,6 +199,14 @@ fn legend(o: &mut String, mut x: f64, y: f64) {
     let _ = write!(
         o,
         r##"<rect x="{x:.0}" y="{y:.0}" width="12" height="12" fill="#f28e2b"/><rect x="{x:.0}" y="{y:.0}" width="12" height="12" fill="url(#wait)"/><text x="{:.0}" y="{:.0}" class="tick">before the last sender entered</text>"##,
+        x + 16.0,
+        y + 10.0
+    );
+    x += 30.0 + 5.6 * "before the last sender entered".len() as f64;
+    let _ = write!(
+        o,
+        r##"<rect x="{x:.0}" y="{:.0}" width="12" height="6" fill="#222"/><text x="{:.0}" y="{:.0}" class="tick">waiting (measured)</text>"##,
+        y + 6.0,
         x + 16.0,
         y + 10.0
     );
