@@ -58,7 +58,7 @@ pub fn timeline(plan: &Plan, reports: &[RunReport]) -> String {
         .fold(0.0, f64::max)
         .max(1e-9);
     let rh = (480.0 / rows.max(1) as f64).clamp(3.0, 22.0);
-    let (left, top, pw) = (70.0, 40.0, 980.0);
+    let (left, top, pw) = (70.0, 44.0, 980.0);
     let w = left + pw + 20.0;
     let h = top + rh * rows as f64 + 40.0;
     let x = |t: f64| left + pw * t / end;
@@ -179,7 +179,8 @@ fn step_bar(o: &mut String, plan: &Plan, m: &StepMeasure, (x0, x1, y, rh): (f64,
 }
 
 /// The timeline's legend.
-fn legend(o: &mut String, mut x: f64, y: f64) {
+fn legend(o: &mut String, left: f64, y: f64) {
+    let mut x = left;
     let kinds = [
         StepKind::Compute,
         StepKind::ComputePhase,
@@ -202,7 +203,8 @@ fn legend(o: &mut String, mut x: f64, y: f64) {
         x + 16.0,
         y + 10.0
     );
-    x += 30.0 + 5.6 * "before the last sender entered".len() as f64;
+    // The measured band on a second line: one line overflows the drawing's width.
+    let (x, y) = (left, y + 14.0);
     let _ = write!(
         o,
         r##"<rect x="{x:.0}" y="{:.0}" width="12" height="6" fill="#222"/><text x="{:.0}" y="{:.0}" class="tick">waiting (measured)</text>"##,
