@@ -54,6 +54,99 @@ impl Grid {
     }
 }
 
+/// A half-open range `[start, end)` of one index: the unit of every block cut.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Interval {
+    /// First element.
+    pub start: usize,
+    /// One past the last element.
+    pub end: usize,
+}
+
+impl Interval {
+    /// `[start, end)`.
+    pub fn new(start: usize, end: usize) -> Self {
+        Interval { start, end }
+    }
+
+    /// Number of elements (0 when empty).
+    pub fn len(&self) -> usize {
+        self.end.saturating_sub(self.start)
+    }
+
+    /// True when the interval holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.end <= self.start
+    }
+
+    /// The common part with `other` (empty, at `max` of the starts, when they do not meet).
+    pub fn intersect(&self, other: Interval) -> Interval {
+        let start = self.start.max(other.start);
+        Interval {
+            start,
+            end: self.end.min(other.end).max(start),
+        }
+    }
+
+    /// The `part`-th of `parts` ceil-sized blocks ([`block_range`]).
+    pub fn subinterval(&self, parts: usize, part: usize) -> Interval {
+        block_range(self.start, self.end, parts, part).into()
+    }
+
+    /// The `part`-th of `parts` balanced blocks ([`balanced_range`]).
+    pub fn balanced_subinterval(&self, parts: usize, part: usize) -> Interval {
+        balanced_range(self.start, self.end, parts, part).into()
+    }
+}
+
+impl From<(usize, usize)> for Interval {
+    fn from((start, end): (usize, usize)) -> Self {
+        Interval { start, end }
+    }
+}
+
+impl From<Interval> for (usize, usize) {
+    fn from(iv: Interval) -> Self {
+        (iv.start, iv.end)
+    }
+}
+
+/// A phased compute's window of a summed index: phase `part` of `count` of `index`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PhaseCut {
+    /// The summed index walked in phases.
+    pub index: Index,
+    /// Number of phases.
+    pub count: usize,
+    /// The phase, `0..count`.
+    pub part: usize,
+}
+
+impl crate::GroupPlan {
+    /// The per-index ranges (in `group.indices` order) that `rank` iterates, its grid block
+    /// with the phased index cut to `phase`; `None` for a rank outside the grid.
+    pub fn iteration_box(
+        &self,
+        einsum: &deinsum_expr::Einsum,
+        rank: usize,
+        phase: Option<PhaseCut>,
+    ) -> Option<Vec<Interval>> {
+        let coords = self.grid.coords(rank)?;
+        let ranges = self.group.indices.iter().map(|&c| {
+            let whole = Interval::new(0, einsum.extent(c));
+            let r = match self.grid.position(c) {
+                Some(p) => whole.subinterval(self.grid.dims[p].size, coords[p]),
+                None => whole,
+            };
+            match phase {
+                Some(cut) if cut.index == c => r.subinterval(cut.count, cut.part),
+                _ => r,
+            }
+        });
+        Some(ranges.collect())
+    }
+}
+
 /// The `part`-th of `parts` ceil-sized blocks of `[lo, hi)`: `[lo + part*b, min(lo + (part+1)*b, hi))`
 /// with `b = ceil((hi-lo)/parts)`; the last blocks may be short or empty.
 pub fn block_range(lo: usize, hi: usize, parts: usize, part: usize) -> (usize, usize) {
@@ -222,5 +315,51 @@ impl Distribution {
     /// True when some grid dimension holds partial sums.
     pub fn is_partial(&self) -> bool {
         self.partial.iter().any(|&g| self.grid.dims[g].size > 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pieces of `whole` cut by `cut` into `parts` tile it exactly, in order.
+    fn tiles(whole: Interval, parts: usize, cut: impl Fn(usize) -> Interval) -> bool {
+        let mut at = whole.start;
+        for x in 0..parts {
+            let iv = cut(x);
+            if iv.start != at || iv.end < iv.start || iv.end > whole.end {
+                return false;
+            }
+            at = iv.end;
+        }
+        at == whole.end
+    }
+
+    #[test]
+    fn subintervals_tile_the_interval() {
+        for lo in [0usize, 3] {
+            for n in 0..40 {
+                for parts in 1..50 {
+                    let w = Interval::new(lo, lo + n);
+                    assert!(tiles(w, parts, |x| w.subinterval(parts, x)), "{n}/{parts}");
+                    assert!(tiles(w, parts, |x| w.balanced_subinterval(parts, x)));
+                    // The ceil cut: every nonempty piece but the last has ceil(n/parts) elements.
+                    let b = n.div_ceil(parts);
+                    assert!((0..parts).all(|x| {
+                        let l = w.subinterval(parts, x).len();
+                        l == b || l < b && w.subinterval(parts, x + 1).is_empty()
+                    }));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn interval_intersect_and_len() {
+        let a = Interval::new(2, 8);
+        assert_eq!(a.intersect(Interval::new(5, 12)), Interval::new(5, 8));
+        assert!(a.intersect(Interval::new(9, 12)).is_empty());
+        assert_eq!(a.intersect(Interval::new(9, 12)).len(), 0);
+        assert_eq!(a.len(), 6);
     }
 }
