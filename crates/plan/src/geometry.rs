@@ -97,6 +97,25 @@ impl Interval {
     pub fn balanced_subinterval(&self, parts: usize, part: usize) -> Interval {
         balanced_range(self.start, self.end, parts, part).into()
     }
+
+    /// The `part`-th of `parts` blocks, balanced or ceil-sized ([`split_range`]).
+    pub fn split(&self, balanced: bool, parts: usize, part: usize) -> Interval {
+        split_range(balanced, self.start, self.end, parts, part).into()
+    }
+
+    /// Length of the longest of `parts` blocks, `ceil(len / parts)`: the first ceil-sized
+    /// block's, and a balanced cut's longest too.
+    pub fn max_block_len(&self, parts: usize) -> usize {
+        self.len().div_ceil(parts.max(1))
+    }
+
+    /// Consecutive pieces of `len` elements (at least 1) from the start; the last may be short.
+    pub fn tiles(&self, len: usize) -> impl Iterator<Item = Interval> {
+        let (end, step) = (self.end, len.max(1));
+        (self.start..end)
+            .step_by(step)
+            .map(move |s| Interval::new(s, (s + step).min(end)))
+    }
 }
 
 impl From<(usize, usize)> for Interval {
@@ -122,6 +141,16 @@ pub struct PhaseCut {
     pub part: usize,
 }
 
+impl PhaseCut {
+    /// `range` of index `c` cut to this phase when `c` is the phased index (else unchanged).
+    pub fn apply(cut: Option<PhaseCut>, c: Index, range: Interval) -> Interval {
+        match cut {
+            Some(cut) if cut.index == c => range.subinterval(cut.count, cut.part),
+            _ => range,
+        }
+    }
+}
+
 impl crate::GroupPlan {
     /// The per-index ranges (in `group.indices` order) that `rank` iterates, its grid block
     /// with the phased index cut to `phase`; `None` for a rank outside the grid.
@@ -133,17 +162,53 @@ impl crate::GroupPlan {
     ) -> Option<Vec<Interval>> {
         let coords = self.grid.coords(rank)?;
         let ranges = self.group.indices.iter().map(|&c| {
-            let whole = Interval::new(0, einsum.extent(c));
-            let r = match self.grid.position(c) {
-                Some(p) => whole.subinterval(self.grid.dims[p].size, coords[p]),
-                None => whole,
-            };
-            match phase {
-                Some(cut) if cut.index == c => r.subinterval(cut.count, cut.part),
-                _ => r,
-            }
+            let r = self.grid_range(einsum, c, |p| coords[p]);
+            PhaseCut::apply(phase, c, r)
         });
         Some(ranges.collect())
+    }
+
+    /// The range of index `c` that `rank` iterates (its grid block, before any phase cut);
+    /// `None` for a rank outside the grid.
+    pub fn iteration_range(
+        &self,
+        einsum: &deinsum_expr::Einsum,
+        rank: usize,
+        c: Index,
+    ) -> Option<Interval> {
+        (rank < self.grid.size())
+            .then(|| self.grid_range(einsum, c, |p| crate::coord(&self.grid, rank, p)))
+    }
+
+    /// The busiest rank's range of index `c`, phase `part` 0 of `phase` when it cuts `c`:
+    /// rank 0's, since a ceil-sized cut puts its longest block first.
+    pub fn busiest_range(
+        &self,
+        einsum: &deinsum_expr::Einsum,
+        c: Index,
+        phase: Option<(Index, usize)>,
+    ) -> Interval {
+        let r = self.grid_range(einsum, c, |_| 0);
+        let cut = phase.map(|(index, count)| PhaseCut {
+            index,
+            count,
+            part: 0,
+        });
+        PhaseCut::apply(cut, c, r)
+    }
+
+    /// Index `c`'s block at the grid coordinates `coord(grid dim)` (whole when not split).
+    fn grid_range(
+        &self,
+        einsum: &deinsum_expr::Einsum,
+        c: Index,
+        coord: impl Fn(usize) -> usize,
+    ) -> Interval {
+        let whole = Interval::new(0, einsum.extent(c));
+        match self.grid.position(c) {
+            Some(p) => whole.subinterval(self.grid.dims[p].size, coord(p)),
+            None => whole,
+        }
     }
 }
 
@@ -269,6 +334,17 @@ pub struct Window {
     pub part: usize,
 }
 
+impl Window {
+    /// `range` of tensor index `v` cut down to those of `windows` on `v`, each a ceil-sized
+    /// [`Interval::subinterval`] (unchanged without one).
+    pub fn narrow(windows: &[Window], v: usize, range: Interval) -> Interval {
+        windows
+            .iter()
+            .filter(|w| w.dim == v)
+            .fold(range, |r, w| r.subinterval(w.parts, w.part))
+    }
+}
+
 impl Distribution {
     /// The block `rank` holds of a tensor of `shape`, or `None` when the rank is outside the
     /// grid. A rank inside the grid may hold an empty block (ceil-blocking of a short extent).
@@ -278,27 +354,30 @@ impl Distribution {
             .iter()
             .zip(&self.split)
             .enumerate()
-            .map(|(v, (&n, dims))| {
-                let r = dims
-                    .iter()
-                    .fold((0, n), |(lo, hi), &g| self.cut((lo, hi), g, coords[g]));
-                self.windowed(v, r)
-            })
+            .map(|(v, (&n, _))| self.index_range(v, n, |g| coords[g]).into())
             .collect();
         Some(Block { ranges })
     }
 
+    /// The range of tensor index `v` (extent `n`) in the block at grid coordinates
+    /// `coord(grid dim)`: cut along each grid dim splitting it, outermost first, then windowed.
+    /// Every block of a distribution is made of these.
+    pub fn index_range(&self, v: usize, n: usize, coord: impl Fn(usize) -> usize) -> Interval {
+        let r = self.split[v].iter().fold(Interval::new(0, n), |r, &g| {
+            r.split(self.balanced, self.grid.dims[g].size, coord(g))
+        });
+        Window::narrow(&self.window, v, r)
+    }
+
     /// Block `x` of `range` along grid dim `g` (this distribution's blocking).
-    pub fn cut(&self, (lo, hi): (usize, usize), g: usize, x: usize) -> (usize, usize) {
-        split_range(self.balanced, lo, hi, self.grid.dims[g].size, x)
+    pub fn cut(&self, range: (usize, usize), g: usize, x: usize) -> (usize, usize) {
+        let r = Interval::from(range).split(self.balanced, self.grid.dims[g].size, x);
+        r.into()
     }
 
     /// `range` of tensor index `v` cut down to the windows on `v` (unchanged without one).
     pub fn windowed(&self, v: usize, range: (usize, usize)) -> (usize, usize) {
-        self.window
-            .iter()
-            .filter(|w| w.dim == v)
-            .fold(range, |(lo, hi), w| block_range(lo, hi, w.parts, w.part))
+        Window::narrow(&self.window, v, range.into()).into()
     }
 
     /// The distribution of a tensor held whole by rank 0 alone.
@@ -350,6 +429,24 @@ mod tests {
                         l == b || l < b && w.subinterval(parts, x + 1).is_empty()
                     }));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn max_block_len_and_tiles() {
+        for n in 0..30 {
+            let w = Interval::new(2, 2 + n);
+            for parts in 1..12 {
+                let longest = (0..parts).map(|x| w.subinterval(parts, x).len()).max();
+                assert_eq!(longest, Some(w.max_block_len(parts)));
+                let bal = (0..parts)
+                    .map(|x| w.balanced_subinterval(parts, x).len())
+                    .max();
+                assert_eq!(bal, Some(w.max_block_len(parts)));
+                let t: Vec<Interval> = w.tiles(parts).collect();
+                assert!(tiles(w, t.len(), |x| t[x]));
+                assert!(t.iter().rev().skip(1).all(|iv| iv.len() == parts));
             }
         }
     }
