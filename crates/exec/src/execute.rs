@@ -1254,7 +1254,6 @@ fn compute_group<T: Scalar>(
     let Some(box_ranges) = g.iteration_box(&plan.einsum, me, cut) else {
         return Ok(None);
     };
-    let box_ranges: Vec<(usize, usize)> = box_ranges.into_iter().map(Into::into).collect();
     let box_idx = &g.group.indices;
     let proj = |indices: &[char]| -> Vec<(usize, usize)> {
         indices
@@ -1263,8 +1262,7 @@ fn compute_group<T: Scalar>(
                 box_idx
                     .iter()
                     .position(|d| d == c)
-                    .map(|p| box_ranges[p])
-                    .unwrap_or((0, 1))
+                    .map_or((0, 1), |p| box_ranges[p].into())
             })
             .collect()
     };
