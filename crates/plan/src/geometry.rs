@@ -168,18 +168,6 @@ impl crate::GroupPlan {
         Some(ranges.collect())
     }
 
-    /// The range of index `c` that `rank` iterates (its grid block, before any phase cut);
-    /// `None` for a rank outside the grid.
-    pub fn iteration_range(
-        &self,
-        einsum: &deinsum_expr::Einsum,
-        rank: usize,
-        c: Index,
-    ) -> Option<Interval> {
-        (rank < self.grid.size())
-            .then(|| self.grid_range(einsum, c, |p| crate::coord(&self.grid, rank, p)))
-    }
-
     /// The busiest rank's range of index `c`, phase `part` 0 of `phase` when it cuts `c`:
     /// rank 0's, since a ceil-sized cut puts its longest block first.
     pub fn busiest_range(
