@@ -88,6 +88,12 @@ EOF
     else
         bad "$name: grids, heat maps, timeline rows: found $got, the plan has $want"
     fi
+    if [ "$rows" -gt 1 ]; then
+        # Ranks of a run wait for each other somewhere (every collective but its last arrival).
+        local w
+        w=$(grep -o '<rect class="waiting"' "$dom" | wc -l)
+        if [ "$w" -gt 0 ]; then ok "$name: $w measured waiting segments"; else bad "$name: no measured waiting drawn"; fi
+    fi
     local h
     h=$(grep -c '<svg class="tree"' "$dom")
     if [ "$h" -eq 1 ]; then ok "$name: contraction tree drawn"; else bad "$name: $h tree drawings"; fi

@@ -169,6 +169,12 @@ fn run_pages_have_a_timeline_row_per_rank_and_measured_beside_predicted() {
         let steps = report["steps"].as_array().unwrap().len();
         assert_eq!(page.matches("<td>yes</td>").count(), steps, "{procs} ranks");
         assert!(!page.contains("DIFFERS"));
+        // Measured waiting is drawn, and only inside rows (P = 1 has no peer to wait for).
+        let waits = page.matches(r#"<rect class="waiting""#).count();
+        if p == 1 {
+            assert_eq!(waits, 0);
+        }
+        assert!(page.contains("waiting (measured)"));
     }
 }
 
@@ -221,8 +227,17 @@ fn step_times_are_ordered_on_each_rank_from_the_common_start() {
             assert!(m.end >= m.start);
             // The step's own time lies within its span (both from the same clock).
             assert!((m.seconds - (m.end - m.start)).abs() < 1e-9, "{m:?}");
+            // Waiting is part of the step's own time.
+            assert!(m.blocked >= 0.0 && m.blocked <= m.seconds + 1e-6, "{m:?}");
             at = m.end;
         }
         assert!(at > 0.0 && at <= rep.seconds, "rank {}", rep.rank);
     }
+    // Every member but the last to arrive parks in a collective: some rank waited.
+    let waited: f64 = reports
+        .iter()
+        .flat_map(|r| &r.steps)
+        .map(|m| m.blocked)
+        .sum();
+    assert!(waited > 0.0, "no rank was measured waiting");
 }

@@ -192,6 +192,15 @@ pub trait Communicator {
         Calls::default()
     }
 
+    /// Time this rank has spent blocked so far, waiting for a peer's message or for the
+    /// other members to enter a collective (over every communicator split from its world).
+    /// What counts as waiting is the backend's: in-process, the time parked on a condition
+    /// variable; under MPI, blocking receives and waits on point-to-point requests (MPI's own
+    /// collectives are counted as communication). Backends that do not measure report zero.
+    fn blocked(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
     /// The sub-communicator over the grid dims marked in `keep` of the Cartesian grid `dims`
     /// laid over ranks `0..product(dims)` row-major (MPI_Cart_create, then MPI_Cart_sub): the
     /// ranks that share their coordinates on the other dims, ordered row-major by their

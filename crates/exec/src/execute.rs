@@ -6,9 +6,7 @@ use crate::kernels::{eval_group, GroupStats, GroupSteps, LocalTensor};
 use crate::moves::{self, MoveError};
 use crate::pool::OutOfMemory;
 use crate::{CommError, Communicator, Scalar};
-use deinsum_plan::{
-    block_range, Block, Distribution, Plan, PlanStep, Tensor, TensorId, TensorKind,
-};
+use deinsum_plan::{Block, Distribution, PhaseCut, Plan, PlanStep, Tensor, TensorId, TensorKind};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -255,6 +253,11 @@ pub struct StepMeasure {
     /// moves took).
     #[serde(default, skip_serializing_if = "Calls::is_empty")]
     pub calls: Calls,
+    /// Seconds of the step this rank spent blocked waiting for peers, in the last run, as the
+    /// communicator measures it ([`Communicator::blocked`]); the rest of `seconds` is compute,
+    /// packing and the transfers themselves.
+    #[serde(default)]
+    pub blocked: f64,
 }
 
 /// What a run did on this rank.
@@ -703,6 +706,7 @@ fn run_steps<T: Scalar, C: Communicator>(
         let t0 = Instant::now();
         let tr0 = comm.traffic();
         let calls0 = comm.calls();
+        let blocked0 = comm.blocked();
         let mut m = StepMeasure {
             step: i,
             kind: StepKind::of(step),
@@ -717,9 +721,11 @@ fn run_steps<T: Scalar, C: Communicator>(
             start: t0.duration_since(run_start).as_secs_f64(),
             end: 0.0,
             calls: Default::default(),
+            blocked: 0.0,
         };
         run.step(i, step, &mut m)?;
         m.calls = comm.calls().since(&calls0);
+        m.blocked = comm.blocked().saturating_sub(blocked0).as_secs_f64();
         let tr1 = comm.traffic();
         m.sent = (tr1.sent - tr0.sent) / T::BYTES as u64;
         m.received = (tr1.received - tr0.received) / T::BYTES as u64;
@@ -952,7 +958,11 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         if read != windows.len() {
             return Err(bad("a window that the group does not read".into()));
         }
-        let cut = Some((ph.index, ph.count, phase));
+        let cut = Some(PhaseCut {
+            index: ph.index,
+            count: ph.count,
+            part: phase,
+        });
         let part = if prefetch.is_empty() {
             let part = run.eval(&ins, cut, m, &mut self.mem);
             part.map_err(|e| e.into_exec(self.plan, self.me, i, *out_id))?
@@ -1061,7 +1071,7 @@ impl<T: Scalar, C: Communicator> Prefetch<'_, T, C> {
         &self,
         run: &GroupRun<'_>,
         ins: &[(usize, Option<&LocalTensor<T>>)],
-        cut: Option<(deinsum_expr::Index, usize, usize)>,
+        cut: Option<PhaseCut>,
         m: &mut StepMeasure,
         mem: &mut Mem,
     ) -> Result<(Option<LocalTensor<T>>, Vec<Window<T>>), ExecError> {
@@ -1144,7 +1154,7 @@ impl GroupRun<'_> {
     fn eval<T: Scalar>(
         &self,
         ins: &[(usize, Option<&LocalTensor<T>>)],
-        cut: Option<(deinsum_expr::Index, usize, usize)>,
+        cut: Option<PhaseCut>,
         m: &mut StepMeasure,
         mem: &mut Mem,
     ) -> Result<Option<LocalTensor<T>>, GroupError> {
@@ -1233,15 +1243,15 @@ fn held_input<'a, T>(
     Ok(blk.as_ref())
 }
 
-/// Computes group `g` on rank `me` over its iteration box (the phased index cut to part
-/// `cut.2` of `cut.1` when given) from the input blocks `ins` (by tensor id, in the group's
+/// Computes group `g` on rank `me` over its iteration box ([`deinsum_plan::GroupPlan::iteration_box`], cut
+/// to phase `cut` when given) from the input blocks `ins` (by tensor id, in the group's
 /// input order); `None` for a rank outside the group's grid or without an output block.
 fn compute_group<T: Scalar>(
     plan: &Plan,
     g: &deinsum_plan::GroupPlan,
     me: usize,
     ins: &[(usize, Option<&LocalTensor<T>>)],
-    cut: Option<(char, usize, usize)>,
+    cut: Option<PhaseCut>,
     opts: &ExecOptions,
     stats: &mut GroupStats,
 ) -> Result<Option<LocalTensor<T>>, GroupError> {
@@ -1249,24 +1259,10 @@ fn compute_group<T: Scalar>(
     let out_t = plan
         .tensor(*out_id)
         .ok_or_else(|| format!("unknown tensor {out_id}"))?;
-    let Some(coords) = g.grid.coords(me) else {
+    let Some(box_ranges) = g.iteration_box(&plan.einsum, me, cut) else {
         return Ok(None);
     };
     let box_idx = &g.group.indices;
-    let box_ranges: Vec<(usize, usize)> = box_idx
-        .iter()
-        .map(|&c| {
-            let n = plan.einsum.extent(c);
-            let r = match g.grid.position(c) {
-                Some(p) => block_range(0, n, g.grid.dims[p].size, coords[p]),
-                None => (0, n),
-            };
-            match cut {
-                Some((ci, t, part)) if ci == c => block_range(r.0, r.1, t, part),
-                _ => r,
-            }
-        })
-        .collect();
     let proj = |indices: &[char]| -> Vec<(usize, usize)> {
         indices
             .iter()
@@ -1274,8 +1270,7 @@ fn compute_group<T: Scalar>(
                 box_idx
                     .iter()
                     .position(|d| d == c)
-                    .map(|p| box_ranges[p])
-                    .unwrap_or((0, 1))
+                    .map_or((0, 1), |p| box_ranges[p].into())
             })
             .collect()
     };

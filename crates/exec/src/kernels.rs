@@ -9,6 +9,7 @@ use crate::pool::OutOfMemory;
 use crate::Scalar;
 use deinsum_expr::Index;
 use deinsum_path::Step;
+use deinsum_plan::Interval;
 use std::borrow::Cow;
 
 /// A dense row-major block of a tensor: its indices, the global range along each, the data.
@@ -728,7 +729,7 @@ pub struct GroupStats {
 pub fn eval_group<T: Scalar>(
     group: &GroupSteps<'_>,
     box_indices: &[Index],
-    box_ranges: &[(usize, usize)],
+    box_ranges: &[Interval],
     inputs: &[(usize, &LocalTensor<T>)],
     tile_words: u64,
     stats: &mut GroupStats,
@@ -740,7 +741,7 @@ pub fn eval_group<T: Scalar>(
 fn eval_group_held<T: Scalar>(
     group: &GroupSteps<'_>,
     box_indices: &[Index],
-    box_ranges: &[(usize, usize)],
+    box_ranges: &[Interval],
     inputs: &[(usize, &LocalTensor<T>)],
     tile_words: u64,
     held: u64,
@@ -748,15 +749,14 @@ fn eval_group_held<T: Scalar>(
 ) -> Result<LocalTensor<T>, OutOfMemory> {
     let last = group.steps.last().expect("a group has a step");
     let out_indices = &last.output;
-    let ext = |c: Index, r: &[(usize, usize)]| -> u64 {
+    let ext = |c: Index, r: &[Interval]| -> u64 {
         box_indices
             .iter()
             .position(|&d| d == c)
-            .map(|p| (r[p].1 - r[p].0) as u64)
-            .unwrap_or(1)
+            .map_or(1, |p| r[p].len() as u64)
     };
     // The largest intermediate (any step output but the last) over this box.
-    let inter = |r: &[(usize, usize)]| -> (u64, Option<usize>) {
+    let inter = |r: &[Interval]| -> (u64, Option<usize>) {
         let mut best = (0u64, None);
         for (s, st) in group.steps.iter().enumerate().take(group.steps.len() - 1) {
             let sz: u64 = st.output.iter().map(|&c| ext(c, r)).product();
@@ -778,20 +778,17 @@ fn eval_group_held<T: Scalar>(
                 .max_by_key(|&c| ext(c, box_ranges));
             if let Some(c) = cand {
                 let p = box_indices.iter().position(|&d| d == c).expect("box index");
-                let (lo, hi) = box_ranges[p];
-                let n = (hi - lo) as u64;
+                let n = box_ranges[p].len() as u64;
                 let t = ((n * tile_words) / size).max(1) as usize;
                 let mut acc: Option<LocalTensor<T>> = None;
-                let mut start = lo;
-                while start < hi {
-                    let end = (start + t).min(hi);
+                for tile in box_ranges[p].tiles(t) {
                     let mut sub = box_ranges.to_vec();
-                    sub[p] = (start, end);
+                    sub[p] = tile;
                     // Only the blocks that carry the tiled index are cut; the others are shared.
                     let mut sliced: Vec<(usize, Cow<'_, LocalTensor<T>>)> = Vec::new();
                     for (id, blk) in inputs {
                         sliced.push(if blk.indices.contains(&c) {
-                            let cut = blk.slice(&[c], &[(start, end)]);
+                            let cut = blk.slice(&[c], &[tile.into()]);
                             (*id, Cow::Owned(cut.map_err(|e| e.for_tensor(*id))?))
                         } else {
                             (*id, Cow::Borrowed(*blk))
@@ -813,7 +810,6 @@ fn eval_group_held<T: Scalar>(
                         None => acc = Some(part),
                         Some(a) => a.add_assign(&part),
                     }
-                    start = end;
                 }
                 return Ok(acc.expect("a non-empty tiled range"));
             }

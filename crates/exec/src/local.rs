@@ -17,6 +17,7 @@ use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Communicator context: the world is `[]`, a split appends (split number, color).
 type Ctx = Vec<u64>;
@@ -60,6 +61,8 @@ struct Shared {
     received: Vec<AtomicU64>,
     /// Calls per collective kind, per world rank.
     calls: Vec<CallCounters>,
+    /// Nanoseconds each world rank spent parked waiting for a message or a collective.
+    blocked: Vec<AtomicU64>,
 }
 
 impl Shared {
@@ -75,7 +78,14 @@ impl Shared {
             sent: (0..p).map(|_| AtomicU64::new(0)).collect(),
             received: (0..p).map(|_| AtomicU64::new(0)).collect(),
             calls: (0..p).map(|_| CallCounters::default()).collect(),
+            blocked: (0..p).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// Adds the time since `since` to `rank`'s blocked time.
+    fn add_blocked(&self, rank: usize, since: Instant) {
+        let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.blocked[rank].fetch_add(ns, Ordering::Relaxed);
     }
 
     /// Wakes every waiting rank (after a failure or an exit, which any of them may be
@@ -178,7 +188,9 @@ impl LocalComm {
                     "rank {from} exited while rank {me} waited for its message"
                 )));
             }
+            let t = Instant::now();
             q = mb.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+            self.shared.add_blocked(me, t);
         };
         mb.waiting.store(false, Ordering::SeqCst);
         got
@@ -254,7 +266,9 @@ impl LocalComm {
                     )));
                 }
             }
+            let t = Instant::now();
             boards = sh.boards_cv.wait(boards).unwrap_or_else(|e| e.into_inner());
+            sh.add_blocked(me, t);
         }
         let b = boards
             .get_mut(&key)
@@ -561,6 +575,10 @@ impl Communicator for LocalComm {
 
     fn calls(&self) -> Calls {
         self.shared.calls[self.world_rank()].get()
+    }
+
+    fn blocked(&self) -> Duration {
+        Duration::from_nanos(self.shared.blocked[self.world_rank()].load(Ordering::Relaxed))
     }
 
     fn all_gather_v<T: Scalar>(&self, mine: &[T], counts: &[usize]) -> Result<Vec<T>, CommError> {

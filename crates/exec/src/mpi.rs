@@ -48,6 +48,8 @@ struct Counters {
     sent: AtomicU64,
     received: AtomicU64,
     calls: CallCounters,
+    /// Nanoseconds spent in blocking receives and waits on point-to-point requests.
+    blocked: AtomicU64,
 }
 
 /// A [`Communicator`] over an MPI communicator (rsmpi).
@@ -151,6 +153,15 @@ impl MpiComm {
 
     fn count(&self, kind: Collective) {
         self.counters.calls.count(kind);
+    }
+
+    /// Runs `f`, a blocking receive or wait, and counts its time as blocked.
+    fn blocking<R>(&self, f: impl FnOnce() -> R) -> R {
+        let t = std::time::Instant::now();
+        let r = f();
+        let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.counters.blocked.fetch_add(ns, Ordering::Relaxed);
+        r
     }
 
     /// A communicator made from this one, sharing its counters and cap.
@@ -381,6 +392,10 @@ impl Communicator for MpiComm {
         self.counters.calls.get()
     }
 
+    fn blocked(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.counters.blocked.load(Ordering::Relaxed))
+    }
+
     fn cart_sub(&self, dims: &[usize], keep: &[bool]) -> Result<Option<Self>, CommError> {
         let (color, _) = crate::comm::cart_color_key(dims, keep, self.rank(), self.size())?;
         // Modelled as the in-process backend's split: an all-gather of (color, key).
@@ -605,12 +620,14 @@ impl Communicator for MpiComm {
             if let (Some((s, _)), Some(v)) = (recv, got.as_mut()) {
                 let src = self.comm.process_at_rank(s as i32);
                 for c in bytemuck::cast_slice_mut::<T, u8>(v).chunks_mut(chunk) {
-                    src.receive_into_with_tag(c, SEND_RECV_TAG);
+                    self.blocking(|| src.receive_into_with_tag(c, SEND_RECV_TAG));
                 }
             }
-            for r in reqs {
-                r.wait();
-            }
+            self.blocking(|| {
+                reqs.into_iter().for_each(|r| {
+                    r.wait();
+                })
+            });
         });
         let me = self.rank();
         if let Some((d, v)) = &send {
@@ -698,7 +715,7 @@ impl Communicator for MpiComm {
             for &s in from {
                 let src = self.comm.process_at_rank(s as i32);
                 let mut h = [0u8; 8];
-                src.receive_into_with_tag(&mut h[..], EXCHANGE_TAG);
+                self.blocking(|| src.receive_into_with_tag(&mut h[..], EXCHANGE_TAG));
                 let n = u64::from_le_bytes(h);
                 let n = usize::try_from(n).unwrap_or(usize::MAX);
                 if n % T::BYTES != 0 || n == usize::MAX {
@@ -710,13 +727,15 @@ impl Communicator for MpiComm {
                 }
                 let mut v = vec![T::default(); n / T::BYTES];
                 for c in bytemuck::cast_slice_mut::<T, u8>(&mut v).chunks_mut(chunk) {
-                    src.receive_into_with_tag(c, EXCHANGE_TAG);
+                    self.blocking(|| src.receive_into_with_tag(c, EXCHANGE_TAG));
                 }
                 out.push(v);
             }
-            for r in reqs {
-                r.wait();
-            }
+            self.blocking(|| {
+                reqs.into_iter().for_each(|r| {
+                    r.wait();
+                })
+            });
             match bad {
                 Some(e) => Err(e),
                 None => Ok(out),
@@ -789,9 +808,11 @@ impl Communicator for MpiComm {
                 }
                 (h.join(), reqs)
             });
-            for q in reqs {
-                q.wait();
-            }
+            self.blocking(|| {
+                reqs.into_iter().for_each(|q| {
+                    q.wait();
+                })
+            });
             r
         });
         let r = done.unwrap_or_else(|panic| std::panic::resume_unwind(panic));

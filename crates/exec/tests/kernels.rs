@@ -2,6 +2,7 @@
 
 use deinsum_exec::kernels::{contract, eval_group, GroupStats, GroupSteps, LocalTensor};
 use deinsum_path::Step;
+use deinsum_plan::Interval;
 
 fn tensor(indices: &str, shape: &[usize], seed: u64) -> LocalTensor<f64> {
     let n: usize = shape.iter().product();
@@ -70,7 +71,7 @@ fn tiled_mttkrp_bounds_the_khatri_rao_intermediate() {
         nodes: vec![3, 4],
     };
     let idx = ['j', 'a', 'k', 'i'];
-    let ranges = [(0, nj), (0, na), (0, nk), (0, ni)];
+    let ranges = [nj, na, nk, ni].map(|n| Interval::new(0, n));
     let ins = [(0usize, &x), (1, &b), (2, &c)];
     let mut whole = GroupStats::default();
     let full = eval_group(&g, &idx, &ranges, &ins, u64::MAX, &mut whole).unwrap();

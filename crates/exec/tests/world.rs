@@ -251,3 +251,32 @@ fn a_thousand_ranks_meet_in_collectives() {
         .unwrap();
     assert!(out.iter().all(|&x| x == p as f64));
 }
+
+#[test]
+fn blocked_time_is_the_wait_for_a_late_peer() {
+    use std::time::Duration;
+    let world = InProcess::new(2).unwrap();
+    let late = Duration::from_millis(150);
+    let out = world
+        .run(|c| {
+            let before = c.blocked();
+            if c.rank() == 1 {
+                std::thread::sleep(late);
+            }
+            // A point-to-point message and a collective: rank 0 waits for rank 1 in both.
+            let got = c.send_recv(
+                Some((1 - c.rank(), vec![c.rank() as f64; 4])),
+                Some((1 - c.rank(), 4)),
+            )?;
+            assert_eq!(got, Some(vec![(1 - c.rank()) as f64; 4]));
+            if c.rank() == 1 {
+                std::thread::sleep(late);
+            }
+            c.barrier()?;
+            Ok::<_, CommError>(c.blocked() - before)
+        })
+        .unwrap();
+    // Rank 0 waited about twice `late`; rank 1, which was the late one, hardly at all.
+    assert!(out[0] >= late * 2 - Duration::from_millis(20), "{:?}", out);
+    assert!(out[1] < late, "{:?}", out);
+}

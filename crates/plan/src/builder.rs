@@ -6,8 +6,8 @@ use crate::memory::tensor_shape;
 use crate::moves::{block_len, MoveView};
 use crate::planner::Planner;
 use crate::{
-    Distribution, Grid, GridDim, GroupPlan, Plan, PlanError, PlanOptions, PlanStep, Tensor,
-    TensorId, Volume, Window,
+    Distribution, Grid, GridDim, GroupPlan, Interval, Plan, PlanError, PlanOptions, PlanStep,
+    Tensor, TensorId, Volume, Window,
 };
 use deinsum_expr::{Einsum, Index};
 use deinsum_path::ContractionTree;
@@ -80,12 +80,14 @@ pub fn reduced_distribution(dist: &Distribution, shape: &[usize]) -> Distributio
         return Distribution::on_root(0);
     }
     let mut split = dist.split.clone();
+    // The longest block along each index (nested cuts: the longest block of the longest).
+    let longest = |n: usize, p: usize| Interval::new(0, n).max_block_len(p);
     let mut blk: Vec<usize> = shape
         .iter()
         .zip(&split)
         .map(|(&n, dims)| {
             dims.iter()
-                .fold(n, |b, &g| b.div_ceil(dist.grid.dims[g].size.max(1)))
+                .fold(n, |b, &g| longest(b, dist.grid.dims[g].size))
         })
         .collect();
     for &g in &dist.partial {
@@ -97,7 +99,7 @@ pub fn reduced_distribution(dist: &Distribution, shape: &[usize]) -> Distributio
             .max_by_key(|&v| (blk[v], usize::MAX - v))
             .unwrap_or(0);
         split[v].push(g);
-        blk[v] = blk[v].div_ceil(p);
+        blk[v] = longest(blk[v], p);
     }
     Distribution {
         grid: dist.grid.clone(),

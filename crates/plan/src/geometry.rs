@@ -54,6 +54,152 @@ impl Grid {
     }
 }
 
+/// A half-open range `[start, end)` of one index: the unit of every block cut.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Interval {
+    /// First element.
+    pub start: usize,
+    /// One past the last element.
+    pub end: usize,
+}
+
+impl Interval {
+    /// `[start, end)`.
+    pub fn new(start: usize, end: usize) -> Self {
+        Interval { start, end }
+    }
+
+    /// Number of elements (0 when empty).
+    pub fn len(&self) -> usize {
+        self.end.saturating_sub(self.start)
+    }
+
+    /// True when the interval holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.end <= self.start
+    }
+
+    /// The common part with `other` (empty, at `max` of the starts, when they do not meet).
+    pub fn intersect(&self, other: Interval) -> Interval {
+        let start = self.start.max(other.start);
+        Interval {
+            start,
+            end: self.end.min(other.end).max(start),
+        }
+    }
+
+    /// The `part`-th of `parts` ceil-sized blocks ([`block_range`]).
+    pub fn subinterval(&self, parts: usize, part: usize) -> Interval {
+        block_range(self.start, self.end, parts, part).into()
+    }
+
+    /// The `part`-th of `parts` balanced blocks ([`balanced_range`]).
+    pub fn balanced_subinterval(&self, parts: usize, part: usize) -> Interval {
+        balanced_range(self.start, self.end, parts, part).into()
+    }
+
+    /// The `part`-th of `parts` blocks, balanced or ceil-sized ([`split_range`]).
+    pub fn split(&self, balanced: bool, parts: usize, part: usize) -> Interval {
+        split_range(balanced, self.start, self.end, parts, part).into()
+    }
+
+    /// Length of the longest of `parts` blocks, `ceil(len / parts)`: the first ceil-sized
+    /// block's, and a balanced cut's longest too.
+    pub fn max_block_len(&self, parts: usize) -> usize {
+        self.len().div_ceil(parts.max(1))
+    }
+
+    /// Consecutive pieces of `len` elements (at least 1) from the start; the last may be short.
+    pub fn tiles(&self, len: usize) -> impl Iterator<Item = Interval> {
+        let (end, step) = (self.end, len.max(1));
+        (self.start..end)
+            .step_by(step)
+            .map(move |s| Interval::new(s, (s + step).min(end)))
+    }
+}
+
+impl From<(usize, usize)> for Interval {
+    fn from((start, end): (usize, usize)) -> Self {
+        Interval { start, end }
+    }
+}
+
+impl From<Interval> for (usize, usize) {
+    fn from(iv: Interval) -> Self {
+        (iv.start, iv.end)
+    }
+}
+
+/// A phased compute's window of a summed index: phase `part` of `count` of `index`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PhaseCut {
+    /// The summed index walked in phases.
+    pub index: Index,
+    /// Number of phases.
+    pub count: usize,
+    /// The phase, `0..count`.
+    pub part: usize,
+}
+
+impl PhaseCut {
+    /// `range` of index `c` cut to this phase when `c` is the phased index (else unchanged).
+    pub fn apply(cut: Option<PhaseCut>, c: Index, range: Interval) -> Interval {
+        match cut {
+            Some(cut) if cut.index == c => range.subinterval(cut.count, cut.part),
+            _ => range,
+        }
+    }
+}
+
+impl crate::GroupPlan {
+    /// The per-index ranges (in `group.indices` order) that `rank` iterates, its grid block
+    /// with the phased index cut to `phase`; `None` for a rank outside the grid.
+    pub fn iteration_box(
+        &self,
+        einsum: &deinsum_expr::Einsum,
+        rank: usize,
+        phase: Option<PhaseCut>,
+    ) -> Option<Vec<Interval>> {
+        let coords = self.grid.coords(rank)?;
+        let ranges = self.group.indices.iter().map(|&c| {
+            let r = self.grid_range(einsum, c, |p| coords[p]);
+            PhaseCut::apply(phase, c, r)
+        });
+        Some(ranges.collect())
+    }
+
+    /// The busiest rank's range of index `c`, phase `part` 0 of `phase` when it cuts `c`:
+    /// rank 0's, since a ceil-sized cut puts its longest block first.
+    pub fn busiest_range(
+        &self,
+        einsum: &deinsum_expr::Einsum,
+        c: Index,
+        phase: Option<(Index, usize)>,
+    ) -> Interval {
+        let r = self.grid_range(einsum, c, |_| 0);
+        let cut = phase.map(|(index, count)| PhaseCut {
+            index,
+            count,
+            part: 0,
+        });
+        PhaseCut::apply(cut, c, r)
+    }
+
+    /// Index `c`'s block at the grid coordinates `coord(grid dim)` (whole when not split).
+    fn grid_range(
+        &self,
+        einsum: &deinsum_expr::Einsum,
+        c: Index,
+        coord: impl Fn(usize) -> usize,
+    ) -> Interval {
+        let whole = Interval::new(0, einsum.extent(c));
+        match self.grid.position(c) {
+            Some(p) => whole.subinterval(self.grid.dims[p].size, coord(p)),
+            None => whole,
+        }
+    }
+}
+
 /// The `part`-th of `parts` ceil-sized blocks of `[lo, hi)`: `[lo + part*b, min(lo + (part+1)*b, hi))`
 /// with `b = ceil((hi-lo)/parts)`; the last blocks may be short or empty.
 pub fn block_range(lo: usize, hi: usize, parts: usize, part: usize) -> (usize, usize) {
@@ -176,6 +322,17 @@ pub struct Window {
     pub part: usize,
 }
 
+impl Window {
+    /// `range` of tensor index `v` cut down to those of `windows` on `v`, each a ceil-sized
+    /// [`Interval::subinterval`] (unchanged without one).
+    pub fn narrow(windows: &[Window], v: usize, range: Interval) -> Interval {
+        windows
+            .iter()
+            .filter(|w| w.dim == v)
+            .fold(range, |r, w| r.subinterval(w.parts, w.part))
+    }
+}
+
 impl Distribution {
     /// The block `rank` holds of a tensor of `shape`, or `None` when the rank is outside the
     /// grid. A rank inside the grid may hold an empty block (ceil-blocking of a short extent).
@@ -185,27 +342,30 @@ impl Distribution {
             .iter()
             .zip(&self.split)
             .enumerate()
-            .map(|(v, (&n, dims))| {
-                let r = dims
-                    .iter()
-                    .fold((0, n), |(lo, hi), &g| self.cut((lo, hi), g, coords[g]));
-                self.windowed(v, r)
-            })
+            .map(|(v, (&n, _))| self.index_range(v, n, |g| coords[g]).into())
             .collect();
         Some(Block { ranges })
     }
 
+    /// The range of tensor index `v` (extent `n`) in the block at grid coordinates
+    /// `coord(grid dim)`: cut along each grid dim splitting it, outermost first, then windowed.
+    /// Every block of a distribution is made of these.
+    pub fn index_range(&self, v: usize, n: usize, coord: impl Fn(usize) -> usize) -> Interval {
+        let r = self.split[v].iter().fold(Interval::new(0, n), |r, &g| {
+            r.split(self.balanced, self.grid.dims[g].size, coord(g))
+        });
+        Window::narrow(&self.window, v, r)
+    }
+
     /// Block `x` of `range` along grid dim `g` (this distribution's blocking).
-    pub fn cut(&self, (lo, hi): (usize, usize), g: usize, x: usize) -> (usize, usize) {
-        split_range(self.balanced, lo, hi, self.grid.dims[g].size, x)
+    pub fn cut(&self, range: (usize, usize), g: usize, x: usize) -> (usize, usize) {
+        let r = Interval::from(range).split(self.balanced, self.grid.dims[g].size, x);
+        r.into()
     }
 
     /// `range` of tensor index `v` cut down to the windows on `v` (unchanged without one).
     pub fn windowed(&self, v: usize, range: (usize, usize)) -> (usize, usize) {
-        self.window
-            .iter()
-            .filter(|w| w.dim == v)
-            .fold(range, |(lo, hi), w| block_range(lo, hi, w.parts, w.part))
+        Window::narrow(&self.window, v, range.into()).into()
     }
 
     /// The distribution of a tensor held whole by rank 0 alone.
@@ -222,5 +382,69 @@ impl Distribution {
     /// True when some grid dimension holds partial sums.
     pub fn is_partial(&self) -> bool {
         self.partial.iter().any(|&g| self.grid.dims[g].size > 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pieces of `whole` cut by `cut` into `parts` tile it exactly, in order.
+    fn tiles(whole: Interval, parts: usize, cut: impl Fn(usize) -> Interval) -> bool {
+        let mut at = whole.start;
+        for x in 0..parts {
+            let iv = cut(x);
+            if iv.start != at || iv.end < iv.start || iv.end > whole.end {
+                return false;
+            }
+            at = iv.end;
+        }
+        at == whole.end
+    }
+
+    #[test]
+    fn subintervals_tile_the_interval() {
+        for lo in [0usize, 3] {
+            for n in 0..40 {
+                for parts in 1..50 {
+                    let w = Interval::new(lo, lo + n);
+                    assert!(tiles(w, parts, |x| w.subinterval(parts, x)), "{n}/{parts}");
+                    assert!(tiles(w, parts, |x| w.balanced_subinterval(parts, x)));
+                    // The ceil cut: every nonempty piece but the last has ceil(n/parts) elements.
+                    let b = n.div_ceil(parts);
+                    assert!((0..parts).all(|x| {
+                        let l = w.subinterval(parts, x).len();
+                        l == b || l < b && w.subinterval(parts, x + 1).is_empty()
+                    }));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn max_block_len_and_tiles() {
+        for n in 0..30 {
+            let w = Interval::new(2, 2 + n);
+            for parts in 1..12 {
+                let longest = (0..parts).map(|x| w.subinterval(parts, x).len()).max();
+                assert_eq!(longest, Some(w.max_block_len(parts)));
+                let bal = (0..parts)
+                    .map(|x| w.balanced_subinterval(parts, x).len())
+                    .max();
+                assert_eq!(bal, Some(w.max_block_len(parts)));
+                let t: Vec<Interval> = w.tiles(parts).collect();
+                assert!(tiles(w, t.len(), |x| t[x]));
+                assert!(t.iter().rev().skip(1).all(|iv| iv.len() == parts));
+            }
+        }
+    }
+
+    #[test]
+    fn interval_intersect_and_len() {
+        let a = Interval::new(2, 8);
+        assert_eq!(a.intersect(Interval::new(5, 12)), Interval::new(5, 8));
+        assert!(a.intersect(Interval::new(9, 12)).is_empty());
+        assert_eq!(a.intersect(Interval::new(9, 12)).len(), 0);
+        assert_eq!(a.len(), 6);
     }
 }

@@ -2,8 +2,8 @@
 //! redistribution schedules and predicted volumes.
 //!
 //! A [`Plan`] is the only contract between compiler and executor. Its geometry is defined here
-//! once ([`Grid::coords`], [`Distribution::block`], [`block_range`]) and both the planner's
-//! predictions and the executor's packing use these same functions.
+//! once ([`Grid::coords`], [`Interval`], [`Distribution::block`], [`GroupPlan::iteration_box`])
+//! and both the planner's predictions and the executor's packing use these same functions.
 
 use deinsum_expr::{Einsum, Index};
 use deinsum_path::ContractionTree;

@@ -3,7 +3,7 @@
 //! rank, so one rank's peak costs O(steps) and all ranks' O(P · steps).
 
 use crate::moves::{ranges_of, Cuts, MoveView};
-use crate::{block_range, Distribution, GroupPlan, PlanStep, Tensor, TensorId, Window};
+use crate::{Distribution, GroupPlan, PlanStep, Tensor, TensorId, Window};
 use deinsum_path::ContractionTree;
 use std::collections::{BTreeMap, HashMap};
 
@@ -260,13 +260,7 @@ impl Memory {
                 let Some(r) = &base[*bi] else { return 0 };
                 r.iter()
                     .enumerate()
-                    .map(|(v, &range)| {
-                        let (lo, hi) = window
-                            .iter()
-                            .filter(|w| w.dim == v)
-                            .fold(range, |(lo, hi), w| block_range(lo, hi, w.parts, w.part));
-                        (hi - lo) as u64
-                    })
+                    .map(|(v, &range)| Window::narrow(window, v, range.into()).len() as u64)
                     .product()
             })
             .collect();

@@ -50,7 +50,7 @@ pub enum MoveKind {
 /// A nonempty interval of one tensor index under a nested blocking, with the coordinates of
 /// the grid dimensions that produced it (in the order of the split list).
 #[derive(Clone, Debug)]
-pub(crate) struct Interval {
+pub(crate) struct Piece {
     pub(crate) start: usize,
     pub(crate) end: usize,
     pub(crate) coords: Vec<usize>,
@@ -58,9 +58,9 @@ pub(crate) struct Interval {
 
 /// The nonempty intervals of `[0, n)` blocked by the grid dimensions `dims` of `dist` (nested,
 /// outermost first, in `dist`'s blocking), in increasing order.
-pub(crate) fn partition(n: usize, dims: &[usize], dist: &Distribution) -> Vec<Interval> {
+pub(crate) fn partition(n: usize, dims: &[usize], dist: &Distribution) -> Vec<Piece> {
     let grid = &dist.grid;
-    let mut cur = vec![Interval {
+    let mut cur = vec![Piece {
         start: 0,
         end: n,
         coords: Vec::new(),
@@ -74,7 +74,7 @@ pub(crate) fn partition(n: usize, dims: &[usize], dist: &Distribution) -> Vec<In
                 if s < e {
                     let mut coords = iv.coords.clone();
                     coords.push(x);
-                    next.push(Interval {
+                    next.push(Piece {
                         start: s,
                         end: e,
                         coords,
@@ -90,7 +90,7 @@ pub(crate) fn partition(n: usize, dims: &[usize], dist: &Distribution) -> Vec<In
 
 /// The intervals of `parts` that meet `[s, e)` (a contiguous run: `parts` is sorted and
 /// disjoint).
-fn meeting(parts: &[Interval], (s, e): (usize, usize)) -> &[Interval] {
+fn meeting(parts: &[Piece], (s, e): (usize, usize)) -> &[Piece] {
     let lo = parts.partition_point(|iv| iv.end <= s);
     let hi = parts.partition_point(|iv| iv.start < e);
     &parts[lo..hi.max(lo)]
@@ -124,19 +124,12 @@ pub(crate) fn ranges_of(
     if r > 0 {
         return None;
     }
-    let mut out = crate::Ranges::with_capacity(shape.len());
-    for (v, &n) in shape.iter().enumerate() {
-        let (mut lo, mut hi) = (0, n);
-        for &gd in &dist.split[v] {
-            (lo, hi) = dist.cut((lo, hi), gd, coords[gd]);
-        }
-        out.push(if dist.window.is_empty() {
-            (lo, hi)
-        } else {
-            dist.windowed(v, (lo, hi))
-        });
-    }
-    Some(out)
+    let ranges = shape.iter().enumerate();
+    Some(
+        ranges
+            .map(|(v, &n)| dist.index_range(v, n, |g| coords[g]).into())
+            .collect(),
+    )
 }
 
 /// The blocks of one distribution's ranks, for sweeps over ranks in order: each index's
@@ -171,14 +164,14 @@ impl Cuts {
                     .try_fold(1usize, |a, &g| a.checked_mul(sizes[g]))
                     .filter(|&c| c <= MAX_CUT_TABLE);
                 let table = count.map(|count| {
-                    let mut digits = vec![0usize; dims.len()];
+                    let mut coords = vec![0usize; sizes.len()];
                     (0..count)
                         .map(|mut x| {
-                            for k in (0..dims.len()).rev() {
-                                digits[k] = x % sizes[dims[k]];
-                                x /= sizes[dims[k]];
+                            for &g in dims.iter().rev() {
+                                coords[g] = x % sizes[g];
+                                x /= sizes[g];
                             }
-                            Self::cut(dist, v, n, &dims, |k| digits[k])
+                            dist.index_range(v, n, |g| coords[g]).into()
                         })
                         .collect()
                 });
@@ -190,26 +183,6 @@ impl Cuts {
             per_index,
             shape: shape.to_vec(),
             dist: dist.clone(),
-        }
-    }
-
-    /// The range of index `v` (extent `n`, split over `dims`) at the coordinates `digit(k)`
-    /// of `dims[k]`, windowed.
-    fn cut(
-        dist: &Distribution,
-        v: usize,
-        n: usize,
-        dims: &[usize],
-        digit: impl Fn(usize) -> usize,
-    ) -> (usize, usize) {
-        let (mut lo, mut hi) = (0, n);
-        for (k, &g) in dims.iter().enumerate() {
-            (lo, hi) = dist.cut((lo, hi), g, digit(k));
-        }
-        if dist.window.is_empty() {
-            (lo, hi)
-        } else {
-            dist.windowed(v, (lo, hi))
         }
     }
 
@@ -242,7 +215,10 @@ impl Cuts {
         for (v, (dims, table)) in self.per_index.iter().enumerate() {
             out.push(match table {
                 Some(t) => t[dims.iter().fold(0, |a, &g| a * self.sizes[g] + coords[g])],
-                None => Self::cut(&self.dist, v, self.shape[v], dims, |k| coords[dims[k]]),
+                None => self
+                    .dist
+                    .index_range(v, self.shape[v], |g| coords[g])
+                    .into(),
             });
         }
     }
@@ -272,9 +248,9 @@ pub struct MoveView {
     to: Distribution,
     sum: bool,
     /// Source partition per tensor index.
-    src_parts: Vec<Vec<Interval>>,
+    src_parts: Vec<Vec<Piece>>,
     /// Target partition per tensor index, cut to the target's windows (empty cuts dropped).
-    dst_parts: Vec<Vec<Interval>>,
+    dst_parts: Vec<Vec<Piece>>,
     /// Source grid dims whose coordinates pick a partial replica (only with `sum`).
     partial_dims: Vec<usize>,
     /// Source grid dims whose coordinates only pick a replica of the same data.
@@ -307,10 +283,10 @@ impl MoveView {
         );
         let fg = &from.grid;
         let nd = shape.len();
-        let src_parts: Vec<Vec<Interval>> = (0..nd)
+        let src_parts: Vec<Vec<Piece>> = (0..nd)
             .map(|v| partition(shape[v], &from.split[v], from))
             .collect();
-        let dst_parts: Vec<Vec<Interval>> = (0..nd)
+        let dst_parts: Vec<Vec<Piece>> = (0..nd)
             .map(|v| {
                 let mut p = partition(shape[v], &to.split[v], to);
                 for iv in &mut p {
@@ -590,7 +566,7 @@ impl MoveView {
             return out;
         }
         let fg = &self.from.grid;
-        let lists: Vec<&[Interval]> = self
+        let lists: Vec<&[Piece]> = self
             .src_parts
             .iter()
             .zip(&tb)
@@ -642,7 +618,7 @@ impl MoveView {
         let fg = &self.from.grid;
         let tg = &self.to.grid;
         let own: Vec<usize> = (0..fg.dims.len()).map(|g| coord(fg, s, g)).collect();
-        let lists: Vec<&[Interval]> = self
+        let lists: Vec<&[Piece]> = self
             .dst_parts
             .iter()
             .zip(&sb)
@@ -709,7 +685,7 @@ impl MoveView {
 
 /// Calls `f(pos)` for every combination of one entry per list (last list fastest); nothing
 /// when a list is empty.
-fn odometer(lists: &[&[Interval]], mut f: impl FnMut(&[usize])) {
+fn odometer(lists: &[&[Piece]], mut f: impl FnMut(&[usize])) {
     if lists.iter().any(|l| l.is_empty()) {
         return;
     }

@@ -144,8 +144,7 @@ fn with_prefetch(plan: &Plan, gi: usize, opts: &PlanOptions) -> Option<Plan> {
 fn recut(plan: &Plan, gi: usize, t: usize, opts: &PlanOptions) -> Option<Plan> {
     let g = &plan.groups[gi];
     let ph = g.phases.as_ref()?;
-    let pv = g.grid.position(ph.index).map_or(1, |k| g.grid.dims[k].size);
-    if t > plan.einsum.extent(ph.index).div_ceil(pv) {
+    if t > g.busiest_range(&plan.einsum, ph.index, None).len() {
         return None;
     }
     let first = plan
@@ -292,9 +291,7 @@ fn chunked(plan: &Plan, gi: usize, opts: &PlanOptions, rule: &Chunking) -> Optio
             _ if w > 0 => Some((v, w)),
             _ => best,
         })?;
-    let n = plan.einsum.extent(v);
-    let pv = g.grid.position(v).map_or(1, |k| g.grid.dims[k].size);
-    let bv = n.div_ceil(pv);
+    let bv = g.busiest_range(&plan.einsum, v, None).len();
     let t = rule
         .max_chunks
         .min(bv / rule.min_phase_extent.max(1))

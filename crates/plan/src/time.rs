@@ -158,15 +158,8 @@ impl<'a> TimeModel<'a> {
     /// Seconds the busiest rank computes group `g` (with `cut`, one phase of it: the phased
     /// index and the phase count).
     pub fn compute_seconds(&self, plan: &Plan, g: &GroupPlan, cut: Option<(Index, usize)>) -> f64 {
-        let local = |c: Index| -> u64 {
-            let n = plan.einsum.extent(c).max(1) as u64;
-            let p = g.grid.position(c).map_or(1, |k| g.grid.dims[k].size) as u64;
-            let l = n.div_ceil(p.max(1));
-            match cut {
-                Some((ci, t)) if ci == c => l.div_ceil(t.max(1) as u64),
-                _ => l,
-            }
-        };
+        // An index of extent 0 counts as 1 (the model never multiplies by an empty range).
+        let local = |c: Index| -> u64 { g.busiest_range(&plan.einsum, c, cut).len().max(1) as u64 };
         let size = |idx: &[Index]| -> f64 { idx.iter().map(|&c| local(c) as f64).product() };
         let threads = self.m.threads_per_rank(self.procs);
         let share = self.m.core_share(self.procs);

@@ -1,7 +1,7 @@
 //! The explicit scheduler plans used to store (the whole list of transfers, sources chosen by a
 //! global least-loaded greedy), kept as the oracle of the derived transfers' property test.
 
-use crate::moves::{partition, Interval};
+use crate::moves::{partition, Piece};
 use crate::{Block, Distribution, Grid, Transfer};
 
 /// The schedule that moves a tensor of `shape` from `from` to `to` on `procs` ranks.
@@ -46,7 +46,7 @@ fn schedule(
     let src_size = fg.size().min(procs.max(1));
     let dst_size = to.grid.size().min(procs.max(1));
     // Source partition per tensor index.
-    let parts: Vec<Vec<Interval>> = (0..nd)
+    let parts: Vec<Vec<Piece>> = (0..nd)
         .map(|v| partition(shape[v], &from.split[v], from))
         .collect();
     let mut is_split = vec![false; fg.dims.len()];
@@ -142,11 +142,11 @@ fn schedule(
 
 /// Per tensor index, the source intervals of `parts` that the target block `tb` meets
 /// (`None` when the block is empty).
-fn meeting<'a>(parts: &'a [Vec<Interval>], tb: &Block) -> Option<Vec<&'a [Interval]>> {
+fn meeting<'a>(parts: &'a [Vec<Piece>], tb: &Block) -> Option<Vec<&'a [Piece]>> {
     if tb.is_empty() {
         return None;
     }
-    let lists: Vec<&[Interval]> = parts
+    let lists: Vec<&[Piece]> = parts
         .iter()
         .zip(&tb.ranges)
         .map(|(p, &(s, e))| {
@@ -159,7 +159,7 @@ fn meeting<'a>(parts: &'a [Vec<Interval>], tb: &Block) -> Option<Vec<&'a [Interv
 }
 
 /// Number of pieces [`for_each_piece`] visits for the target block `tb`.
-fn pieces_of(parts: &[Vec<Interval>], tb: &Block) -> usize {
+fn pieces_of(parts: &[Vec<Piece>], tb: &Block) -> usize {
     meeting(parts, tb).map_or(0, |lists| lists.iter().map(|l| l.len()).product())
 }
 
@@ -167,7 +167,7 @@ fn pieces_of(parts: &[Vec<Interval>], tb: &Block) -> usize {
 /// one cell of the source partition `parts`, in odometer order (last index fastest), with
 /// `coords` set along the source's split dims to the cell's grid coordinates.
 fn for_each_piece(
-    parts: &[Vec<Interval>],
+    parts: &[Vec<Piece>],
     from: &Distribution,
     tb: &Block,
     coords: &mut [usize],

@@ -5,7 +5,7 @@
 use super::ranks::{fold, sample, sample_note, Buckets};
 use super::svg::{bar_chart, esc, group_colour, heat_map, num, short, Heat, Series};
 use crate::cli::plan::{describe, kind_text};
-use deinsum_plan::{block_len, block_range, Grid, MoveView, Plan, PlanStep};
+use deinsum_plan::{block_len, Grid, Interval, MoveView, Plan, PlanStep};
 use std::fmt::Write as _;
 
 /// Most rows and columns of a heat map, and most bars of a per-rank chart.
@@ -278,8 +278,8 @@ pub fn groups(plan: &Plan) -> String {
             .filter(|d| d.size > 1)
             .map(|d| {
                 let n = plan.einsum.extent(d.index);
-                let (a, b) = block_range(0, n, d.size, 0);
-                format!("{} = {n} in {} blocks of {}", d.index, d.size, b - a)
+                let b = Interval::new(0, n).max_block_len(d.size);
+                format!("{} = {n} in {} blocks of {b}", d.index, d.size)
             })
             .collect();
         let _ = write!(
@@ -316,19 +316,17 @@ pub fn groups(plan: &Plan) -> String {
 /// The blocks rank `mark` holds of a group's inputs and output, with its iteration box.
 fn block_table(plan: &Plan, g: &deinsum_plan::GroupPlan, mark: usize) -> String {
     let mut o = String::new();
-    let coords = g.grid.coords(mark).unwrap_or_default();
-    let bx: Vec<String> = g
-        .group
-        .indices
+    let idx = &g.group.indices;
+    let ranges = g
+        .iteration_box(&plan.einsum, mark, None)
+        .unwrap_or_else(|| {
+            let whole = |&c| Interval::new(0, plan.einsum.extent(c));
+            idx.iter().map(whole).collect()
+        });
+    let bx: Vec<String> = idx
         .iter()
-        .map(|&c| {
-            let n = plan.einsum.extent(c);
-            let (a, b) = match g.grid.position(c) {
-                Some(p) => block_range(0, n, g.grid.dims[p].size, coords[p]),
-                None => (0, n),
-            };
-            format!("{c} ∈ [{a}, {b})")
-        })
+        .zip(ranges)
+        .map(|(c, r)| format!("{c} ∈ [{}, {})", r.start, r.end))
         .collect();
     let _ = write!(
         o,

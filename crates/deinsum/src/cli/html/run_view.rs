@@ -58,7 +58,7 @@ pub fn timeline(plan: &Plan, reports: &[RunReport]) -> String {
         .fold(0.0, f64::max)
         .max(1e-9);
     let rh = (480.0 / rows.max(1) as f64).clamp(3.0, 22.0);
-    let (left, top, pw) = (70.0, 40.0, 980.0);
+    let (left, top, pw) = (70.0, 44.0, 980.0);
     let w = left + pw + 20.0;
     let h = top + rh * rows as f64 + 40.0;
     let x = |t: f64| left + pw * t / end;
@@ -99,6 +99,21 @@ pub fn timeline(plan: &Plan, reports: &[RunReport]) -> String {
         );
         for m in &rep.steps {
             step_bar(&mut o, plan, m, (x(m.start), x(m.end.max(m.start)), y, rh));
+            if m.blocked > 0.0 {
+                // Only the total is measured, not where in the step it fell: drawn from the start.
+                let _ = write!(
+                    o,
+                    r##"<rect class="waiting" x="{:.2}" y="{:.2}" width="{:.2}" height="{:.2}" fill="#222"><title>step {}: rank {} blocked {} of {} waiting for peers (measured)</title></rect>"##,
+                    x(m.start),
+                    y + rh * 0.6,
+                    (x(m.start + m.blocked.min(m.end - m.start)) - x(m.start)).max(0.3),
+                    (rh * 0.4 - 1.0).max(1.0),
+                    m.step,
+                    rep.rank,
+                    secs(m.blocked),
+                    secs(m.end - m.start)
+                );
+            }
             let lead = waits
                 .get(rep.rank)
                 .and_then(|w| w.get(m.step).copied().flatten());
@@ -123,7 +138,11 @@ pub fn timeline(plan: &Plan, reports: &[RunReport]) -> String {
     let mut note = String::from(
         "The last timed run. Each rank's clock starts when it leaves the barrier that begins the \
          run; bars are plan steps. Hatched: the part of a step before the last of the rank's \
-         senders entered it — the rank waited, or packed its own sends, during it.",
+         senders entered it — the rank waited, or packed its own sends, during it (derived from \
+         the ranks' step starts). Dark band: the time the rank was measured blocked in the step \
+         waiting for peers (in-process: parked on a message or a collective; under MPI: blocking \
+         receives and waits on point-to-point requests, while MPI's own collectives count as \
+         communication), drawn from the step's start since only its total is recorded.",
     );
     if reports.len() > rows {
         let _ = write!(
@@ -160,7 +179,8 @@ fn step_bar(o: &mut String, plan: &Plan, m: &StepMeasure, (x0, x1, y, rh): (f64,
 }
 
 /// The timeline's legend.
-fn legend(o: &mut String, mut x: f64, y: f64) {
+fn legend(o: &mut String, left: f64, y: f64) {
+    let mut x = left;
     let kinds = [
         StepKind::Compute,
         StepKind::ComputePhase,
@@ -180,6 +200,15 @@ fn legend(o: &mut String, mut x: f64, y: f64) {
     let _ = write!(
         o,
         r##"<rect x="{x:.0}" y="{y:.0}" width="12" height="12" fill="#f28e2b"/><rect x="{x:.0}" y="{y:.0}" width="12" height="12" fill="url(#wait)"/><text x="{:.0}" y="{:.0}" class="tick">before the last sender entered</text>"##,
+        x + 16.0,
+        y + 10.0
+    );
+    // The measured band on a second line: one line overflows the drawing's width.
+    let (x, y) = (left, y + 14.0);
+    let _ = write!(
+        o,
+        r##"<rect x="{x:.0}" y="{:.0}" width="12" height="6" fill="#222"/><text x="{:.0}" y="{:.0}" class="tick">waiting (measured)</text>"##,
+        y + 6.0,
         x + 16.0,
         y + 10.0
     );
