@@ -48,12 +48,13 @@ pub enum MoveKind {
 }
 
 /// A nonempty interval of one tensor index under a nested blocking, with the coordinates of
-/// the grid dimensions that produced it (in the order of the split list).
+/// the grid dimensions that produced it (in split-list order; inline, as a partition has a
+/// piece per block).
 #[derive(Clone, Debug)]
 pub(crate) struct Piece {
     pub(crate) start: usize,
     pub(crate) end: usize,
-    pub(crate) coords: Vec<usize>,
+    pub(crate) coords: smallvec::SmallVec<[usize; 4]>,
 }
 
 /// The nonempty intervals of `[0, n)` blocked by the grid dimensions `dims` of `dist` (nested,
@@ -63,7 +64,7 @@ pub(crate) fn partition(n: usize, dims: &[usize], dist: &Distribution) -> Vec<Pi
     let mut cur = vec![Piece {
         start: 0,
         end: n,
-        coords: Vec::new(),
+        coords: smallvec::SmallVec::new(),
     }];
     for &g in dims {
         let p = grid.dims[g].size;
@@ -141,6 +142,8 @@ pub(crate) struct Cuts {
     /// Per index: the grid dims it is split over and, when small enough, its range per
     /// mixed-radix number of their coordinates (first dim most significant).
     per_index: Vec<(Vec<usize>, Option<Vec<Range>>)>,
+    /// The last grid dim that splits an index (none: every rank holds the same block).
+    last_split: Option<usize>,
     shape: Vec<usize>,
     dist: Distribution,
 }
@@ -178,9 +181,11 @@ impl Cuts {
                 (dims, table)
             })
             .collect();
+        let last_split = dist.split.iter().flatten().copied().max();
         Cuts {
             sizes,
             per_index,
+            last_split,
             shape: shape.to_vec(),
             dist: dist.clone(),
         }
@@ -198,15 +203,18 @@ impl Cuts {
         coords
     }
 
-    /// The next rank's coordinates (row-major, last fastest; wraps past the grid's end).
-    pub(crate) fn step(&self, coords: &mut [usize]) {
+    /// The next rank's coordinates (row-major, last fastest; wraps past the grid's end);
+    /// whether its block may differ (a grid dim that splits an index changed).
+    pub(crate) fn step(&self, coords: &mut [usize]) -> bool {
         for k in (0..coords.len()).rev() {
             coords[k] += 1;
             if coords[k] < self.sizes[k] {
-                return;
+                // Dims k.. changed (k stepped, the later ones wrapped to 0).
+                return self.last_split.is_some_and(|m| k <= m);
             }
             coords[k] = 0;
         }
+        self.last_split.is_some()
     }
 
     /// The block at `coords`, into `out`.
@@ -397,7 +405,14 @@ impl MoveView {
     /// the blocks cut by one sweep instead of per-rank divisions).
     pub(crate) fn words_per_rank(&self, n: usize) -> Vec<(u64, u64)> {
         let mut out = Vec::with_capacity(n);
-        self.sweep(n, |r, sb, tb| out.push(self.words_with(r, sb, tb)));
+        let mut last = (0, 0);
+        self.sweep(n, |r, sb, tb, same| {
+            // Equal blocks send and receive alike unless senders are picked per rank.
+            if !(same && self.one_holder) {
+                last = self.words_with(r, sb, tb);
+            }
+            out.push(last);
+        });
         out
     }
 
@@ -405,9 +420,13 @@ impl MoveView {
     /// hold during the move).
     pub(crate) fn buffer_words(&self, ranks: std::ops::Range<usize>) -> Vec<u64> {
         let mut out = Vec::with_capacity(ranks.len());
-        self.sweep_range(ranks, |r, sb, tb| {
-            let (s, w) = self.words_with(r, sb, tb);
-            out.push(s + w);
+        let mut last = 0;
+        self.sweep_range(ranks, |r, sb, tb, same| {
+            if !(same && self.one_holder) {
+                let (s, w) = self.words_with(r, sb, tb);
+                last = s + w;
+            }
+            out.push(last);
         });
         out
     }
@@ -449,38 +468,43 @@ impl MoveView {
     /// planner scores candidates by (it does not depend on the choice of senders).
     pub fn received(&self) -> Vec<(usize, u64)> {
         let mut out = Vec::new();
-        self.sweep(self.dst_size, |r, sb, tb| {
-            let Some(tb) = tb else { return };
-            let t_len: u64 = tb
-                .iter()
-                .map(|&(s, e)| e.saturating_sub(s) as u64)
-                .product();
-            if t_len == 0 {
-                return;
+        let mut last = 0;
+        self.sweep(self.dst_size, |r, sb, tb, same| {
+            if !same {
+                last = self.received_with(sb, tb);
             }
-            let own = sb.map_or(0, |fb| {
-                fb.iter()
-                    .zip(tb)
-                    .map(|(&a, &b)| overlap(a, b))
-                    .product::<u64>()
-            });
-            let w = t_len * self.partial_count as u64 - own;
-            if w > 0 {
-                out.push((r, w));
+            if last > 0 {
+                out.push((r, last));
             }
         });
         out
     }
 
-    /// Calls `f(rank, source block, target block)` for ranks `0..n` in order (a block is
-    /// `None` outside its grid), each grid's coordinates stepped as an odometer and each
-    /// index cut from a table ([`Cuts`]): the per-rank divisions of [`ranges_of`] are what
+    /// Words a rank with source block `sb` and target block `tb` receives.
+    fn received_with(&self, sb: Option<&[(usize, usize)]>, tb: Option<&[(usize, usize)]>) -> u64 {
+        let Some(tb) = tb else { return 0 };
+        let t_len: u64 = tb
+            .iter()
+            .map(|&(s, e)| e.saturating_sub(s) as u64)
+            .product();
+        if t_len == 0 {
+            return 0;
+        }
+        let own = sb.map_or(0, |fb| {
+            fb.iter()
+                .zip(tb)
+                .map(|(&a, &b)| overlap(a, b))
+                .product::<u64>()
+        });
+        t_len * self.partial_count as u64 - own
+    }
+
+    /// Calls `f(rank, source block, target block, same)` for ranks `0..n` in order (a block
+    /// is `None` outside its grid; `same`: both blocks are the previous rank's), each grid's
+    /// coordinates stepped as an odometer and each index cut from a table ([`Cuts`]) only
+    /// when a dim that splits it moved: the per-rank divisions of [`ranges_of`] are what
     /// planning spent most of its time in at thousands of ranks.
-    fn sweep(
-        &self,
-        n: usize,
-        f: impl FnMut(usize, Option<&[(usize, usize)]>, Option<&[(usize, usize)]>),
-    ) {
+    fn sweep(&self, n: usize, f: impl FnMut(usize, Option<&[Range]>, Option<&[Range]>, bool)) {
         self.sweep_range(0..n, f)
     }
 
@@ -488,7 +512,7 @@ impl MoveView {
     fn sweep_range(
         &self,
         ranks: std::ops::Range<usize>,
-        mut f: impl FnMut(usize, Option<&[(usize, usize)]>, Option<&[(usize, usize)]>),
+        mut f: impl FnMut(usize, Option<&[Range]>, Option<&[Range]>, bool),
     ) {
         let (from, to) = (
             Cuts::new(&self.from, &self.shape),
@@ -496,18 +520,31 @@ impl MoveView {
         );
         let (mut fc, mut tc) = (from.start_at(ranks.start), to.start_at(ranks.start));
         let (mut fb, mut tb) = (crate::Ranges::new(), crate::Ranges::new());
+        // Whether `fb`/`tb` hold the current rank's blocks (none cut yet).
+        let (mut f_ok, mut t_ok) = (false, false);
+        let mut first = true;
         for r in ranks {
-            let sb = (r < self.src_size).then(|| {
+            let (in_src, in_dst) = (r < self.src_size, r < self.dst_size);
+            // Leaving a grid changes a block too (it becomes none).
+            let mut same =
+                !first && (in_src || r != self.src_size) && (in_dst || r != self.dst_size);
+            if in_src && !f_ok {
                 from.ranges_into(&fc, &mut fb);
-                &fb[..]
-            });
-            let tbr = (r < self.dst_size).then(|| {
+                (f_ok, same) = (true, false);
+            }
+            if in_dst && !t_ok {
                 to.ranges_into(&tc, &mut tb);
-                &tb[..]
-            });
-            f(r, sb, tbr);
-            from.step(&mut fc);
-            to.step(&mut tc);
+                (t_ok, same) = (true, false);
+            }
+            f(
+                r,
+                in_src.then_some(&fb[..]),
+                in_dst.then_some(&tb[..]),
+                same,
+            );
+            f_ok &= !from.step(&mut fc);
+            t_ok &= !to.step(&mut tc);
+            first = false;
         }
     }
 
@@ -516,9 +553,12 @@ impl MoveView {
     pub fn volume(&self, per_rank: bool) -> Volume {
         let n = self.src_size.max(self.dst_size);
         let mut v = Volume::default();
-        self.sweep(n, |r, sb, tb| {
-            let (s, w) = self.words_with(r, sb, tb);
-            v.add_rank(r, s, w, per_rank);
+        let mut last = (0, 0);
+        self.sweep(n, |r, sb, tb, same| {
+            if !(same && self.one_holder) {
+                last = self.words_with(r, sb, tb);
+            }
+            v.add_rank(r, last.0, last.1, per_rank);
         });
         v
     }
