@@ -14,9 +14,11 @@ mod geometry;
 pub use geometry::*;
 
 pub mod choose;
+mod display;
 pub mod machine;
 pub mod time;
 pub use choose::Objective;
+pub use display::{DistributionDisplay, MoveKindDisplay, PlanDisplay};
 pub use machine::{Machine, MachineError};
 
 /// Version of the plan JSON schema (docs/plan-schema.md).
