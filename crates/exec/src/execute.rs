@@ -9,6 +9,7 @@ use crate::{CommError, Communicator, Scalar};
 use deinsum_plan::{
     block_range, Block, Distribution, Plan, PlanStep, Tensor, TensorId, TensorKind,
 };
+use deinsum_path::{NodeId, StepId};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -110,9 +111,10 @@ fn tensor_label(plan: &Plan, id: usize) -> String {
     if let Some(t) = plan.tensor(id) {
         return format!("{} ({})", t.name, t.indices.iter().collect::<String>());
     }
-    match id
-        .checked_sub(plan.tree.num_inputs)
-        .and_then(|s| plan.tree.steps.get(s))
+    match plan
+        .tree
+        .step_of(NodeId(id))
+        .map(|s| &plan.tree.steps[s.index()])
     {
         Some(st) => format!(
             "t{id} ({}), an intermediate of a fused group",
@@ -1302,7 +1304,7 @@ fn compute_group<T: Scalar>(
             .group
             .steps
             .iter()
-            .map(|&s| plan.tree.num_inputs + s)
+            .map(|&s| plan.tree.node_of(StepId(s)))
             .collect(),
     };
     if steps.steps.is_empty() {

@@ -2,8 +2,9 @@
 //!
 //! A [`ContractionTree`] is a sequence of steps: pairwise, single-operand (summing out of an
 //! input the indices only it has, as opt_einsum's paths may), or, when no pairwise path keeps
-//! within a memory limit, opt_einsum's single step over every operand. Node ids `0..num_inputs` are the einsum's inputs; step `s` produces node
-//! `num_inputs + s`. The last step's output indices equal the einsum's output, in order.
+//! within a memory limit, opt_einsum's single step over every operand. Node ids ([`NodeId`])
+//! `0..num_inputs` are the einsum's inputs; step `s` ([`StepId`]) produces node
+//! [`ContractionTree::node_of`]`(s)`. The last step's output indices equal the einsum's output, in order.
 
 //!
 //! [`optimize`] runs a search strategy chosen by name ([`strategy()`]: `greedy`, `optimal`,
@@ -24,12 +25,54 @@ use deinsum_expr::{Einsum, Index};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// A node of a contraction tree: an einsum input (`0..num_inputs`) or the result of a step
+/// ([`ContractionTree::node_of`]). Serialised as the bare number.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct NodeId(pub usize);
+
+/// A step of a contraction tree, by its position in [`ContractionTree::steps`]. Serialised as
+/// the bare number.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct StepId(pub usize);
+
+impl NodeId {
+    /// The number itself (the node's position among inputs, then step results).
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+impl StepId {
+    /// The number itself (the step's position in execution order).
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+impl std::fmt::Display for NodeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::fmt::Display for StepId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// One step of a contraction tree: a small einsum over one or two earlier nodes.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Step {
     /// Node ids consumed (one, two, or all operands at once for opt_einsum's memory-limit
     /// fallback), each an input or an earlier step's result.
-    pub operands: Vec<usize>,
+    pub operands: Vec<NodeId>,
     /// Distinct indices of each consumed node, in that node's storage order.
     pub operand_indices: Vec<Vec<Index>>,
     /// Indices of the result, in storage order.
@@ -85,7 +128,7 @@ pub struct ContractionTree {
     pub num_inputs: usize,
     /// Distinct indices of each leaf, in storage order.
     pub leaf_indices: Vec<Vec<Index>>,
-    /// Steps in execution order; step `s` produces node `num_inputs + s`.
+    /// Steps in execution order; step `s` produces node [`ContractionTree::node_of`]`(s)`.
     pub steps: Vec<Step>,
     /// Extent of every index.
     pub extents: BTreeMap<Index, usize>,
@@ -93,22 +136,37 @@ pub struct ContractionTree {
 
 impl ContractionTree {
     /// Node id of the final result.
-    pub fn root(&self) -> usize {
-        self.num_inputs + self.steps.len() - 1
+    pub fn root(&self) -> NodeId {
+        self.node_of(StepId(self.steps.len() - 1))
+    }
+
+    /// The node that step `step` produces.
+    pub fn node_of(&self, step: StepId) -> NodeId {
+        NodeId(self.num_inputs + step.0)
+    }
+
+    /// The step that produces `node`; `None` for an input (or a node past the last step).
+    pub fn step_of(&self, node: NodeId) -> Option<StepId> {
+        node.0
+            .checked_sub(self.num_inputs)
+            .filter(|&s| s < self.steps.len())
+            .map(StepId)
     }
 
     /// Indices of node `id` (an input or a step result).
-    pub fn node_indices(&self, id: usize) -> &[Index] {
-        if id < self.num_inputs {
-            &self.leaf_indices[id]
-        } else {
-            &self.steps[id - self.num_inputs].output
+    pub fn node_indices(&self, id: NodeId) -> &[Index] {
+        match self.step_of(id) {
+            Some(s) => &self.steps[s.0].output,
+            None => &self.leaf_indices[id.0],
         }
     }
 
     /// The step that consumes node `id`, if any.
-    pub fn consumer(&self, id: usize) -> Option<usize> {
-        self.steps.iter().position(|s| s.operands.contains(&id))
+    pub fn consumer(&self, id: NodeId) -> Option<StepId> {
+        self.steps
+            .iter()
+            .position(|s| s.operands.contains(&id))
+            .map(StepId)
     }
 }
 
@@ -116,7 +174,7 @@ impl ContractionTree {
     /// The path in opt_einsum's linear format: each step names positions in the current operand
     /// list, and its result goes to the end of the list.
     pub fn to_linear(&self) -> Vec<Vec<usize>> {
-        let mut ids: Vec<usize> = (0..self.num_inputs).collect();
+        let mut ids: Vec<NodeId> = (0..self.num_inputs).map(NodeId).collect();
         let mut path = Vec::with_capacity(self.steps.len());
         for (s, step) in self.steps.iter().enumerate() {
             let pos: Vec<usize> = step
@@ -129,7 +187,7 @@ impl ContractionTree {
                 })
                 .collect();
             ids.retain(|x| !step.operands.contains(x));
-            ids.push(self.num_inputs + s);
+            ids.push(self.node_of(StepId(s)));
             path.push(pos);
         }
         path
@@ -137,7 +195,10 @@ impl ContractionTree {
 
     /// The path in SSA form (the node ids of every step).
     pub fn to_ssa(&self) -> SsaPath {
-        self.steps.iter().map(|s| s.operands.clone()).collect()
+        self.steps
+            .iter()
+            .map(|s| s.operands.iter().map(|o| o.0).collect())
+            .collect()
     }
 
     /// True when some step consumes more than two nodes (opt_einsum's all-at-once fallback
@@ -425,7 +486,7 @@ pub fn tree_from_ssa(e: &Einsum, ssa: &[Vec<usize>]) -> Result<ContractionTree, 
             holders[ids.get(*c)] += 1;
         }
         steps.push(Step {
-            operands: nodes.clone(),
+            operands: nodes.iter().copied().map(NodeId).collect(),
             operand_indices: taken,
             output: output.clone(),
         });

@@ -399,7 +399,7 @@ impl<'a> Planner<'a> {
         group: &'g FusedGroup,
     ) -> Result<GroupCtx<'g>, PlanError> {
         let ext = &self.einsum.extents;
-        let root = self.tree.root();
+        let root = self.tree.root().index();
         let out_node = group.output.node;
         let out_idx = group.output.indices.clone();
         if !self.tensors.iter().any(|t| t.id == out_node) {
@@ -980,7 +980,7 @@ impl<'a> Planner<'a> {
     /// against the SOAP bound, idle ranks) and the plan.
     pub(crate) fn finish(mut self, path: Vec<Vec<usize>>) -> Result<Plan, PlanError> {
         let (procs, opts, tree) = (self.opts.procs, self.opts, self.tree);
-        let out_id = tree.root();
+        let out_id = tree.root().index();
         let Some(State::At(out_dist)) = self.state.get(&out_id).cloned() else {
             return Err(PlanError::Inconsistent(
                 "no group produces the einsum's output".into(),
