@@ -6,10 +6,10 @@ use crate::kernels::{eval_group, GroupStats, GroupSteps, LocalTensor};
 use crate::moves::{self, MoveError};
 use crate::pool::OutOfMemory;
 use crate::{CommError, Communicator, Scalar};
+use deinsum_path::{NodeId, StepId};
 use deinsum_plan::{
     block_range, Block, Distribution, Plan, PlanStep, Tensor, TensorId, TensorKind,
 };
-use deinsum_path::{NodeId, StepId};
 use std::collections::BTreeMap;
 use std::time::Instant;
 

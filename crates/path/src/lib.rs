@@ -42,6 +42,12 @@ pub struct NodeId(pub usize);
 pub struct StepId(pub usize);
 
 impl NodeId {
+    /// The node that step `step` produces in a tree over `num_inputs` inputs; for code that
+    /// builds a path before its [`ContractionTree`] exists (else [`ContractionTree::node_of`]).
+    pub fn of_step(num_inputs: usize, step: StepId) -> NodeId {
+        NodeId(num_inputs + step.0)
+    }
+
     /// The number itself (the node's position among inputs, then step results).
     pub fn index(self) -> usize {
         self.0
@@ -142,7 +148,12 @@ impl ContractionTree {
 
     /// The node that step `step` produces.
     pub fn node_of(&self, step: StepId) -> NodeId {
-        NodeId(self.num_inputs + step.0)
+        NodeId::of_step(self.num_inputs, step)
+    }
+
+    /// Number of nodes: the inputs, then one result per step.
+    pub fn num_nodes(&self) -> usize {
+        self.num_inputs + self.steps.len()
     }
 
     /// The step that produces `node`; `None` for an input (or a node past the last step).
@@ -418,7 +429,7 @@ pub fn optimize(einsum: &Einsum, opts: &PathOptions) -> Result<PathInfo, PathErr
 }
 
 /// Builds the tree of an SSA path (each step: the node ids it consumes, one or more; inputs are
-/// `0..n`, step `s` makes `n + s`). Step results keep the indices that the output or a live
+/// `0..n`, step `s` makes [`NodeId::of_step`]`(n, s)`). Step results keep the indices that the output or a live
 /// node needs, in order of first appearance in the einsum; the step that leaves one node
 /// yields the output in the einsum's order. A single operand with the empty path gets the one
 /// step `[0]`.
@@ -527,7 +538,7 @@ pub fn tree_from_linear(e: &Einsum, path: &[Vec<usize>]) -> Result<ContractionTr
         for x in gone {
             ids.remove(x);
         }
-        ids.push(n + s);
+        ids.push(NodeId::of_step(n, StepId(s)).index());
     }
     tree_from_ssa(e, &ssa)
 }

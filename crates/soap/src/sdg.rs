@@ -134,7 +134,7 @@ fn validate(tree: &ContractionTree) -> Result<(), SoapError> {
             tree.num_inputs
         ));
     }
-    let total = tree.node_of(StepId(tree.steps.len())).index();
+    let total = tree.num_nodes();
     let mut used = vec![false; total];
     for (s, st) in tree.steps.iter().enumerate() {
         let id: NodeId = tree.node_of(StepId(s));

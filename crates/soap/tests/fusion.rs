@@ -160,7 +160,7 @@ fn random_tree(
             operand_indices: vec![ia.1, ib.1],
             output: out.clone(),
         });
-        let id = n + steps.len() - 1;
+        let id = NodeId::of_step(n, StepId(steps.len() - 1)).index();
         let (hi, lo) = (i.max(j), i.min(j));
         live.remove(hi);
         live.remove(lo);
@@ -287,7 +287,9 @@ fn random_trees_exercise_fusion() {
         let extents: Vec<usize> = (0..7).map(|_| 2 + rnd(58)).collect();
         let t = random_tree(leaves, picks, keep, extents);
         let fusable = (0..t.steps.len())
-            .filter(|&s| t.consumer(t.node_of(StepId(s))).is_some() && t.steps[s].summed().is_empty())
+            .filter(|&s| {
+                t.consumer(t.node_of(StepId(s))).is_some() && t.steps[s].summed().is_empty()
+            })
             .count();
         if fusable > 0 {
             with_fusable += 1;

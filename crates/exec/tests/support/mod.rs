@@ -72,7 +72,7 @@ pub fn left_tree(e: &Einsum) -> ContractionTree {
                 operand_indices: vec![cur_idx.clone(), leaf[k].clone()],
                 output: out.clone(),
             });
-            cur = n + steps.len() - 1;
+            cur = NodeId::of_step(n, StepId(steps.len() - 1)).index();
             cur_idx = out;
         }
     }

@@ -27,7 +27,7 @@ fn group_of(plan: &Plan, step: usize) -> Option<usize> {
 pub fn tree(plan: &Plan) -> String {
     let t = &plan.tree;
     let n = t.num_inputs;
-    let total = n + t.steps.len();
+    let total = t.num_nodes();
     let mut x = vec![0.0f64; total];
     let mut depth = vec![0usize; total];
     let mut next = 0.0;
