@@ -7,8 +7,8 @@
 //! [`ContractionTree::node_of`]`(s)`. The last step's output indices equal the einsum's output, in order.
 
 //!
-//! [`optimize`] runs a search strategy chosen by name ([`strategy()`]: `greedy`, `optimal`,
-//! `branch`, `dp`, `auto`) under a pluggable [`CostModel`] (default: opt_einsum's FLOP count,
+//! [`optimize`] runs a search strategy chosen by name ([`strategy()`], from the one table
+//! [`STRATEGIES`]: `auto`, `greedy`, `optimal`, `branch-2`, `branch-all`, `branch-1`, `dp`) under a pluggable [`CostModel`] (default: opt_einsum's FLOP count,
 //! [`Flops`]) and a memory limit, and reports the tree, opt_einsum's linear path and its costs.
 
 mod bits;
@@ -19,7 +19,10 @@ pub mod strategy;
 
 pub use cost::{BuiltinCost, CostModel, Count, Flops, MultiplyAdds, StepShape};
 pub use net::Problem;
-pub use strategy::{strategy, PathStrategy, SsaPath, STRATEGY_NAMES};
+pub use strategy::{
+    strategy, strategy_list, PathStrategy, SsaPath, StrategyEntry, StrategyKind, STRATEGIES,
+    STRATEGY_NAMES,
+};
 
 use deinsum_expr::{Einsum, Index};
 use std::collections::BTreeMap;
@@ -262,7 +265,7 @@ pub enum PathError {
 /// How to search: strategy name, memory limit and the cost to minimise.
 #[derive(Clone)]
 pub struct PathOptions {
-    /// Registry name of the strategy (see [`STRATEGY_NAMES`]); default `auto`.
+    /// Registry name (or alias) of the strategy (see [`STRATEGIES`]); default `auto`.
     pub strategy: String,
     /// Largest allowed step result (intermediate or output), in elements.
     pub memory_limit: Option<u128>,
