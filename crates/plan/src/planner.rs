@@ -720,7 +720,7 @@ impl<'a> Planner<'a> {
                     let w = windowed(&whole, k, t, part);
                     let v = MoveView::new(&shape, &target, &w, false, procs).received();
                     add_received(&mut acc, &v);
-                    total += v.iter().map(|&(_, w)| w).sum::<u64>();
+                    total += v.values().sum::<u64>();
                 }
             }
         }
@@ -1061,9 +1061,9 @@ impl<'a> Planner<'a> {
                 max_sent_per_rank: max_of(&totals.sent),
                 received: per_rank(&totals.received, opts.per_rank),
                 sent: per_rank(&totals.sent, opts.per_rank),
-                peak_memory: crate::sparse(peaks.per_rank),
+                peak_memory: crate::PerRank::from_dense(peaks.per_rank),
                 max_peak_memory: max_peak,
-                peak_memory_with_buffers: crate::sparse(peaks.per_rank_with_buffers),
+                peak_memory_with_buffers: crate::PerRank::from_dense(peaks.per_rank_with_buffers),
                 max_peak_memory_with_buffers: max_peak_buf,
                 touched_per_rank,
                 bound_per_rank,
