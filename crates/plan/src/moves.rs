@@ -439,8 +439,8 @@ impl MoveView {
 
     /// Words received per rank, sparse `(rank, words)` ascending (nonzero only): what the
     /// planner scores candidates by (it does not depend on the choice of senders).
-    pub fn received(&self) -> Vec<(usize, u64)> {
-        let mut out = Vec::new();
+    pub fn received(&self) -> crate::PerRank {
+        let mut out = crate::PerRank::new();
         self.sweep(self.dst_size, |r, sb, tb| {
             let Some(tb) = tb else { return };
             let t_len: u64 = tb
@@ -458,7 +458,7 @@ impl MoveView {
             });
             let w = t_len * self.partial_count as u64 - own;
             if w > 0 {
-                out.push((r, w));
+                out.push(r, w);
             }
         });
         out

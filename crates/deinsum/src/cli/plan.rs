@@ -171,7 +171,7 @@ pub fn render_dot(plan: &Plan) -> anyhow::Result<String> {
             st.einsum_string()
         ));
         for &op in &st.operands {
-            g.add_edge(v[op], node, String::new());
+            g.add_edge(v[op.index()], node, String::new());
         }
         v.push(node);
     }
