@@ -8,7 +8,9 @@
 #![allow(dead_code)]
 
 use deinsum::exec::data::seeded_value;
+use deinsum::exec::gather_reports;
 use deinsum::expr::ExtentSpec;
+use deinsum::report::{Backend, Check, ElementType, ReferenceMethod, RunContext, RunSummary};
 use deinsum::{Communicator, Einsum, ExecOptions, Inputs, Options};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -92,9 +94,6 @@ pub fn check_args<E: Example>(ex: &E) {
 /// The seed of every example's inputs.
 pub const SEED: u64 = 2026;
 
-/// Relative tolerance of the f64 check.
-const TOL: f64 = 1e-10;
-
 /// Reads `--NAME VALUE` from the command line.
 pub fn arg(name: &str) -> Option<usize> {
     let args: Vec<String> = std::env::args().collect();
@@ -113,7 +112,7 @@ pub fn arg(name: &str) -> Option<usize> {
 pub fn run_on<C: Communicator, E: Example>(
     comm: &C,
     ex: &E,
-    backend: &str,
+    backend: Backend,
 ) -> Result<bool, String> {
     let me = comm.rank();
     let p = comm.size();
@@ -128,23 +127,18 @@ pub fn run_on<C: Communicator, E: Example>(
         .run_measured(comm, &inputs, &ExecOptions::default())
         .map_err(|e| e.to_string())?;
     let full = out.gather(comm).map_err(|e| e.to_string())?;
-
-    // Measured words against the plan, per rank and step.
-    let (mut recv, mut precv) = (0u64, 0u64);
-    let mut step_mismatch = 0u64;
-    for s in &report.steps {
-        recv += s.received;
-        precv += s.predicted_received;
-        if s.sent != s.predicted_sent || s.received != s.predicted_received {
-            step_mismatch += 1;
-        }
-    }
-    let mut figures = [step_mismatch, recv, precv, report.madds as u64];
-    comm.all_reduce_max_u64(&mut figures)
-        .map_err(|e| e.to_string())?;
+    // Every rank's measures on rank 0, folded there as `deinsum run` folds them.
+    let reports = gather_reports(comm, &report).map_err(|e| e.to_string())?;
 
     let mut ok = true;
-    if let Some(got) = full {
+    if let (Some(got), Some(reports)) = (full, reports) {
+        let plan = compiled.plan();
+        let context = RunContext {
+            backend,
+            dtype: ElementType::F64,
+            warmup: 0,
+        };
+        let summary = RunSummary::new(plan, &reports, &plan.prediction.step_seconds, context);
         let input = |k: usize, x: usize| seeded_value(SEED, k, x as u64);
         let mut want = ex.serial(&input);
         // A deliberate wrong reference, to show that the check can fail (used by .ci/mpi.sh).
@@ -153,39 +147,43 @@ pub fn run_on<C: Communicator, E: Example>(
                 *w += 1.0;
             }
         }
-        let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-        let err = if got.len() == want.len() {
-            got.iter()
-                .zip(&want)
-                .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()))
-                / scale
-        } else {
-            f64::INFINITY
-        };
-        let pass = err <= TOL;
-        ok &= pass;
-        println!("{}: {}  ({} ranks, {backend})", ex.name(), ex.expr(), p);
-        println!(
-            "  check vs serial: max relative error {err:.3e} over {} elements -> {}",
-            want.len(),
-            if pass { "OK" } else { "MISMATCH" }
+        let check = Check::compare(
+            ReferenceMethod::Serial,
+            &got,
+            &want,
+            ElementType::F64.tolerance(),
         );
-        let pred = compiled.plan().prediction.clone();
+        ok &= check.pass;
+        println!(
+            "{}: {}  ({} ranks, {})",
+            ex.name(),
+            ex.expr(),
+            p,
+            backend.label()
+        );
+        println!(
+            "  check vs serial: max relative error {:.3e} over {} elements -> {}",
+            check.max_rel,
+            want.len(),
+            if check.pass { "OK" } else { "MISMATCH" }
+        );
+        let off_plan = summary.steps_off_plan();
         println!(
             "  words received, busiest rank: measured {} / plan {}; steps off plan on some \
              rank: {} -> {}",
-            figures[1],
-            figures[2],
-            figures[0],
-            if figures[0] == 0 { "OK" } else { "MISMATCH" }
+            summary.measured_max_per_rank,
+            summary.predicted_max_per_rank,
+            off_plan,
+            if off_plan == 0 { "OK" } else { "MISMATCH" }
         );
         // The SOAP bound limits the words a rank touches (holds, received or resident), not
         // the words it receives: compare like with like.
+        let pred = &plan.prediction;
         println!(
             "  words touched, busiest rank: plan {} >= SOAP lower bound {:.0} (ratio {:.2})",
             pred.touched_per_rank, pred.bound_per_rank, pred.ratio
         );
-        ok &= figures[0] == 0;
+        ok &= off_plan == 0;
         match ex.after(&got, &input) {
             Ok(lines) => lines.iter().for_each(|l| println!("  {l}")),
             Err(e) => {
@@ -193,8 +191,6 @@ pub fn run_on<C: Communicator, E: Example>(
                 ok = false;
             }
         }
-    } else {
-        ok &= figures[0] == 0;
     }
     let mut verdict = [u64::from(!ok)];
     comm.all_reduce_max_u64(&mut verdict)
@@ -239,7 +235,7 @@ pub fn main_for<E: Example>(ex: E) -> ExitCode {
             }
         }
         // One rank's error aborts the job with its message instead of leaving the others waiting.
-        let ok = world.or_abort(run_on(&world, &ex, "MPI"));
+        let ok = world.or_abort(run_on(&world, &ex, Backend::Mpi));
         if ok {
             ExitCode::SUCCESS
         } else {
@@ -256,7 +252,7 @@ pub fn main_for<E: Example>(ex: E) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        match world.run(|comm| run_on(comm, &ex, "in-process")) {
+        match world.run(|comm| run_on(comm, &ex, Backend::Local)) {
             Ok(v) if v.iter().all(|&ok| ok) => ExitCode::SUCCESS,
             Ok(_) => ExitCode::FAILURE,
             Err(e) => {

@@ -20,6 +20,7 @@
 //! ```
 
 pub mod cli;
+pub mod report;
 
 pub use deinsum_exec as exec;
 pub use deinsum_expr as expr;

@@ -6,6 +6,7 @@ use crate::kernels::{eval_group, GroupStats, GroupSteps, LocalTensor};
 use crate::moves::{self, MoveError};
 use crate::pool::OutOfMemory;
 use crate::{CommError, Communicator, Scalar};
+use deinsum_path::{NodeId, StepId};
 use deinsum_plan::{Block, Distribution, PhaseCut, Plan, PlanStep, Tensor, TensorId, TensorKind};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -108,9 +109,10 @@ fn tensor_label(plan: &Plan, id: usize) -> String {
     if let Some(t) = plan.tensor(id) {
         return format!("{} ({})", t.name, t.indices.iter().collect::<String>());
     }
-    match id
-        .checked_sub(plan.tree.num_inputs)
-        .and_then(|s| plan.tree.steps.get(s))
+    match plan
+        .tree
+        .step_of(NodeId(id))
+        .map(|s| &plan.tree.steps[s.index()])
     {
         Some(st) => format!(
             "t{id} ({}), an intermediate of a fused group",
@@ -1297,7 +1299,7 @@ fn compute_group<T: Scalar>(
             .group
             .steps
             .iter()
-            .map(|&s| plan.tree.num_inputs + s)
+            .map(|&s| plan.tree.node_of(StepId(s)))
             .collect(),
     };
     if steps.steps.is_empty() {

@@ -8,7 +8,7 @@
 use crate::pool::OutOfMemory;
 use crate::Scalar;
 use deinsum_expr::Index;
-use deinsum_path::Step;
+use deinsum_path::{NodeId, Step};
 use deinsum_plan::Interval;
 use std::borrow::Cow;
 
@@ -709,7 +709,7 @@ pub struct GroupSteps<'a> {
     /// Tree steps in execution order.
     pub steps: Vec<&'a Step>,
     /// Node id each step produces.
-    pub nodes: Vec<usize>,
+    pub nodes: Vec<NodeId>,
 }
 
 /// What evaluating a group over a box did: multiply-adds and the largest intermediate (words).
@@ -827,7 +827,7 @@ fn eval_group_held<T: Scalar>(
         })
         .sum();
     stats.max_intermediate = stats.max_intermediate.max(held + all_inter);
-    let mut nodes: Vec<(usize, LocalTensor<T>)> = Vec::new();
+    let mut nodes: Vec<(NodeId, LocalTensor<T>)> = Vec::new();
     for (st, &node) in group.steps.iter().zip(&group.nodes) {
         let ops: Vec<&LocalTensor<T>> = st
             .operands
@@ -837,7 +837,12 @@ fn eval_group_held<T: Scalar>(
                     .iter()
                     .find(|(n, _)| n == id)
                     .map(|(_, t)| t)
-                    .or_else(|| inputs.iter().find(|(n, _)| n == id).map(|(_, t)| *t))
+                    .or_else(|| {
+                        inputs
+                            .iter()
+                            .find(|(n, _)| *n == id.index())
+                            .map(|(_, t)| *t)
+                    })
                     .expect("operand of the group")
             })
             .collect();
@@ -846,7 +851,7 @@ fn eval_group_held<T: Scalar>(
             .iter()
             .map(|&c| ext(c, box_ranges) as f64)
             .product::<f64>();
-        let r = eval_step(&ops, &st.output).map_err(|e| e.for_tensor(node))?;
+        let r = eval_step(&ops, &st.output).map_err(|e| e.for_tensor(node.index()))?;
         nodes.push((node, r));
     }
     Ok(nodes.pop().expect("a group has a step").1)

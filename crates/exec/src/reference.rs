@@ -105,7 +105,7 @@ pub fn tree_reference(
 ) -> Result<Vec<f64>, OutOfMemory> {
     let mut nodes = leaves;
     for st in &tree.steps {
-        let ops: Vec<&LocalTensor<f64>> = st.operands.iter().map(|&i| &nodes[i]).collect();
+        let ops: Vec<&LocalTensor<f64>> = st.operands.iter().map(|i| &nodes[i.index()]).collect();
         let node = nodes.len();
         let r = eval_step(&ops, &st.output).map_err(|e| e.for_tensor(node))?;
         nodes.push(r);

@@ -4,6 +4,7 @@
 mod support;
 use deinsum_exec::reference::{max_error, naive_seeded};
 use deinsum_exec::Communicator;
+use deinsum_path::{NodeId, StepId};
 use support::*;
 
 const PS: std::ops::RangeInclusive<usize> = 1..=16;
@@ -115,7 +116,7 @@ fn mttkrp(order: usize, mode: usize, p: usize) {
     for (f, &c) in others.iter().enumerate().skip(1) {
         cur_idx = format!("{}{}a", &cur_idx[..cur_idx.len() - 1], c);
         steps.push((vec![cur, f + 1], cur_idx.clone()));
-        cur = n + steps.len() - 1;
+        cur = NodeId::of_step(n, StepId(steps.len() - 1)).index();
     }
     steps.push((vec![0, cur], format!("{}a", letters[mode])));
     let st: Vec<(&[usize], &str)> = steps

@@ -1,7 +1,7 @@
 //! Local kernels: contractions against a naive loop, and tiled fused groups.
 
 use deinsum_exec::kernels::{contract, eval_group, GroupStats, GroupSteps, LocalTensor};
-use deinsum_path::Step;
+use deinsum_path::{NodeId, Step};
 use deinsum_plan::Interval;
 
 fn tensor(indices: &str, shape: &[usize], seed: u64) -> LocalTensor<f64> {
@@ -57,18 +57,18 @@ fn tiled_mttkrp_bounds_the_khatri_rao_intermediate() {
     let b = tensor("ja", &[nj, na], 2);
     let c = tensor("ka", &[nk, na], 3);
     let s0 = Step {
-        operands: vec![1, 2],
+        operands: vec![NodeId(1), NodeId(2)],
         operand_indices: vec![vec!['j', 'a'], vec!['k', 'a']],
         output: vec!['j', 'k', 'a'],
     };
     let s1 = Step {
-        operands: vec![0, 3],
+        operands: vec![NodeId(0), NodeId(3)],
         operand_indices: vec![vec!['i', 'j', 'k'], vec!['j', 'k', 'a']],
         output: vec!['i', 'a'],
     };
     let g = GroupSteps {
         steps: vec![&s0, &s1],
-        nodes: vec![3, 4],
+        nodes: vec![NodeId(3), NodeId(4)],
     };
     let idx = ['j', 'a', 'k', 'i'];
     let ranges = [nj, na, nk, ni].map(|n| Interval::new(0, n));

@@ -2,12 +2,13 @@
 //!
 //! A [`ContractionTree`] is a sequence of steps: pairwise, single-operand (summing out of an
 //! input the indices only it has, as opt_einsum's paths may), or, when no pairwise path keeps
-//! within a memory limit, opt_einsum's single step over every operand. Node ids `0..num_inputs` are the einsum's inputs; step `s` produces node
-//! `num_inputs + s`. The last step's output indices equal the einsum's output, in order.
+//! within a memory limit, opt_einsum's single step over every operand. Node ids ([`NodeId`])
+//! `0..num_inputs` are the einsum's inputs; step `s` ([`StepId`]) produces node
+//! [`ContractionTree::node_of`]`(s)`. The last step's output indices equal the einsum's output, in order.
 
 //!
-//! [`optimize`] runs a search strategy chosen by name ([`strategy()`]: `greedy`, `optimal`,
-//! `branch`, `dp`, `auto`) under a pluggable [`CostModel`] (default: opt_einsum's FLOP count,
+//! [`optimize`] runs a search strategy chosen by name ([`strategy()`], from the one table
+//! [`STRATEGIES`]: `auto`, `greedy`, `optimal`, `branch-2`, `branch-all`, `branch-1`, `dp`) under a pluggable [`CostModel`] (default: opt_einsum's FLOP count,
 //! [`Flops`]) and a memory limit, and reports the tree, opt_einsum's linear path and its costs.
 
 mod bits;
@@ -18,18 +19,69 @@ pub mod strategy;
 
 pub use cost::{BuiltinCost, CostModel, Count, Flops, MultiplyAdds, StepShape};
 pub use net::Problem;
-pub use strategy::{strategy, PathStrategy, SsaPath, STRATEGY_NAMES};
+pub use strategy::{
+    strategy, strategy_list, PathStrategy, SsaPath, StrategyEntry, StrategyKind, STRATEGIES,
+    STRATEGY_NAMES,
+};
 
 use deinsum_expr::{Einsum, Index};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// A node of a contraction tree: an einsum input (`0..num_inputs`) or the result of a step
+/// ([`ContractionTree::node_of`]). Serialised as the bare number.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct NodeId(pub usize);
+
+/// A step of a contraction tree, by its position in [`ContractionTree::steps`]. Serialised as
+/// the bare number.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct StepId(pub usize);
+
+impl NodeId {
+    /// The node that step `step` produces in a tree over `num_inputs` inputs; for code that
+    /// builds a path before its [`ContractionTree`] exists (else [`ContractionTree::node_of`]).
+    pub fn of_step(num_inputs: usize, step: StepId) -> NodeId {
+        NodeId(num_inputs + step.0)
+    }
+
+    /// The number itself (the node's position among inputs, then step results).
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+impl StepId {
+    /// The number itself (the step's position in execution order).
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+impl std::fmt::Display for NodeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::fmt::Display for StepId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// One step of a contraction tree: a small einsum over one or two earlier nodes.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Step {
     /// Node ids consumed (one, two, or all operands at once for opt_einsum's memory-limit
     /// fallback), each an input or an earlier step's result.
-    pub operands: Vec<usize>,
+    pub operands: Vec<NodeId>,
     /// Distinct indices of each consumed node, in that node's storage order.
     pub operand_indices: Vec<Vec<Index>>,
     /// Indices of the result, in storage order.
@@ -85,7 +137,7 @@ pub struct ContractionTree {
     pub num_inputs: usize,
     /// Distinct indices of each leaf, in storage order.
     pub leaf_indices: Vec<Vec<Index>>,
-    /// Steps in execution order; step `s` produces node `num_inputs + s`.
+    /// Steps in execution order; step `s` produces node [`ContractionTree::node_of`]`(s)`.
     pub steps: Vec<Step>,
     /// Extent of every index.
     pub extents: BTreeMap<Index, usize>,
@@ -93,22 +145,42 @@ pub struct ContractionTree {
 
 impl ContractionTree {
     /// Node id of the final result.
-    pub fn root(&self) -> usize {
-        self.num_inputs + self.steps.len() - 1
+    pub fn root(&self) -> NodeId {
+        self.node_of(StepId(self.steps.len() - 1))
+    }
+
+    /// The node that step `step` produces.
+    pub fn node_of(&self, step: StepId) -> NodeId {
+        NodeId::of_step(self.num_inputs, step)
+    }
+
+    /// Number of nodes: the inputs, then one result per step.
+    pub fn num_nodes(&self) -> usize {
+        self.num_inputs + self.steps.len()
+    }
+
+    /// The step that produces `node`; `None` for an input (or a node past the last step).
+    pub fn step_of(&self, node: NodeId) -> Option<StepId> {
+        node.0
+            .checked_sub(self.num_inputs)
+            .filter(|&s| s < self.steps.len())
+            .map(StepId)
     }
 
     /// Indices of node `id` (an input or a step result).
-    pub fn node_indices(&self, id: usize) -> &[Index] {
-        if id < self.num_inputs {
-            &self.leaf_indices[id]
-        } else {
-            &self.steps[id - self.num_inputs].output
+    pub fn node_indices(&self, id: NodeId) -> &[Index] {
+        match self.step_of(id) {
+            Some(s) => &self.steps[s.0].output,
+            None => &self.leaf_indices[id.0],
         }
     }
 
     /// The step that consumes node `id`, if any.
-    pub fn consumer(&self, id: usize) -> Option<usize> {
-        self.steps.iter().position(|s| s.operands.contains(&id))
+    pub fn consumer(&self, id: NodeId) -> Option<StepId> {
+        self.steps
+            .iter()
+            .position(|s| s.operands.contains(&id))
+            .map(StepId)
     }
 }
 
@@ -116,7 +188,7 @@ impl ContractionTree {
     /// The path in opt_einsum's linear format: each step names positions in the current operand
     /// list, and its result goes to the end of the list.
     pub fn to_linear(&self) -> Vec<Vec<usize>> {
-        let mut ids: Vec<usize> = (0..self.num_inputs).collect();
+        let mut ids: Vec<NodeId> = (0..self.num_inputs).map(NodeId).collect();
         let mut path = Vec::with_capacity(self.steps.len());
         for (s, step) in self.steps.iter().enumerate() {
             let pos: Vec<usize> = step
@@ -129,7 +201,7 @@ impl ContractionTree {
                 })
                 .collect();
             ids.retain(|x| !step.operands.contains(x));
-            ids.push(self.num_inputs + s);
+            ids.push(self.node_of(StepId(s)));
             path.push(pos);
         }
         path
@@ -137,7 +209,10 @@ impl ContractionTree {
 
     /// The path in SSA form (the node ids of every step).
     pub fn to_ssa(&self) -> SsaPath {
-        self.steps.iter().map(|s| s.operands.clone()).collect()
+        self.steps
+            .iter()
+            .map(|s| s.operands.iter().map(|o| o.0).collect())
+            .collect()
     }
 
     /// True when some step consumes more than two nodes (opt_einsum's all-at-once fallback
@@ -190,7 +265,7 @@ pub enum PathError {
 /// How to search: strategy name, memory limit and the cost to minimise.
 #[derive(Clone)]
 pub struct PathOptions {
-    /// Registry name of the strategy (see [`STRATEGY_NAMES`]); default `auto`.
+    /// Registry name (or alias) of the strategy (see [`STRATEGIES`]); default `auto`.
     pub strategy: String,
     /// Largest allowed step result (intermediate or output), in elements.
     pub memory_limit: Option<u128>,
@@ -357,7 +432,7 @@ pub fn optimize(einsum: &Einsum, opts: &PathOptions) -> Result<PathInfo, PathErr
 }
 
 /// Builds the tree of an SSA path (each step: the node ids it consumes, one or more; inputs are
-/// `0..n`, step `s` makes `n + s`). Step results keep the indices that the output or a live
+/// `0..n`, step `s` makes [`NodeId::of_step`]`(n, s)`). Step results keep the indices that the output or a live
 /// node needs, in order of first appearance in the einsum; the step that leaves one node
 /// yields the output in the einsum's order. A single operand with the empty path gets the one
 /// step `[0]`.
@@ -425,7 +500,7 @@ pub fn tree_from_ssa(e: &Einsum, ssa: &[Vec<usize>]) -> Result<ContractionTree, 
             holders[ids.get(*c)] += 1;
         }
         steps.push(Step {
-            operands: nodes.clone(),
+            operands: nodes.iter().copied().map(NodeId).collect(),
             operand_indices: taken,
             output: output.clone(),
         });
@@ -466,7 +541,7 @@ pub fn tree_from_linear(e: &Einsum, path: &[Vec<usize>]) -> Result<ContractionTr
         for x in gone {
             ids.remove(x);
         }
-        ids.push(n + s);
+        ids.push(NodeId::of_step(n, StepId(s)).index());
     }
     tree_from_ssa(e, &ssa)
 }

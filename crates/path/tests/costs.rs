@@ -107,7 +107,7 @@ fn single_operand_is_one_unary_step() {
     for s in STRATEGY_NAMES {
         let info = optimize(&e, &opt(s)).unwrap();
         assert_eq!(info.tree.steps.len(), 1);
-        assert_eq!(info.tree.steps[0].operands, vec![0]);
+        assert_eq!(info.tree.steps[0].operands, vec![deinsum_path::NodeId(0)]);
         assert_eq!(einsums(&info), ["ij->i"]);
         assert_eq!(info.path, vec![vec![0]]);
         assert_eq!(info.flops, Count::Exact(24)); // 12 * (1 + summed)

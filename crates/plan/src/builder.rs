@@ -5,6 +5,7 @@
 use crate::memory::tensor_shape;
 use crate::moves::{block_len, MoveView};
 use crate::planner::Planner;
+use crate::PerRank;
 use crate::{
     Distribution, Grid, GridDim, GroupPlan, Interval, Plan, PlanError, PlanOptions, PlanStep,
     Tensor, TensorId, Volume, Window,
@@ -117,17 +118,17 @@ pub(crate) struct Move {
     pub(crate) to: Distribution,
     pub(crate) sum: bool,
     /// Words received per rank, sparse ascending.
-    pub(crate) received: Vec<(usize, u64)>,
+    pub(crate) received: PerRank,
     pub(crate) shape: Vec<usize>,
 }
 
 impl Move {
     pub(crate) fn total(&self) -> u64 {
-        self.received.iter().map(|&(_, w)| w).sum()
+        self.received.values().sum()
     }
 
     pub(crate) fn max(&self) -> u64 {
-        self.received.iter().map(|&(_, w)| w).max().unwrap_or(0)
+        self.received.values().max().unwrap_or(0)
     }
 }
 
@@ -188,13 +189,13 @@ impl Totals {
 }
 
 /// Adds sparse per-rank words into the dense accumulator `acc`.
-pub(crate) fn add_received(acc: &mut Vec<u64>, received: &[(usize, u64)]) {
-    if let Some(&(r, _)) = received.last() {
+pub(crate) fn add_received(acc: &mut Vec<u64>, received: &PerRank) {
+    if let Some(r) = received.last_rank() {
         if acc.len() <= r {
             acc.resize(r + 1, 0);
         }
     }
-    for &(r, w) in received {
+    for (r, w) in received.iter() {
         acc[r] += w;
     }
 }
@@ -573,11 +574,11 @@ pub(crate) fn touched(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) ->
 }
 
 /// Sparse per-rank words from dense counts, or nothing unless `wanted`.
-pub(crate) fn per_rank(dense: &[u64], wanted: bool) -> Vec<(usize, u64)> {
+pub(crate) fn per_rank(dense: &[u64], wanted: bool) -> PerRank {
     if wanted {
-        crate::sparse(dense.to_vec())
+        PerRank::from_dense(dense.iter().copied())
     } else {
-        Vec::new()
+        PerRank::new()
     }
 }
 

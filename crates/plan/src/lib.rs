@@ -14,9 +14,11 @@ mod geometry;
 pub use geometry::*;
 
 pub mod choose;
+mod display;
 pub mod machine;
 pub mod time;
 pub use choose::Objective;
+pub use display::{DistributionDisplay, MoveKindDisplay, PlanDisplay};
 pub use machine::{Machine, MachineError};
 
 /// Version of the plan JSON schema (docs/plan-schema.md).
@@ -67,11 +69,11 @@ pub struct Volume {
     /// Max over ranks of words sent.
     pub max_sent: u64,
     /// Words sent, per rank that sends anything (only with `per_rank`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub sent: Vec<(usize, u64)>,
+    #[serde(default, skip_serializing_if = "PerRank::is_empty")]
+    pub sent: PerRank,
     /// Words received, per rank that receives anything (only with `per_rank`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub received: Vec<(usize, u64)>,
+    #[serde(default, skip_serializing_if = "PerRank::is_empty")]
+    pub received: PerRank,
 }
 
 impl Volume {
@@ -82,30 +84,12 @@ impl Volume {
         self.max_sent = self.max_sent.max(sent);
         self.total += received;
         if per_rank && sent > 0 {
-            self.sent.push((rank, sent));
+            self.sent.push(rank, sent);
         }
         if per_rank && received > 0 {
-            self.received.push((rank, received));
+            self.received.push(rank, received);
         }
     }
-}
-
-/// Dense per-rank counts (indexed by rank) as sparse ascending `(rank, count)` pairs, zeros
-/// dropped.
-pub fn sparse(dense: Vec<u64>) -> Vec<(usize, u64)> {
-    dense
-        .into_iter()
-        .enumerate()
-        .filter(|&(_, w)| w > 0)
-        .collect()
-}
-
-/// The count of `rank` in a sparse ascending `(rank, count)` list (0 when absent).
-pub fn lookup(sparse: &[(usize, u64)], rank: usize) -> u64 {
-    sparse
-        .binary_search_by_key(&rank, |&(r, _)| r)
-        .map(|i| sparse[i].1)
-        .unwrap_or(0)
 }
 
 /// The boxes of one message, stored inline when there is one (the common case).
@@ -273,26 +257,26 @@ pub struct Prediction {
     pub max_sent_per_rank: u64,
     /// Words received per rank over all steps, sparse `(rank, words)` ascending (only with
     /// [`PlanOptions::per_rank`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub received: Vec<(usize, u64)>,
+    #[serde(default, skip_serializing_if = "PerRank::is_empty")]
+    pub received: PerRank,
     /// Words sent per rank over all steps, sparse `(rank, words)` ascending (only with
     /// [`PlanOptions::per_rank`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub sent: Vec<(usize, u64)>,
+    #[serde(default, skip_serializing_if = "PerRank::is_empty")]
+    pub sent: PerRank,
     /// Peak memory of each rank, in words (blocks alive at once, including receive buffers and
     /// the group-local intermediates of a Compute), sparse `(rank, words)` ascending; ranks
     /// that never hold data are absent (only with [`PlanOptions::per_rank`]; any rank's
     /// figure is derived on demand by [`Plan::peak_of`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub peak_memory: Vec<(usize, u64)>,
+    #[serde(default, skip_serializing_if = "PerRank::is_empty")]
+    pub peak_memory: PerRank,
     /// Max over ranks of `peak_memory`.
     pub max_peak_memory: u64,
     /// `peak_memory` plus the message buffers of each step (a rank's packed sends and its
     /// receives, which exist at once during the exchange): what the process really holds.
     /// The budget S bounds `peak_memory`, the tensor data; the buffers come on top (only with
     /// [`PlanOptions::per_rank`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub peak_memory_with_buffers: Vec<(usize, u64)>,
+    #[serde(default, skip_serializing_if = "PerRank::is_empty")]
+    pub peak_memory_with_buffers: PerRank,
     /// Max over ranks of `peak_memory_with_buffers`.
     #[serde(default)]
     pub max_peak_memory_with_buffers: u64,
@@ -667,7 +651,9 @@ mod grids;
 mod memory;
 mod moves;
 pub mod overlap;
+mod per_rank;
 mod planner;
 pub use builder::{canonical_distribution, reduced_distribution, MIN_CANONICAL_BLOCK};
 pub use grids::{axis_candidates, enumerate as enumerate_grids, tight};
 pub use moves::{block_len, coord, MoveKind, MoveView};
+pub use per_rank::{PerRank, UnorderedRanks};

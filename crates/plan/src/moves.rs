@@ -466,15 +466,15 @@ impl MoveView {
 
     /// Words received per rank, sparse `(rank, words)` ascending (nonzero only): what the
     /// planner scores candidates by (it does not depend on the choice of senders).
-    pub fn received(&self) -> Vec<(usize, u64)> {
-        let mut out = Vec::new();
+    pub fn received(&self) -> crate::PerRank {
+        let mut out = crate::PerRank::new();
         let mut last = 0;
         self.sweep(self.dst_size, |r, sb, tb, same| {
             if !same {
                 last = self.received_with(sb, tb);
             }
             if last > 0 {
-                out.push((r, last));
+                out.push(r, last);
             }
         });
         out

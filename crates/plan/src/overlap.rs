@@ -426,18 +426,11 @@ fn refresh_prediction(plan: &mut Plan, opts: &PlanOptions) {
     pr.max_per_rank = received.iter().copied().max().unwrap_or(0);
     pr.total = received.iter().sum();
     pr.max_sent_per_rank = sent.iter().copied().max().unwrap_or(0);
-    let list = |dense: &[u64]| {
-        if opts.per_rank {
-            crate::sparse(dense.to_vec())
-        } else {
-            Vec::new()
-        }
-    };
-    pr.received = list(&received);
-    pr.sent = list(&sent);
-    pr.peak_memory = crate::sparse(peaks.per_rank);
+    pr.received = crate::builder::per_rank(&received, opts.per_rank);
+    pr.sent = crate::builder::per_rank(&sent, opts.per_rank);
+    pr.peak_memory = crate::PerRank::from_dense(peaks.per_rank);
     pr.max_peak_memory = max_peak;
-    pr.peak_memory_with_buffers = crate::sparse(peaks.per_rank_with_buffers);
+    pr.peak_memory_with_buffers = crate::PerRank::from_dense(peaks.per_rank_with_buffers);
     pr.max_peak_memory_with_buffers = peaks.max_with_buffers;
     pr.bound_per_rank = bound_per_rank;
     pr.ratio = if bound_per_rank > 0.0 {

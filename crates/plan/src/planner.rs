@@ -400,7 +400,7 @@ impl<'a> Planner<'a> {
         group: &'g FusedGroup,
     ) -> Result<GroupCtx<'g>, PlanError> {
         let ext = &self.einsum.extents;
-        let root = self.tree.root();
+        let root = self.tree.root().index();
         let out_node = group.output.node;
         let out_idx = group.output.indices.clone();
         if !self.tensors.iter().any(|t| t.id == out_node) {
@@ -707,7 +707,7 @@ impl<'a> Planner<'a> {
                     let w = windowed(&whole, k, t, part);
                     let v = MoveView::new(&shape, &target, &w, false, procs).received();
                     add_received(&mut acc, &v);
-                    total += v.iter().map(|&(_, w)| w).sum::<u64>();
+                    total += v.values().sum::<u64>();
                 }
             }
         }
@@ -967,7 +967,7 @@ impl<'a> Planner<'a> {
     /// against the SOAP bound, idle ranks) and the plan.
     pub(crate) fn finish(mut self, path: Vec<Vec<usize>>) -> Result<Plan, PlanError> {
         let (procs, opts, tree) = (self.opts.procs, self.opts, self.tree);
-        let out_id = tree.root();
+        let out_id = tree.root().index();
         let Some(State::At(out_dist)) = self.state.get(&out_id).cloned() else {
             return Err(PlanError::Inconsistent(
                 "no group produces the einsum's output".into(),
@@ -1048,9 +1048,9 @@ impl<'a> Planner<'a> {
                 max_sent_per_rank: max_of(&totals.sent),
                 received: per_rank(&totals.received, opts.per_rank),
                 sent: per_rank(&totals.sent, opts.per_rank),
-                peak_memory: crate::sparse(peaks.per_rank),
+                peak_memory: crate::PerRank::from_dense(peaks.per_rank),
                 max_peak_memory: max_peak,
-                peak_memory_with_buffers: crate::sparse(peaks.per_rank_with_buffers),
+                peak_memory_with_buffers: crate::PerRank::from_dense(peaks.per_rank_with_buffers),
                 max_peak_memory_with_buffers: max_peak_buf,
                 touched_per_rank,
                 bound_per_rank,

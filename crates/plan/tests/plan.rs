@@ -83,23 +83,20 @@ fn per_rank_lists_only_when_asked() {
     assert_eq!(p.prediction.max_peak_memory, q.prediction.max_peak_memory);
     for r in 0..16 {
         let (m, mb) = p.peak_of(r);
-        assert_eq!(m, deinsum_plan::lookup(&q.prediction.peak_memory, r));
-        assert_eq!(
-            mb,
-            deinsum_plan::lookup(&q.prediction.peak_memory_with_buffers, r)
-        );
+        assert_eq!(m, q.prediction.peak_memory.get(r));
+        assert_eq!(mb, q.prediction.peak_memory_with_buffers.get(r));
         let (mut s, mut w) = (0, 0);
         for (k, st) in q.steps.iter().enumerate() {
             let (ds, dw) = p.step_words(k, r);
             s += ds;
             w += dw;
             if let PlanStep::Redistribute { volume, .. } = st {
-                assert_eq!(dw, deinsum_plan::lookup(&volume.received, r));
-                assert_eq!(ds, deinsum_plan::lookup(&volume.sent, r));
+                assert_eq!(dw, volume.received.get(r));
+                assert_eq!(ds, volume.sent.get(r));
             }
         }
-        assert_eq!(w, deinsum_plan::lookup(&q.prediction.received, r));
-        assert_eq!(s, deinsum_plan::lookup(&q.prediction.sent, r));
+        assert_eq!(w, q.prediction.received.get(r));
+        assert_eq!(s, q.prediction.sent.get(r));
     }
 }
 
@@ -311,14 +308,14 @@ fn predicted_volumes_equal_brute_force() {
             {
                 let shape = &p.tensor(*tensor).unwrap().shape;
                 let b = brute_received(shape, from, to, *sum);
-                let got: BTreeMap<usize, u64> = volume.received.iter().copied().collect();
+                let got: BTreeMap<usize, u64> = volume.received.iter().collect();
                 assert_eq!(got, b, "{expr} P={procs}: step on tensor {tensor}");
                 for (r, w) in b {
                     *total.entry(r).or_default() += w;
                 }
             }
         }
-        let pred: BTreeMap<usize, u64> = p.prediction.received.iter().copied().collect();
+        let pred: BTreeMap<usize, u64> = p.prediction.received.iter().collect();
         assert_eq!(pred, total, "{expr}: totals");
         assert_eq!(
             p.prediction.max_per_rank,

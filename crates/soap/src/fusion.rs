@@ -6,7 +6,7 @@
 
 use crate::{bound_group, check_memory, Access, FusedGroup, Fusion, Sdg, SoapError};
 use deinsum_expr::Index;
-use deinsum_path::ContractionTree;
+use deinsum_path::{ContractionTree, StepId};
 use std::collections::BTreeMap;
 
 /// At most this many fusable edges: enumerate every partition.
@@ -254,7 +254,7 @@ pub(crate) fn build_group(
     steps: &[usize],
     s: f64,
 ) -> Result<FusedGroup, SoapError> {
-    let internal: Vec<usize> = steps.iter().map(|&st| tree.num_inputs + st).collect();
+    let internal: Vec<_> = steps.iter().map(|&st| tree.node_of(StepId(st))).collect();
     // External inputs in the order the group reads them: the root's operands in order, an
     // internal operand expanded in place (so the MTTKRP group reads `ijk,ja,ka`).
     let mut inputs: Vec<Access> = Vec::new();
@@ -269,13 +269,12 @@ pub(crate) fn build_group(
         }
         stack.push((st, k + 1));
         let op = step.operands[k];
-        if internal.contains(&op) {
-            stack.push((op - tree.num_inputs, 0));
-        } else {
-            inputs.push(Access {
-                node: op,
+        match tree.step_of(op).filter(|_| internal.contains(&op)) {
+            Some(child) => stack.push((child.index(), 0)),
+            None => inputs.push(Access {
+                node: op.index(),
                 indices: step.operand_indices[k].clone(),
-            });
+            }),
         }
     }
     let root = last;
@@ -299,7 +298,7 @@ pub(crate) fn build_group(
         }
     }
     let output = Access {
-        node: tree.num_inputs + root,
+        node: tree.node_of(StepId(root)).index(),
         indices: tree.steps[root].output.clone(),
     };
     let extents: BTreeMap<Index, usize> = indices

@@ -3,7 +3,7 @@
 
 use crate::SoapError;
 use deinsum_expr::Index;
-use deinsum_path::ContractionTree;
+use deinsum_path::{ContractionTree, NodeId, StepId};
 use petgraph::graph::{DiGraph, NodeIndex};
 
 /// A tensor of the SDG: an einsum input or a step's result.
@@ -55,7 +55,7 @@ impl Sdg {
         let mut children = vec![Vec::new(); n];
         let mut consumer = vec![None; n];
         for (s, st) in tree.steps.iter().enumerate() {
-            let id = tree.num_inputs + s;
+            let id = tree.node_of(StepId(s)).index();
             let v = graph.add_node(SdgNode {
                 node: id,
                 step: Some(s),
@@ -63,10 +63,10 @@ impl Sdg {
             });
             vertex.push(v);
             for &op in &st.operands {
-                graph.add_edge(vertex[op], v, SdgEdge { step: s });
-                if op >= tree.num_inputs {
-                    children[s].push(op - tree.num_inputs);
-                    consumer[op - tree.num_inputs] = Some(s);
+                graph.add_edge(vertex[op.index()], v, SdgEdge { step: s });
+                if let Some(child) = tree.step_of(op) {
+                    children[s].push(child.index());
+                    consumer[child.index()] = Some(s);
                 }
             }
         }
@@ -134,10 +134,10 @@ fn validate(tree: &ContractionTree) -> Result<(), SoapError> {
             tree.num_inputs
         ));
     }
-    let total = tree.num_inputs + tree.steps.len();
+    let total = tree.num_nodes();
     let mut used = vec![false; total];
     for (s, st) in tree.steps.iter().enumerate() {
-        let id = tree.num_inputs + s;
+        let id: NodeId = tree.node_of(StepId(s));
         if st.operands.is_empty() || st.operands.len() > 2 {
             return bad(format!("step {s} has {} operands", st.operands.len()));
         }
@@ -153,10 +153,10 @@ fn validate(tree: &ContractionTree) -> Result<(), SoapError> {
                     "step {s} reads node {op}, which is not computed before it"
                 ));
             }
-            if used[op] {
+            if used[op.index()] {
                 return bad(format!("node {op} is consumed twice"));
             }
-            used[op] = true;
+            used[op.index()] = true;
             let want = tree.node_indices(op);
             let got = &st.operand_indices[k];
             let same = got.len() == want.len() && got.iter().all(|c| want.contains(c));

@@ -1,6 +1,6 @@
 //! Fusion partitions: legality, the exhaustive search against the tree DP, errors.
 
-use deinsum_path::{ContractionTree, Step};
+use deinsum_path::{ContractionTree, NodeId, Step, StepId};
 use deinsum_soap::{analyze, analyze_with, SearchMode, SoapError};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -11,7 +11,7 @@ fn v(s: &str) -> Vec<char> {
 
 fn step(ops: &[usize], ins: &[&str], out: &str) -> Step {
     Step {
-        operands: ops.to_vec(),
+        operands: ops.iter().copied().map(NodeId).collect(),
         operand_indices: ins.iter().map(|s| v(s)).collect(),
         output: v(out),
     }
@@ -99,7 +99,7 @@ fn errors_name_the_problem() {
     t.extents.remove(&'k');
     assert_eq!(analyze(&t, 10.0), Err(SoapError::MissingExtent('k')));
     let mut t = good.clone();
-    t.steps[0].operands = vec![0, 0];
+    t.steps[0].operands = vec![NodeId(0), NodeId(0)];
     assert!(matches!(analyze(&t, 10.0), Err(SoapError::InvalidTree(m)) if m.contains("twice")));
     let mut t = good.clone();
     t.steps[0].output = v("iq");
@@ -156,11 +156,11 @@ fn random_tree(
             }
         }
         steps.push(Step {
-            operands: vec![ia.0, ib.0],
+            operands: vec![NodeId(ia.0), NodeId(ib.0)],
             operand_indices: vec![ia.1, ib.1],
             output: out.clone(),
         });
-        let id = n + steps.len() - 1;
+        let id = NodeId::of_step(n, StepId(steps.len() - 1)).index();
         let (hi, lo) = (i.max(j), i.min(j));
         live.remove(hi);
         live.remove(lo);
@@ -200,8 +200,8 @@ proptest! {
         for g in &fe.groups {
             for &st in &g.steps {
                 for &op in &t.steps[st].operands {
-                    if op >= t.num_inputs && g.steps.contains(&(op - t.num_inputs)) {
-                        prop_assert!(t.steps[op - t.num_inputs].summed().is_empty());
+                    if let Some(s) = t.step_of(op).filter(|s| g.steps.contains(&s.index())) {
+                        prop_assert!(t.steps[s.index()].summed().is_empty());
                     }
                 }
             }
@@ -230,7 +230,7 @@ fn dp_handles_long_khatri_rao_chains() {
     for (k, c) in bs.iter().enumerate().skip(1) {
         let out = format!("{}{}a", &acc[..acc.len() - 1], c);
         steps.push(Step {
-            operands: vec![acc_node, k],
+            operands: vec![NodeId(acc_node), NodeId(k)],
             operand_indices: vec![v(&acc), v(&format!("{c}a"))],
             output: v(&out),
         });
@@ -238,7 +238,7 @@ fn dp_handles_long_khatri_rao_chains() {
         acc = out;
     }
     steps.push(Step {
-        operands: vec![acc_node, n - 1],
+        operands: vec![NodeId(acc_node), NodeId(n - 1)],
         operand_indices: vec![v(&acc), v(&x)],
         output: v("za"),
     });
@@ -287,7 +287,9 @@ fn random_trees_exercise_fusion() {
         let extents: Vec<usize> = (0..7).map(|_| 2 + rnd(58)).collect();
         let t = random_tree(leaves, picks, keep, extents);
         let fusable = (0..t.steps.len())
-            .filter(|&s| t.consumer(t.num_inputs + s).is_some() && t.steps[s].summed().is_empty())
+            .filter(|&s| {
+                t.consumer(t.node_of(StepId(s))).is_some() && t.steps[s].summed().is_empty()
+            })
             .count();
         if fusable > 0 {
             with_fusable += 1;

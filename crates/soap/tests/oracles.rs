@@ -103,7 +103,7 @@ fn mttkrp_order_n_fused() {
 
 fn step(ops: &[usize], ins: &[&str], out: &str) -> Step {
     Step {
-        operands: ops.to_vec(),
+        operands: ops.iter().copied().map(deinsum_path::NodeId).collect(),
         operand_indices: ins.iter().map(|s| v(s)).collect(),
         output: v(out),
     }

@@ -12,8 +12,8 @@ pub struct Args {
     pub expr: String,
     #[command(flatten)]
     pub extents: super::ExtentArgs,
-    /// Search strategy: auto, greedy, optimal, branch (= branch-2), branch-all, branch-1, dp.
-    #[arg(long = "optimize", value_name = "NAME", default_value = "auto")]
+    /// Search strategy (one of `deinsum_path::STRATEGIES`; the help lists them).
+    #[arg(long = "optimize", value_name = "NAME", default_value = "auto", help = strategy_help())]
     pub optimize: String,
     /// Largest allowed intermediate (and output), in elements.
     #[arg(long = "memory-limit", value_name = "N")]
@@ -21,6 +21,11 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = super::Format::Text)]
     pub format: super::Format,
+}
+
+/// The `--optimize` help, from the path crate's one table of names.
+fn strategy_help() -> String {
+    format!("Search strategy: {}", deinsum_path::strategy_list())
 }
 
 /// Parses `--memory-limit`: a positive whole number of elements.

@@ -1,7 +1,6 @@
 //! `deinsum plan`: build the distributed plan for P ranks and print it (text or JSON).
 
-use deinsum_plan::{Distribution, Grid, MoveKind, Plan, PlanError, PlanOptions, PlanStep};
-use std::fmt::Write as _;
+use deinsum_plan::{Distribution, Grid, MoveKind, Plan, PlanError, PlanOptions};
 use std::process::ExitCode;
 
 /// Arguments of `deinsum plan`.
@@ -112,7 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let text = match args.format {
         PlanFormat::Json => format!("{json}\n"),
-        PlanFormat::Text => render_text(plan, &args.optimize) + &render_choice(&choice),
+        PlanFormat::Text => format!("{}{choice}", plan.display(&args.optimize)),
         PlanFormat::Dot => render_dot(plan)?,
     };
     let mut out = std::io::stdout().lock();
@@ -123,404 +122,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The candidate paths the planner weighed, the one kept and the runner-up with the margin.
+/// The candidate paths the planner weighed, the one kept and the runner-up with the margin
+/// (the [`Display`](std::fmt::Display) of [`deinsum_plan::choose::Choice`]).
 pub fn render_choice(c: &deinsum_plan::choose::Choice) -> String {
-    let mut o = String::new();
-    let unit = match c.objective {
-        deinsum_plan::Objective::Time => "s predicted",
-        deinsum_plan::Objective::Volume => "words max/rank",
-        deinsum_plan::Objective::Flops => "flops",
-    };
-    let _ = writeln!(
-        o,
-        "objective {}: {} candidate path(s) planned",
-        c.objective.name(),
-        c.candidates.len()
-    );
-    for (k, x) in c.candidates.iter().enumerate() {
-        let _ = writeln!(
-            o,
-            "  {} {:<8} {:?}  flops {:.4e}  predicted {:.6} s  words max/rank {}",
-            if k == c.chosen { "*" } else { " " },
-            x.origin,
-            x.path,
-            x.flops,
-            x.seconds,
-            x.words
-        );
-    }
-    match c.runner_up {
-        Some(r) => {
-            let (a, b) = (c.score(c.chosen), c.score(r));
-            let margin = if a > 0.0 { b / a } else { f64::INFINITY };
-            let _ = writeln!(
-                o,
-                "runner-up: {} {:?}, {} vs {} {} ({:.3}x)",
-                c.candidates[r].origin,
-                c.candidates[r].path,
-                fmt_score(b),
-                fmt_score(a),
-                unit,
-                margin
-            );
-        }
-        None => {
-            let _ = writeln!(o, "runner-up: none (one candidate path)");
-        }
-    }
-    o
+    c.to_string()
 }
 
-/// A score in a short form (seconds and counts alike).
-fn fmt_score(x: f64) -> String {
-    format!("{x:.4e}")
-}
-
-/// What a move is, in words: `all-gather along k`, `all-to-all`.
+/// What a move is, in words: `all-gather along k2`, `all-to-all` ([`MoveKind::display`]).
 pub fn kind_text(kind: &MoveKind, grid: &Grid) -> String {
-    let along = |dims: &[usize]| -> String {
-        let names: Vec<String> = dims
-            .iter()
-            .filter_map(|&g| grid.dims.get(g))
-            .map(|d| format!("{}{}", d.index, d.size))
-            .collect();
-        if names.is_empty() {
-            String::new()
-        } else {
-            format!(" along {}", names.join(" "))
-        }
-    };
-    match kind {
-        MoveKind::Local => "local copy".into(),
-        MoveKind::AllGather { dims } => format!("all-gather{}", along(dims)),
-        MoveKind::ReduceScatter { dims } => format!("reduce-scatter{}", along(dims)),
-        MoveKind::AllReduce { dims } => format!("all-reduce{}", along(dims)),
-        MoveKind::Reduce => "reduce to one rank".into(),
-        MoveKind::Gather => "gather to one rank".into(),
-        MoveKind::Broadcast => "broadcast".into(),
-        MoveKind::Permute => "permutation".into(),
-        MoveKind::AllToAll => "all-to-all".into(),
-    }
+    kind.display(grid).to_string()
 }
 
-/// A distribution in one line: `[i/2 k/2] rep j2` (split sizes per tensor index, then the
-/// replicating and partial grid dims).
+/// A distribution in one line: `[i/2 k/2] rep j2 on 8 ranks` ([`Distribution::display`]).
 pub fn describe(d: &Distribution, indices: &[char]) -> String {
-    if d.grid.dims.is_empty() {
-        return "whole on rank 0".to_string();
-    }
-    let mut used = vec![false; d.grid.dims.len()];
-    let parts: Vec<String> = indices
-        .iter()
-        .zip(&d.split)
-        .map(|(c, dims)| {
-            for &g in dims {
-                used[g] = true;
-            }
-            let sizes: Vec<String> = dims
-                .iter()
-                .filter(|&&g| d.grid.dims[g].size > 1)
-                .map(|&g| d.grid.dims[g].size.to_string())
-                .collect();
-            match sizes.len() {
-                0 => c.to_string(),
-                1 => format!("{c}/{}", sizes[0]),
-                _ => format!("{c}/({})", sizes.join("*")),
-            }
-        })
-        .collect();
-    let mut s = format!("[{}]", parts.join(" "));
-    for &g in &d.partial {
-        used[g] = true;
-    }
-    let rep: Vec<String> = (0..d.grid.dims.len())
-        .filter(|&g| !used[g] && d.grid.dims[g].size > 1)
-        .map(|g| format!("{}{}", d.grid.dims[g].index, d.grid.dims[g].size))
-        .collect();
-    if !rep.is_empty() {
-        let _ = write!(s, " rep {}", rep.join(" "));
-    }
-    let par: Vec<String> = d
-        .partial
-        .iter()
-        .filter(|&&g| d.grid.dims[g].size > 1)
-        .map(|&g| format!("{}{}", d.grid.dims[g].index, d.grid.dims[g].size))
-        .collect();
-    if !par.is_empty() {
-        let _ = write!(s, " partial {}", par.join(" "));
-    }
-    let _ = write!(s, " on {} ranks", d.grid.size());
-    s
+    d.display(indices).to_string()
 }
 
-/// The human-readable plan.
+/// The human-readable plan ([`Plan::display`]); the Python binding prints it too.
 pub fn render_text(plan: &Plan, strategy: &str) -> String {
-    let mut o = String::new();
-    let ext: Vec<String> = plan
-        .einsum
-        .extents
-        .iter()
-        .map(|(c, n)| format!("{c}={n}"))
-        .collect();
-    let _ = writeln!(
-        o,
-        "plan for {}   extents {}",
-        plan.expression,
-        ext.join(",")
-    );
-    let _ = writeln!(
-        o,
-        "ranks P = {}, memory per rank {}, inputs {}",
-        plan.procs,
-        match (plan.mem, plan.mem_total) {
-            (Some(s), None) => format!("{s} words"),
-            (None, None) => "unlimited".into(),
-            (s, Some(t)) => format!(
-                "{}, {t} words with message buffers",
-                s.map_or("data unlimited".into(), |s| format!("{s} words of data"))
-            ),
-        },
-        if plan.inputs_in_place {
-            "in place (already in their groups' distributions)"
-        } else {
-            "in the canonical distribution (C-order blocks, first index over the ranks)"
-        }
-    );
-    let _ = writeln!(o, "path ({strategy}): {:?}", plan.path);
-    render_groups(&mut o, plan);
-    render_steps(&mut o, plan);
-    render_totals(&mut o, plan);
-    o
-}
-
-/// The groups: grid, SOAP bound and phases of each.
-fn render_groups(o: &mut String, plan: &Plan) {
-    for (gi, g) in plan.groups.iter().enumerate() {
-        let steps: Vec<String> = g
-            .group
-            .steps
-            .iter()
-            .map(|&s| plan.tree.steps[s].einsum_string())
-            .collect();
-        let grid: Vec<String> = g
-            .grid
-            .dims
-            .iter()
-            .map(|d| format!("{}={}", d.index, d.size))
-            .collect();
-        let _ = writeln!(
-            o,
-            "group {gi}: {}  (steps {})",
-            g.group.einsum_string(),
-            steps.join("; ")
-        );
-        let _ = writeln!(
-            o,
-            "  grid ({}) on {} ranks; {} admissible grids considered; max multiply-adds/rank {:.0}",
-            grid.join(", "),
-            g.grid.size(),
-            g.candidates_considered,
-            g.max_flops_per_rank
-        );
-        let _ = writeln!(
-            o,
-            "  SOAP bound/rank {:.1} (memory-independent {:.1}, memory-dependent {:.1}); predicted moves in and reduction out: {} words on the busiest rank",
-            g.bound_memory_independent.max(g.bound_memory_dependent),
-            g.bound_memory_independent,
-            g.bound_memory_dependent,
-            g.predicted_max_per_rank
-        );
-        let pipelined = deinsum_plan::overlap::is_pipelined(plan, gi);
-        match &g.phases {
-            Some(ph) if ph.overlap => {
-                let _ = writeln!(
-                    o,
-                    "  in {} phases along {} to overlap communication with computation: {} inputs are fetched window by window from where their move would start, each phase's windows in flight while the phase before computes",
-                    ph.count,
-                    ph.index,
-                    ph.resting.len()
-                );
-            }
-            _ => {}
-        }
-        if let Some(ph) = g.phases.as_ref().filter(|ph| !ph.overlap) {
-            let copies: usize = g
-                .grid
-                .dims
-                .iter()
-                .filter(|d| d.index == ph.index)
-                .map(|d| d.size)
-                .product();
-            let _ = writeln!(
-                o,
-                "  in {} phases along {} (blocks over the memory budget; the summed index is split {} ways, so its partial sums come in {} copies): {} inputs rest without replicas and fetch one window per phase",
-                ph.count,
-                ph.index,
-                copies,
-                copies,
-                ph.resting.len()
-            );
-            if pipelined {
-                let _ = writeln!(
-                    o,
-                    "  each phase fetches the next phase's windows while it computes (double buffering)"
-                );
-            }
-        }
-    }
-}
-
-/// The steps in order, with each move's pattern and words.
-fn render_steps(o: &mut String, plan: &Plan) {
-    let _ = writeln!(o, "steps:");
-    let name = |id: usize| tensor_name(plan, id);
-    let idx = |id: usize| tensor_indices(plan, id);
-    for (k, s) in plan.steps.iter().enumerate() {
-        match s {
-            PlanStep::Load { tensor, dist } => {
-                let _ = writeln!(
-                    o,
-                    "  {k:>3} load {}  {}",
-                    name(*tensor),
-                    describe(dist, &idx(*tensor))
-                );
-            }
-            PlanStep::Redistribute {
-                tensor,
-                from,
-                to,
-                sum,
-                pattern,
-                volume,
-            } => {
-                let _ = writeln!(
-                    o,
-                    "  {k:>3} {} {}  {}  ->  {}\n        {}, words received: max/rank {}, total {}",
-                    if *sum { "reduce" } else { "move" },
-                    name(*tensor),
-                    describe(from, &idx(*tensor)),
-                    describe(to, &idx(*tensor)),
-                    kind_text(pattern, &from.grid),
-                    volume.max_per_rank,
-                    volume.total
-                );
-            }
-            PlanStep::Compute { group } => {
-                let _ = writeln!(o, "  {k:>3} compute group {group}");
-            }
-            PlanStep::ComputePhase {
-                group,
-                phase,
-                fetch,
-                prefetch,
-                volume,
-            } => {
-                let list = |fs: &[deinsum_plan::Fetch]| {
-                    let names: Vec<String> = fs.iter().map(|f| name(f.tensor)).collect();
-                    let kinds: Vec<String> = fs
-                        .iter()
-                        .map(|f| kind_text(&f.pattern, &f.from.grid))
-                        .collect();
-                    format!("{} ({}", names.join(", "), kinds.join(", "))
-                };
-                let words = format!(
-                    "words received: max/rank {}, total {}",
-                    volume.max_per_rank, volume.total
-                );
-                let what = match (fetch.is_empty(), prefetch.is_empty()) {
-                    (false, true) => format!("fetch {}, {words})", list(fetch)),
-                    (true, true) => format!(
-                        "its windows were prefetched by phase {}",
-                        phase.saturating_sub(1)
-                    ),
-                    (true, false) => format!(
-                        "prefetch {}) for phase {} while computing, {words}",
-                        list(prefetch),
-                        phase + 1
-                    ),
-                    (false, _) => format!(
-                        "fetch {}); prefetch {}) for phase {} while computing, {words}",
-                        list(fetch),
-                        list(prefetch),
-                        phase + 1
-                    ),
-                };
-                let _ = writeln!(o, "  {k:>3} compute group {group} phase {phase}: {what}");
-            }
-            PlanStep::Free { tensor } => {
-                let _ = writeln!(o, "  {k:>3} free {}", name(*tensor));
-            }
-        }
-    }
-}
-
-/// `T0 (ij)`: a tensor's name and indices.
-fn tensor_name(plan: &Plan, id: usize) -> String {
-    plan.tensor(id)
-        .map(|t| format!("{} ({})", t.name, t.indices.iter().collect::<String>()))
-        .unwrap_or_else(|| format!("#{id}"))
-}
-
-/// A tensor's indices (none when unknown).
-fn tensor_indices(plan: &Plan, id: usize) -> Vec<char> {
-    plan.tensor(id)
-        .map(|t| t.indices.clone())
-        .unwrap_or_default()
-}
-
-/// The predicted totals, the output and the idle ranks.
-fn render_totals(o: &mut String, plan: &Plan) {
-    let name = |id: usize| tensor_name(plan, id);
-    let idx = |id: usize| tensor_indices(plan, id);
-    let p = &plan.prediction;
-    let _ = writeln!(
-        o,
-        "predicted words received: max/rank {}, total {} (max sent/rank {})",
-        p.max_per_rank, p.total, p.max_sent_per_rank
-    );
-    let _ = writeln!(
-        o,
-        "per-rank I/O (words of a rank's blocks of every group's inputs and output) {}   SOAP per-rank bound {:.1}   ratio {:.3}",
-        p.touched_per_rank, p.bound_per_rank, p.ratio
-    );
-    let steps: Vec<String> = p
-        .step_seconds
-        .iter()
-        .enumerate()
-        .filter(|(_, &t)| t > 0.0)
-        .map(|(k, t)| format!("{k}: {:.3} ms", t * 1e3))
-        .collect();
-    let _ = writeln!(
-        o,
-        "predicted time: {:.6} s on {} (per step {})",
-        p.seconds,
-        if p.machine.is_empty() {
-            "no machine model"
-        } else {
-            &p.machine
-        },
-        if steps.is_empty() {
-            "-".to_string()
-        } else {
-            steps.join(", ")
-        }
-    );
-    let _ = writeln!(
-        o,
-        "peak memory: max {} words per rank ({} with message buffers)",
-        p.max_peak_memory, p.max_peak_memory_with_buffers
-    );
-    let _ = writeln!(
-        o,
-        "output {}: {}",
-        name(plan.output.0),
-        describe(&plan.output.1, &idx(plan.output.0))
-    );
-    let _ = writeln!(
-        o,
-        "idle ranks: {}",
-        plan.idle.clone().unwrap_or_else(|| "none".into())
-    );
+    plan.display(strategy).to_string()
 }
 
 /// The plan's contraction tree and its SDG as two Graphviz digraphs (petgraph's `Dot`): in the
@@ -551,7 +171,7 @@ pub fn render_dot(plan: &Plan) -> anyhow::Result<String> {
             st.einsum_string()
         ));
         for &op in &st.operands {
-            g.add_edge(v[op], node, String::new());
+            g.add_edge(v[op.index()], node, String::new());
         }
         v.push(node);
     }

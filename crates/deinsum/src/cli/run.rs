@@ -1,14 +1,13 @@
 //! `deinsum run`: plan an einsum, run it on P ranks, report measured against predicted.
 
 use super::{Format, InputError};
+use crate::report::{Check, ElementType, ReferenceError, RunContext, RunSummary};
 use anyhow::Context;
-use deinsum_exec::reference::{iteration_space, max_error, naive_seeded, tree_reference};
 use deinsum_exec::{
     execute_measured, gather_reports, Communicator, ExecError, ExecOptions, Inputs, RunReport,
-    Scalar, StepKind,
+    Scalar,
 };
 use deinsum_plan::Plan;
-use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -479,12 +478,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let page = super::html::run_page(plan, &extras, &outcome.reports);
         super::html::write_file(path, &page)?;
     }
-    let summary = Summary::new(plan, &outcome.reports, args.dtype, &predicted);
+    let context = RunContext {
+        backend: backend_of(&args).unwrap_or(Backend::Local).into(),
+        dtype: args.dtype.into(),
+        warmup: args.warmup,
+    };
+    let summary = RunSummary::new(plan, &outcome.reports, &predicted, context).with_check(check);
     match args.format {
-        Format::Text => print_text(plan, &summary, &args, check.as_ref()),
-        Format::Json => print_json(plan, &summary, &args, check.as_ref())?,
+        Format::Text => print!("{summary}"),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&summary)?),
     }
-    if let Some(c) = &check {
+    if let Some(c) = &summary.check {
         if !c.pass {
             return Ok(ExitCode::from(1));
         }
@@ -502,389 +506,35 @@ fn predicted_seconds(plan: &Plan, args: &Args) -> anyhow::Result<Vec<f64>> {
     Ok(plan.prediction.step_seconds.clone())
 }
 
-/// The serial comparison.
-struct Check {
-    method: &'static str,
-    max_abs: f64,
-    max_rel: f64,
-    tolerance: f64,
-    pass: bool,
-}
-
-/// Iteration spaces up to this size are checked with the naive loop nest.
-const NAIVE_MAX_POINTS: f64 = 2e7;
-
+/// The gathered output against the serial reference of the same inputs (the library's check
+/// policy: [`Check::against_reference`]).
 fn check_result(plan: &Plan, args: &Args, got: &[f64]) -> anyhow::Result<Check> {
-    let e = &plan.einsum;
-    // The serial reference holds whole tensors: a refused allocation is an error naming it.
-    let refused = |o: deinsum_exec::pool::OutOfMemory| {
-        let what = o
-            .tensor
-            .and_then(|id| plan.tensor(id).map(|t| t.name.clone()))
-            .or_else(|| o.tensor.map(|id| format!("tree node {id}")))
-            .unwrap_or_else(|| "a tensor".into());
-        anyhow::anyhow!("the serial reference of --check: {what}: {o}")
+    let checked = match args.dtype {
+        Dtype::F64 => Check::against_reference(plan, &inputs_of::<f64>(args), got),
+        Dtype::F32 => Check::against_reference(plan, &inputs_of::<f32>(args), got),
     };
-    let (method, want) = match &input_paths(args) {
-        None if iteration_space(e) <= NAIVE_MAX_POINTS => {
-            ("naive loop nest", naive_seeded(e, args.seed))
+    checked.map_err(|e| match e {
+        e @ ReferenceError::OutOfMemory { .. } => {
+            anyhow::Error::new(e).context("the serial reference of --check")
         }
-        None => {
-            let leaves = (0..e.inputs.len())
-                .map(|k| {
-                    deinsum_exec::reference::seeded_leaf(e, k, args.seed)
-                        .map_err(|o| refused(o.for_tensor(k)))
-                })
-                .collect::<anyhow::Result<_>>()?;
-            (
-                "serial contraction tree",
-                tree_reference(e, &plan.tree, leaves).map_err(refused)?,
-            )
-        }
-        Some(paths) => {
-            let mut leaves = Vec::new();
-            for (k, p) in paths.iter().enumerate() {
-                leaves.push(read_leaf(e, k, p, args.dtype)?);
-            }
-            (
-                "serial contraction tree",
-                tree_reference(e, &plan.tree, leaves).map_err(refused)?,
-            )
-        }
-    };
-    let (max_abs, max_rel) = max_error(got, &want);
-    let tolerance = match args.dtype {
-        Dtype::F64 => 1e-10,
-        Dtype::F32 => 1e-4,
-    };
-    Ok(Check {
-        method,
-        max_abs,
-        max_rel,
-        tolerance,
-        pass: max_rel <= tolerance,
+        other => other.into(),
     })
 }
 
-fn read_leaf(
-    e: &deinsum_expr::Einsum,
-    k: usize,
-    path: &std::path::Path,
-    dtype: Dtype,
-) -> anyhow::Result<deinsum_exec::kernels::LocalTensor<f64>> {
-    let op = &e.inputs[k];
-    let shape: Vec<usize> = op.indices.iter().map(|&c| e.extent(c)).collect();
-    let b = deinsum_plan::Block::full(&shape);
-    let data: Vec<f64> = match dtype {
-        Dtype::F64 => deinsum_exec::npy::read_operand_block::<f64>(path, op, &e.extents, &b)?,
-        Dtype::F32 => deinsum_exec::npy::read_operand_block::<f32>(path, op, &e.extents, &b)?
-            .into_iter()
-            .map(f64::from)
-            .collect(),
-    };
-    Ok(deinsum_exec::kernels::LocalTensor {
-        indices: op.indices.clone(),
-        ranges: b.ranges.to_vec(),
-        data,
-    })
-}
-
-/// One plan step over all ranks: measured beside predicted.
-struct StepRow {
-    step: usize,
-    kind: Option<StepKind>,
-    tensor: String,
-    /// Median over the timed runs of the slowest rank's time.
-    seconds: f64,
-    /// Minimum over the timed runs of the slowest rank's time.
-    seconds_min: f64,
-    measured_max: u64,
-    measured_total: u64,
-    predicted_max: u64,
-    predicted_total: u64,
-    exact: bool,
-    /// The plan's predicted seconds of the step.
-    predicted_seconds: f64,
-}
-
-/// Figures over all ranks.
-struct Summary {
-    rows: Vec<StepRow>,
-    seconds: f64,
-    /// Per timed run, the steps but loads (each its slowest rank's time), summed.
-    contraction: Vec<f64>,
-    load_seconds: f64,
-    madds: f64,
-    gflops: f64,
-    threads: usize,
-    measured_total: u64,
-    predicted_total: u64,
-    measured_max_per_rank: u64,
-    predicted_max_per_rank: u64,
-    exact: bool,
-    peak_words: u64,
-    peak_words_with_buffers: u64,
-    predicted_peak_words: u64,
-    predicted_peak_words_with_buffers: u64,
-    dtype: Dtype,
-}
-
-impl Summary {
-    fn new(plan: &Plan, reports: &[RunReport], dtype: Dtype, predicted: &[f64]) -> Self {
-        let mut rows = Vec::new();
-        let mut contraction: Vec<f64> = Vec::new();
-        let mut exact_all = true;
-        for (i, step) in plan.steps.iter().enumerate() {
-            let ms: Vec<_> = reports.iter().filter_map(|r| r.steps.get(i)).collect();
-            // Per timed run, the slowest rank.
-            let runs = ms.iter().map(|m| m.samples.len()).max().unwrap_or(0);
-            let per_run: Vec<f64> = (0..runs)
-                .map(|r| {
-                    ms.iter()
-                        .filter_map(|m| m.samples.get(r))
-                        .fold(0.0, |a, &b| f64::max(a, b))
-                })
-                .collect();
-            // Placing and dropping the caller's operands is not the contraction (numpy's time
-            // does not include making or freeing its operands either).
-            let input = |t: Option<usize>| {
-                t.and_then(|t| plan.tensor(t))
-                    .is_some_and(|t| matches!(t.kind, deinsum_plan::TensorKind::Input(_)))
-            };
-            let counted = ms.first().is_some_and(|m| {
-                m.kind != StepKind::Load && !(m.kind == StepKind::Free && input(m.tensor))
-            });
-            if counted {
-                contraction.resize(runs.max(contraction.len()), 0.0);
-                for (c, x) in contraction.iter_mut().zip(&per_run) {
-                    *c += x;
-                }
-            }
-            let measured_max = ms.iter().map(|m| m.received).max().unwrap_or(0);
-            let measured_total = ms.iter().map(|m| m.received).sum();
-            let (predicted_max, predicted_total) =
-                step.volume().map_or((0, 0), |v| (v.max_per_rank, v.total));
-            let exact = ms
-                .iter()
-                .all(|m| m.sent == m.predicted_sent && m.received == m.predicted_received);
-            exact_all &= exact;
-            let tid = ms.first().and_then(|m| m.tensor);
-            rows.push(StepRow {
-                step: i,
-                kind: ms.first().map(|m| m.kind),
-                tensor: tid
-                    .and_then(|t| plan.tensor(t))
-                    .map(|t| t.name.clone())
-                    .unwrap_or_default(),
-                seconds: median(&per_run),
-                seconds_min: per_run.iter().copied().fold(f64::INFINITY, f64::min),
-                measured_max,
-                measured_total,
-                predicted_max,
-                predicted_total,
-                exact,
-                predicted_seconds: predicted.get(i).copied().unwrap_or(0.0),
-            });
-        }
-        let seconds = reports.iter().map(|r| r.seconds).fold(0.0, f64::max);
-        let madds: f64 = reports.iter().map(|r| r.madds).sum();
-        let per_rank_received = |r: &RunReport| r.steps.iter().map(|m| m.received).sum::<u64>();
-        Summary {
-            seconds,
-            contraction: contraction.clone(),
-            load_seconds: reports.iter().map(|r| r.load_seconds).fold(0.0, f64::max),
-            madds,
-            // The rate of the contraction (median run), not of reading the inputs.
-            gflops: if median(&contraction) > 0.0 {
-                2.0 * madds / median(&contraction) / 1e9
-            } else {
-                0.0
-            },
-            threads: reports.first().map_or(1, |r| r.threads),
-            measured_total: rows.iter().map(|r| r.measured_total).sum(),
-            predicted_total: rows.iter().map(|r| r.predicted_total).sum(),
-            measured_max_per_rank: reports.iter().map(per_rank_received).max().unwrap_or(0),
-            predicted_max_per_rank: plan.prediction.max_per_rank,
-            exact: exact_all,
-            peak_words: reports.iter().map(|r| r.peak_words).max().unwrap_or(0),
-            peak_words_with_buffers: reports
-                .iter()
-                .map(|r| r.peak_words_with_buffers)
-                .max()
-                .unwrap_or(0),
-            predicted_peak_words: plan.prediction.max_peak_memory,
-            predicted_peak_words_with_buffers: plan.prediction.max_peak_memory_with_buffers,
-            rows,
-            dtype,
+impl From<Dtype> for ElementType {
+    fn from(d: Dtype) -> Self {
+        match d {
+            Dtype::F64 => ElementType::F64,
+            Dtype::F32 => ElementType::F32,
         }
     }
 }
 
-fn print_text(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) {
-    println!(
-        "{}  extents {}  on {} ranks ({}, {:?})",
-        plan.expression,
-        plan.einsum
-            .extents
-            .iter()
-            .map(|(c, n)| format!("{c}={n}"))
-            .collect::<Vec<_>>()
-            .join(","),
-        plan.procs,
-        match backend_of(args).unwrap_or(Backend::Local) {
-            Backend::Local => "in-process",
-            Backend::Mpi => "MPI",
-        },
-        s.dtype
-    );
-    println!(
-        "{:>4}  {:<12} {:<8} {:>10} {:>10} {:>10}  {:>24}  {:>24}",
-        "step",
-        "kind",
-        "tensor",
-        "min [ms]",
-        "med [ms]",
-        "pred [ms]",
-        "words max/rank meas/pred",
-        "words total meas/pred"
-    );
-    for r in &s.rows {
-        let moved = r.kind == Some(StepKind::Redistribute);
-        println!(
-            "{:>4}  {:<12} {:<8} {:>10.3} {:>10.3} {:>10.3}  {:>24}  {:>24}  {}",
-            r.step,
-            r.kind.map_or("", StepKind::name),
-            r.tensor,
-            r.seconds_min * 1e3,
-            r.seconds * 1e3,
-            r.predicted_seconds * 1e3,
-            if moved {
-                format!("{} / {}", r.measured_max, r.predicted_max)
-            } else {
-                String::new()
-            },
-            if moved {
-                format!("{} / {}", r.measured_total, r.predicted_total)
-            } else {
-                String::new()
-            },
-            if r.exact { "" } else { "DIFFERS from the plan" }
-        );
-    }
-    println!(
-        "contraction (all steps but loads and frees of inputs, per step the slowest rank): min {:.3} ms, median {:.3} ms over {} run(s) after {} warm-up; {} thread(s) per rank; inputs read in {:.3} ms",
-        s.contraction.iter().copied().fold(f64::INFINITY, f64::min) * 1e3,
-        median(&s.contraction) * 1e3,
-        s.contraction.len(),
-        args.warmup,
-        s.threads,
-        s.load_seconds * 1e3
-    );
-    let predicted: f64 = s.rows.iter().map(|r| r.predicted_seconds).sum();
-    println!(
-        "predicted {:.3} ms against measured median {:.3} ms (measured/predicted {:.2}) on {}",
-        predicted * 1e3,
-        median(&s.contraction) * 1e3,
-        if predicted > 0.0 {
-            median(&s.contraction) / predicted
-        } else {
-            0.0
-        },
-        if plan.prediction.machine.is_empty() {
-            "no machine model"
-        } else {
-            &plan.prediction.machine
+impl From<Backend> for crate::report::Backend {
+    fn from(b: Backend) -> Self {
+        match b {
+            Backend::Local => crate::report::Backend::Local,
+            Backend::Mpi => crate::report::Backend::Mpi,
         }
-    );
-    println!(
-        "total: {:.3} ms, {:.3} GFLOP/s ({:.3e} multiply-adds), words moved {} (predicted {}), max per rank {} (predicted {}){}",
-        s.seconds * 1e3,
-        s.gflops,
-        s.madds,
-        s.measured_total,
-        s.predicted_total,
-        s.measured_max_per_rank,
-        s.predicted_max_per_rank,
-        if s.exact { ", every rank exactly as planned" } else { ", MEASURED VOLUME DIFFERS FROM THE PLAN" }
-    );
-    println!(
-        "peak memory per rank: {} words measured ({} with message buffers), {} predicted ({} with message buffers){}",
-        s.peak_words,
-        s.peak_words_with_buffers,
-        s.predicted_peak_words,
-        s.predicted_peak_words_with_buffers,
-        plan.mem
-            .map(|m| format!(", budget {m}"))
-            .unwrap_or_default()
-    );
-    if let Some(c) = check {
-        println!(
-            "check ({}): max abs error {:.3e}, max rel error {:.3e} (tolerance {:.0e}): {}",
-            c.method,
-            c.max_abs,
-            c.max_rel,
-            c.tolerance,
-            if c.pass { "ok" } else { "FAILED" }
-        );
-    }
-}
-
-fn print_json(plan: &Plan, s: &Summary, args: &Args, check: Option<&Check>) -> anyhow::Result<()> {
-    let steps: Vec<_> = s
-        .rows
-        .iter()
-        .map(|r| {
-            json!({
-                "step": r.step, "kind": r.kind.map(StepKind::name), "tensor": r.tensor, "seconds": r.seconds,
-                "seconds_min": r.seconds_min, "seconds_median": r.seconds,
-                "words_max_per_rank": r.measured_max, "predicted_max_per_rank": r.predicted_max,
-                "words_total": r.measured_total, "predicted_total": r.predicted_total,
-                "exact": r.exact, "predicted_seconds": r.predicted_seconds,
-            })
-        })
-        .collect();
-    let v = json!({
-        "expression": plan.expression,
-        "procs": plan.procs,
-        "backend": match backend_of(args).unwrap_or(Backend::Local) { Backend::Local => "local", Backend::Mpi => "mpi" },
-        "dtype": match s.dtype { Dtype::F64 => "f64", Dtype::F32 => "f32" },
-        "steps": steps,
-        "seconds": s.seconds,
-        "repeat": s.contraction.len(),
-        "warmup": args.warmup,
-        "threads": s.threads,
-        "load_seconds": s.load_seconds,
-        "contraction_seconds_min": s.contraction.iter().copied().fold(f64::INFINITY, f64::min),
-        "contraction_seconds_median": median(&s.contraction),
-        "contraction_seconds": s.contraction,
-        "predicted_seconds": s.rows.iter().map(|r| r.predicted_seconds).sum::<f64>(),
-        "multiply_adds": s.madds,
-        "gflops": s.gflops,
-        "words_total": s.measured_total,
-        "predicted_total": s.predicted_total,
-        "words_max_per_rank": s.measured_max_per_rank,
-        "predicted_max_per_rank": s.predicted_max_per_rank,
-        "volume_exact": s.exact,
-        "peak_words": s.peak_words,
-        "peak_words_with_buffers": s.peak_words_with_buffers,
-        "predicted_peak_words": s.predicted_peak_words,
-        "predicted_peak_words_with_buffers": s.predicted_peak_words_with_buffers,
-        "check": check.map(|c| json!({
-            "method": c.method, "max_abs_error": c.max_abs, "max_rel_error": c.max_rel,
-            "tolerance": c.tolerance, "pass": c.pass,
-        })),
-    });
-    println!("{}", serde_json::to_string_pretty(&v)?);
-    Ok(())
-}
-
-/// The median of `xs` (the mean of the middle two for an even count); 0 when empty.
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }

@@ -5,7 +5,7 @@
 use deinsum_exec::reference::{max_error, naive_seeded};
 use deinsum_exec::{execute_measured, ExecOptions, InProcess, Inputs, RunReport, Scalar};
 use deinsum_expr::{Dim, Einsum, Index, Operand};
-use deinsum_path::{ContractionTree, Step};
+use deinsum_path::{ContractionTree, NodeId, Step, StepId};
 use deinsum_plan::{build_from, Plan, PlanOptions};
 use deinsum_soap::{Access, FusedGroup, Fusion, IoBound};
 use std::collections::BTreeMap;
@@ -47,7 +47,7 @@ pub fn left_tree(e: &Einsum) -> ContractionTree {
     let mut steps = Vec::new();
     if n == 1 {
         steps.push(Step {
-            operands: vec![0],
+            operands: vec![NodeId(0)],
             operand_indices: vec![leaf[0].clone()],
             output: e.output.clone(),
         });
@@ -68,11 +68,11 @@ pub fn left_tree(e: &Einsum) -> ContractionTree {
                 }
             }
             steps.push(Step {
-                operands: vec![cur, k],
+                operands: vec![NodeId(cur), NodeId(k)],
                 operand_indices: vec![cur_idx.clone(), leaf[k].clone()],
                 output: out.clone(),
             });
-            cur = n + steps.len() - 1;
+            cur = NodeId::of_step(n, StepId(steps.len() - 1)).index();
             cur_idx = out;
         }
     }
@@ -92,7 +92,7 @@ pub fn tree(e: &Einsum, steps: &[(&[usize], &str)]) -> ContractionTree {
     for (ops, out) in steps {
         let out: Vec<Index> = out.chars().collect();
         out_steps.push(Step {
-            operands: ops.to_vec(),
+            operands: ops.iter().copied().map(NodeId).collect(),
             operand_indices: ops.iter().map(|&i| nodes[i].clone()).collect(),
             output: out.clone(),
         });
@@ -110,7 +110,7 @@ pub fn tree(e: &Einsum, steps: &[(&[usize], &str)]) -> ContractionTree {
 pub fn fusion(tree: &ContractionTree, groups: &[Vec<usize>]) -> Fusion {
     let mut gs = Vec::new();
     for steps in groups {
-        let produced: Vec<usize> = steps.iter().map(|&s| tree.num_inputs + s).collect();
+        let produced: Vec<NodeId> = steps.iter().map(|&s| tree.node_of(StepId(s))).collect();
         let mut indices: Vec<Index> = Vec::new();
         let mut inputs: Vec<Access> = Vec::new();
         for &s in steps {
@@ -120,9 +120,9 @@ pub fn fusion(tree: &ContractionTree, groups: &[Vec<usize>]) -> Fusion {
                 }
             }
             for &op in &tree.steps[s].operands {
-                if !produced.contains(&op) && !inputs.iter().any(|a| a.node == op) {
+                if !produced.contains(&op) && !inputs.iter().any(|a| a.node == op.index()) {
                     inputs.push(Access {
-                        node: op,
+                        node: op.index(),
                         indices: tree.node_indices(op).to_vec(),
                     });
                 }
@@ -137,7 +137,7 @@ pub fn fusion(tree: &ContractionTree, groups: &[Vec<usize>]) -> Fusion {
             indices,
             inputs,
             output: Access {
-                node: tree.num_inputs + last,
+                node: tree.node_of(StepId(last)).index(),
                 indices: tree.steps[last].output.clone(),
             },
             extents,

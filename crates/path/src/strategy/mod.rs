@@ -80,11 +80,12 @@ pub struct Auto;
 
 impl PathStrategy for Greedy {
     fn name(&self) -> &str {
-        "greedy"
+        StrategyKind::Greedy.name()
     }
     fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
         if p.memory_limit.is_some() {
-            return with_width!(p, run_branch, Some(1), "greedy").map(from_pairs);
+            return with_width!(p, run_branch, Some(1), StrategyKind::Greedy.name())
+                .map(from_pairs);
         }
         with_width!(p, run_greedy).map(from_pairs)
     }
@@ -92,12 +93,12 @@ impl PathStrategy for Greedy {
 
 impl PathStrategy for Optimal {
     fn name(&self) -> &str {
-        "optimal"
+        StrategyKind::Optimal.name()
     }
     fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
         if p.num_inputs() > optimal::MAX_OPERANDS {
             return Err(PathError::TooManyOperands {
-                strategy: "optimal".into(),
+                strategy: StrategyKind::Optimal.name().into(),
                 max: optimal::MAX_OPERANDS,
                 n: p.num_inputs(),
             });
@@ -123,12 +124,12 @@ impl PathStrategy for Branch {
 
 impl PathStrategy for Dp {
     fn name(&self) -> &str {
-        "dp"
+        StrategyKind::Dp.name()
     }
     fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
         if p.num_inputs() > dp::MAX_OPERANDS {
             return Err(PathError::TooManyOperands {
-                strategy: "dp".into(),
+                strategy: StrategyKind::Dp.name().into(),
                 max: dp::MAX_OPERANDS,
                 n: p.num_inputs(),
             });
@@ -147,29 +148,29 @@ impl Auto {
     /// 14 operands ours runs `dp`, so that `auto` never costs more than opt_einsum's `dp` there
     /// (branch-1 can be twice as costly), capped by greedy's path ([`capped_dp`]); from 15 on
     /// it runs greedy, as opt_einsum's does.
-    pub fn choice(n: usize) -> Box<dyn PathStrategy> {
+    pub fn choice(n: usize) -> StrategyKind {
         match n {
-            0..=8 => Box::new(Optimal),
-            9..=14 => Box::new(Dp),
-            _ => Box::new(Greedy),
+            0..=8 => StrategyKind::Optimal,
+            9..=14 => StrategyKind::Dp,
+            _ => StrategyKind::Greedy,
         }
     }
 }
 
 impl PathStrategy for Auto {
     fn name(&self) -> &str {
-        "auto"
+        StrategyKind::Auto.name()
     }
     fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
         let chosen = Auto::choice(p.num_inputs());
-        match chosen.name() {
+        match chosen {
             // Exact, single-input reductions included.
-            "optimal" => chosen.search(p),
+            StrategyKind::Optimal => chosen.build().search(p),
             // Greedy's pairwise path, or the same after summing out each input's own indices.
-            "greedy" => with_singles(p, |q| Greedy.search(q)),
+            StrategyKind::Greedy => with_singles(p, |q| Greedy.search(q)),
             // The cheaper of dp's and greedy's paths, each way of with_singles.
-            "dp" => with_singles(p, |q| capped_dp(q, true)),
-            _ => chosen.search(p),
+            StrategyKind::Dp => with_singles(p, |q| capped_dp(q, true)),
+            _ => chosen.build().search(p),
         }
     }
 }
@@ -192,44 +193,159 @@ fn capped_dp(p: &Problem<'_>, or_greedy: bool) -> Result<SsaPath, PathError> {
     }
 }
 
-/// Every registered strategy name, in a fixed order.
-pub const STRATEGY_NAMES: &[&str] = &[
-    "auto",
-    "greedy",
-    "optimal",
-    "branch",
-    "branch-all",
-    "branch-2",
-    "branch-1",
-    "dp",
+/// A registered search strategy, as named on the command line and in [`crate::PathOptions`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StrategyKind {
+    /// [`Auto`]: chosen by operand count.
+    Auto,
+    /// [`Greedy`].
+    Greedy,
+    /// [`Optimal`].
+    Optimal,
+    /// [`Branch`] with two candidates per step.
+    Branch2,
+    /// [`Branch`] with every candidate.
+    BranchAll,
+    /// [`Branch`] with one candidate per step.
+    Branch1,
+    /// [`Dp`].
+    Dp,
+}
+
+/// One row of the strategy table: the canonical name, the other names it answers to, and what
+/// it runs.
+#[derive(Clone, Copy, Debug)]
+pub struct StrategyEntry {
+    /// The name the strategy reports and prints.
+    pub name: &'static str,
+    /// Other accepted spellings (opt_einsum's).
+    pub aliases: &'static [&'static str],
+    /// The strategy itself.
+    pub kind: StrategyKind,
+}
+
+/// The one table of strategy names and aliases, in the order help and errors list them.
+pub const STRATEGIES: &[StrategyEntry] = &[
+    StrategyEntry {
+        name: "auto",
+        aliases: &[],
+        kind: StrategyKind::Auto,
+    },
+    StrategyEntry {
+        name: "greedy",
+        aliases: &[],
+        kind: StrategyKind::Greedy,
+    },
+    StrategyEntry {
+        name: "optimal",
+        aliases: &[],
+        kind: StrategyKind::Optimal,
+    },
+    StrategyEntry {
+        name: "branch-2",
+        aliases: &["branch"],
+        kind: StrategyKind::Branch2,
+    },
+    StrategyEntry {
+        name: "branch-all",
+        aliases: &[],
+        kind: StrategyKind::BranchAll,
+    },
+    StrategyEntry {
+        name: "branch-1",
+        aliases: &[],
+        kind: StrategyKind::Branch1,
+    },
+    StrategyEntry {
+        name: "dp",
+        aliases: &["dynamic-programming"],
+        kind: StrategyKind::Dp,
+    },
 ];
 
-/// The strategy registered under `name`.
-pub fn strategy(name: &str) -> Result<Box<dyn PathStrategy>, PathError> {
-    Ok(match name {
-        "auto" => Box::new(Auto),
-        "greedy" => Box::new(Greedy),
-        "optimal" => Box::new(Optimal),
-        "branch" | "branch-2" => Box::new(Branch {
-            width: Some(2),
-            name: "branch-2",
-        }),
-        "branch-all" => Box::new(Branch {
-            width: None,
-            name: "branch-all",
-        }),
-        "branch-1" => Box::new(Branch {
-            width: Some(1),
-            name: "branch-1",
-        }),
-        "dp" | "dynamic-programming" => Box::new(Dp),
-        other => {
-            return Err(PathError::UnknownStrategy {
-                name: other.to_string(),
-                known: STRATEGY_NAMES.join(", "),
-            })
+/// The canonical name of every registered strategy, in table order.
+pub const STRATEGY_NAMES: [&str; STRATEGIES.len()] = {
+    let mut names = [""; STRATEGIES.len()];
+    let mut i = 0;
+    // A const block cannot use iterators; this copies the table's first column.
+    while i < STRATEGIES.len() {
+        names[i] = STRATEGIES[i].name;
+        i += 1;
+    }
+    names
+};
+
+/// Every strategy with its aliases, as help and errors print them: `branch-2 (= branch)`.
+pub fn strategy_list() -> String {
+    STRATEGIES
+        .iter()
+        .map(|e| match e.aliases {
+            [] => e.name.to_string(),
+            a => format!("{} (= {})", e.name, a.join(", ")),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl StrategyKind {
+    /// This strategy's row of [`STRATEGIES`].
+    pub fn entry(self) -> &'static StrategyEntry {
+        STRATEGIES
+            .iter()
+            .find(|e| e.kind == self)
+            .expect("every kind has a row in STRATEGIES")
+    }
+
+    /// The canonical name.
+    pub fn name(self) -> &'static str {
+        self.entry().name
+    }
+
+    /// The search this name runs.
+    pub fn build(self) -> Box<dyn PathStrategy> {
+        let name = self.name();
+        match self {
+            StrategyKind::Auto => Box::new(Auto),
+            StrategyKind::Greedy => Box::new(Greedy),
+            StrategyKind::Optimal => Box::new(Optimal),
+            StrategyKind::Branch2 => Box::new(Branch {
+                width: Some(2),
+                name,
+            }),
+            StrategyKind::BranchAll => Box::new(Branch { width: None, name }),
+            StrategyKind::Branch1 => Box::new(Branch {
+                width: Some(1),
+                name,
+            }),
+            StrategyKind::Dp => Box::new(Dp),
         }
-    })
+    }
+}
+
+impl std::str::FromStr for StrategyKind {
+    type Err = PathError;
+
+    fn from_str(name: &str) -> Result<Self, PathError> {
+        STRATEGIES
+            .iter()
+            .find(|e| e.name == name || e.aliases.contains(&name))
+            .map(|e| e.kind)
+            .ok_or_else(|| PathError::UnknownStrategy {
+                name: name.to_string(),
+                known: strategy_list(),
+            })
+    }
+}
+
+impl std::fmt::Display for StrategyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The strategy registered under `name` (a name or an alias of [`STRATEGIES`]).
+pub fn strategy(name: &str) -> Result<Box<dyn PathStrategy>, PathError> {
+    name.parse::<StrategyKind>().map(StrategyKind::build)
 }
 
 /// Runs `search` on `p` and on `p` with every input's own indices (in no other input and not
@@ -305,9 +421,9 @@ fn run_optimal<const W: usize>(
     net: &Net<'_, '_, W>,
     ub: Option<f64>,
 ) -> Result<SsaPath, PathError> {
-    optimal::optimal(net, ub).ok_or_else(|| memory_error(net.p, "optimal", true))
+    optimal::optimal(net, ub).ok_or_else(|| memory_error(net.p, StrategyKind::Optimal.name(), true))
 }
 
 fn run_dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Result<PairPath, PathError> {
-    dp::dp(net, upper).ok_or_else(|| memory_error(net.p, "dp", false))
+    dp::dp(net, upper).ok_or_else(|| memory_error(net.p, StrategyKind::Dp.name(), false))
 }

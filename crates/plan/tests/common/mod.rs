@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use deinsum_expr::{Dim, Einsum, Index, Operand};
-use deinsum_path::{ContractionTree, Step};
+use deinsum_path::{ContractionTree, NodeId, Step, StepId};
 use deinsum_soap::{Access, FusedGroup, Fusion, IoBound};
 use std::collections::BTreeMap;
 
@@ -29,7 +29,7 @@ pub fn tree(e: &Einsum, steps: &[(&[usize], &str)]) -> ContractionTree {
     let mut out = Vec::new();
     for (ops, o) in steps {
         let st = Step {
-            operands: ops.to_vec(),
+            operands: ops.iter().copied().map(NodeId).collect(),
             operand_indices: ops.iter().map(|&n| nodes[n].clone()).collect(),
             output: o.chars().collect(),
         };
@@ -46,7 +46,7 @@ pub fn tree(e: &Einsum, steps: &[(&[usize], &str)]) -> ContractionTree {
 
 /// A fused group of the given tree steps (a contiguous run ending at its result).
 pub fn group(t: &ContractionTree, steps: &[usize]) -> FusedGroup {
-    let produced: Vec<usize> = steps.iter().map(|&s| t.num_inputs + s).collect();
+    let produced: Vec<NodeId> = steps.iter().map(|&s| t.node_of(StepId(s))).collect();
     let mut inputs = Vec::new();
     let mut indices: Vec<Index> = Vec::new();
     for &s in steps {
@@ -54,7 +54,7 @@ pub fn group(t: &ContractionTree, steps: &[usize]) -> FusedGroup {
         for &n in &st.operands {
             if !produced.contains(&n) {
                 inputs.push(Access {
-                    node: n,
+                    node: n.index(),
                     indices: t.node_indices(n).to_vec(),
                 });
             }
@@ -72,7 +72,7 @@ pub fn group(t: &ContractionTree, steps: &[usize]) -> FusedGroup {
         indices: indices.clone(),
         inputs,
         output: Access {
-            node: t.num_inputs + last,
+            node: t.node_of(StepId(last)).index(),
             indices: t.steps[last].output.clone(),
         },
         extents: indices.iter().map(|c| (*c, t.extents[c])).collect(),

@@ -5,6 +5,7 @@
 use super::ranks::{fold, sample, sample_note, Buckets};
 use super::svg::{bar_chart, esc, group_colour, heat_map, num, short, Heat, Series};
 use crate::cli::plan::{describe, kind_text};
+use deinsum_path::{NodeId, StepId};
 use deinsum_plan::{block_len, Grid, Interval, MoveView, Plan, PlanStep};
 use std::fmt::Write as _;
 
@@ -26,7 +27,7 @@ fn group_of(plan: &Plan, step: usize) -> Option<usize> {
 pub fn tree(plan: &Plan) -> String {
     let t = &plan.tree;
     let n = t.num_inputs;
-    let total = n + t.steps.len();
+    let total = t.num_nodes();
     let mut x = vec![0.0f64; total];
     let mut depth = vec![0usize; total];
     let mut next = 0.0;
@@ -43,20 +44,21 @@ pub fn tree(plan: &Plan) -> String {
     let (bw, bh, dx, dy) = (176.0, 50.0, 190.0, 84.0);
     let w = (next.max(1.0)) * dx + 20.0;
     let h = levels as f64 * dy + 20.0;
-    let cx = |id: usize| 10.0 + x[id] * dx + dx / 2.0;
-    let cy = |id: usize| 10.0 + depth[id] as f64 * dy + bh / 2.0;
+    let cx = |id: NodeId| 10.0 + x[id.index()] * dx + dx / 2.0;
+    let cy = |id: NodeId| 10.0 + depth[id.index()] as f64 * dy + bh / 2.0;
     let mut o = String::new();
     let _ = write!(
         o,
         r#"<svg class="tree" width="{w:.0}" height="{h:.0}" viewBox="0 0 {w:.0} {h:.0}" role="img">"#
     );
     for (s, st) in t.steps.iter().enumerate() {
+        let made = t.node_of(StepId(s));
         for &c in &st.operands {
             let _ = write!(
                 o,
                 r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#999"/>"##,
-                cx(n + s),
-                cy(n + s) + bh / 2.0,
+                cx(made),
+                cy(made) + bh / 2.0,
                 cx(c),
                 cy(c) - bh / 2.0
             );
@@ -71,7 +73,7 @@ pub fn tree(plan: &Plan) -> String {
         let name = plan.tensor(k).map_or(format!("T{k}"), |t| t.name.clone());
         node(
             &mut o,
-            (cx(k) - bw / 2.0, cy(k) - bh / 2.0, bw, bh),
+            (cx(NodeId(k)) - bw / 2.0, cy(NodeId(k)) - bh / 2.0, bw, bh),
             "#ffffff",
             &[format!("{name} ({idx})"), shape.join("×")],
         );
@@ -80,9 +82,10 @@ pub fn tree(plan: &Plan) -> String {
         let g = group_of(plan, s);
         let f = flops.steps.get(s).map_or(0.0, |i| i.flops.as_f64());
         let fill = g.map_or("#dddddd", group_colour);
+        let made = t.node_of(StepId(s));
         node(
             &mut o,
-            (cx(n + s) - bw / 2.0, cy(n + s) - bh / 2.0, bw, bh),
+            (cx(made) - bw / 2.0, cy(made) - bh / 2.0, bw, bh),
             fill,
             &[
                 format!(
@@ -100,19 +103,18 @@ pub fn tree(plan: &Plan) -> String {
 
 /// Places node `id` and its subtree: leaves left to right, a step above the middle of its
 /// operands.
-fn place(plan: &Plan, id: usize, d: usize, next: &mut f64, x: &mut [f64], depth: &mut [usize]) {
-    let n = plan.tree.num_inputs;
-    depth[id] = d;
-    if id < n {
-        x[id] = *next;
+fn place(plan: &Plan, id: NodeId, d: usize, next: &mut f64, x: &mut [f64], depth: &mut [usize]) {
+    depth[id.index()] = d;
+    let Some(step) = plan.tree.step_of(id) else {
+        x[id.index()] = *next;
         *next += 1.0;
         return;
-    }
-    let ops = plan.tree.steps[id - n].operands.clone();
-    for &c in &ops {
+    };
+    let ops = &plan.tree.steps[step.index()].operands;
+    for &c in ops {
         place(plan, c, d + 1, next, x, depth);
     }
-    x[id] = ops.iter().map(|&c| x[c]).sum::<f64>() / ops.len().max(1) as f64;
+    x[id.index()] = ops.iter().map(|c| x[c.index()]).sum::<f64>() / ops.len().max(1) as f64;
 }
 
 /// A box with lines of text (the first bold), long lines cut with their whole text in the

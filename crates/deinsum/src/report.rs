@@ -1,0 +1,696 @@
+//! Run reports: every rank's measures folded into one [`RunSummary`] (per step the slowest
+//! rank, minimum and median over the timed runs, words moved against the plan's), and the
+//! [`Check`] of a gathered output against a serial reference.
+//!
+//! The CLI's `deinsum run` and the examples only build these and print them: the text form is
+//! the [`Display`](fmt::Display) of [`RunSummary`], the JSON form its serde serialization.
+
+use deinsum_exec::reference::{iteration_space, max_error, naive_seeded, tree_reference};
+use deinsum_exec::{Inputs, RunReport, Scalar, StepKind};
+use deinsum_plan::{Plan, TensorKind};
+use serde::{Serialize, Serializer};
+use serde_json::json;
+use std::fmt;
+
+/// The element type of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElementType {
+    /// Double precision.
+    F64,
+    /// Single precision.
+    F32,
+}
+
+impl ElementType {
+    /// The element type of `T` (`f64` or `f32`).
+    pub fn of<T: Scalar>() -> Self {
+        if T::NAME == "f32" {
+            ElementType::F32
+        } else {
+            ElementType::F64
+        }
+    }
+
+    /// The largest relative error a check accepts in this precision.
+    pub fn tolerance(self) -> f64 {
+        match self {
+            ElementType::F64 => 1e-10,
+            ElementType::F32 => 1e-4,
+        }
+    }
+
+    /// Its name in JSON reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ElementType::F64 => "f64",
+            ElementType::F32 => "f32",
+        }
+    }
+}
+
+/// Where a run's ranks ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Threads of one process.
+    Local,
+    /// MPI ranks.
+    Mpi,
+}
+
+impl Backend {
+    /// Its name in JSON reports (`local`, `mpi`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Local => "local",
+            Backend::Mpi => "mpi",
+        }
+    }
+
+    /// Its name in text reports (`in-process`, `MPI`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Backend::Local => "in-process",
+            Backend::Mpi => "MPI",
+        }
+    }
+}
+
+/// How the run was made, as the reports state it.
+#[derive(Clone, Copy, Debug)]
+pub struct RunContext {
+    /// Where the ranks ran.
+    pub backend: Backend,
+    /// The element type.
+    pub dtype: ElementType,
+    /// Untimed runs before the timed ones.
+    pub warmup: usize,
+}
+
+/// Where the serial reference of a check came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReferenceMethod {
+    /// The einsum's loop nest, point by point (small iteration spaces).
+    NaiveLoopNest,
+    /// The plan's contraction tree, evaluated on one rank.
+    SerialTree,
+    /// The caller's own serial evaluation (the examples').
+    Serial,
+}
+
+impl ReferenceMethod {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReferenceMethod::NaiveLoopNest => "naive loop nest",
+            ReferenceMethod::SerialTree => "serial contraction tree",
+            ReferenceMethod::Serial => "serial",
+        }
+    }
+}
+
+/// Iteration spaces up to this many points are checked with the naive loop nest.
+pub const NAIVE_MAX_POINTS: f64 = 2e7;
+
+/// Why the serial reference could not be computed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReferenceError {
+    /// A whole tensor of the reference could not be allocated.
+    #[error("{tensor}: {source}")]
+    OutOfMemory {
+        /// The tensor (`T1`, `tree node 4`, `a tensor`).
+        tensor: String,
+        /// The refused allocation.
+        source: deinsum_exec::OutOfMemory,
+    },
+    /// An input file could not be read whole.
+    #[error(transparent)]
+    Npy(#[from] deinsum_exec::npy::NpyError),
+    /// The inputs are given in a form the reference does not read (whole arrays or per-rank
+    /// blocks).
+    #[error("the serial reference reads only seeded or .npy inputs")]
+    Unsupported,
+}
+
+/// The output of `plan` computed serially from the same `inputs` (seeded: the naive loop nest
+/// when the iteration space is small, else the serial contraction tree; `.npy` files: the
+/// tree), row-major over the output indices.
+pub fn serial_reference<T: Scalar>(
+    plan: &Plan,
+    inputs: &Inputs<T>,
+) -> Result<(ReferenceMethod, Vec<f64>), ReferenceError> {
+    let e = &plan.einsum;
+    // The reference holds whole tensors: a refused allocation names the tensor.
+    let refused = |o: deinsum_exec::OutOfMemory| ReferenceError::OutOfMemory {
+        tensor: o
+            .tensor
+            .and_then(|id| plan.tensor(id).map(|t| t.name.clone()))
+            .or_else(|| o.tensor.map(|id| format!("tree node {id}")))
+            .unwrap_or_else(|| "a tensor".into()),
+        source: o,
+    };
+    let leaves = match inputs {
+        Inputs::Seeded { seed } if iteration_space(e) <= NAIVE_MAX_POINTS => {
+            return Ok((ReferenceMethod::NaiveLoopNest, naive_seeded(e, *seed)));
+        }
+        Inputs::Seeded { seed } => (0..e.inputs.len())
+            .map(|k| {
+                deinsum_exec::reference::seeded_leaf(e, k, *seed)
+                    .map_err(|o| refused(o.for_tensor(k)))
+            })
+            .collect::<Result<_, _>>()?,
+        Inputs::Npy(paths) => paths
+            .iter()
+            .enumerate()
+            .map(|(k, p)| read_leaf::<T>(e, k, p))
+            .collect::<Result<_, _>>()?,
+        Inputs::Full(_) | Inputs::Blocks(_) => return Err(ReferenceError::Unsupported),
+    };
+    let want = tree_reference(e, &plan.tree, leaves).map_err(refused)?;
+    Ok((ReferenceMethod::SerialTree, want))
+}
+
+/// Operand `k` whole from `path`, read as `T` (as the run read it) and widened to f64.
+fn read_leaf<T: Scalar>(
+    e: &deinsum_expr::Einsum,
+    k: usize,
+    path: &std::path::Path,
+) -> Result<deinsum_exec::kernels::LocalTensor<f64>, ReferenceError> {
+    let op = &e.inputs[k];
+    let shape: Vec<usize> = op.indices.iter().map(|&c| e.extent(c)).collect();
+    let b = deinsum_plan::Block::full(&shape);
+    let data = deinsum_exec::npy::read_operand_block::<T>(path, op, &e.extents, &b)?
+        .into_iter()
+        .map(Scalar::to_f64)
+        .collect();
+    Ok(deinsum_exec::kernels::LocalTensor {
+        indices: op.indices.clone(),
+        ranges: b.ranges.to_vec(),
+        data,
+    })
+}
+
+/// A gathered output held against a serial reference.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Check {
+    /// Where the reference came from.
+    pub method: ReferenceMethod,
+    /// Largest absolute difference.
+    pub max_abs: f64,
+    /// Largest difference relative to the reference's largest magnitude (infinite when the
+    /// lengths differ).
+    pub max_rel: f64,
+    /// The largest relative error accepted.
+    pub tolerance: f64,
+    /// Whether `max_rel` is within `tolerance`.
+    pub pass: bool,
+}
+
+impl Check {
+    /// Compares `got` with the reference `want` under `tolerance`.
+    pub fn compare(method: ReferenceMethod, got: &[f64], want: &[f64], tolerance: f64) -> Self {
+        let (max_abs, max_rel) = max_error(got, want);
+        Check {
+            method,
+            max_abs,
+            max_rel,
+            tolerance,
+            pass: max_rel <= tolerance,
+        }
+    }
+
+    /// Computes the serial reference of `plan` from `inputs` and compares the gathered `got`
+    /// with it, at the tolerance of `T`'s precision.
+    pub fn against_reference<T: Scalar>(
+        plan: &Plan,
+        inputs: &Inputs<T>,
+        got: &[f64],
+    ) -> Result<Self, ReferenceError> {
+        let (method, want) = serial_reference(plan, inputs)?;
+        Ok(Check::compare(
+            method,
+            got,
+            &want,
+            ElementType::of::<T>().tolerance(),
+        ))
+    }
+
+    /// The JSON form (`method`, `max_abs_error`, `max_rel_error`, `tolerance`, `pass`).
+    fn to_json(self) -> serde_json::Value {
+        json!({
+            "method": self.method.name(), "max_abs_error": self.max_abs,
+            "max_rel_error": self.max_rel, "tolerance": self.tolerance, "pass": self.pass,
+        })
+    }
+}
+
+/// One plan step over all ranks: measured beside predicted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepRow {
+    /// Position in `Plan::steps`.
+    pub step: usize,
+    /// What kind of step it was (none when no rank measured it).
+    pub kind: Option<StepKind>,
+    /// The tensor moved or produced (empty when none).
+    pub tensor: String,
+    /// Median over the timed runs of the slowest rank's seconds.
+    pub seconds: f64,
+    /// Minimum over the timed runs of the slowest rank's seconds.
+    pub seconds_min: f64,
+    /// Words the busiest rank received.
+    pub measured_max: u64,
+    /// Words all ranks received.
+    pub measured_total: u64,
+    /// The plan's words for the busiest rank.
+    pub predicted_max: u64,
+    /// The plan's words over all ranks.
+    pub predicted_total: u64,
+    /// Whether every rank sent and received exactly the plan's words.
+    pub exact: bool,
+    /// The predicted seconds of the step.
+    pub predicted_seconds: f64,
+}
+
+impl StepRow {
+    /// The JSON form of the row.
+    fn to_json(&self) -> serde_json::Value {
+        json!({
+            "step": self.step, "kind": self.kind.map(StepKind::name), "tensor": self.tensor,
+            "seconds": self.seconds, "seconds_min": self.seconds_min,
+            "seconds_median": self.seconds, "words_max_per_rank": self.measured_max,
+            "predicted_max_per_rank": self.predicted_max, "words_total": self.measured_total,
+            "predicted_total": self.predicted_total, "exact": self.exact,
+            "predicted_seconds": self.predicted_seconds,
+        })
+    }
+}
+
+/// A run over all ranks, measured against the plan: built by [`RunSummary::new`] from every
+/// rank's [`RunReport`]; printed as text by `Display`, as JSON by `Serialize`.
+#[derive(Clone, Debug)]
+pub struct RunSummary {
+    /// The einsum as written in the plan.
+    pub expression: String,
+    /// `i=8,j=8`: the extents by index.
+    pub extents: String,
+    /// Number of ranks.
+    pub procs: usize,
+    /// How the run was made.
+    pub context: RunContext,
+    /// Per plan step.
+    pub rows: Vec<StepRow>,
+    /// The slowest rank's wall time of the whole run (inputs and every repetition).
+    pub seconds: f64,
+    /// Per timed run, the steps but loads and frees of inputs (each its slowest rank's
+    /// time), summed.
+    pub contraction: Vec<f64>,
+    /// The slowest rank's seconds reading or generating its inputs.
+    pub load_seconds: f64,
+    /// Multiply-adds over all ranks.
+    pub madds: f64,
+    /// The rate of the contraction's median run.
+    pub gflops: f64,
+    /// Threads per rank.
+    pub threads: usize,
+    /// Words received over all ranks and steps.
+    pub measured_total: u64,
+    /// The plan's words over all ranks and steps.
+    pub predicted_total: u64,
+    /// Words received by the busiest rank.
+    pub measured_max_per_rank: u64,
+    /// The plan's words for the busiest rank.
+    pub predicted_max_per_rank: u64,
+    /// Whether every step moved exactly the plan's words on every rank.
+    pub exact: bool,
+    /// Largest peak of tensor data on any rank, in words.
+    pub peak_words: u64,
+    /// The same with message buffers.
+    pub peak_words_with_buffers: u64,
+    /// The plan's predicted peak per rank.
+    pub predicted_peak_words: u64,
+    /// The plan's predicted peak per rank with message buffers.
+    pub predicted_peak_words_with_buffers: u64,
+    /// The machine model the predicted seconds are for (empty: none).
+    pub machine: String,
+    /// The plan's memory budget per rank, if any.
+    pub mem: Option<u64>,
+    /// The check against a serial reference, when one was made.
+    pub check: Option<Check>,
+}
+
+/// The minimum of `xs` (infinite when empty).
+fn minimum(xs: &[f64]) -> f64 {
+    xs.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+/// The median of `xs` (the mean of the middle two for an even count); 0 when empty.
+pub fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Step `i` over every rank's report, its slowest rank's seconds per timed run and the
+/// tensor it measured (by id).
+fn step_row(
+    plan: &Plan,
+    reports: &[RunReport],
+    i: usize,
+    predicted: &[f64],
+) -> (StepRow, Vec<f64>, Option<usize>) {
+    let ms: Vec<_> = reports.iter().filter_map(|r| r.steps.get(i)).collect();
+    let runs = ms.iter().map(|m| m.samples.len()).max().unwrap_or(0);
+    let per_run: Vec<f64> = (0..runs)
+        .map(|r| {
+            ms.iter()
+                .filter_map(|m| m.samples.get(r))
+                .fold(0.0, |a, &b| f64::max(a, b))
+        })
+        .collect();
+    let (predicted_max, predicted_total) = plan.steps[i]
+        .volume()
+        .map_or((0, 0), |v| (v.max_per_rank, v.total));
+    let row = StepRow {
+        step: i,
+        kind: ms.first().map(|m| m.kind),
+        tensor: ms
+            .first()
+            .and_then(|m| m.tensor)
+            .and_then(|t| plan.tensor(t))
+            .map(|t| t.name.clone())
+            .unwrap_or_default(),
+        seconds: median(&per_run),
+        seconds_min: minimum(&per_run),
+        measured_max: ms.iter().map(|m| m.received).max().unwrap_or(0),
+        measured_total: ms.iter().map(|m| m.received).sum(),
+        predicted_max,
+        predicted_total,
+        exact: ms
+            .iter()
+            .all(|m| m.sent == m.predicted_sent && m.received == m.predicted_received),
+        predicted_seconds: predicted.get(i).copied().unwrap_or(0.0),
+    };
+    (row, per_run, ms.first().and_then(|m| m.tensor))
+}
+
+/// Whether a step counts in the contraction's time: placing and dropping the caller's operands
+/// does not (numpy's time does not include making or freeing its operands either).
+fn is_contraction(plan: &Plan, row: &StepRow, tensor: Option<usize>) -> bool {
+    let input = tensor
+        .and_then(|t| plan.tensor(t))
+        .is_some_and(|t| matches!(t.kind, TensorKind::Input(_)));
+    match row.kind {
+        None | Some(StepKind::Load) => false,
+        Some(StepKind::Free) => !input,
+        Some(_) => true,
+    }
+}
+
+impl RunSummary {
+    /// Folds every rank's `reports` (in rank order) of a run of `plan` into one summary;
+    /// `predicted` holds each step's predicted seconds.
+    pub fn new(plan: &Plan, reports: &[RunReport], predicted: &[f64], context: RunContext) -> Self {
+        let mut rows = Vec::new();
+        let mut contraction: Vec<f64> = Vec::new();
+        for i in 0..plan.steps.len() {
+            let (row, per_run, tensor) = step_row(plan, reports, i, predicted);
+            if is_contraction(plan, &row, tensor) {
+                contraction.resize(per_run.len().max(contraction.len()), 0.0);
+                for (c, x) in contraction.iter_mut().zip(&per_run) {
+                    *c += x;
+                }
+            }
+            rows.push(row);
+        }
+        let madds: f64 = reports.iter().map(|r| r.madds).sum();
+        let med = median(&contraction);
+        let per_rank_received = |r: &RunReport| r.steps.iter().map(|m| m.received).sum::<u64>();
+        let max_of = |f: fn(&RunReport) -> u64| reports.iter().map(f).max().unwrap_or(0);
+        let p = &plan.prediction;
+        RunSummary {
+            expression: plan.expression.clone(),
+            extents: plan
+                .einsum
+                .extents
+                .iter()
+                .map(|(c, n)| format!("{c}={n}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            procs: plan.procs,
+            context,
+            seconds: reports.iter().map(|r| r.seconds).fold(0.0, f64::max),
+            contraction,
+            load_seconds: reports.iter().map(|r| r.load_seconds).fold(0.0, f64::max),
+            madds,
+            // The rate of the contraction (median run), not of reading the inputs.
+            gflops: if med > 0.0 {
+                2.0 * madds / med / 1e9
+            } else {
+                0.0
+            },
+            threads: reports.first().map_or(1, |r| r.threads),
+            measured_total: rows.iter().map(|r| r.measured_total).sum(),
+            predicted_total: rows.iter().map(|r| r.predicted_total).sum(),
+            measured_max_per_rank: reports.iter().map(per_rank_received).max().unwrap_or(0),
+            predicted_max_per_rank: p.max_per_rank,
+            exact: rows.iter().all(|r| r.exact),
+            peak_words: max_of(|r| r.peak_words),
+            peak_words_with_buffers: max_of(|r| r.peak_words_with_buffers),
+            predicted_peak_words: p.max_peak_memory,
+            predicted_peak_words_with_buffers: p.max_peak_memory_with_buffers,
+            machine: p.machine.clone(),
+            mem: plan.mem,
+            rows,
+            check: None,
+        }
+    }
+
+    /// The summary with `check` reported.
+    pub fn with_check(self, check: Option<Check>) -> Self {
+        RunSummary { check, ..self }
+    }
+
+    /// Steps that moved other words than the plan's on some rank.
+    pub fn steps_off_plan(&self) -> usize {
+        self.rows.iter().filter(|r| !r.exact).count()
+    }
+
+    /// The predicted seconds of all steps.
+    pub fn predicted_seconds(&self) -> f64 {
+        self.rows.iter().map(|r| r.predicted_seconds).sum()
+    }
+
+    /// The JSON form (keys in sorted order, as `serde_json` writes a map).
+    fn to_json(&self) -> serde_json::Value {
+        let steps: Vec<_> = self.rows.iter().map(StepRow::to_json).collect();
+        json!({
+            "expression": self.expression,
+            "procs": self.procs,
+            "backend": self.context.backend.name(),
+            "dtype": self.context.dtype.name(),
+            "steps": steps,
+            "seconds": self.seconds,
+            "repeat": self.contraction.len(),
+            "warmup": self.context.warmup,
+            "threads": self.threads,
+            "load_seconds": self.load_seconds,
+            "contraction_seconds_min": minimum(&self.contraction),
+            "contraction_seconds_median": median(&self.contraction),
+            "contraction_seconds": self.contraction,
+            "predicted_seconds": self.predicted_seconds(),
+            "multiply_adds": self.madds,
+            "gflops": self.gflops,
+            "words_total": self.measured_total,
+            "predicted_total": self.predicted_total,
+            "words_max_per_rank": self.measured_max_per_rank,
+            "predicted_max_per_rank": self.predicted_max_per_rank,
+            "volume_exact": self.exact,
+            "peak_words": self.peak_words,
+            "peak_words_with_buffers": self.peak_words_with_buffers,
+            "predicted_peak_words": self.predicted_peak_words,
+            "predicted_peak_words_with_buffers": self.predicted_peak_words_with_buffers,
+            "check": self.check.map(Check::to_json),
+        })
+    }
+}
+
+impl Serialize for RunSummary {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(s)
+    }
+}
+
+impl fmt::Display for StepRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let moved = self.kind == Some(StepKind::Redistribute);
+        let words = |m: u64, p: u64| {
+            if moved {
+                format!("{m} / {p}")
+            } else {
+                String::new()
+            }
+        };
+        write!(
+            f,
+            "{:>4}  {:<12} {:<8} {:>10.3} {:>10.3} {:>10.3}  {:>24}  {:>24}  {}",
+            self.step,
+            self.kind.map_or("", StepKind::name),
+            self.tensor,
+            self.seconds_min * 1e3,
+            self.seconds * 1e3,
+            self.predicted_seconds * 1e3,
+            words(self.measured_max, self.predicted_max),
+            words(self.measured_total, self.predicted_total),
+            if self.exact {
+                ""
+            } else {
+                "DIFFERS from the plan"
+            }
+        )
+    }
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "check ({}): max abs error {:.3e}, max rel error {:.3e} (tolerance {:.0e}): {}",
+            self.method.name(),
+            self.max_abs,
+            self.max_rel,
+            self.tolerance,
+            if self.pass { "ok" } else { "FAILED" }
+        )
+    }
+}
+
+impl fmt::Display for RunSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{}  extents {}  on {} ranks ({}, {:?})",
+            self.expression,
+            self.extents,
+            self.procs,
+            self.context.backend.label(),
+            self.context.dtype
+        )?;
+        writeln!(
+            f,
+            "{:>4}  {:<12} {:<8} {:>10} {:>10} {:>10}  {:>24}  {:>24}",
+            "step",
+            "kind",
+            "tensor",
+            "min [ms]",
+            "med [ms]",
+            "pred [ms]",
+            "words max/rank meas/pred",
+            "words total meas/pred"
+        )?;
+        for r in &self.rows {
+            writeln!(f, "{r}")?;
+        }
+        self.write_totals(f)?;
+        if let Some(c) = &self.check {
+            writeln!(f, "{c}")?;
+        }
+        Ok(())
+    }
+}
+
+impl RunSummary {
+    /// The lines after the step table: contraction time, prediction, volume and memory.
+    fn write_totals(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let med = median(&self.contraction);
+        writeln!(
+            f,
+            "contraction (all steps but loads and frees of inputs, per step the slowest rank): min {:.3} ms, median {:.3} ms over {} run(s) after {} warm-up; {} thread(s) per rank; inputs read in {:.3} ms",
+            minimum(&self.contraction) * 1e3,
+            med * 1e3,
+            self.contraction.len(),
+            self.context.warmup,
+            self.threads,
+            self.load_seconds * 1e3
+        )?;
+        let predicted = self.predicted_seconds();
+        writeln!(
+            f,
+            "predicted {:.3} ms against measured median {:.3} ms (measured/predicted {:.2}) on {}",
+            predicted * 1e3,
+            med * 1e3,
+            if predicted > 0.0 {
+                med / predicted
+            } else {
+                0.0
+            },
+            if self.machine.is_empty() {
+                "no machine model"
+            } else {
+                &self.machine
+            }
+        )?;
+        writeln!(
+            f,
+            "total: {:.3} ms, {:.3} GFLOP/s ({:.3e} multiply-adds), words moved {} (predicted {}), max per rank {} (predicted {}){}",
+            self.seconds * 1e3,
+            self.gflops,
+            self.madds,
+            self.measured_total,
+            self.predicted_total,
+            self.measured_max_per_rank,
+            self.predicted_max_per_rank,
+            if self.exact {
+                ", every rank exactly as planned"
+            } else {
+                ", MEASURED VOLUME DIFFERS FROM THE PLAN"
+            }
+        )?;
+        writeln!(
+            f,
+            "peak memory per rank: {} words measured ({} with message buffers), {} predicted ({} with message buffers){}",
+            self.peak_words,
+            self.peak_words_with_buffers,
+            self.predicted_peak_words,
+            self.predicted_peak_words_with_buffers,
+            self.mem.map(|m| format!(", budget {m}")).unwrap_or_default()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+    }
+
+    #[test]
+    fn check_passes_within_tolerance_only() {
+        let ok = Check::compare(
+            ReferenceMethod::Serial,
+            &[1.0, 2.0],
+            &[1.0, 2.0 + 1e-12],
+            1e-10,
+        );
+        assert!(ok.pass, "{ok}");
+        let off = Check::compare(ReferenceMethod::Serial, &[1.0, 2.5], &[1.0, 2.0], 1e-10);
+        assert!(!off.pass);
+        assert_eq!(off.max_abs, 0.5);
+        assert_eq!(off.max_rel, 0.25);
+        let short = Check::compare(ReferenceMethod::Serial, &[1.0], &[1.0, 2.0], 1e-10);
+        assert!(!short.pass && short.max_rel.is_infinite());
+    }
+
+    #[test]
+    fn tolerance_follows_precision() {
+        assert_eq!(ElementType::of::<f64>().tolerance(), 1e-10);
+        assert_eq!(ElementType::of::<f32>().tolerance(), 1e-4);
+    }
+}
