@@ -106,7 +106,7 @@ impl Interval {
     /// Length of the longest of `parts` blocks, `ceil(len / parts)`: the first ceil-sized
     /// block's, and a balanced cut's longest too.
     pub fn max_block_len(&self, parts: usize) -> usize {
-        self.len().div_ceil(parts.max(1))
+        busiest_len(self.len(), parts)
     }
 
     /// Consecutive pieces of `len` elements (at least 1) from the start; the last may be short.
@@ -116,6 +116,13 @@ impl Interval {
             .step_by(step)
             .map(move |s| Interval::new(s, (s + step).min(end)))
     }
+}
+
+/// Length of the longest of `parts` blocks of an extent `n`, `ceil(n / parts)` (the first
+/// block of a ceil-sized cut, the longest of a balanced one): what the planner's models
+/// multiply, one definition for [`Interval::max_block_len`] and them.
+pub fn busiest_len(n: usize, parts: usize) -> usize {
+    n.div_ceil(parts.max(1))
 }
 
 impl From<(usize, usize)> for Interval {

@@ -3,10 +3,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
+use crate::busiest_len;
+
 /// True when splitting `n` into `p` ceil-sized blocks leaves no block empty (other `p` are
 /// dominated: the same blocks on fewer ranks).
 pub fn tight(n: usize, p: usize) -> bool {
-    p >= 1 && p <= n && n.div_ceil(n.div_ceil(p)) == p
+    p >= 1 && p <= n && n.div_ceil(busiest_len(n, p)) == p
 }
 
 /// True when every prime factor of `p` is at most 7.
@@ -368,7 +370,7 @@ impl Axes {
     fn work_at(&self, at: &Positions, start: usize) -> u128 {
         (0..self.extents.len()).fold(1u128, |w, v| {
             let p = self.cands[v][at.get(start + v) as usize];
-            w.wrapping_mul(self.extents[v].div_ceil(p) as u128)
+            w.wrapping_mul(busiest_len(self.extents[v], p) as u128)
         })
     }
 
@@ -388,7 +390,7 @@ impl Axes {
         let blocks: Vec<Vec<u128>> = extents
             .iter()
             .zip(cands)
-            .map(|(&n, c)| c.iter().map(|&p| n.div_ceil(p) as u128).collect())
+            .map(|(&n, c)| c.iter().map(|&p| busiest_len(n, p) as u128).collect())
             .collect();
         let cap = self.procs;
         let nd = extents.len();

@@ -7,6 +7,7 @@ use crate::builder::{
     plan_move, reduced_distribution, replicas_of, resting_for, shape_of, touched, windowed,
     Candidate, Move, State, Totals, EXACT_CANDIDATES, EXACT_MAX_GRID,
 };
+use crate::busiest_len;
 use crate::grids;
 use crate::memory::Memory;
 use crate::moves::{block_len, ranges_of, MoveView};
@@ -91,7 +92,7 @@ impl GroupCtx<'_> {
         idx.iter()
             .map(|&c| {
                 let v = self.pos(c);
-                self.gext[v].div_ceil(sizes[v]) as u64
+                busiest_len(self.gext[v], sizes[v]) as u64
             })
             .product()
     }
@@ -292,7 +293,7 @@ impl<'a> Planner<'a> {
             Some((v, t)) => (v, t + 1),
             None => (phase_index(g, &c.sizes)?, 2),
         };
-        let most = g.gext[v].div_ceil(c.sizes[v]).max(2);
+        let most = busiest_len(g.gext[v], c.sizes[v]).max(2);
         if from > most {
             return None;
         }
@@ -880,7 +881,7 @@ impl<'a> Planner<'a> {
             .iter()
             .zip(&g.gext)
             .zip(&c.sizes)
-            .map(|((&i, &n), &p)| (i, n.div_ceil(p)))
+            .map(|((&i, &n), &p)| (i, busiest_len(n, p)))
             .collect();
         let flops: f64 = g
             .group
@@ -1150,7 +1151,7 @@ fn model_floor(g: &GroupCtx, infos: &[InputInfo], out_pos: &[usize], sizes: &[us
     }
     let ob: u64 = out_pos
         .iter()
-        .map(|&v| g.gext[v].div_ceil(sizes[v]) as u64)
+        .map(|&v| busiest_len(g.gext[v], sizes[v]) as u64)
         .product();
     let q: usize = g.summed.iter().map(|&v| sizes[v]).product();
     comm + ob as f64 * (q - 1) as f64 / q as f64
@@ -1241,7 +1242,7 @@ impl FloorTable {
             .map(|&v| {
                 let n = g.gext[v];
                 let per = axes.candidates(v).iter();
-                (v, per.map(|&p| n.div_ceil(p) as u64).collect())
+                (v, per.map(|&p| busiest_len(n, p) as u64).collect())
             })
             .collect();
         let summed = g
@@ -1312,7 +1313,7 @@ fn model(
         .gext
         .iter()
         .zip(&sizes)
-        .map(|(&n, &p)| n.div_ceil(p) as u64)
+        .map(|(&n, &p)| busiest_len(n, p) as u64)
         .collect();
     let blk_at = |at: &[usize]| -> u64 { at.iter().map(|&v| bs[v]).product() };
     let last = sizes.iter().product::<usize>().saturating_sub(1);
@@ -1349,7 +1350,7 @@ fn model(
         .gext
         .iter()
         .zip(&sizes)
-        .map(|(&n, &p)| n.div_ceil(p) as u128)
+        .map(|(&n, &p)| busiest_len(n, p) as u128)
         .product();
     let tile_dist = sizes
         .iter()
@@ -1371,7 +1372,7 @@ fn model(
 fn fewest_phases(g: &GroupCtx, sizes: &[usize], s: u64) -> Option<(usize, usize, u64)> {
     let v = phase_index(g, sizes)?;
     let mem_at = |t: usize| phase_memory(g, sizes, v, t);
-    let (mut lo, mut hi) = (2usize, g.gext[v].div_ceil(sizes[v]).max(2));
+    let (mut lo, mut hi) = (2usize, busiest_len(g.gext[v], sizes[v]).max(2));
     if mem_at(hi) > s {
         return None;
     }
@@ -1390,7 +1391,7 @@ fn fewest_phases(g: &GroupCtx, sizes: &[usize], s: u64) -> Option<(usize, usize,
 /// among those an input is replicated along (`None`: no input is).
 fn phase_index(g: &GroupCtx, sizes: &[usize]) -> Option<usize> {
     let gidx = g.gidx;
-    let bv = |v: usize| g.gext[v].div_ceil(sizes[v]);
+    let bv = |v: usize| busiest_len(g.gext[v], sizes[v]);
     g.summed
         .iter()
         .copied()
@@ -1406,7 +1407,7 @@ fn phase_index(g: &GroupCtx, sizes: &[usize]) -> Option<usize> {
 /// The model's memory of the grid of `sizes` walking index `v` in `t` phases.
 fn phase_memory(g: &GroupCtx, sizes: &[usize], v: usize, t: usize) -> u64 {
     let gidx = g.gidx;
-    let b = g.gext[v].div_ceil(sizes[v]) as u64;
+    let b = busiest_len(g.gext[v], sizes[v]) as u64;
     let mut m = 0u64;
     for a in &g.group.inputs {
         let full = g.blk(sizes, &a.indices);
