@@ -118,15 +118,15 @@ fn run_typed<'py, T: deinsum::Scalar + Element>(
     threads: usize,
 ) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
     let einsum = &e.plan().einsum;
-    if arrays.len() != einsum.inputs.len() {
+    if arrays.len() != einsum.inputs().len() {
         return Err(PyValueError::new_err(format!(
             "the plan takes {} operands, {} given",
-            einsum.inputs.len(),
+            einsum.inputs().len(),
             arrays.len()
         )));
     }
-    for (k, (a, op)) in arrays.iter().zip(&einsum.inputs).enumerate() {
-        let want = op.shape(&einsum.extents);
+    for (k, (a, op)) in arrays.iter().zip(einsum.inputs()).enumerate() {
+        let want = op.shape(einsum.extents());
         if a.shape() != want.as_slice() {
             return Err(PyValueError::new_err(format!(
                 "operand {k} has shape {:?}, the plan was compiled for {:?}",
@@ -140,7 +140,11 @@ fn run_typed<'py, T: deinsum::Scalar + Element>(
         .map(|a| a.as_slice())
         .collect::<Result<Vec<&[T]>, _>>()
         .map_err(|e| PyValueError::new_err(format!("operand not C-contiguous: {e}")))?;
-    let shape: Vec<usize> = einsum.output.iter().map(|c| einsum.extents[c]).collect();
+    let shape: Vec<usize> = einsum
+        .output()
+        .iter()
+        .map(|c| einsum.extents()[c])
+        .collect();
     py.check_signals()?;
     let out = run_interruptible(py, |opts| e.run_local_borrowed(&slices, opts), threads)?;
     let arr = out.into_pyarray(py);
@@ -174,13 +178,13 @@ impl NativePlan {
     /// Storage shape of every operand the plan takes.
     fn input_shapes(&self) -> Vec<Vec<usize>> {
         let e = &self.inner.plan().einsum;
-        e.inputs.iter().map(|o| o.shape(&e.extents)).collect()
+        e.inputs().iter().map(|o| o.shape(e.extents())).collect()
     }
 
     /// Shape of the output.
     fn output_shape(&self) -> Vec<usize> {
         let e = &self.inner.plan().einsum;
-        e.output.iter().map(|c| e.extents[c]).collect()
+        e.output().iter().map(|c| e.extents()[c]).collect()
     }
 
     /// Number of ranks.
@@ -322,14 +326,14 @@ impl NativePathInfo {
     fn text(&self) -> String {
         use deinsum::cli::path::{canonical, render_text};
         let c = canonical(&self.einsum);
-        render_text(&c, &self.einsum.extents, &self.info, self.memory_limit)
+        render_text(&c, self.einsum.extents(), &self.info, self.memory_limit)
     }
 
     /// The JSON `deinsum path --format json` prints.
     fn json(&self) -> PyResult<String> {
         use deinsum::cli::path::{canonical, render_json};
         let c = canonical(&self.einsum);
-        render_json(&c, &self.einsum.extents, &self.info, self.memory_limit)
+        render_json(&c, self.einsum.extents(), &self.info, self.memory_limit)
             .map_err(|err| PyRuntimeError::new_err(err.to_string()))
     }
 

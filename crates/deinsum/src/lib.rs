@@ -193,11 +193,11 @@ impl Einsum {
     ) -> Result<Vec<T>, Error> {
         use deinsum_plan::{PlanStep, TensorKind};
         let plan = &self.plan;
-        if operands.len() != plan.einsum.inputs.len() {
+        if operands.len() != plan.einsum.inputs().len() {
             return Err(Error::Rank(format!(
                 "{} operands given, the einsum has {}",
                 operands.len(),
-                plan.einsum.inputs.len()
+                plan.einsum.inputs().len()
             )));
         }
         let opts = ExecOptions {

@@ -152,7 +152,7 @@ pub fn serial_reference<T: Scalar>(
         Inputs::Seeded { seed } if iteration_space(e) <= NAIVE_MAX_POINTS => {
             return Ok((ReferenceMethod::NaiveLoopNest, naive_seeded(e, *seed)));
         }
-        Inputs::Seeded { seed } => (0..e.inputs.len())
+        Inputs::Seeded { seed } => (0..e.inputs().len())
             .map(|k| {
                 deinsum_exec::reference::seeded_leaf(e, k, *seed)
                     .map_err(|o| refused(o.for_tensor(k)))
@@ -175,10 +175,10 @@ fn read_leaf<T: Scalar>(
     k: usize,
     path: &std::path::Path,
 ) -> Result<deinsum_exec::kernels::LocalTensor<f64>, ReferenceError> {
-    let op = &e.inputs[k];
+    let op = &e.inputs()[k];
     let shape: Vec<usize> = op.indices.iter().map(|&c| e.extent(c)).collect();
     let b = deinsum_plan::Block::full(&shape);
-    let data = deinsum_exec::npy::read_operand_block::<T>(path, op, &e.extents, &b)?
+    let data = deinsum_exec::npy::read_operand_block::<T>(path, op, e.extents(), &b)?
         .into_iter()
         .map(Scalar::to_f64)
         .collect();
@@ -434,7 +434,7 @@ impl RunSummary {
             expression: plan.expression.clone(),
             extents: plan
                 .einsum
-                .extents
+                .extents()
                 .iter()
                 .map(|(c, n)| format!("{c}={n}"))
                 .collect::<Vec<_>>()

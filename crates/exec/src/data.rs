@@ -45,8 +45,8 @@ pub fn seeded_value(seed: u64, operand: usize, index: u64) -> f64 {
 /// Per distinct index of operand `k`, the stride of its storage (summed over the storage dims
 /// it labels, so a diagonal walks the diagonal; broadcast dims sit at coordinate 0).
 pub fn storage_strides(einsum: &Einsum, k: usize) -> Vec<u64> {
-    let op = &einsum.inputs[k];
-    let shape = op.shape(&einsum.extents);
+    let op = &einsum.inputs()[k];
+    let shape = op.shape(einsum.extents());
     let mut dim_stride = vec![0u64; shape.len()];
     let mut s = 1u64;
     for d in (0..shape.len()).rev() {
@@ -141,7 +141,7 @@ pub fn block_of_full<T: Scalar>(
     full: &[T],
     block: &Block,
 ) -> Result<Vec<T>, BlockError> {
-    let shape = einsum.inputs[k].shape(&einsum.extents);
+    let shape = einsum.inputs()[k].shape(einsum.extents());
     let want: usize = shape.iter().product();
     if full.len() != want {
         return Err(BlockError::Input(format!(

@@ -603,7 +603,7 @@ fn read_input<T: Scalar>(
     let TensorKind::Input(k) = t.kind else {
         return Err(bad(format!("load of {} which is not an input", t.name)));
     };
-    if k >= plan.einsum.inputs.len() || dist.split.len() != t.shape.len() {
+    if k >= plan.einsum.inputs().len() || dist.split.len() != t.shape.len() {
         return Err(bad(format!("load of {} does not fit the einsum", t.name)));
     }
     Ok(match dist.block(me, &t.shape) {

@@ -14,7 +14,7 @@ pub(crate) fn read_block<T: Scalar>(
     k: usize,
     block: &Block,
 ) -> Result<Vec<T>, BlockError> {
-    crate::npy::read_operand_block::<T>(path, &einsum.inputs[k], &einsum.extents, block).map_err(
+    crate::npy::read_operand_block::<T>(path, &einsum.inputs()[k], einsum.extents(), block).map_err(
         |e| match e {
             NpyError::OutOfMemory(o) => BlockError::OutOfMemory(o),
             other => BlockError::Input(other.to_string()),

@@ -10,7 +10,7 @@ use deinsum_plan::Block;
 
 /// Number of points of the einsum's full iteration space (f64: it may not fit an integer).
 pub fn iteration_space(einsum: &Einsum) -> f64 {
-    einsum.extents.values().map(|&n| n as f64).product()
+    einsum.extents().values().map(|&n| n as f64).product()
 }
 
 /// The einsum evaluated naively over its full iteration space, in f64, output row-major over
@@ -25,10 +25,10 @@ pub fn naive(einsum: &Einsum, value: &dyn Fn(usize, u64) -> f64) -> Vec<f64> {
     };
     // Per operand, per storage dim: (position in `all` or None for broadcast, stride).
     let ops: Vec<Vec<(Option<usize>, u64)>> = einsum
-        .inputs
+        .inputs()
         .iter()
         .map(|op| {
-            let shape = op.shape(&einsum.extents);
+            let shape = op.shape(einsum.extents());
             let mut st = vec![0u64; shape.len()];
             let mut s = 1u64;
             for d in (0..shape.len()).rev() {
@@ -45,7 +45,7 @@ pub fn naive(einsum: &Einsum, value: &dyn Fn(usize, u64) -> f64) -> Vec<f64> {
                 .collect()
         })
         .collect();
-    let out_pos: Vec<usize> = einsum.output.iter().map(|&c| pos(c)).collect();
+    let out_pos: Vec<usize> = einsum.output().iter().map(|&c| pos(c)).collect();
     let out_len: usize = out_pos.iter().map(|&p| ext[p]).product();
     let mut out = vec![0.0f64; out_len];
     if ext.contains(&0) {
@@ -85,7 +85,7 @@ pub fn naive_seeded(einsum: &Einsum, seed: u64) -> Vec<f64> {
 
 /// Operand `k` of the seeded generator as a whole tensor over its distinct indices (f64).
 pub fn seeded_leaf(einsum: &Einsum, k: usize, seed: u64) -> Result<LocalTensor<f64>, OutOfMemory> {
-    let idx = einsum.inputs[k].indices.clone();
+    let idx = einsum.inputs()[k].indices.clone();
     let shape: Vec<usize> = idx.iter().map(|&c| einsum.extent(c)).collect();
     let b = Block::full(&shape);
     Ok(LocalTensor {
@@ -111,7 +111,7 @@ pub fn tree_reference(
         nodes.push(r);
     }
     match nodes.pop() {
-        Some(last) => Ok(last.into_order(&einsum.output)?.data),
+        Some(last) => Ok(last.into_order(einsum.output())?.data),
         None => Ok(Vec::new()),
     }
 }
@@ -122,7 +122,7 @@ pub fn tree_seeded(
     tree: &ContractionTree,
     seed: u64,
 ) -> Result<Vec<f64>, OutOfMemory> {
-    let leaves = (0..einsum.inputs.len())
+    let leaves = (0..einsum.inputs().len())
         .map(|k| seeded_leaf(einsum, k, seed).map_err(|e| e.for_tensor(k)))
         .collect::<Result<_, _>>()?;
     tree_reference(einsum, tree, leaves)

@@ -104,7 +104,7 @@ fn mttkrp(order: usize, mode: usize, p: usize) {
     xs.push(('a', 3));
     let e = einsum(&expr, &xs);
     // KRP of the factors first (Hadamard over a), then the contraction with the tensor.
-    let n = e.inputs.len();
+    let n = e.inputs().len();
     let mut steps: Vec<(Vec<usize>, String)> = Vec::new();
     let others: Vec<char> = letters[..order]
         .iter()
@@ -228,7 +228,7 @@ fn bad_local_block_fails_the_run_with_that_ranks_error() {
     let world = InProcess::new(3).unwrap();
     let r = world.run(|comm| {
         let mut blocks = std::collections::BTreeMap::new();
-        for (k, op) in e.inputs.iter().enumerate() {
+        for (k, op) in e.inputs().iter().enumerate() {
             let shape: Vec<usize> = op.indices.iter().map(|&c| e.extent(c)).collect();
             let n = pl
                 .steps
@@ -291,11 +291,11 @@ fn full_inputs_equal_seeded_inputs() {
     let t = left_tree(&e);
     let pl = plan(&e, &t, &unfused(&t), 5);
     let full: Vec<Vec<f64>> = e
-        .inputs
+        .inputs()
         .iter()
         .enumerate()
         .map(|(k, op)| {
-            let n: usize = op.shape(&e.extents).iter().product();
+            let n: usize = op.shape(e.extents()).iter().product();
             (0..n as u64).map(|x| seeded_value(9, k, x)).collect()
         })
         .collect();

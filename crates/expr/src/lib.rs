@@ -130,21 +130,111 @@ impl Operand {
 /// Invariants: every output index occurs in some input and at most once in the output; every
 /// index has an extent >= 1; the product of the extents of every operand and of the output fits
 /// in `usize`. Ellipsis dimensions have been replaced by fresh labels (see [`Einsum::ellipsis`]).
+/// The fields are private so that only [`parse`] and [`Einsum::new`] (which check the
+/// invariants) and [`Einsum::from_parts`] (which does not) make one.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Einsum {
     /// The input operands in order.
-    pub inputs: Vec<Operand>,
+    inputs: Vec<Operand>,
     /// The output indices in order (distinct).
-    pub output: Vec<Index>,
+    output: Vec<Index>,
     /// Extent of every index that occurs.
-    pub extents: BTreeMap<Index, usize>,
+    extents: BTreeMap<Index, usize>,
     /// Whether the output was implicit (no `->` in the source).
-    pub implicit_output: bool,
+    implicit_output: bool,
     /// The labels that stand for `...` dimensions, outermost first (empty without ellipsis).
-    pub ellipsis: Vec<Index>,
+    ellipsis: Vec<Index>,
 }
 
 impl Einsum {
+    /// An einsum with an explicit `output` and no ellipsis, checked against the invariants of
+    /// [`Einsum`]: every index of an operand or of the output has an extent >= 1, `extents` names
+    /// no other index, output indices are distinct and occur in some input, and element counts
+    /// fit in `usize`.
+    pub fn new(
+        inputs: Vec<Operand>,
+        output: Vec<Index>,
+        extents: BTreeMap<Index, usize>,
+    ) -> Result<Self, ExprError> {
+        let e = Einsum::from_parts(inputs, output, extents);
+        e.validate()?;
+        Ok(e)
+    }
+
+    /// An einsum from its parts with an explicit output and no ellipsis, **without** checking
+    /// any invariant of [`Einsum`]: for tests and tools that build an einsum by hand (possibly
+    /// a deliberately invalid one). Prefer [`Einsum::new`] or [`parse`].
+    pub fn from_parts(
+        inputs: Vec<Operand>,
+        output: Vec<Index>,
+        extents: BTreeMap<Index, usize>,
+    ) -> Self {
+        Einsum {
+            inputs,
+            output,
+            extents,
+            implicit_output: false,
+            ellipsis: Vec::new(),
+        }
+    }
+
+    /// Checks the invariants that [`Einsum::new`] promises.
+    fn validate(&self) -> Result<(), ExprError> {
+        let mut used = std::collections::BTreeSet::new();
+        for (k, op) in self.inputs.iter().enumerate() {
+            for &c in &op.indices {
+                match self.extents.get(&c) {
+                    None => {
+                        return Err(ExprError::invalid(format!(
+                            "index '{c}' of operand {k} has no extent"
+                        )))
+                    }
+                    Some(0) => {
+                        return Err(ExprError::invalid(format!(
+                            "index '{c}' has extent 0 (extents are at least 1)"
+                        )))
+                    }
+                    Some(_) => {}
+                }
+                used.insert(c);
+            }
+            if checked_product(&op.shape(&self.extents)).is_none() {
+                return Err(ExprError::invalid(format!(
+                    "operand {k} has more elements than fit in usize"
+                )));
+            }
+        }
+        for (p, &c) in self.output.iter().enumerate() {
+            if !used.contains(&c) {
+                return Err(ExprError::invalid(format!(
+                    "output index '{c}' occurs in no input"
+                )));
+            }
+            if self.output[..p].contains(&c) {
+                return Err(ExprError::invalid(format!(
+                    "output index '{c}' occurs twice"
+                )));
+            }
+        }
+        if let Some(c) = self.extents.keys().find(|c| !used.contains(c)) {
+            return Err(ExprError::invalid(format!(
+                "an extent is given for '{c}', which no operand has"
+            )));
+        }
+        let out: Vec<usize> = self.output.iter().map(|c| self.extent(*c)).collect();
+        if checked_product(&out).is_none() {
+            return Err(ExprError::invalid(
+                "the output has more elements than fit in usize",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The input operands in order.
+    pub fn inputs(&self) -> &[Operand] {
+        &self.inputs
+    }
+
     /// Number of input operands.
     pub fn num_inputs(&self) -> usize {
         self.inputs.len()
@@ -155,14 +245,29 @@ impl Einsum {
         &self.inputs[k].indices
     }
 
-    /// The output indices.
+    /// The output indices in order (distinct).
     pub fn output(&self) -> &[Index] {
         &self.output
+    }
+
+    /// The extent of every index that occurs, by index.
+    pub fn extents(&self) -> &BTreeMap<Index, usize> {
+        &self.extents
     }
 
     /// Extent of index `c` (1 for an unknown index, which a validated einsum never has).
     pub fn extent(&self, c: Index) -> usize {
         self.extents.get(&c).copied().unwrap_or(1)
+    }
+
+    /// Whether the output was implicit (no `->` in the source).
+    pub fn implicit_output(&self) -> bool {
+        self.implicit_output
+    }
+
+    /// The labels that stand for `...` dimensions, outermost first (empty without ellipsis).
+    pub fn ellipsis(&self) -> &[Index] {
+        &self.ellipsis
     }
 
     /// All distinct indices of the einsum, sorted.

@@ -14,16 +14,28 @@ fn output_shapes_and_iteration_space_match_numpy() {
         let (expr, shapes, out_shape, sum) = (f[0], f[1], f[2], f[3]);
         let spec = ExtentSpec::from_flags(None, None, Some(shapes)).unwrap();
         let e = parse(expr, &spec).unwrap_or_else(|err| panic!("{line}: {err}"));
-        let ours: Vec<String> = e.output.iter().map(|&c| e.extent(c).to_string()).collect();
+        let ours: Vec<String> = e
+            .output()
+            .iter()
+            .map(|&c| e.extent(c).to_string())
+            .collect();
         assert_eq!(ours.join("x"), out_shape, "{line}: parsed as {e}");
         let given = deinsum_expr::parse_shapes(shapes).unwrap();
-        for (k, op) in e.inputs.iter().enumerate() {
-            assert_eq!(op.shape(&e.extents), given[k], "{line}: operand {k} of {e}");
+        for (k, op) in e.inputs().iter().enumerate() {
+            assert_eq!(
+                op.shape(e.extents()),
+                given[k],
+                "{line}: operand {k} of {e}"
+            );
         }
         // The canonical form reads back to the same einsum with the same shapes.
         let again = parse(&e.to_string(), &spec).unwrap_or_else(|err| panic!("{e}: {err}"));
-        assert_eq!(again.inputs, e.inputs, "{line}: {e} reads back differently");
-        let space: usize = e.extents.values().product();
+        assert_eq!(
+            again.inputs(),
+            e.inputs(),
+            "{line}: {e} reads back differently"
+        );
+        let space: usize = e.extents().values().product();
         assert_eq!(
             space as f64,
             sum.parse::<f64>().unwrap(),

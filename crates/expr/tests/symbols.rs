@@ -72,7 +72,7 @@ fn a_200_operand_einsum_reads_as_opt_einsum_reads_it() {
     }
     // opt_einsum's implicit output (indices that occur once, sorted by code point) is ours.
     assert_eq!(e.output(), expected.as_slice());
-    assert!(e.implicit_output);
+    assert!(e.implicit_output());
 }
 
 #[test]

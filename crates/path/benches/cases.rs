@@ -35,13 +35,12 @@ pub fn load(text: &str) -> Vec<Case> {
                 .collect();
             Case {
                 name: c["name"].as_str().unwrap().to_string(),
-                einsum: Einsum {
+                einsum: Einsum::new(
                     inputs,
-                    output: c["output"].as_str().unwrap().chars().collect(),
+                    c["output"].as_str().unwrap().chars().collect(),
                     extents,
-                    implicit_output: false,
-                    ellipsis: vec![],
-                },
+                )
+                .expect("a valid einsum"),
                 strategies: c["strategies"]
                     .as_array()
                     .unwrap()

@@ -55,7 +55,7 @@ fn main() {
             e.output_subscripts()
         );
         let spec = deinsum_expr::ExtentSpec {
-            shapes: Some(e.inputs.iter().map(|o| o.shape(&e.extents)).collect()),
+            shapes: Some(e.inputs().iter().map(|o| o.shape(e.extents())).collect()),
             ..Default::default()
         };
         let parse = best(reps, || {

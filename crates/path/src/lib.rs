@@ -360,16 +360,16 @@ impl PathInfo {
 
 /// Checks what a hand-built einsum could get wrong that the searches rely on.
 fn validate(e: &Einsum) -> Result<(), PathError> {
-    if e.inputs.is_empty() {
+    if e.inputs().is_empty() {
         return Err(PathError::InvalidEinsum("no operands".into()));
     }
-    for (i, c) in e.output.iter().enumerate() {
-        if e.output[..i].contains(c) {
+    for (i, c) in e.output().iter().enumerate() {
+        if e.output()[..i].contains(c) {
             return Err(PathError::InvalidEinsum(format!(
                 "index `{c}` twice in the output"
             )));
         }
-        if !e.inputs.iter().any(|o| o.indices.contains(c)) {
+        if !e.inputs().iter().any(|o| o.indices.contains(c)) {
             return Err(PathError::InvalidEinsum(format!(
                 "output index `{c}` is in no operand"
             )));
@@ -381,9 +381,9 @@ fn validate(e: &Einsum) -> Result<(), PathError> {
 /// The search problem of `e` under `opts`.
 pub fn problem<'a>(e: &'a Einsum, opts: &'a PathOptions) -> Problem<'a> {
     Problem::new(
-        e.inputs.iter().map(|o| o.indices.clone()).collect(),
-        e.output.clone(),
-        &e.extents,
+        e.inputs().iter().map(|o| o.indices.clone()).collect(),
+        e.output().to_vec(),
+        e.extents(),
         opts.memory_limit,
         opts.cost.as_ref(),
     )
@@ -402,7 +402,7 @@ pub fn optimize(einsum: &Einsum, opts: &PathOptions) -> Result<PathInfo, PathErr
     let mut ssa = None;
     if let Some(limit) = opts.memory_limit {
         // The last step makes the output, so no stepwise path fits; skip the search.
-        if Count::size(&einsum.output, &einsum.extents).as_f64() > limit as f64 {
+        if Count::size(einsum.output(), einsum.extents()).as_f64() > limit as f64 {
             ssa = Some(all_at_once());
         }
     }
@@ -439,7 +439,7 @@ pub fn optimize(einsum: &Einsum, opts: &PathOptions) -> Result<PathInfo, PathErr
 pub fn tree_from_ssa(e: &Einsum, ssa: &[Vec<usize>]) -> Result<ContractionTree, PathError> {
     validate(e)?;
     let n = e.num_inputs();
-    let leaf_indices: Vec<Vec<Index>> = e.inputs.iter().map(|o| o.indices.clone()).collect();
+    let leaf_indices: Vec<Vec<Index>> = e.inputs().iter().map(|o| o.indices.clone()).collect();
     let ids = Ids::of(e);
     let mut steps = Vec::new();
     let single = [vec![0usize]];
@@ -451,7 +451,7 @@ pub fn tree_from_ssa(e: &Einsum, ssa: &[Vec<usize>]) -> Result<ContractionTree, 
     let mut live: Vec<Option<Vec<Index>>> = leaf_indices.iter().cloned().map(Some).collect();
     // Holders of each index among live nodes, plus one for the output (never released).
     let mut holders = vec![0usize; ids.len()];
-    for c in leaf_indices.iter().flatten().chain(e.output.iter()) {
+    for c in leaf_indices.iter().flatten().chain(e.output().iter()) {
         holders[ids.get(*c)] += 1;
     }
     let mut seen = vec![false; ids.len()];
@@ -477,7 +477,7 @@ pub fn tree_from_ssa(e: &Einsum, ssa: &[Vec<usize>]) -> Result<ContractionTree, 
             holders[ids.get(*c)] -= 1;
         }
         let output = if alive == 1 {
-            e.output.clone()
+            e.output().to_vec()
         } else {
             // Keep what the output or another live node still holds, in first-appearance order.
             let mut out: Vec<usize> = Vec::new();
@@ -516,7 +516,7 @@ pub fn tree_from_ssa(e: &Einsum, ssa: &[Vec<usize>]) -> Result<ContractionTree, 
         num_inputs: n,
         leaf_indices,
         steps,
-        extents: e.extents.clone(),
+        extents: e.extents().clone(),
     })
 }
 
@@ -627,7 +627,7 @@ pub fn evaluate(
     }
     // opt_einsum: one loop nest over every index, (n - 1) multiplies, +1 if anything is shared.
     let all = e.all_indices_of_inputs();
-    let total_len: usize = e.inputs.iter().map(|o| o.indices.len()).sum();
+    let total_len: usize = e.inputs().iter().map(|o| o.indices.len()).sum();
     let inner = total_len > all.len();
     let naive = Count::size(&all, &tree.extents)
         .times((e.num_inputs().saturating_sub(1).max(1) + usize::from(inner)) as u128);
@@ -653,7 +653,7 @@ trait InputIndices {
 impl InputIndices for Einsum {
     fn all_indices_of_inputs(&self) -> Vec<Index> {
         let mut v: Vec<Index> = Vec::new();
-        for c in self.inputs.iter().flat_map(|o| o.indices.iter()) {
+        for c in self.inputs().iter().flat_map(|o| o.indices.iter()) {
             if !v.contains(c) {
                 v.push(*c);
             }
@@ -672,10 +672,10 @@ struct Ids {
 impl Ids {
     fn of(e: &Einsum) -> Self {
         Ids::from_lists(
-            e.inputs
+            e.inputs()
                 .iter()
                 .flat_map(|o| o.indices.iter())
-                .chain(e.output.iter()),
+                .chain(e.output().iter()),
         )
     }
 

@@ -2,6 +2,7 @@
 
 mod common;
 use common::{brute_force, es};
+use deinsum_expr::{Einsum, Operand};
 use deinsum_path::{
     evaluate, optimize, tree_from_linear, Count, Flops, PathError, PathOptions, STRATEGY_NAMES,
 };
@@ -286,18 +287,21 @@ fn output_larger_than_the_limit_gives_one_step_over_everything() {
 
 #[test]
 fn invalid_hand_built_einsums_are_errors() {
-    let mut e = es("ab,bc->ac", &[], 2);
-    e.output = vec!['a', 'z'];
+    let base = es("ab,bc->ac", &[], 2);
+    let with = |inputs: &[Operand], output: &[char]| {
+        Einsum::from_parts(inputs.to_vec(), output.to_vec(), base.extents().clone())
+    };
+    let e = with(base.inputs(), &['a', 'z']);
     assert!(matches!(
         optimize(&e, &opt("auto")),
         Err(PathError::InvalidEinsum(_))
     ));
-    e.output = vec!['a', 'a'];
+    let e = with(base.inputs(), &['a', 'a']);
     assert!(matches!(
         optimize(&e, &opt("auto")),
         Err(PathError::InvalidEinsum(_))
     ));
-    e.inputs.clear();
+    let e = with(&[], &['a', 'a']);
     assert!(matches!(
         optimize(&e, &opt("auto")),
         Err(PathError::InvalidEinsum(_))

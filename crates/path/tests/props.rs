@@ -165,7 +165,7 @@ proptest! {
             prop_assert_eq!(evaluate(&e, tree, &Flops, s).flops, info.flops);
             prop_assert_eq!(&tree_from_ssa(&e, &info.tree.to_ssa()).unwrap(), &info.tree);
             let last = info.tree.steps.last().unwrap();
-            prop_assert_eq!(&last.output, &e.output);
+            prop_assert_eq!(&last.output, e.output());
         }
     }
 

@@ -35,6 +35,6 @@ fn a_200_operand_network_over_opt_einsum_symbols() {
         );
         let tree = tree_from_linear(&e, &info.path).unwrap();
         assert_eq!(evaluate(&e, tree, &Flops, s).flops, info.flops, "{s}");
-        assert_eq!(info.tree.steps.last().unwrap().output, e.output, "{s}");
+        assert_eq!(info.tree.steps.last().unwrap().output, e.output(), "{s}");
     }
 }

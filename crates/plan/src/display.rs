@@ -168,7 +168,7 @@ impl fmt::Display for PlanDisplay<'_> {
 fn write_header(f: &mut fmt::Formatter<'_>, plan: &Plan, strategy: &str) -> fmt::Result {
     let ext: Vec<String> = plan
         .einsum
-        .extents
+        .extents()
         .iter()
         .map(|(c, n)| format!("{c}={n}"))
         .collect();

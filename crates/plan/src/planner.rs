@@ -142,7 +142,7 @@ impl<'a> Planner<'a> {
         if opts.procs == 0 {
             return Err(PlanError::ZeroProcs);
         }
-        let ext = &einsum.extents;
+        let ext = einsum.extents();
         let n_in = einsum.num_inputs();
         if tree.num_inputs != n_in || tree.steps.is_empty() {
             return Err(PlanError::Inconsistent(format!(
@@ -374,7 +374,7 @@ impl<'a> Planner<'a> {
         let gp = self.group_plan(g, c, grid, inputs, resting, 0, 0);
         if last {
             let (out_id, od) = (gp.output.0, &gp.output.1);
-            let oshape = shape_of(&g.out_idx, &self.einsum.extents);
+            let oshape = shape_of(&g.out_idx, self.einsum.extents());
             let final_dist = reduced_distribution(od, &oshape);
             for mv in plan_move(&oshape, od, &final_dist, procs) {
                 emit_move(out_id, mv, &mut totals, &mut steps, self.opts);
@@ -400,7 +400,7 @@ impl<'a> Planner<'a> {
         gi: usize,
         group: &'g FusedGroup,
     ) -> Result<GroupCtx<'g>, PlanError> {
-        let ext = &self.einsum.extents;
+        let ext = self.einsum.extents();
         let root = self.tree.root().index();
         let out_node = group.output.node;
         let out_idx = group.output.indices.clone();
@@ -465,7 +465,7 @@ impl<'a> Planner<'a> {
             .inputs
             .iter()
             .map(|a| {
-                let shape = shape_of(&a.indices, &self.einsum.extents);
+                let shape = shape_of(&a.indices, self.einsum.extents());
                 let pos = g.positions(&a.indices);
                 let from = match &self.state[&a.node] {
                     State::Unloaded if self.opts.inputs_in_place => None,
@@ -679,7 +679,7 @@ impl<'a> Planner<'a> {
             .inputs
             .iter()
             .map(|a| {
-                let shape = shape_of(&a.indices, &self.einsum.extents);
+                let shape = shape_of(&a.indices, self.einsum.extents());
                 let target = resting_for(&grid, g.gidx, &a.indices, c.phases);
                 let from = current(&self.state, &self.tensors, self.opts, a.node, &target);
                 plan_move(&shape, &from, &target, self.opts.procs)
@@ -690,7 +690,7 @@ impl<'a> Planner<'a> {
     /// The exact schedule of candidate `ci`: the moves of its inputs, its phase fetches and
     /// the reduction of its output, counted per rank.
     fn schedule(&self, g: &GroupCtx, c: &Candidate, ci: usize) -> Scheduled {
-        let (procs, ext) = (self.opts.procs, &self.einsum.extents);
+        let (procs, ext) = (self.opts.procs, self.einsum.extents());
         let grid = g.grid(&c.sizes);
         let mut acc = Vec::new();
         let mut total = 0u64;
@@ -938,7 +938,7 @@ impl<'a> Planner<'a> {
             };
             let rest = resting_for(grid, g.gidx, &a.indices, c.phases);
             let w = windowed(whole, k, t, part);
-            let shape = shape_of(&a.indices, &self.einsum.extents);
+            let shape = shape_of(&a.indices, self.einsum.extents());
             views.push(MoveView::new(&shape, &rest, &w, false, procs));
             fetch.push((a.node, rest, w));
         }
@@ -976,7 +976,7 @@ impl<'a> Planner<'a> {
         };
         let oshape = shape_of(
             &tree.steps[tree.steps.len() - 1].output,
-            &self.einsum.extents,
+            self.einsum.extents(),
         );
         let final_dist = reduced_distribution(&out_dist, &oshape);
         for mv in plan_move(&oshape, &out_dist, &final_dist, procs) {
@@ -1027,7 +1027,7 @@ impl<'a> Planner<'a> {
                 .map(|k| einsum.input_indices(k).iter().collect::<String>())
                 .collect::<Vec<_>>()
                 .join(","),
-            einsum.output.iter().collect::<String>()
+            einsum.output().iter().collect::<String>()
         );
         let totals = &self.totals;
         Ok(Plan {

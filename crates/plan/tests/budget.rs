@@ -17,16 +17,14 @@ const SHAPES: &[(&[&str], &str)] = &[
 
 fn einsum(shape: usize, ext: &[usize]) -> Einsum {
     let (ins, out) = SHAPES[shape];
-    Einsum {
-        inputs: ins
-            .iter()
+    // Extents for all of 'a'..='l', also those the shape lacks: unchecked on purpose.
+    Einsum::from_parts(
+        ins.iter()
             .map(|s| Operand::new(s.chars().map(Dim::Index).collect()))
             .collect(),
-        output: out.chars().collect(),
-        extents: ('a'..='l').zip(ext.iter().copied()).collect(),
-        implicit_output: false,
-        ellipsis: Vec::new(),
-    }
+        out.chars().collect(),
+        ('a'..='l').zip(ext.iter().copied()).collect(),
+    )
 }
 
 fn plan(e: &Einsum, procs: usize, mem: Option<u64>) -> Result<Plan, PlanError> {

@@ -111,14 +111,14 @@ pub fn bound_report(
     let (fusion, runner) =
         analyze_with(&tree, mem, SearchMode::Auto).map_err(|e| super::InputError(e.to_string()))?;
     let ins: Vec<String> = einsum
-        .inputs
+        .inputs()
         .iter()
         .map(|o| o.indices.iter().collect())
         .collect();
     let expr = format!(
         "{}->{}",
         ins.join(","),
-        einsum.output.iter().collect::<String>()
+        einsum.output().iter().collect::<String>()
     );
     let report = Report {
         expr: &expr,

@@ -51,11 +51,11 @@ pub fn einsum_from_files(expr: &str, paths: &[PathBuf]) -> anyhow::Result<Einsum
         ..ExtentSpec::default()
     };
     if let Ok(e) = deinsum_expr::parse(expr, &probe) {
-        if e.inputs.len() != paths.len() {
+        if e.inputs().len() != paths.len() {
             return Err(InputError(format!(
                 "--inputs names {} files for {} operands",
                 paths.len(),
-                e.inputs.len()
+                e.inputs().len()
             ))
             .into());
         }
@@ -80,7 +80,7 @@ fn check_consistent(
     shapes: &[Vec<usize>],
 ) -> Result<(), InputError> {
     let mut seen: BTreeMap<Index, (usize, usize, usize)> = BTreeMap::new();
-    for (k, op) in e.inputs.iter().enumerate() {
+    for (k, op) in e.inputs().iter().enumerate() {
         let shape = &shapes[k];
         if shape.len() != op.dims.len() {
             return Err(InputError(format!(
@@ -123,20 +123,20 @@ pub fn check_files(
     paths: &[PathBuf],
     f32_run: bool,
 ) -> Result<Vec<String>, InputError> {
-    if paths.len() != e.inputs.len() {
+    if paths.len() != e.inputs().len() {
         return Err(InputError(format!(
             "--inputs names {} files for {} operands",
             paths.len(),
-            e.inputs.len()
+            e.inputs().len()
         )));
     }
     let mut notes = Vec::new();
     for (k, p) in paths.iter().enumerate() {
         header_of(p)?;
         let h = if f32_run {
-            deinsum_exec::npy::check_operand_file::<f32>(p, &e.inputs[k], &e.extents)
+            deinsum_exec::npy::check_operand_file::<f32>(p, &e.inputs()[k], e.extents())
         } else {
-            deinsum_exec::npy::check_operand_file::<f64>(p, &e.inputs[k], &e.extents)
+            deinsum_exec::npy::check_operand_file::<f64>(p, &e.inputs()[k], e.extents())
         }
         .map_err(|err| InputError(err.to_string()))?;
         let Some(elem) = h.elem_type() else { continue };

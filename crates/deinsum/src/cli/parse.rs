@@ -81,7 +81,7 @@ impl Report {
     fn new(e: &Einsum) -> Self {
         let inputs = (0..e.num_inputs())
             .map(|k| {
-                let op = &e.inputs[k];
+                let op = &e.inputs()[k];
                 Term {
                     subscripts: e.input_subscripts(k),
                     dims: op
@@ -93,21 +93,21 @@ impl Report {
                         })
                         .collect(),
                     indices: op.indices.iter().map(|c| c.to_string()).collect(),
-                    shape: op.shape(&e.extents),
+                    shape: op.shape(e.extents()),
                 }
             })
             .collect();
         let output = Term {
             subscripts: e.output_subscripts(),
-            dims: e.output.iter().map(|c| c.to_string()).collect(),
-            indices: e.output.iter().map(|c| c.to_string()).collect(),
-            shape: e.output.iter().map(|&c| e.extent(c)).collect(),
+            dims: e.output().iter().map(|c| c.to_string()).collect(),
+            indices: e.output().iter().map(|c| c.to_string()).collect(),
+            shape: e.output().iter().map(|&c| e.extent(c)).collect(),
         };
         let indices = e.all_indices().into_iter().map(|c| row(e, c)).collect();
         Report {
             einsum: e.to_string(),
-            implicit_output: e.implicit_output,
-            ellipsis: e.ellipsis.iter().map(|c| c.to_string()).collect(),
+            implicit_output: e.implicit_output(),
+            ellipsis: e.ellipsis().iter().map(|c| c.to_string()).collect(),
             inputs,
             output,
             indices,
@@ -189,7 +189,7 @@ impl Report {
 
 fn row(e: &Einsum, c: Index) -> IndexRow {
     let inputs = e
-        .inputs
+        .inputs()
         .iter()
         .enumerate()
         .filter_map(|(k, op)| {
@@ -204,7 +204,7 @@ fn row(e: &Einsum, c: Index) -> IndexRow {
         })
         .collect();
     let broadcast = e
-        .inputs
+        .inputs()
         .iter()
         .enumerate()
         .filter_map(|(k, op)| {
@@ -217,12 +217,12 @@ fn row(e: &Einsum, c: Index) -> IndexRow {
             (!dims.is_empty()).then_some(Occurrence { operand: k, dims })
         })
         .collect();
-    let output = e.output.iter().position(|&o| o == c);
+    let output = e.output().iter().position(|&o| o == c);
     IndexRow {
         index: c.to_string(),
         extent: e.extent(c),
         role: if output.is_some() { "free" } else { "summed" },
-        ellipsis: e.ellipsis.contains(&c),
+        ellipsis: e.ellipsis().contains(&c),
         inputs,
         broadcast,
         output,

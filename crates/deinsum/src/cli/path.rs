@@ -58,8 +58,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })?;
     let expr = canonical(&einsum);
     let out = match args.format {
-        super::Format::Text => render_text(&expr, &einsum.extents, &info, memory_limit),
-        super::Format::Json => render_json(&expr, &einsum.extents, &info, memory_limit)?,
+        super::Format::Text => render_text(&expr, einsum.extents(), &info, memory_limit),
+        super::Format::Json => render_json(&expr, einsum.extents(), &info, memory_limit)?,
     };
     print!("{out}");
     Ok(ExitCode::SUCCESS)
@@ -68,11 +68,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// The einsum as `ab,bc->ac` over distinct operand indices.
 pub fn canonical(e: &deinsum_expr::Einsum) -> String {
     let ins: Vec<String> = e
-        .inputs
+        .inputs()
         .iter()
         .map(|o| o.indices.iter().collect())
         .collect();
-    format!("{}->{}", ins.join(","), e.output.iter().collect::<String>())
+    format!(
+        "{}->{}",
+        ins.join(","),
+        e.output().iter().collect::<String>()
+    )
 }
 
 /// A count for people: exact integers as integers, approximations in scientific notation.
@@ -239,7 +243,7 @@ mod tests {
     #[test]
     fn text_report_lists_every_step_and_totals() {
         let (e, i) = info();
-        let t = render_text(&canonical(&e), &e.extents, &i, None);
+        let t = render_text(&canonical(&e), e.extents(), &i, None);
         assert!(t.contains("Optimized FLOP count:  23000"), "{t}");
         assert!(t.contains("Naive FLOP count:  400000"), "{t}");
         assert!(t.contains("Theoretical speedup:  17.391"), "{t}");
@@ -251,7 +255,7 @@ mod tests {
     #[test]
     fn json_report_has_the_contract_fields() {
         let (e, i) = info();
-        let j = render_json(&canonical(&e), &e.extents, &i, Some(5000)).unwrap();
+        let j = render_json(&canonical(&e), e.extents(), &i, Some(5000)).unwrap();
         let v: serde_json::Value = serde_json::from_str(&j).unwrap();
         assert_eq!(v["path"], serde_json::json!([[1, 2], [0, 2], [1, 0]]));
         assert_eq!(v["flops"], 23000);

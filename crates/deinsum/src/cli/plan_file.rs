@@ -30,15 +30,15 @@ fn validate(plan: &Plan) -> Result<(), String> {
     let spec = deinsum_expr::ExtentSpec {
         shapes: Some(
             plan.einsum
-                .inputs
+                .inputs()
                 .iter()
-                .map(|o| o.shape(&plan.einsum.extents))
+                .map(|o| o.shape(plan.einsum.extents()))
                 .collect(),
         ),
         ..Default::default()
     };
     match deinsum_expr::parse(&plan.expression, &spec) {
-        Ok(e) if e.inputs == plan.einsum.inputs && e.output == plan.einsum.output => {}
+        Ok(e) if e.inputs() == plan.einsum.inputs() && e.output() == plan.einsum.output() => {}
         Ok(_) => {
             return Err(format!(
                 "its einsum does not match its expression {:?}",

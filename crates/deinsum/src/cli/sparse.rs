@@ -46,8 +46,8 @@ fn spmm_form(e: &Einsum) -> Result<(char, char, Vec<char>), anyhow::Error> {
     if e.num_inputs() != 2 {
         return Err(not_built(&format!("{} ({} operands)", why, e.num_inputs())));
     }
-    let a = &e.inputs[0];
-    let b = &e.inputs[1];
+    let a = &e.inputs()[0];
+    let b = &e.inputs()[1];
     let (i, j) = match a.dims[..] {
         [Dim::Index(i), Dim::Index(j)] if i != j => (i, j),
         _ => return Err(not_built(why)),
@@ -165,7 +165,7 @@ fn einsum_of(expr: &str, args: &Args) -> anyhow::Result<(Einsum, Option<ReadFile
     if let Some(p) = files.iter().find(|p| io::is_sparse_file(p)) {
         let t = io::read::<f64>(p, None).map_err(|e| InputError(e.to_string()))?;
         let probe = super::einsum_from_args(expr, &super::ExtentArgs::default())?;
-        let idx: Vec<char> = probe.inputs[0].indices.clone();
+        let idx: Vec<char> = probe.inputs()[0].indices.clone();
         if idx.len() != t.order() {
             return Err(InputError(format!(
                 "{} has {} modes but operand 0 has {} indices",

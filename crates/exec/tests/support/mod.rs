@@ -30,26 +30,20 @@ pub fn einsum(expr: &str, ext: &[(char, usize)]) -> Einsum {
         })
         .collect();
     let extents: BTreeMap<Index, usize> = ext.iter().copied().collect();
-    Einsum {
-        inputs,
-        output: out.chars().collect(),
-        extents,
-        implicit_output: false,
-        ellipsis: Vec::new(),
-    }
+    Einsum::from_parts(inputs, out.chars().collect(), extents)
 }
 
 /// Left-to-right pairwise tree (a unary step for one operand); each step keeps the indices
 /// needed later or in the output.
 pub fn left_tree(e: &Einsum) -> ContractionTree {
-    let n = e.inputs.len();
-    let leaf: Vec<Vec<Index>> = e.inputs.iter().map(|o| o.indices.clone()).collect();
+    let n = e.inputs().len();
+    let leaf: Vec<Vec<Index>> = e.inputs().iter().map(|o| o.indices.clone()).collect();
     let mut steps = Vec::new();
     if n == 1 {
         steps.push(Step {
             operands: vec![NodeId(0)],
             operand_indices: vec![leaf[0].clone()],
-            output: e.output.clone(),
+            output: e.output().to_vec(),
         });
     } else {
         let mut cur = 0usize;
@@ -58,11 +52,11 @@ pub fn left_tree(e: &Einsum) -> ContractionTree {
             let last = k == n - 1;
             let mut out: Vec<Index> = Vec::new();
             if last {
-                out = e.output.clone();
+                out = e.output().to_vec();
             } else {
                 for c in cur_idx.iter().chain(&leaf[k]) {
                     let later = leaf[k + 1..].iter().any(|l| l.contains(c));
-                    if (later || e.output.contains(c)) && !out.contains(c) {
+                    if (later || e.output().contains(c)) && !out.contains(c) {
                         out.push(*c);
                     }
                 }
@@ -80,14 +74,14 @@ pub fn left_tree(e: &Einsum) -> ContractionTree {
         num_inputs: n,
         leaf_indices: leaf,
         steps,
-        extents: e.extents.clone(),
+        extents: e.extents().clone(),
     }
 }
 
 /// A tree from explicit steps `(a, b, out)` over node ids.
 pub fn tree(e: &Einsum, steps: &[(&[usize], &str)]) -> ContractionTree {
-    let n = e.inputs.len();
-    let mut nodes: Vec<Vec<Index>> = e.inputs.iter().map(|o| o.indices.clone()).collect();
+    let n = e.inputs().len();
+    let mut nodes: Vec<Vec<Index>> = e.inputs().iter().map(|o| o.indices.clone()).collect();
     let mut out_steps = Vec::new();
     for (ops, out) in steps {
         let out: Vec<Index> = out.chars().collect();
@@ -102,7 +96,7 @@ pub fn tree(e: &Einsum, steps: &[(&[usize], &str)]) -> ContractionTree {
         num_inputs: n,
         leaf_indices: nodes[..n].to_vec(),
         steps: out_steps,
-        extents: e.extents.clone(),
+        extents: e.extents().clone(),
     }
 }
 

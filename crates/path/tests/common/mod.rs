@@ -1,4 +1,4 @@
-//! Test helpers: einsums by struct literal, and a brute-force optimum.
+//! Test helpers: einsums built by hand (unchecked), and a brute-force optimum.
 
 #![allow(dead_code)]
 
@@ -24,13 +24,7 @@ pub fn es(expr: &str, sizes: &[(char, usize)], default: usize) -> Einsum {
             .unwrap_or(default);
         extents.insert(c, e);
     }
-    Einsum {
-        inputs,
-        output: out.chars().collect(),
-        extents,
-        implicit_output: false,
-        ellipsis: vec![],
-    }
+    Einsum::from_parts(inputs, out.chars().collect(), extents)
 }
 
 /// opt_einsum's FLOP count of contracting positions `i < j` of `live`, and the result indices.
@@ -94,7 +88,7 @@ fn unary_cost(
 /// gives the same whenever it runs (what an operand alone has stays its own), so the
 /// reductions are tried first, in increasing position, and every pairwise order after them.
 pub fn brute_force(e: &Einsum, limit: Option<u128>) -> Option<u128> {
-    let live: Vec<Vec<Index>> = e.inputs.iter().map(|o| o.indices.clone()).collect();
+    let live: Vec<Vec<Index>> = e.inputs().iter().map(|o| o.indices.clone()).collect();
     fn go(
         live: Vec<Vec<Index>>,
         out: &[Index],
@@ -145,6 +139,6 @@ pub fn brute_force(e: &Einsum, limit: Option<u128>) -> Option<u128> {
     if live.len() == 1 {
         return None; // unary einsums are not searched
     }
-    go(live, &e.output, &e.extents, limit, 0, &mut best, Some(0));
+    go(live, e.output(), e.extents(), limit, 0, &mut best, Some(0));
     best
 }

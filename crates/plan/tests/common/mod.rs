@@ -8,16 +8,14 @@ use std::collections::BTreeMap;
 
 /// An einsum over the given operand index strings, output and extents.
 pub fn einsum(inputs: &[&str], output: &str, ext: &[(char, usize)]) -> Einsum {
-    Einsum {
-        inputs: inputs
+    Einsum::from_parts(
+        inputs
             .iter()
             .map(|s| Operand::new(s.chars().map(Dim::Index).collect()))
             .collect(),
-        output: output.chars().collect(),
-        extents: ext.iter().copied().collect(),
-        implicit_output: false,
-        ellipsis: Vec::new(),
-    }
+        output.chars().collect(),
+        ext.iter().copied().collect(),
+    )
 }
 
 /// A tree from steps given as (operand node ids, output indices).
@@ -40,7 +38,7 @@ pub fn tree(e: &Einsum, steps: &[(&[usize], &str)]) -> ContractionTree {
         num_inputs: e.num_inputs(),
         leaf_indices: leaf,
         steps: out,
-        extents: e.extents.clone(),
+        extents: e.extents().clone(),
     }
 }
 

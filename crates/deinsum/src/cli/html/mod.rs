@@ -79,7 +79,7 @@ fn plan_sections(plan: &Plan, extras: &Extras) -> String {
 fn header(plan: &Plan, extras: &Extras) -> String {
     let ext: Vec<String> = plan
         .einsum
-        .extents
+        .extents()
         .iter()
         .map(|(c, n)| format!("{c}={n}"))
         .collect();
