@@ -174,8 +174,8 @@ fn body(world: &MpiComm, c: &mut Checks) {
         // The same inputs from .npy files: rank 0 writes them (a root distribution), every
         // rank reads only its blocks.
         let mut paths = Vec::new();
-        for (k, op) in plan.einsum.inputs.iter().enumerate() {
-            let shape = op.shape(&plan.einsum.extents);
+        for (k, op) in plan.einsum.inputs().iter().enumerate() {
+            let shape = op.shape(plan.einsum.extents());
             let path = dir.join(format!("{name}-in{k}.npy"));
             let n: usize = shape.iter().product();
             let full: Vec<f64> = if me == 0 {
@@ -223,7 +223,7 @@ fn body(world: &MpiComm, c: &mut Checks) {
             let back: Vec<f64> = world.or_abort(npy::read_operand_block(
                 &out_path,
                 &op,
-                &plan.einsum.extents,
+                plan.einsum.extents(),
                 &whole,
             ));
             let e = rel_err(&back, &want);
