@@ -432,13 +432,7 @@ impl RunSummary {
         let p = &plan.prediction;
         RunSummary {
             expression: plan.expression.clone(),
-            extents: plan
-                .einsum
-                .extents()
-                .iter()
-                .map(|(c, n)| format!("{c}={n}"))
-                .collect::<Vec<_>>()
-                .join(","),
+            extents: plan.einsum.extent_labels().join(","),
             procs: plan.procs,
             context,
             seconds: reports.iter().map(|r| r.seconds).fold(0.0, f64::max),

@@ -255,6 +255,14 @@ impl Einsum {
         &self.extents
     }
 
+    /// Every extent as `index=extent`, by index (as `--sizes` takes them).
+    pub fn extent_labels(&self) -> Vec<String> {
+        self.extents
+            .iter()
+            .map(|(c, n)| format!("{c}={n}"))
+            .collect()
+    }
+
     /// Extent of index `c` (1 for an unknown index, which a validated einsum never has).
     pub fn extent(&self, c: Index) -> usize {
         self.extents.get(&c).copied().unwrap_or(1)

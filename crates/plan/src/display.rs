@@ -166,12 +166,7 @@ impl fmt::Display for PlanDisplay<'_> {
 
 /// The expression, extents, ranks, budget, where inputs start and the path.
 fn write_header(f: &mut fmt::Formatter<'_>, plan: &Plan, strategy: &str) -> fmt::Result {
-    let ext: Vec<String> = plan
-        .einsum
-        .extents()
-        .iter()
-        .map(|(c, n)| format!("{c}={n}"))
-        .collect();
+    let ext = plan.einsum.extent_labels();
     writeln!(
         f,
         "plan for {}   extents {}",

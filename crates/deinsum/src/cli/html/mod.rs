@@ -77,12 +77,7 @@ fn plan_sections(plan: &Plan, extras: &Extras) -> String {
 
 /// The title block and the plan's totals.
 fn header(plan: &Plan, extras: &Extras) -> String {
-    let ext: Vec<String> = plan
-        .einsum
-        .extents()
-        .iter()
-        .map(|(c, n)| format!("{c}={n}"))
-        .collect();
+    let ext = plan.einsum.extent_labels();
     let p = &plan.prediction;
     let mut o = String::new();
     let _ = write!(
