@@ -208,10 +208,27 @@ fn transcript(case: &Case) -> String {
         case.args.join(" ")
     );
     if case.timed {
-        mask_decimals(&text)
+        mask_host_cores(&mask_decimals(&text))
     } else {
         text
     }
+}
+
+/// Replaces the host's core count in a run's machine name (`as this host: 2 core(s)`) with `#`:
+/// a run plans for the host it is on, and CI's host may have other cores than this one.
+fn mask_host_cores(s: &str) -> String {
+    const KEY: &str = "as this host: ";
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find(KEY) {
+        let (head, tail) = rest.split_at(at + KEY.len());
+        out.push_str(head);
+        let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
+        out.push_str(if digits > 0 { "#" } else { "" });
+        rest = &tail[digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[test]
@@ -221,6 +238,10 @@ fn masking_hides_decimals_and_keeps_integers() {
         "min # ms, # madds, words 42, T1 (ij) # x3.5"
     );
     assert_eq!(mask_decimals("\"seconds\": 1.25e-5,"), "\"seconds\": #,");
+    assert_eq!(
+        mask_host_cores("default, as this host: 16 core(s), 2 rank(s)"),
+        "default, as this host: # core(s), 2 rank(s)"
+    );
 }
 
 #[test]

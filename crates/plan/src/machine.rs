@@ -245,6 +245,29 @@ fn rates(g: &Value, class: RateClass) -> Result<Vec<GemmRate>, MachineError> {
 }
 
 impl Machine {
+    /// Whether a transfer can progress while every rank of a `procs`-rank job computes: a
+    /// node keeps a core no rank uses (ranks placed per node below its cores), or the job
+    /// spans nodes and the network moves the words. Within a full node a transfer is a copy
+    /// some core must make, so overlapping it only time-slices that core (measured here:
+    /// `ij,jk->ik` at 2048 on 2 ranks of a 2-core node, 188 ms overlapped against 158 ms not).
+    pub fn copies_hide(&self, procs: usize) -> bool {
+        let per_node = self.ranks_per_node.max(1);
+        procs > per_node || procs.min(per_node) < self.cores_per_node
+    }
+
+    /// This machine as one node of `cores` cores holding all `ranks` ranks of a job (both at
+    /// least 1), the name saying so: the built-in default made to describe the host a run is
+    /// on.
+    pub fn on_host(mut self, cores: usize, ranks: usize) -> Machine {
+        self.cores_per_node = cores.max(1);
+        self.ranks_per_node = ranks.max(1);
+        self.name = format!(
+            "{}, as this host: {} core(s), {} rank(s)",
+            self.name, self.cores_per_node, self.ranks_per_node
+        );
+        self
+    }
+
     /// Reads a machine file (docs/machine.md), checking every field.
     pub fn from_json(text: &str) -> Result<Machine, MachineError> {
         let v: Value = serde_json::from_str(text).map_err(|e| MachineError::Json(e.to_string()))?;

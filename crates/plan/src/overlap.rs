@@ -59,9 +59,10 @@ impl Default for Chunking {
 }
 
 /// The plan with its communication overlapped where it pays ([`Chunking::DEFAULT`]); `plan`
-/// itself unless `opts.overlap`.
+/// itself unless `opts.overlap` and the machine can move words while its ranks compute
+/// ([`crate::Machine::copies_hide`]).
 pub fn apply(plan: Plan, opts: &PlanOptions) -> Plan {
-    if !opts.overlap {
+    if !opts.overlap || !opts.machine.copies_hide(opts.procs) {
         return plan;
     }
     pipeline(plan, opts, &Chunking::DEFAULT)

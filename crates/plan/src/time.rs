@@ -249,7 +249,12 @@ impl<'a> TimeModel<'a> {
                         });
                         // The phase's own windows come first; the next phase's are in
                         // flight while it computes.
-                        moves(fetch) + phase_seconds(moves(prefetch), compute, !prefetch.is_empty())
+                        moves(fetch)
+                            + phase_seconds(
+                                moves(prefetch),
+                                compute,
+                                !prefetch.is_empty() && self.m.copies_hide(self.procs),
+                            )
                     }
                 };
                 // Never NaN nor negative, whatever the figures.
@@ -296,7 +301,8 @@ fn out_layout(a: &[Index], b: &[Index], out: &[Index]) -> bool {
 }
 
 /// A phase's time: fetch then compute, or the longer of the two when the fetch is overlapped
-/// with the previous phase's compute.
+/// with the previous phase's compute on a machine where copies hide
+/// ([`Machine::copies_hide`]).
 pub fn phase_seconds(fetch: f64, compute: f64, overlapped: bool) -> f64 {
     if overlapped {
         fetch.max(compute)

@@ -304,6 +304,40 @@ fn large_matmul_is_pipelined_by_default_and_deterministically() {
     check_pipelined_small_sample(&a);
 }
 
+#[test]
+fn overlap_is_left_out_where_no_core_is_free_to_move_the_words() {
+    let e = einsum("ij,jk->ik", "i=2048,j=2048,k=2048");
+    // Two ranks filling a two-core node (this host): no core is left to make the copies.
+    let full = deinsum_plan::Machine::default().on_host(2, 2);
+    assert!(!full.copies_hide(2));
+    let on = |machine: deinsum_plan::Machine| PlanOptions {
+        procs: 2,
+        machine,
+        ..Default::default()
+    };
+    let a = build(&e, &on(full.clone())).unwrap();
+    let plain = build(
+        &e,
+        &PlanOptions {
+            overlap: false,
+            ..on(full)
+        },
+    )
+    .unwrap();
+    assert!(!is_pipelined(&a, 0), "a full node gets the plain plan");
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&plain).unwrap()
+    );
+    // A spare core (two ranks on four cores), or a job spanning nodes, does overlap.
+    let spare = deinsum_plan::Machine::default().on_host(4, 2);
+    assert!(spare.copies_hide(2));
+    assert!(is_pipelined(&build(&e, &on(spare)).unwrap(), 0));
+    let spans = deinsum_plan::Machine::default().on_host(1, 1);
+    assert!(spans.copies_hide(2));
+    assert!(!spans.copies_hide(1));
+}
+
 /// The structural part of [`check_pipelined`] without the element-wise cover (too large).
 fn check_pipelined_small_sample(plan: &Plan) {
     for (i, s) in plan.steps.iter().enumerate() {

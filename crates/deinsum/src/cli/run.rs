@@ -385,7 +385,7 @@ fn compile(
         procs,
         mem: args.mem,
         overlap: !args.no_overlap,
-        machine: super::calibrate::load_machine(args.machine.as_deref())?,
+        machine: run_machine(args, procs)?,
         objective: super::calibrate::objective(&args.objective)?,
         ..crate::Options::default()
     };
@@ -537,4 +537,16 @@ impl From<Backend> for crate::report::Backend {
             Backend::Mpi => crate::report::Backend::Mpi,
         }
     }
+}
+
+/// The machine a run of `procs` ranks plans for: `--machine`'s file, else the built-in default
+/// as one node with this host's cores holding every rank (as an in-process run, and a
+/// one-host `mpirun`, place them).
+fn run_machine(args: &Args, procs: usize) -> anyhow::Result<deinsum_plan::Machine> {
+    let m = super::calibrate::load_machine(args.machine.as_deref())?;
+    if args.machine.is_some() {
+        return Ok(m);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Ok(m.on_host(cores, procs))
 }
