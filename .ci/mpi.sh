@@ -122,10 +122,15 @@ for n in $NPS; do
 done
 
 # An overlapped plan (pipelined phases: the next phase's windows in flight while one computes)
-# runs exactly as planned and equals the serial result.
+# runs exactly as planned and equals the serial result. It is planned for the built-in 8-core
+# node, where a core is free to move the words: `run` without --machine plans for this host,
+# whose cores are all busy computing under mpirun, and there overlap is left out.
+ovl_dir=$(mktemp -d)
 for n in 2 3 4; do
-    out=$(timeout "$TIMEOUT" "$MPIRUN" -n "$n" "$target_dir/debug/deinsum" run "ij,jk->ik" \
-        --sizes i=200,j=2100,k=210 --procs "$n" --backend mpi --check 2>&1)
+    "$target_dir/debug/deinsum" plan "ij,jk->ik" --sizes i=200,j=2100,k=210 --procs "$n" \
+        -o "$ovl_dir/p$n.json" >/dev/null 2>&1
+    out=$(timeout "$TIMEOUT" "$MPIRUN" -n "$n" "$target_dir/debug/deinsum" run \
+        --plan "$ovl_dir/p$n.json" --backend mpi --check 2>&1)
     st=$?
     if [ $st -eq 0 ] && echo "$out" | grep -q "compute_phase" \
         && echo "$out" | grep -q "every rank exactly as planned"; then
@@ -135,6 +140,7 @@ for n in 2 3 4; do
         bad "overlapped plan under mpirun -n $n (exit $st)"
     fi
 done
+rm -rf "$ovl_dir"
 
 # Started by mpirun without --backend, the MPI build runs one MPI job (one report), not n.
 for n in 3; do

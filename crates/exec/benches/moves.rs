@@ -34,6 +34,8 @@ fn main() {
         &e,
         &PlanOptions {
             procs: p,
+            // Unpipelined, so B's half arrives by one redistribution (not by phase fetches).
+            overlap: false,
             ..PlanOptions::default()
         },
     )
