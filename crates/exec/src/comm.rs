@@ -222,6 +222,32 @@ pub trait Communicator {
         p2p::all_gather_v(self, mine, counts)
     }
 
+    /// Whether [`Communicator::all_gather_each`] reads the peers' buffers where they lie
+    /// (no gathered buffer held beside them). Default: no.
+    fn gathers_in_place(&self) -> bool {
+        false
+    }
+
+    /// All-gather read where it lies: every rank offers `mine` (`counts[rank()]` elements,
+    /// `counts` the same on every rank) and `place(x, data)` is called on every rank with rank
+    /// x's elements, its own included, in rank order; `mine` is handed back. Counted as
+    /// [`Communicator::all_gather_v`]. In-process the peers' buffers are shared, so `place`
+    /// makes the only copy; the default gathers into one buffer first.
+    fn all_gather_each<T: Scalar, E: From<CommError>>(
+        &self,
+        mine: Vec<T>,
+        counts: &[usize],
+        mut place: impl FnMut(usize, &[T]) -> Result<(), E>,
+    ) -> Result<Vec<T>, E> {
+        let all = self.all_gather_v(&mine, counts)?;
+        let mut off = 0;
+        for (x, &c) in counts.iter().enumerate() {
+            place(x, &all[off..off + c])?;
+            off += c;
+        }
+        Ok(mine)
+    }
+
     /// Reduce-scatter (sum) with varying counts: `send` holds, back to back in rank order, this
     /// rank's contribution to every rank's segment (`counts`, the same on every rank); returns
     /// the sum over ranks of this rank's segment. Default: point to point.

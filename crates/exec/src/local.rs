@@ -25,6 +25,9 @@ type Ctx = Vec<u64>;
 /// A message in a mailbox: a typed buffer, handed over as it is.
 type Msg = Box<dyn Any + Send>;
 
+/// A receiver's word that it has read a shared buffer and let go of it.
+struct Ack;
+
 /// Locks `m`, recovering from poisoning (no panic happens while these locks are held).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -202,6 +205,23 @@ impl LocalComm {
         let v = m.downcast::<Vec<E>>().map_err(|_| {
             CommError::Invalid(format!(
                 "rank {} expected a message of {} from rank {src}",
+                self.rank,
+                std::any::type_name::<E>()
+            ))
+        })?;
+        if self.members[src] != self.world_rank() {
+            self.shared.received[self.world_rank()]
+                .fetch_add(std::mem::size_of_val(&v[..]) as u64, Ordering::Relaxed);
+        }
+        Ok(*v)
+    }
+
+    /// Takes the next message from `src`, which must be a shared `Vec<E>`; counts its bytes.
+    fn take_shared<E: Send + Sync + 'static>(&self, src: usize) -> Result<Arc<Vec<E>>, CommError> {
+        let m = self.take(src)?;
+        let v = m.downcast::<Arc<Vec<E>>>().map_err(|_| {
+            CommError::Invalid(format!(
+                "rank {} expected a shared message of {} from rank {src}",
                 self.rank,
                 std::any::type_name::<E>()
             ))
@@ -589,6 +609,55 @@ impl Communicator for LocalComm {
         let mut parts = parts;
         parts[self.rank] = mine.to_vec();
         concat_checked(parts, counts)
+    }
+
+    fn gathers_in_place(&self) -> bool {
+        true
+    }
+
+    fn all_gather_each<T: Scalar, E: From<CommError>>(
+        &self,
+        mine: Vec<T>,
+        counts: &[usize],
+        mut place: impl FnMut(usize, &[T]) -> Result<(), E>,
+    ) -> Result<Vec<T>, E> {
+        let (me, n) = (self.rank, self.size());
+        check_counts(counts, n, mine.len(), me)?;
+        self.count(Collective::AllGather);
+        // One buffer shared by every peer: each reads it where it lies, then acknowledges,
+        // and after the last acknowledgement the buffer is this rank's alone again.
+        let shared = Arc::new(mine);
+        let bytes = std::mem::size_of_val(&shared[..]);
+        if bytes > 0 {
+            for r in (0..n).filter(|&r| r != me) {
+                self.post(r, Box::new(Arc::clone(&shared)), bytes);
+            }
+        }
+        for (x, &c) in counts.iter().enumerate() {
+            if x == me {
+                place(x, &shared)?;
+            } else if c > 0 {
+                let theirs = self.take_shared::<T>(x)?;
+                if theirs.len() != c {
+                    return Err(CommError::Invalid("counts differ between ranks".into()).into());
+                }
+                place(x, &theirs)?;
+                drop(theirs);
+                self.post(x, Box::new(Ack), 0);
+            } else {
+                place(x, &[])?;
+            }
+        }
+        if bytes > 0 {
+            for r in (0..n).filter(|&r| r != me) {
+                self.take(r)?.downcast::<Ack>().map_err(|_| {
+                    CommError::Invalid(format!("rank {me} expected an acknowledgement from {r}"))
+                })?;
+            }
+        }
+        Ok(Arc::try_unwrap(shared).map_err(|_| {
+            CommError::Backend("a shared buffer outlived its acknowledgements".into())
+        })?)
     }
 
     fn reduce_scatter_v<T: Scalar>(

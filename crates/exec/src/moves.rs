@@ -257,6 +257,19 @@ pub(crate) fn move_block<T: Scalar, C: Communicator>(
         }
         _ => false,
     };
+    if let Route::Collective {
+        op: Op::AllGather, ..
+    } = way.route
+    {
+        // Every target element arrives once (a plain move): no zeros written first.
+        let mut new = to
+            .block(me, &t.shape)
+            .map(|b| LocalTensor::<T>::overwritten(t.indices.clone(), b.ranges.to_vec()))
+            .transpose()?;
+        let source = all_gather_block(&way, me, cur, new.as_mut(), target_words, mem)?;
+        mem.add(target_words);
+        return Ok(Moved { block: new, source });
+    }
     if !matches!(way.route, Route::Exchange | Route::Local) {
         let mut new = target_block(t, to, me)?;
         run_way(
@@ -387,17 +400,91 @@ fn run_way<T: Scalar, C: Communicator>(
             )
         }
         Route::Collective { op, .. } => {
-            let (Some(sub), Some(g)) = (way.sub, way.geom) else {
+            let Some((sub, g)) = fibre_of(way, me)? else {
                 return Ok(());
             };
-            if g.fibre.len() != sub.size() || g.me != sub.rank() {
-                return Err(MoveError::Plan(format!(
-                    "rank {me}: the sub-communicator does not match the move's fibre"
-                )));
-            }
             collective(*op, sub, g, cur, new, target_words, mem)
         }
     }
+}
+
+/// The move's sub-communicator and geometry on this rank (`None`: not in a fibre), checked
+/// against each other.
+fn fibre_of<'w, C: Communicator>(
+    way: &Way<'w, C>,
+    me: usize,
+) -> Result<Option<(&'w C, &'w Geometry)>, MoveError> {
+    let (Some(sub), Some(g)) = (way.sub, way.geom) else {
+        return Ok(None);
+    };
+    if g.fibre.len() != sub.size() || g.me != sub.rank() {
+        return Err(MoveError::Plan(format!(
+            "rank {me}: the sub-communicator does not match the move's fibre"
+        )));
+    }
+    Ok(Some((sub, g)))
+}
+
+/// The all-gather of a move: every member's piece of the (common) target block reaches
+/// `new`, each read where it lies when the backend can share it. When the piece is this
+/// rank's whole source block, the block itself is offered (no pack) and handed back.
+fn all_gather_block<T: Scalar, C: Communicator>(
+    way: &Way<'_, C>,
+    me: usize,
+    mut cur: Option<LocalTensor<T>>,
+    new: Option<&mut LocalTensor<T>>,
+    target_words: u64,
+    mem: &mut Mem,
+) -> Result<Option<LocalTensor<T>>, MoveError> {
+    let Some((sub, g)) = fibre_of(way, me)? else {
+        return Ok(cur);
+    };
+    let (k, n) = (g.me, g.fibre.len());
+    let pieces: Vec<Option<Block>> = (0..n).map(|x| g.piece(x, k)).collect();
+    let counts: Vec<usize> = pieces
+        .iter()
+        .map(|b| b.as_ref().map_or(0, |b| b.len() as usize))
+        .collect();
+    let whole = match (&cur, &pieces[k]) {
+        (Some(c), Some(b)) => c.ranges[..] == b.ranges[..],
+        _ => false,
+    };
+    let mine = match cur.as_mut() {
+        Some(c) if whole => std::mem::take(&mut c.data),
+        _ => {
+            let mut buf = crate::pool::take_empty(counts[k])?;
+            pack_piece(cur.as_ref(), pieces[k].as_ref(), &mut buf)?;
+            buf
+        }
+    };
+    // Held beside the blocks: the packed piece, and the gathered buffer unless read in place.
+    let packed = if whole { 0 } else { counts[k] };
+    let gathered = if sub.gathers_in_place() {
+        0
+    } else {
+        counts.iter().sum::<usize>()
+    };
+    mem.touch_buffers((packed + gathered) as u64 + target_words);
+    let mut dst = new;
+    let back = sub.all_gather_each(mine, &counts, |x, data| {
+        let Some(b) = pieces[x].as_ref() else {
+            return Ok(());
+        };
+        match dst.as_deref_mut() {
+            Some(d) if !outside(b, d) && data.len() == counts[x] => {
+                unpack_box(d, b, data, false)?;
+                Ok(())
+            }
+            _ => Err(MoveError::Plan(
+                "gathered pieces do not match the target block".into(),
+            )),
+        }
+    })?;
+    match cur.as_mut() {
+        Some(c) if whole => c.data = back,
+        _ => crate::pool::give(back),
+    }
+    Ok(cur)
 }
 
 /// Packs box `b` (if any) of the block `blk`.

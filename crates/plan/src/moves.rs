@@ -800,6 +800,31 @@ fn classify(from: &Distribution, to: &Distribution, sum: bool) -> MoveKind {
             return MoveKind::AllGather { dims };
         }
     }
+    // Whole on every rank of the same rank set, from blocks that are never partial: each
+    // rank's block goes to all, an all-gather over the source's split dims (the grids differ,
+    // so the same-grid test above does not see it).
+    if !sum
+        && from.grid.size() == to.grid.size()
+        && from.partial.is_empty()
+        && from.window.is_empty()
+        && to
+            .split
+            .iter()
+            .flatten()
+            .all(|&g| to.grid.dims[g].size == 1)
+        && to.window.is_empty()
+        && to.partial.is_empty()
+    {
+        let mut dims: Vec<usize> = from
+            .split
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|&g| from.grid.dims[g].size > 1)
+            .collect();
+        dims.sort_unstable();
+        return MoveKind::AllGather { dims };
+    }
     let unreplicated = |d: &Distribution| {
         d.partial.is_empty()
             && d.window.is_empty()
