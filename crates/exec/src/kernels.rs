@@ -346,6 +346,16 @@ fn permuted<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
     Ok(out)
 }
 
+/// The transpose of the row-major `rows x cols` matrix `src`, by the same cache-blocked copy
+/// that puts a step's operands into order (what [`crate::tune`] times).
+pub(crate) fn transpose_2d<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
+    src: &[T],
+    rows: usize,
+    cols: usize,
+) -> Result<Vec<T>, OutOfMemory> {
+    permuted(src, &[cols, rows], &[1, cols])
+}
+
 /// Multiply-adds of evaluating `step` over a box with extents `ext` (by index).
 pub fn step_madds(step: &Step, ext: &dyn Fn(Index) -> usize) -> f64 {
     step.indices().iter().map(|&c| ext(c) as f64).product()
@@ -547,10 +557,16 @@ impl Orientation {
         // An operand is used in place when its storage is (batch, rows, cols) of the product or
         // (batch, cols, rows), read as a transposed matrix; the order of the summed indices
         // follows the operand used in place.
-        // faer's GEMM runs at about half its rate on a row-operand stored transposed (read
-        // down columns), but at full rate on a transposed column-operand: the former is copied
-        // (or the other orientation taken), the latter read in place.
-        let fx = in_place_form(xs, &batch, &left, &summed).filter(|f| !f.trans);
+        // faer's GEMM reads a transposed column-operand at full rate, but a transposed
+        // row-operand at a rate that depends on the processor: the latter is read in place
+        // only where that costs less than copying it into order (crate::tune).
+        let cols: usize = right
+            .iter()
+            .map(|&c| range_in(x, y, c))
+            .map(|(s, e)| e - s)
+            .product();
+        let fx = in_place_form(xs, &batch, &left, &summed)
+            .filter(|f| !f.trans || crate::tune::read_transposed_rows(cols));
         let fy = in_place_form(ys, &batch, &summed, &right);
         let summed = match (&fx, &fy) {
             (Some(f), _) => f.order.1.clone(),

@@ -23,6 +23,7 @@ mod prefetch;
 pub mod preflight;
 pub mod reference;
 pub mod scalar;
+pub mod tune;
 pub use comm::{Calls, Collective, CommError, Communicator, Traffic};
 pub use data::Inputs;
 pub use execute::{

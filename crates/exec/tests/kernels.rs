@@ -133,7 +133,13 @@ fn every_storage_order_of_the_operands_gives_the_same_product() {
         ("bij", "bjk", "bik"),
         ("ijl", "jk", "ilk"),
     ];
-    for (sa, sb, so) in cases {
+    // Both ways of taking a row operand stored transposed: read in place and copied first
+    // (the other tests of this binary are right under either choice).
+    for (choice, (sa, sb, so)) in ["in-place", "copy"]
+        .into_iter()
+        .flat_map(|ch| cases.map(|c| (ch, c)))
+    {
+        std::env::set_var("DEINSUM_TRANSPOSED_ROWS", choice);
         let a0 = tensor(sa, &sa.chars().map(ext).collect::<Vec<_>>(), 1);
         let b0 = tensor(sb, &sb.chars().map(ext).collect::<Vec<_>>(), 2);
         let summed: Vec<char> = sa.chars().filter(|c| !so.contains(*c)).collect();
@@ -173,7 +179,7 @@ fn every_storage_order_of_the_operands_gives_the_same_product() {
                         let got = c.data[lin];
                         assert!(
                             (got - want).abs() < 1e-12,
-                            "{sa}->{pa:?}, {sb}->{pb:?}, out {po:?}: {got} vs {want}"
+                            "{choice}: {sa}->{pa:?}, {sb}->{pb:?}, out {po:?}: {got} vs {want}"
                         );
                     }
                 }

@@ -1,0 +1,124 @@
+//! Choices the kernels make from this machine's own speeds, measured once per process.
+//!
+//! A GEMM step whose row operand is stored transposed (`ji,jk->ik`) can read it in place, at
+//! whatever rate faer's GEMM reaches on a column-major left operand, or copy it into order
+//! first (a cache-blocked transpose) and run at the full rate. Which is faster depends on the
+//! processor: on one Xeon faer ran at about half its rate on such an operand, on an EPYC at
+//! 0.8-1.0 of it, while the copy costs a pass over the operand whatever the machine. So the
+//! first such step measures both costs (a few milliseconds) and every later one decides by
+//! them. `DEINSUM_TRANSPOSED_ROWS=copy|in-place` fixes the choice (for A/B runs and
+//! reproducible rounding).
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// The measured costs behind [`read_transposed_rows`], in seconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TransposedRows {
+    /// Extra time per multiply-add of a GEMM reading its row operand stored transposed
+    /// (zero when it is no slower).
+    pub extra_per_madd: f64,
+    /// Time per word of copying an operand into order (the cache-blocked transpose).
+    pub copy_per_word: f64,
+}
+
+impl TransposedRows {
+    /// Whether a product with `n` output columns per row of the operand is faster reading the
+    /// transposed operand in place: its extra `n` multiply-adds per operand word cost less
+    /// than copying that word.
+    pub fn in_place(&self, n: usize) -> bool {
+        self.extra_per_madd * n as f64 <= self.copy_per_word
+    }
+}
+
+/// What `DEINSUM_TRANSPOSED_ROWS` asks for, if anything.
+fn forced() -> Option<bool> {
+    match std::env::var("DEINSUM_TRANSPOSED_ROWS").ok()?.as_str() {
+        "in-place" => Some(true),
+        "copy" => Some(false),
+        _ => None,
+    }
+}
+
+/// This machine's costs, measured on first use (f64, one thread).
+pub fn transposed_rows() -> TransposedRows {
+    static COSTS: OnceLock<TransposedRows> = OnceLock::new();
+    *COSTS.get_or_init(measure)
+}
+
+/// Whether a GEMM step with `n` output columns reads its transposed row operand in place
+/// (else it is copied into order first).
+pub fn read_transposed_rows(n: usize) -> bool {
+    forced().unwrap_or_else(|| transposed_rows().in_place(n))
+}
+
+/// Best time of `reps` runs of `f`.
+fn best(reps: usize, mut f: impl FnMut()) -> f64 {
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn measure() -> TransposedRows {
+    use crate::scalar::{Layout, Scalar};
+    // A GEMM large enough to run at its steady rate, and a transpose out of the L2 cache.
+    let s = 256;
+    let a: Vec<f64> = (0..s * s).map(|x| (x % 7) as f64).collect();
+    let b = a.clone();
+    let mut c = vec![0.0f64; s * s];
+    let mut gemm = |trans: bool| {
+        let layout = Layout {
+            a_trans: trans,
+            ..Layout::default()
+        };
+        f64::gemm_layout(s, s, s, &a, &b, &mut c, false, layout);
+        std::hint::black_box(&c);
+    };
+    gemm(false);
+    gemm(true);
+    let plain = best(3, || gemm(false));
+    let trans = best(3, || gemm(true));
+    let t = 768;
+    let src: Vec<f64> = (0..t * t).map(|x| x as f64).collect();
+    let copy = best(3, || {
+        let out = crate::kernels::transpose_2d(&src, t, t);
+        std::hint::black_box(&out);
+    });
+    TransposedRows {
+        extra_per_madd: ((trans - plain) / (s * s * s) as f64).max(0.0),
+        copy_per_word: copy / (t * t) as f64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_choice_weighs_the_extra_madds_against_the_copy() {
+        let c = TransposedRows {
+            extra_per_madd: 1e-11,
+            copy_per_word: 1e-9,
+        };
+        // 100 extra madds per word cost as much as the copy of that word.
+        assert!(c.in_place(32));
+        assert!(c.in_place(100));
+        assert!(!c.in_place(101));
+        let free = TransposedRows {
+            extra_per_madd: 0.0,
+            copy_per_word: 1e-9,
+        };
+        assert!(free.in_place(1 << 20));
+    }
+
+    #[test]
+    fn the_measured_costs_are_finite_and_nonnegative() {
+        let c = transposed_rows();
+        assert!(c.extra_per_madd.is_finite() && c.extra_per_madd >= 0.0);
+        assert!(c.copy_per_word.is_finite() && c.copy_per_word > 0.0);
+    }
+}
