@@ -174,6 +174,11 @@ fn mask_decimals(s: &str) -> String {
                 }
             }
             if decimal {
+                // A column's padding depends on the number's width: one space stands for it.
+                if out.ends_with("  ") {
+                    out.truncate(out.trim_end_matches(' ').len());
+                    out.push(' ');
+                }
                 out.push('#');
                 i = j;
                 continue;
@@ -238,6 +243,10 @@ fn masking_hides_decimals_and_keeps_integers() {
         "min # ms, # madds, words 42, T1 (ij) # x3.5"
     );
     assert_eq!(mask_decimals("\"seconds\": 1.25e-5,"), "\"seconds\": #,");
+    assert_eq!(
+        mask_decimals("out    12.345   0.1 ms"),
+        mask_decimals("out     2.345  10.1 ms")
+    );
     assert_eq!(
         mask_host_cores("default, as this host: 16 core(s), 2 rank(s)"),
         "default, as this host: # core(s), 2 rank(s)"

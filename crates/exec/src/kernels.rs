@@ -560,13 +560,15 @@ impl Orientation {
         // faer's GEMM reads a transposed column-operand at full rate, but a transposed
         // row-operand at a rate that depends on the processor: the latter is read in place
         // only where that costs less than copying it into order (crate::tune).
-        let cols: usize = right
-            .iter()
-            .map(|&c| range_in(x, y, c))
-            .map(|(s, e)| e - s)
-            .product();
+        let extent = |v: &[Index]| -> usize {
+            v.iter()
+                .map(|&c| range_in(x, y, c))
+                .map(|(s, e)| e - s)
+                .product()
+        };
+        let (cols, madds) = (extent(&right), x.data.len().saturating_mul(extent(&right)));
         let fx = in_place_form(xs, &batch, &left, &summed)
-            .filter(|f| !f.trans || crate::tune::read_transposed_rows(cols));
+            .filter(|f| !f.trans || crate::tune::read_transposed_rows(cols, madds));
         let fy = in_place_form(ys, &batch, &summed, &right);
         let summed = match (&fx, &fy) {
             (Some(f), _) => f.order.1.clone(),

@@ -12,6 +12,10 @@
 use std::sync::OnceLock;
 use std::time::Instant;
 
+/// Products below this many multiply-adds read a transposed row operand in place without
+/// measuring (so that tiny runs never pay for the measurement).
+pub const MIN_MADDS: usize = 1 << 22;
+
 /// The measured costs behind [`read_transposed_rows`], in seconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TransposedRows {
@@ -46,10 +50,11 @@ pub fn transposed_rows() -> TransposedRows {
     *COSTS.get_or_init(measure)
 }
 
-/// Whether a GEMM step with `n` output columns reads its transposed row operand in place
-/// (else it is copied into order first).
-pub fn read_transposed_rows(n: usize) -> bool {
-    forced().unwrap_or_else(|| transposed_rows().in_place(n))
+/// Whether a GEMM step of `madds` multiply-adds with `n` output columns reads its transposed
+/// row operand in place (else it is copied into order first). A product below [`MIN_MADDS`]
+/// reads it in place unmeasured: neither way costs much there.
+pub fn read_transposed_rows(n: usize, madds: usize) -> bool {
+    forced().unwrap_or_else(|| madds < MIN_MADDS || transposed_rows().in_place(n))
 }
 
 /// Best time of `reps` runs of `f`.
