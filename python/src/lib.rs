@@ -43,7 +43,7 @@ fn cli_to_py(e: anyhow::Error) -> PyErr {
 }
 
 /// Parses `expr` with per-operand `shapes`.
-fn parse(expr: &str, shapes: Vec<Vec<usize>>) -> PyResult<deinsum::expr::Einsum> {
+fn parse(expr: &str, shapes: Vec<Vec<usize>>) -> PyResult<deinsum::expr::ParsedEinsum> {
     let spec = ExtentSpec {
         shapes: Some(shapes),
         ..ExtentSpec::default()
@@ -245,7 +245,7 @@ fn compile(
 /// `.largest_intermediate` and `.speedup` are opt_einsum's attributes.
 #[pyclass(name = "PathInfo", module = "deinsum", frozen)]
 struct NativePathInfo {
-    einsum: deinsum::expr::Einsum,
+    einsum: deinsum::expr::ParsedEinsum,
     info: deinsum::path::PathInfo,
     memory_limit: Option<u128>,
     /// The path list `contract_path` returned (the same object, as opt_einsum's).

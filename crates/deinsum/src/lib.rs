@@ -104,7 +104,7 @@ pub struct Einsum {
 }
 
 /// Builds the plan: path search, SOAP fusion, then the planner.
-fn build_plan(einsum: &deinsum_expr::Einsum, o: &Options) -> Result<Plan, Error> {
+fn build_plan(einsum: &deinsum_expr::ParsedEinsum, o: &Options) -> Result<Plan, Error> {
     let opts = deinsum_plan::PlanOptions {
         procs: o.procs,
         mem: o.mem,
@@ -129,7 +129,10 @@ impl Einsum {
     }
 
     /// Plans an already parsed einsum.
-    pub fn compile_parsed(einsum: &deinsum_expr::Einsum, options: &Options) -> Result<Self, Error> {
+    pub fn compile_parsed(
+        einsum: &deinsum_expr::ParsedEinsum,
+        options: &Options,
+    ) -> Result<Self, Error> {
         Ok(Einsum {
             plan: build_plan(einsum, options)?,
         })

@@ -171,7 +171,7 @@ pub fn serial_reference<T: Scalar>(
 
 /// Operand `k` whole from `path`, read as `T` (as the run read it) and widened to f64.
 fn read_leaf<T: Scalar>(
-    e: &deinsum_expr::Einsum,
+    e: &deinsum_expr::ParsedEinsum,
     k: usize,
     path: &std::path::Path,
 ) -> Result<deinsum_exec::kernels::LocalTensor<f64>, ReferenceError> {

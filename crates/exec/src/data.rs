@@ -3,7 +3,7 @@
 use crate::kernels::LocalTensor;
 use crate::pool::{try_vec, OutOfMemory};
 use crate::Scalar;
-use deinsum_expr::{Dim, Einsum};
+use deinsum_expr::{Dim, ParsedEinsum};
 use deinsum_plan::Block;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -44,7 +44,7 @@ pub fn seeded_value(seed: u64, operand: usize, index: u64) -> f64 {
 
 /// Per distinct index of operand `k`, the stride of its storage (summed over the storage dims
 /// it labels, so a diagonal walks the diagonal; broadcast dims sit at coordinate 0).
-pub fn storage_strides(einsum: &Einsum, k: usize) -> Vec<u64> {
+pub fn storage_strides(einsum: &ParsedEinsum, k: usize) -> Vec<u64> {
     let op = &einsum.inputs()[k];
     let shape = op.shape(einsum.extents());
     let mut dim_stride = vec![0u64; shape.len()];
@@ -102,7 +102,7 @@ fn for_each_storage(block: &Block, strides: &[u64], mut f: impl FnMut(usize, u64
 
 /// The seeded generator's block of operand `k` (row-major over its distinct indices).
 pub fn seeded_block<T: Scalar>(
-    einsum: &Einsum,
+    einsum: &ParsedEinsum,
     k: usize,
     seed: u64,
     block: &Block,
@@ -136,7 +136,7 @@ pub enum BlockError {
 
 /// Operand `k`'s block out of its whole storage array `full`.
 pub fn block_of_full<T: Scalar>(
-    einsum: &Einsum,
+    einsum: &ParsedEinsum,
     k: usize,
     full: &[T],
     block: &Block,

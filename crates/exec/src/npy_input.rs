@@ -3,14 +3,14 @@
 use crate::data::BlockError;
 use crate::npy::NpyError;
 use crate::Scalar;
-use deinsum_expr::Einsum;
+use deinsum_expr::ParsedEinsum;
 use deinsum_plan::Block;
 use std::path::Path;
 
 /// Reads operand `k`'s block from `path` (row-major over the operand's distinct indices).
 pub(crate) fn read_block<T: Scalar>(
     path: &Path,
-    einsum: &Einsum,
+    einsum: &ParsedEinsum,
     k: usize,
     block: &Block,
 ) -> Result<Vec<T>, BlockError> {

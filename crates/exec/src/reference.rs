@@ -4,18 +4,18 @@ use crate::data::seeded_value;
 use crate::kernels::{eval_step, LocalTensor};
 use crate::pool::OutOfMemory;
 use crate::Scalar;
-use deinsum_expr::{Dim, Einsum, Index};
+use deinsum_expr::{Dim, Index, ParsedEinsum};
 use deinsum_path::ContractionTree;
 use deinsum_plan::Block;
 
 /// Number of points of the einsum's full iteration space (f64: it may not fit an integer).
-pub fn iteration_space(einsum: &Einsum) -> f64 {
+pub fn iteration_space(einsum: &ParsedEinsum) -> f64 {
     einsum.extents().values().map(|&n| n as f64).product()
 }
 
 /// The einsum evaluated naively over its full iteration space, in f64, output row-major over
 /// `einsum.output`. `value(k, x)` is element `x` (storage order) of operand `k`.
-pub fn naive(einsum: &Einsum, value: &dyn Fn(usize, u64) -> f64) -> Vec<f64> {
+pub fn naive(einsum: &ParsedEinsum, value: &dyn Fn(usize, u64) -> f64) -> Vec<f64> {
     let all: Vec<Index> = einsum.all_indices();
     let ext: Vec<usize> = all.iter().map(|&c| einsum.extent(c)).collect();
     let pos = |c: Index| {
@@ -79,12 +79,16 @@ pub fn naive(einsum: &Einsum, value: &dyn Fn(usize, u64) -> f64) -> Vec<f64> {
 }
 
 /// The naive reference for the seeded generator's inputs.
-pub fn naive_seeded(einsum: &Einsum, seed: u64) -> Vec<f64> {
+pub fn naive_seeded(einsum: &ParsedEinsum, seed: u64) -> Vec<f64> {
     naive(einsum, &|k, x| seeded_value(seed, k, x))
 }
 
 /// Operand `k` of the seeded generator as a whole tensor over its distinct indices (f64).
-pub fn seeded_leaf(einsum: &Einsum, k: usize, seed: u64) -> Result<LocalTensor<f64>, OutOfMemory> {
+pub fn seeded_leaf(
+    einsum: &ParsedEinsum,
+    k: usize,
+    seed: u64,
+) -> Result<LocalTensor<f64>, OutOfMemory> {
     let idx = einsum.inputs()[k].indices.clone();
     let shape: Vec<usize> = idx.iter().map(|&c| einsum.extent(c)).collect();
     let b = Block::full(&shape);
@@ -99,7 +103,7 @@ pub fn seeded_leaf(einsum: &Einsum, k: usize, seed: u64) -> Result<LocalTensor<f
 /// where the naive loop is too slow. Output row-major over `einsum.output`. A failed
 /// allocation names the tree node it was for.
 pub fn tree_reference(
-    einsum: &Einsum,
+    einsum: &ParsedEinsum,
     tree: &ContractionTree,
     leaves: Vec<LocalTensor<f64>>,
 ) -> Result<Vec<f64>, OutOfMemory> {
@@ -118,7 +122,7 @@ pub fn tree_reference(
 
 /// [`tree_reference`] for the seeded generator's inputs.
 pub fn tree_seeded(
-    einsum: &Einsum,
+    einsum: &ParsedEinsum,
     tree: &ContractionTree,
     seed: u64,
 ) -> Result<Vec<f64>, OutOfMemory> {

@@ -8,7 +8,7 @@ use deinsum_plan::{build, canonical_distribution, Plan, PlanOptions, PlanStep};
 use support::*;
 
 /// Plans `e` on `p` ranks with the planner's own path and fusion.
-fn plan_auto(e: &deinsum_expr::Einsum, p: usize) -> Plan {
+fn plan_auto(e: &deinsum_expr::ParsedEinsum, p: usize) -> Plan {
     build(
         e,
         &PlanOptions {
@@ -21,7 +21,7 @@ fn plan_auto(e: &deinsum_expr::Einsum, p: usize) -> Plan {
 
 /// Runs `pl` against the serial reference, checks the volumes and peaks, and returns the
 /// number of ranks its loads put data on (the largest over the inputs).
-fn run_checked(e: &deinsum_expr::Einsum, pl: &Plan) -> usize {
+fn run_checked(e: &deinsum_expr::ParsedEinsum, pl: &Plan) -> usize {
     let (got, reps) = run::<f64>(pl, 11, 1 << 16);
     let (abs, rel) = max_error(&got, &naive_seeded(e, 11));
     assert!(rel < 1e-12, "P={}: max abs {abs}, rel {rel}", pl.procs);

@@ -44,7 +44,7 @@ type Paths = BTreeMap<&'static str, (usize, usize)>;
 
 /// Runs `pl`, checks it against the serial reference and its predicted volumes, and tallies
 /// the path each structured step took into `paths`.
-fn run_and_tally(e: &deinsum_expr::Einsum, pl: &Plan, paths: &mut Paths) {
+fn run_and_tally(e: &deinsum_expr::ParsedEinsum, pl: &Plan, paths: &mut Paths) {
     let (got, reps) = run::<f64>(pl, 5, 1 << 16);
     let (abs, rel) = max_error(&got, &naive_seeded(e, 5));
     assert!(rel < 1e-12, "P={}: max abs {abs}, rel {rel}", pl.procs);
@@ -96,7 +96,7 @@ fn run_and_tally(e: &deinsum_expr::Einsum, pl: &Plan, paths: &mut Paths) {
     }
 }
 
-fn cases() -> Vec<deinsum_expr::Einsum> {
+fn cases() -> Vec<deinsum_expr::ParsedEinsum> {
     vec![
         einsum("ij,jk->ik", &[('i', 7), ('j', 5), ('k', 6)]),
         einsum("ij,jk->ik", &[('i', 37), ('j', 29), ('k', 31)]),

@@ -28,7 +28,7 @@ fn opts(p: usize, mem: Option<u64>) -> PlanOptions {
 }
 
 /// Runs `pl` and checks it against the serial reference, the predicted words and peaks.
-fn check_run(e: &deinsum_expr::Einsum, pl: &Plan, what: &str) {
+fn check_run(e: &deinsum_expr::ParsedEinsum, pl: &Plan, what: &str) {
     let (got, reps) = run::<f64>(pl, 11, ExecOptions::default().tile_words);
     let want = naive_seeded(e, 11);
     let (abs, rel) = max_error(&got, &want);
@@ -53,7 +53,7 @@ fn pipelined(pl: &Plan) -> bool {
 
 /// Plans `e` without overlap on 1..=16 ranks, pipelines it eagerly and runs what changed;
 /// returns how many pipelined plans ran.
-fn overlapped_runs(e: &deinsum_expr::Einsum) -> usize {
+fn overlapped_runs(e: &deinsum_expr::ParsedEinsum) -> usize {
     let mut ran = 0;
     for p in 1..=16 {
         let o = opts(p, None);
@@ -97,7 +97,7 @@ fn mttkrp_overlapped_every_p() {
 }
 
 /// Budget-phased plans of `e` whose phases prefetch, run; returns how many.
-fn budget_runs(e: &deinsum_expr::Einsum) -> usize {
+fn budget_runs(e: &deinsum_expr::ParsedEinsum) -> usize {
     let mut ran = 0;
     for p in [2, 3, 4, 5, 7, 8, 9, 12, 16] {
         let free = build(e, &opts(p, None)).unwrap();

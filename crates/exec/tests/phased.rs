@@ -10,7 +10,7 @@ use support::*;
 
 /// Plans `e` on `p` ranks under budgets shrinking from the unlimited plan's peak, runs every
 /// plan that fits and is phased, and returns how many such plans ran.
-fn phased_runs(e: &deinsum_expr::Einsum, p: usize) -> usize {
+fn phased_runs(e: &deinsum_expr::ParsedEinsum, p: usize) -> usize {
     let free = build(
         e,
         &PlanOptions {

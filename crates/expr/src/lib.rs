@@ -1,7 +1,7 @@
 //! Einsum syntax and meaning: parse NumPy/opt_einsum einsum strings, resolve implicit output,
-//! ellipsis and extents, and validate them into an [`Einsum`].
+//! ellipsis and extents, and validate them into an [`ParsedEinsum`].
 //!
-//! Downstream crates see only *distinct* index sets per operand ([`Einsum::input_indices`]);
+//! Downstream crates see only *distinct* index sets per operand ([`ParsedEinsum::input_indices`]);
 //! diagonals (an index repeated inside one operand) and broadcast dimensions live only in
 //! [`Operand::dims`], which the executor's loaders use to map storage coordinates.
 //!
@@ -129,11 +129,11 @@ impl Operand {
 ///
 /// Invariants: every output index occurs in some input and at most once in the output; every
 /// index has an extent >= 1; the product of the extents of every operand and of the output fits
-/// in `usize`. Ellipsis dimensions have been replaced by fresh labels (see [`Einsum::ellipsis`]).
-/// The fields are private so that only [`parse`] and [`Einsum::new`] (which check the
-/// invariants) and [`Einsum::from_parts`] (which does not) make one.
+/// in `usize`. Ellipsis dimensions have been replaced by fresh labels (see [`ParsedEinsum::ellipsis`]).
+/// The fields are private so that only [`parse`] and [`ParsedEinsum::new`] (which check the
+/// invariants) and [`ParsedEinsum::from_parts`] (which does not) make one.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Einsum {
+pub struct ParsedEinsum {
     /// The input operands in order.
     inputs: Vec<Operand>,
     /// The output indices in order (distinct).
@@ -146,9 +146,9 @@ pub struct Einsum {
     ellipsis: Vec<Index>,
 }
 
-impl Einsum {
+impl ParsedEinsum {
     /// An einsum with an explicit `output` and no ellipsis, checked against the invariants of
-    /// [`Einsum`]: every index of an operand or of the output has an extent >= 1, `extents` names
+    /// [`ParsedEinsum`]: every index of an operand or of the output has an extent >= 1, `extents` names
     /// no other index, output indices are distinct and occur in some input, and element counts
     /// fit in `usize`.
     pub fn new(
@@ -156,20 +156,20 @@ impl Einsum {
         output: Vec<Index>,
         extents: BTreeMap<Index, usize>,
     ) -> Result<Self, ExprError> {
-        let e = Einsum::from_parts(inputs, output, extents);
+        let e = ParsedEinsum::from_parts(inputs, output, extents);
         e.validate()?;
         Ok(e)
     }
 
     /// An einsum from its parts with an explicit output and no ellipsis, **without** checking
-    /// any invariant of [`Einsum`]: for tests and tools that build an einsum by hand (possibly
-    /// a deliberately invalid one). Prefer [`Einsum::new`] or [`parse`].
+    /// any invariant of [`ParsedEinsum`]: for tests and tools that build an einsum by hand (possibly
+    /// a deliberately invalid one). Prefer [`ParsedEinsum::new`] or [`parse`].
     pub fn from_parts(
         inputs: Vec<Operand>,
         output: Vec<Index>,
         extents: BTreeMap<Index, usize>,
     ) -> Self {
-        Einsum {
+        ParsedEinsum {
             inputs,
             output,
             extents,
@@ -178,7 +178,7 @@ impl Einsum {
         }
     }
 
-    /// Checks the invariants that [`Einsum::new`] promises.
+    /// Checks the invariants that [`ParsedEinsum::new`] promises.
     fn validate(&self) -> Result<(), ExprError> {
         let mut used = std::collections::BTreeSet::new();
         for (k, op) in self.inputs.iter().enumerate() {
@@ -295,19 +295,19 @@ pub struct ExtentSpec {
     pub shapes: Option<Vec<Vec<usize>>>,
 }
 
-/// Parses and validates `expr` with the extents of `spec` into an [`Einsum`].
+/// Parses and validates `expr` with the extents of `spec` into an [`ParsedEinsum`].
 ///
 /// The language is NumPy's (see grammar/einsum.pest): one character per index ([`is_index`]), `,`
 /// between operands, an optional `->` and output, `...` for broadcast dimensions. Without
 /// `->` the output is implicit: the `...` dimensions, then the indices that occur exactly once,
 /// sorted. Extents come from `spec`: shapes (which alone size `...`), then named sizes (which
 /// must agree with the shapes), then the default for the indices left.
-pub fn parse(expr: &str, spec: &ExtentSpec) -> Result<Einsum, ExprError> {
+pub fn parse(expr: &str, spec: &ExtentSpec) -> Result<ParsedEinsum, ExprError> {
     let ast = syntax::parse(expr)?;
     resolve::resolve(expr, &ast, spec)
 }
 
-impl Einsum {
+impl ParsedEinsum {
     /// The canonical subscripts of input `k`: its storage dims, with the run of `...` dims
     /// (ellipsis labels and broadcast dims) written as `...`.
     pub fn input_subscripts(&self, k: usize) -> String {
@@ -351,7 +351,7 @@ impl Einsum {
 /// The canonical form: explicit output, no whitespace, `...` where the ellipsis dims are.
 /// Parsing it again with the same extents gives the same inputs, output, extents and ellipsis
 /// labels (the output is then explicit).
-impl std::fmt::Display for Einsum {
+impl std::fmt::Display for ParsedEinsum {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for k in 0..self.inputs.len() {
             if k > 0 {

@@ -1,7 +1,7 @@
-//! From the syntax tree to a validated [`Einsum`]: output, ellipsis, extents.
+//! From the syntax tree to a validated [`ParsedEinsum`]: output, ellipsis, extents.
 
 use crate::syntax::{Ast, Item, Term};
-use crate::{Dim, Einsum, ExprError, ExtentSpec, Index, Operand};
+use crate::{Dim, ExprError, ExtentSpec, Index, Operand, ParsedEinsum};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -25,7 +25,7 @@ impl fmt::Display for Source {
 
 /// The validated einsum of `ast` under `spec`: the output checked, `...` given fresh labels,
 /// every index its extent and every operand its storage dims.
-pub(crate) fn resolve(expr: &str, ast: &Ast, spec: &ExtentSpec) -> Result<Einsum, ExprError> {
+pub(crate) fn resolve(expr: &str, ast: &Ast, spec: &ExtentSpec) -> Result<ParsedEinsum, ExprError> {
     let input_labels: BTreeSet<Index> = ast.inputs.iter().flat_map(|t| t.labels()).collect();
     check_output(expr, ast, &input_labels)?;
     check_spec(spec, &input_labels)?;
@@ -64,7 +64,7 @@ pub(crate) fn resolve(expr: &str, ast: &Ast, spec: &ExtentSpec) -> Result<Einsum
     fill_missing(spec, &input_labels, &mut extents)?;
 
     let output = output_labels(ast, &ellipsis);
-    let einsum = Einsum {
+    let einsum = ParsedEinsum {
         inputs,
         output,
         extents,
@@ -434,7 +434,7 @@ fn output_labels(ast: &Ast, ellipsis: &[Index]) -> Vec<Index> {
 }
 
 /// Element counts of every operand and of the output fit in `usize`.
-fn check_sizes(e: &Einsum, ast: &Ast) -> Result<(), ExprError> {
+fn check_sizes(e: &ParsedEinsum, ast: &Ast) -> Result<(), ExprError> {
     for (k, op) in e.inputs.iter().enumerate() {
         if checked_product(&op.shape(&e.extents)).is_none() {
             return Err(ExprError::invalid(format!(

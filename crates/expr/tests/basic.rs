@@ -85,14 +85,14 @@ fn single_operand_and_scalar_operand() {
 
 #[test]
 fn new_checks_what_from_parts_does_not() {
-    use deinsum_expr::{Einsum, Operand};
+    use deinsum_expr::{Operand, ParsedEinsum};
     let ops = |ts: &[&str]| -> Vec<Operand> {
         ts.iter()
             .map(|t| Operand::new(t.chars().map(Dim::Index).collect()))
             .collect()
     };
     let ext = |s: &str, n: usize| s.chars().map(|c| (c, n)).collect();
-    let e = Einsum::new(ops(&["ij", "jk"]), vec!['i', 'k'], ext("ijk", 4)).unwrap();
+    let e = ParsedEinsum::new(ops(&["ij", "jk"]), vec!['i', 'k'], ext("ijk", 4)).unwrap();
     assert_eq!(e, parse("ij,jk->ik", &size(4)).unwrap());
     assert!(!e.implicit_output());
     assert!(e.ellipsis().is_empty());
@@ -106,8 +106,8 @@ fn new_checks_what_from_parts_does_not() {
         (vec!['i', 'k'], ext("ijk", usize::MAX)), // too many elements
     ];
     for (out, extents) in bad {
-        assert!(Einsum::new(ops(&["ij", "jk"]), out.clone(), extents.clone()).is_err());
-        let raw = Einsum::from_parts(ops(&["ij", "jk"]), out.clone(), extents);
+        assert!(ParsedEinsum::new(ops(&["ij", "jk"]), out.clone(), extents.clone()).is_err());
+        let raw = ParsedEinsum::from_parts(ops(&["ij", "jk"]), out.clone(), extents);
         assert_eq!(raw.output(), &out[..]);
     }
 }

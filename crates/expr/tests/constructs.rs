@@ -1,12 +1,12 @@
 //! Ellipsis and broadcasting, Unicode indices, shapes, and how `...` prints.
 
-use deinsum_expr::{parse, Dim, Einsum, ExtentSpec};
+use deinsum_expr::{parse, Dim, ExtentSpec, ParsedEinsum};
 
 fn shapes(s: &str) -> ExtentSpec {
     ExtentSpec::from_flags(None, None, Some(s)).unwrap()
 }
 
-fn reparse(e: &Einsum, spec: &ExtentSpec) -> Einsum {
+fn reparse(e: &ParsedEinsum, spec: &ExtentSpec) -> ParsedEinsum {
     parse(&e.to_string(), spec).unwrap()
 }
 

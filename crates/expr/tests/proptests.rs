@@ -1,6 +1,6 @@
 //! Property tests: Display -> parse round-trips on random valid einsums, and no input panics.
 
-use deinsum_expr::{parse, Einsum, ExtentSpec};
+use deinsum_expr::{parse, ExtentSpec, ParsedEinsum};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -114,7 +114,7 @@ fn push_ellipsis(r: &mut Rng, term: &mut String, shape: &mut Vec<usize>, bext: &
     }
 }
 
-fn same(a: &Einsum, b: &Einsum) -> bool {
+fn same(a: &ParsedEinsum, b: &ParsedEinsum) -> bool {
     a.inputs() == b.inputs()
         && a.output() == b.output()
         && a.extents() == b.extents()

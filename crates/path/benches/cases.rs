@@ -1,7 +1,7 @@
 //! The benchmark equations (benches/cases.json, written by opt_einsum_baseline.py), shared by
 //! the criterion bench and the `path_costs` example.
 
-use deinsum_expr::{Dim, Einsum, Operand};
+use deinsum_expr::{Dim, Operand, ParsedEinsum};
 use std::collections::BTreeMap;
 
 /// One benchmark equation and the strategies to run on it.
@@ -9,7 +9,7 @@ pub struct Case {
     /// Group name.
     pub name: String,
     /// The einsum.
-    pub einsum: Einsum,
+    pub einsum: ParsedEinsum,
     /// Strategy names (the same names as opt_einsum's).
     pub strategies: Vec<String>,
 }
@@ -35,7 +35,7 @@ pub fn load(text: &str) -> Vec<Case> {
                 .collect();
             Case {
                 name: c["name"].as_str().unwrap().to_string(),
-                einsum: Einsum::new(
+                einsum: ParsedEinsum::new(
                     inputs,
                     c["output"].as_str().unwrap().chars().collect(),
                     extents,

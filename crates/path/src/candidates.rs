@@ -3,7 +3,7 @@
 //! against fewer words moved.
 
 use crate::{evaluate, optimize, tree_from_ssa, Flops, PathError, PathInfo, PathOptions};
-use deinsum_expr::Einsum;
+use deinsum_expr::ParsedEinsum;
 use std::collections::BTreeSet;
 
 /// Up to this many operands every pairwise tree is enumerated (6 operands: 2,700 orders of
@@ -69,7 +69,7 @@ fn all_trees(n: usize) -> Vec<Vec<Vec<usize>>> {
 /// cheapest, cheapest first (ties in enumeration order). The path search's own tree under
 /// `opts` always comes first; every tree honours `opts.memory_limit`.
 pub fn cheapest(
-    einsum: &Einsum,
+    einsum: &ParsedEinsum,
     opts: &PathOptions,
     k: usize,
     factor: f64,

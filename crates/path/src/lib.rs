@@ -24,7 +24,7 @@ pub use strategy::{
     STRATEGY_NAMES,
 };
 
-use deinsum_expr::{Einsum, Index};
+use deinsum_expr::{Index, ParsedEinsum};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -359,7 +359,7 @@ impl PathInfo {
 }
 
 /// Checks what a hand-built einsum could get wrong that the searches rely on.
-fn validate(e: &Einsum) -> Result<(), PathError> {
+fn validate(e: &ParsedEinsum) -> Result<(), PathError> {
     if e.inputs().is_empty() {
         return Err(PathError::InvalidEinsum("no operands".into()));
     }
@@ -379,7 +379,7 @@ fn validate(e: &Einsum) -> Result<(), PathError> {
 }
 
 /// The search problem of `e` under `opts`.
-pub fn problem<'a>(e: &'a Einsum, opts: &'a PathOptions) -> Problem<'a> {
+pub fn problem<'a>(e: &'a ParsedEinsum, opts: &'a PathOptions) -> Problem<'a> {
     Problem::new(
         e.inputs().iter().map(|o| o.indices.clone()).collect(),
         e.output().to_vec(),
@@ -395,7 +395,7 @@ pub fn problem<'a>(e: &'a Einsum, opts: &'a PathOptions) -> Problem<'a> {
 /// result within the memory limit, the path is one step over all operands at once
 /// ([`ContractionTree::has_multi_operand_step`]); its result is the output, which may itself
 /// exceed the limit.
-pub fn optimize(einsum: &Einsum, opts: &PathOptions) -> Result<PathInfo, PathError> {
+pub fn optimize(einsum: &ParsedEinsum, opts: &PathOptions) -> Result<PathInfo, PathError> {
     validate(einsum)?;
     let strat = strategy(&opts.strategy)?;
     let all_at_once = || vec![(0..einsum.num_inputs()).collect::<Vec<usize>>()];
@@ -436,7 +436,7 @@ pub fn optimize(einsum: &Einsum, opts: &PathOptions) -> Result<PathInfo, PathErr
 /// node needs, in order of first appearance in the einsum; the step that leaves one node
 /// yields the output in the einsum's order. A single operand with the empty path gets the one
 /// step `[0]`.
-pub fn tree_from_ssa(e: &Einsum, ssa: &[Vec<usize>]) -> Result<ContractionTree, PathError> {
+pub fn tree_from_ssa(e: &ParsedEinsum, ssa: &[Vec<usize>]) -> Result<ContractionTree, PathError> {
     validate(e)?;
     let n = e.num_inputs();
     let leaf_indices: Vec<Vec<Index>> = e.inputs().iter().map(|o| o.indices.clone()).collect();
@@ -523,7 +523,10 @@ pub fn tree_from_ssa(e: &Einsum, ssa: &[Vec<usize>]) -> Result<ContractionTree, 
 /// Builds the tree of a path in opt_einsum's linear format (each entry: positions of one or
 /// more operands in the current list, whose result goes to the end of the list; `[[0]]` or
 /// `[]` for a single operand).
-pub fn tree_from_linear(e: &Einsum, path: &[Vec<usize>]) -> Result<ContractionTree, PathError> {
+pub fn tree_from_linear(
+    e: &ParsedEinsum,
+    path: &[Vec<usize>],
+) -> Result<ContractionTree, PathError> {
     let n = e.num_inputs();
     let mut ids: Vec<usize> = (0..n).collect();
     let mut ssa = Vec::with_capacity(path.len());
@@ -548,7 +551,7 @@ pub fn tree_from_linear(e: &Einsum, path: &[Vec<usize>]) -> Result<ContractionTr
 
 /// Costs of a tree: opt_einsum's FLOPs, multiply-adds, sizes, naive FLOPs and the model's cost.
 pub fn evaluate(
-    e: &Einsum,
+    e: &ParsedEinsum,
     tree: ContractionTree,
     model: &dyn CostModel,
     strategy: &str,
@@ -650,7 +653,7 @@ trait InputIndices {
     fn all_indices_of_inputs(&self) -> Vec<Index>;
 }
 
-impl InputIndices for Einsum {
+impl InputIndices for ParsedEinsum {
     fn all_indices_of_inputs(&self) -> Vec<Index> {
         let mut v: Vec<Index> = Vec::new();
         for c in self.inputs().iter().flat_map(|o| o.indices.iter()) {
@@ -670,7 +673,7 @@ struct Ids {
 }
 
 impl Ids {
-    fn of(e: &Einsum) -> Self {
+    fn of(e: &ParsedEinsum) -> Self {
         Ids::from_lists(
             e.inputs()
                 .iter()

@@ -2,7 +2,7 @@
 
 mod common;
 use common::{brute_force, es};
-use deinsum_expr::{Einsum, Operand};
+use deinsum_expr::{Operand, ParsedEinsum};
 use deinsum_path::{
     evaluate, optimize, tree_from_linear, Count, Flops, PathError, PathOptions, STRATEGY_NAMES,
 };
@@ -289,7 +289,7 @@ fn output_larger_than_the_limit_gives_one_step_over_everything() {
 fn invalid_hand_built_einsums_are_errors() {
     let base = es("ab,bc->ac", &[], 2);
     let with = |inputs: &[Operand], output: &[char]| {
-        Einsum::from_parts(inputs.to_vec(), output.to_vec(), base.extents().clone())
+        ParsedEinsum::from_parts(inputs.to_vec(), output.to_vec(), base.extents().clone())
     };
     let e = with(base.inputs(), &['a', 'z']);
     assert!(matches!(

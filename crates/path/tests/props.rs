@@ -2,7 +2,7 @@
 
 mod common;
 use common::{brute_force, es};
-use deinsum_expr::Einsum;
+use deinsum_expr::ParsedEinsum;
 use deinsum_path::{
     evaluate, optimize, tree_from_linear, tree_from_ssa, CostModel, Count, Flops, PathOptions,
     StepShape, STRATEGY_NAMES,
@@ -14,7 +14,7 @@ const LETTERS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f', 'g'];
 
 /// Random einsums: 2..=max operands of 1..=3 indices over 7 letters, extents 1..=4, and a
 /// random subset of the used letters as output.
-fn arb_einsum(max: usize) -> impl Strategy<Value = Einsum> {
+fn arb_einsum(max: usize) -> impl Strategy<Value = ParsedEinsum> {
     (
         prop::collection::vec(
             prop::collection::btree_set(0..LETTERS.len(), 1..=3),
@@ -42,7 +42,7 @@ fn arb_einsum(max: usize) -> impl Strategy<Value = Einsum> {
 /// Random einsums whose operands carry indices of their own: 2..=max operands over 4 shared
 /// letters, about half with a private letter (in no other operand, not in the output) and
 /// some with a repeated letter (a diagonal); extents 1..=5.
-fn arb_einsum_with_own_indices(max: usize) -> impl Strategy<Value = Einsum> {
+fn arb_einsum_with_own_indices(max: usize) -> impl Strategy<Value = ParsedEinsum> {
     (
         prop::collection::vec(
             (

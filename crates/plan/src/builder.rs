@@ -10,7 +10,7 @@ use crate::{
     Distribution, Grid, GridDim, GroupPlan, Interval, Plan, PlanError, PlanOptions, PlanStep,
     Tensor, TensorId, Volume, Window,
 };
-use deinsum_expr::{Einsum, Index};
+use deinsum_expr::{Index, ParsedEinsum};
 use deinsum_path::ContractionTree;
 use deinsum_soap::Fusion;
 use std::collections::BTreeMap;
@@ -363,7 +363,7 @@ pub(crate) fn shape_of(idx: &[Index], ext: &BTreeMap<Index, usize>) -> Vec<usize
 /// planner's stages. The SOAP parallel bound of each group is taken for P ranks and the budget
 /// S (without a budget, the plan's own peak memory per rank).
 pub fn build_from(
-    einsum: &Einsum,
+    einsum: &ParsedEinsum,
     tree: &ContractionTree,
     path: Vec<Vec<usize>>,
     fusion: &Fusion,
@@ -471,7 +471,7 @@ pub(crate) fn with_least_budget<T>(
 
 /// One pass of the planner's stages under `opts` (its caps applied as given).
 pub(crate) fn build_once(
-    einsum: &Einsum,
+    einsum: &ParsedEinsum,
     tree: &ContractionTree,
     path: Vec<Vec<usize>>,
     fusion: &Fusion,
@@ -515,7 +515,7 @@ pub(crate) fn build_once(
 /// The planner's stages over every group (those before `tight.0` under the budget
 /// `tight.1`), then `finish`; an error carries the group it arose in.
 fn plan_groups(
-    einsum: &Einsum,
+    einsum: &ParsedEinsum,
     tree: &ContractionTree,
     path: Vec<Vec<usize>>,
     fusion: &Fusion,

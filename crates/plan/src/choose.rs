@@ -3,7 +3,7 @@
 //! touched: each candidate goes through [`crate::plan_tree`].
 
 use crate::{plan_tree, Plan, PlanError, PlanOptions};
-use deinsum_expr::Einsum;
+use deinsum_expr::ParsedEinsum;
 use rayon::prelude::*;
 
 /// What [`crate::build`] minimises.
@@ -96,7 +96,7 @@ fn score(o: Objective, c: &Candidate) -> f64 {
 /// The candidate trees: the path search's, the k cheapest by FLOPs within a factor, and the
 /// tree of least fused SOAP I/O; each once.
 fn candidate_trees(
-    einsum: &Einsum,
+    einsum: &ParsedEinsum,
     opts: &PlanOptions,
 ) -> Result<Vec<(&'static str, deinsum_path::PathInfo)>, PlanError> {
     let cheap = deinsum_path::candidates::cheapest(einsum, &opts.path, CHEAPEST, FLOPS_FACTOR)?;
@@ -117,7 +117,10 @@ fn candidate_trees(
 
 /// [`choose`] with the least-budget search around it (as [`crate::build`]): when a cap is too
 /// small, the error's figure is the least value of that cap that plans.
-pub fn choose_within_budget(einsum: &Einsum, opts: &PlanOptions) -> Result<Choice, PlanError> {
+pub fn choose_within_budget(
+    einsum: &ParsedEinsum,
+    opts: &PlanOptions,
+) -> Result<Choice, PlanError> {
     crate::builder::with_least_budget(opts, |o| choose(einsum, o))
 }
 
@@ -125,7 +128,7 @@ pub fn choose_within_budget(einsum: &Einsum, opts: &PlanOptions) -> Result<Choic
 /// so the path search's tree wins unless another is strictly better). A candidate the planner
 /// refuses (over the memory budget) is skipped; when all are refused, the first one's error
 /// is returned.
-pub fn choose(einsum: &Einsum, opts: &PlanOptions) -> Result<Choice, PlanError> {
+pub fn choose(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Choice, PlanError> {
     if opts.procs == 0 {
         return Err(PlanError::ZeroProcs);
     }

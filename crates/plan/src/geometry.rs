@@ -163,7 +163,7 @@ impl crate::GroupPlan {
     /// with the phased index cut to `phase`; `None` for a rank outside the grid.
     pub fn iteration_box(
         &self,
-        einsum: &deinsum_expr::Einsum,
+        einsum: &deinsum_expr::ParsedEinsum,
         rank: usize,
         phase: Option<PhaseCut>,
     ) -> Option<Vec<Interval>> {
@@ -179,7 +179,7 @@ impl crate::GroupPlan {
     /// rank 0's, since a ceil-sized cut puts its longest block first.
     pub fn busiest_range(
         &self,
-        einsum: &deinsum_expr::Einsum,
+        einsum: &deinsum_expr::ParsedEinsum,
         c: Index,
         phase: Option<(Index, usize)>,
     ) -> Interval {
@@ -195,7 +195,7 @@ impl crate::GroupPlan {
     /// Index `c`'s block at the grid coordinates `coord(grid dim)` (whole when not split).
     fn grid_range(
         &self,
-        einsum: &deinsum_expr::Einsum,
+        einsum: &deinsum_expr::ParsedEinsum,
         c: Index,
         coord: impl Fn(usize) -> usize,
     ) -> Interval {

@@ -5,7 +5,7 @@
 //! once ([`Grid::coords`], [`Interval`], [`Distribution::block`], [`GroupPlan::iteration_box`])
 //! and both the planner's predictions and the executor's packing use these same functions.
 
-use deinsum_expr::{Einsum, Index};
+use deinsum_expr::{Index, ParsedEinsum};
 use deinsum_path::ContractionTree;
 use deinsum_soap::FusedGroup;
 use serde::{Deserialize, Serialize};
@@ -383,14 +383,14 @@ impl Default for PlanOptions {
 /// per rank. Under [`Objective::Flops`] the tree is the path search's; otherwise several
 /// candidate trees are planned and the one with the least predicted time (or words) is kept
 /// ([`choose`]).
-pub fn build(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
+pub fn build(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
     // The SOAP fusion depends on the budget, so the least budget is searched over all of it
     // (the candidate paths included).
     builder::with_least_budget(opts, |o| build_once(einsum, o))
 }
 
 /// [`build`] under `opts` as given (no search for the least budget).
-fn build_once(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
+fn build_once(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
     match opts.objective {
         Objective::Flops => build_flops(einsum, opts),
         _ => choose::choose(einsum, opts).map(|c| c.plan),
@@ -399,7 +399,7 @@ fn build_once(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
 
 /// [`build`] along the path search's tree alone (the flops-optimal one by default), under
 /// `opts` as given.
-pub fn build_flops(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
+pub fn build_flops(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
     if opts.procs == 0 {
         return Err(PlanError::ZeroProcs);
     }
@@ -408,7 +408,7 @@ pub fn build_flops(einsum: &Einsum, opts: &PlanOptions) -> Result<Plan, PlanErro
 }
 
 /// The SOAP fast memory of the analysis: S, or an even share of the data.
-pub fn analysis_memory(einsum: &Einsum, opts: &PlanOptions) -> f64 {
+pub fn analysis_memory(einsum: &ParsedEinsum, opts: &PlanOptions) -> f64 {
     let data: f64 = (0..einsum.num_inputs())
         .map(|k| einsum.input_indices(k))
         .chain(std::iter::once(einsum.output()))
@@ -426,7 +426,7 @@ pub fn analysis_memory(einsum: &Einsum, opts: &PlanOptions) -> f64 {
 
 /// Fuses, bounds and plans one contraction tree (with `path`, its linear form).
 pub fn plan_tree(
-    einsum: &Einsum,
+    einsum: &ParsedEinsum,
     tree: &ContractionTree,
     path: Vec<Vec<usize>>,
     opts: &PlanOptions,
@@ -447,7 +447,7 @@ pub fn plan_tree(
 /// Plans a tree with its fusion ([`builder::build_from`]: grids, moves, predicted words and
 /// memory), then predicts its seconds on `opts.machine` ([`time::annotate`]).
 pub fn build_from(
-    einsum: &Einsum,
+    einsum: &ParsedEinsum,
     tree: &ContractionTree,
     path: Vec<Vec<usize>>,
     fusion: &deinsum_soap::Fusion,
@@ -530,7 +530,7 @@ pub struct Plan {
     /// The einsum in canonical form.
     pub expression: String,
     /// The validated einsum (operands' storage dimensions, output, extents).
-    pub einsum: Einsum,
+    pub einsum: ParsedEinsum,
     /// Number of ranks the plan is for.
     pub procs: usize,
     /// Per-rank memory budget in words (`None`: unlimited).

@@ -15,7 +15,7 @@ use crate::{
     Distribution, Fetch, Grid, GridDim, GroupPlan, Phases, Plan, PlanError, PlanOptions, PlanStep,
     Prediction, Tensor, TensorId, TensorKind, PLAN_VERSION,
 };
-use deinsum_expr::{Einsum, Index};
+use deinsum_expr::{Index, ParsedEinsum};
 use deinsum_path::ContractionTree;
 use deinsum_soap::FusedGroup;
 use rayon::prelude::*;
@@ -118,7 +118,7 @@ type Placed = Vec<(TensorId, Distribution)>;
 
 /// The planner's state between groups.
 pub(crate) struct Planner<'a> {
-    einsum: &'a Einsum,
+    einsum: &'a ParsedEinsum,
     tree: &'a ContractionTree,
     opts: &'a PlanOptions,
     tensors: Vec<Tensor>,
@@ -135,7 +135,7 @@ pub(crate) struct Planner<'a> {
 impl<'a> Planner<'a> {
     /// Checks the tree against the einsum and registers the inputs.
     pub(crate) fn new(
-        einsum: &'a Einsum,
+        einsum: &'a ParsedEinsum,
         tree: &'a ContractionTree,
         opts: &'a PlanOptions,
     ) -> Result<Self, PlanError> {

@@ -1,6 +1,6 @@
 //! Memory budgets: a budget at least as large as one that plans also plans, and the figure of
 //! a budget that is too small is the least budget that plans.
-use deinsum_expr::{Dim, Einsum, Operand};
+use deinsum_expr::{Dim, Operand, ParsedEinsum};
 use deinsum_plan::{build, Plan, PlanError, PlanOptions};
 use proptest::prelude::*;
 
@@ -15,10 +15,10 @@ const SHAPES: &[(&[&str], &str)] = &[
     (&["ijk", "kl"], "ijl"),
 ];
 
-fn einsum(shape: usize, ext: &[usize]) -> Einsum {
+fn einsum(shape: usize, ext: &[usize]) -> ParsedEinsum {
     let (ins, out) = SHAPES[shape];
     // Extents for all of 'a'..='l', also those the shape lacks: unchecked on purpose.
-    Einsum::from_parts(
+    ParsedEinsum::from_parts(
         ins.iter()
             .map(|s| Operand::new(s.chars().map(Dim::Index).collect()))
             .collect(),
@@ -27,7 +27,7 @@ fn einsum(shape: usize, ext: &[usize]) -> Einsum {
     )
 }
 
-fn plan(e: &Einsum, procs: usize, mem: Option<u64>) -> Result<Plan, PlanError> {
+fn plan(e: &ParsedEinsum, procs: usize, mem: Option<u64>) -> Result<Plan, PlanError> {
     build(
         e,
         &PlanOptions {
@@ -39,7 +39,7 @@ fn plan(e: &Einsum, procs: usize, mem: Option<u64>) -> Result<Plan, PlanError> {
 }
 
 /// The least budget that plans, from a budget `s` (checking what `s` gives on the way).
-fn least(e: &Einsum, procs: usize, s: u64) -> u64 {
+fn least(e: &ParsedEinsum, procs: usize, s: u64) -> u64 {
     match plan(e, procs, Some(s)) {
         Ok(p) => {
             assert!(p.prediction.max_peak_memory <= s);
@@ -133,7 +133,7 @@ fn every_budget_from_the_least_up_plans_across_groups() {
     }
 }
 
-fn plan_total(e: &Einsum, procs: usize, total: u64) -> Result<Plan, PlanError> {
+fn plan_total(e: &ParsedEinsum, procs: usize, total: u64) -> Result<Plan, PlanError> {
     build(
         e,
         &PlanOptions {

@@ -3,12 +3,12 @@
 //! pipelined (only which step moves them), the peak counts the second buffer and stays
 //! within the budget, and a plan built without overlap is the plan the pass started from.
 
-use deinsum_expr::{parse, Einsum, ExtentSpec};
+use deinsum_expr::{parse, ExtentSpec, ParsedEinsum};
 use deinsum_plan::overlap::{is_pipelined, pipeline, Chunking};
 use deinsum_plan::{build, Fetch, Plan, PlanOptions, PlanStep, Window};
 use std::collections::BTreeSet;
 
-fn einsum(expr: &str, sizes: &str) -> Einsum {
+fn einsum(expr: &str, sizes: &str) -> ParsedEinsum {
     parse(
         expr,
         &ExtentSpec::from_flags(Some(sizes), None, None).unwrap(),
@@ -33,7 +33,7 @@ fn no_overlap(procs: usize, mem: Option<u64>) -> PlanOptions {
 }
 
 /// The kernels of the tests, with non-divisible extents.
-fn kernels() -> Vec<Einsum> {
+fn kernels() -> Vec<ParsedEinsum> {
     vec![
         einsum("ij,jk->ik", "i=23,j=29,k=19"),
         einsum("ij,jk,kl->il", "i=13,j=17,k=11,l=14"),

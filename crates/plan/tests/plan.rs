@@ -1,11 +1,11 @@
 //! Whole plans: JSON round trip, errors, budgets, inputs in place, primes, 2^20 ranks, and
 //! every step's volume against a per-element brute-force count.
 
-use deinsum_expr::{parse, Einsum, ExtentSpec};
+use deinsum_expr::{parse, ExtentSpec, ParsedEinsum};
 use deinsum_plan::{build, Distribution, Plan, PlanError, PlanOptions, PlanStep};
 use std::collections::BTreeMap;
 
-fn einsum(expr: &str, sizes: Option<&str>, size: usize) -> Einsum {
+fn einsum(expr: &str, sizes: Option<&str>, size: usize) -> ParsedEinsum {
     let spec = match sizes {
         Some(s) => ExtentSpec::from_flags(Some(s), None, None).unwrap(),
         None => ExtentSpec {

@@ -1,12 +1,12 @@
 //! The machine model and the predicted seconds: machine files checked field by field, every
 //! plan's seconds finite and non-negative, and the objectives.
 
-use deinsum_expr::{parse, Einsum, ExtentSpec};
+use deinsum_expr::{parse, ExtentSpec, ParsedEinsum};
 use deinsum_plan::machine::RateClass;
 use deinsum_plan::{build, build_flops, Machine, MachineError, Objective, PlanOptions};
 use proptest::prelude::*;
 
-fn einsum(expr: &str, size: usize) -> Einsum {
+fn einsum(expr: &str, size: usize) -> ParsedEinsum {
     let spec = ExtentSpec {
         default: Some(size),
         ..Default::default()

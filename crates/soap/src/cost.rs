@@ -78,7 +78,7 @@ const IO_FLOPS_FACTOR: f64 = 16.0;
 /// wins, the first candidate on a tie. So the chosen tree never moves more than the path
 /// search's own.
 pub fn io_optimal(
-    einsum: &deinsum_expr::Einsum,
+    einsum: &deinsum_expr::ParsedEinsum,
     opts: &deinsum_path::PathOptions,
     s: f64,
 ) -> Result<(deinsum_path::PathInfo, crate::Fusion), IoPathError> {

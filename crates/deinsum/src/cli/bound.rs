@@ -79,7 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// The bound report of `einsum` for fast memory `mem` (and `procs` ranks): its text and its
 /// JSON, as `deinsum bound` prints them. Errors the caller caused are [`super::InputError`]s.
 pub fn bound_report(
-    einsum: &deinsum_expr::Einsum,
+    einsum: &deinsum_expr::ParsedEinsum,
     mem: f64,
     procs: Option<usize>,
     optimize: &str,

@@ -5,7 +5,7 @@
 
 use super::InputError;
 use deinsum_exec::npy::{fmt_shape, read_header, NpyHeader};
-use deinsum_expr::{Dim, Einsum, ExtentSpec, Index};
+use deinsum_expr::{Dim, ExtentSpec, Index, ParsedEinsum};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -38,7 +38,7 @@ pub fn header_of(path: &Path) -> Result<NpyHeader, InputError> {
 /// The einsum `expr` with its extents taken from the headers of `paths` (one per operand), as
 /// NumPy's einsum takes them from its arrays. An index with two different extents (neither 1,
 /// which broadcasts) is refused naming both files and the index.
-pub fn einsum_from_files(expr: &str, paths: &[PathBuf]) -> anyhow::Result<Einsum> {
+pub fn einsum_from_files(expr: &str, paths: &[PathBuf]) -> anyhow::Result<ParsedEinsum> {
     let headers = paths
         .iter()
         .map(|p| header_of(p))
@@ -75,7 +75,7 @@ pub fn einsum_from_files(expr: &str, paths: &[PathBuf]) -> anyhow::Result<Einsum
 /// Refuses an operand whose file has another number of dimensions, and an index two files
 /// give different extents (other than 1), naming both files, axes and extents.
 fn check_consistent(
-    e: &Einsum,
+    e: &ParsedEinsum,
     paths: &[PathBuf],
     shapes: &[Vec<usize>],
 ) -> Result<(), InputError> {
@@ -119,7 +119,7 @@ fn check_consistent(
 /// file, holds the operand's shape in a numeric dtype, and is long enough. Returns one note per
 /// file whose dtype is converted to the run's (f32 when `f32_run`, else f64).
 pub fn check_files(
-    e: &Einsum,
+    e: &ParsedEinsum,
     paths: &[PathBuf],
     f32_run: bool,
 ) -> Result<Vec<String>, InputError> {

@@ -69,7 +69,7 @@ pub struct ExtentArgs {
 
 /// Parses `expr` with the extent flags of `a`. With no extent flag at all every index gets
 /// [`DEFAULT_SIZE`]. Errors are [`deinsum_expr::ExprError`]s, which [`report`] maps to exit 2.
-pub fn einsum_from_args(expr: &str, a: &ExtentArgs) -> anyhow::Result<deinsum_expr::Einsum> {
+pub fn einsum_from_args(expr: &str, a: &ExtentArgs) -> anyhow::Result<deinsum_expr::ParsedEinsum> {
     let mut spec = deinsum_expr::ExtentSpec::from_flags(
         a.sizes.as_deref(),
         a.size.as_deref(),

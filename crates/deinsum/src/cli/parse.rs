@@ -1,6 +1,6 @@
 //! `deinsum parse`: the canonical einsum, whether its output was implicit, and its indices.
 
-use deinsum_expr::{Dim, Einsum, Index};
+use deinsum_expr::{Dim, Index, ParsedEinsum};
 use serde::Serialize;
 use std::process::ExitCode;
 
@@ -78,7 +78,7 @@ struct Occurrence {
 }
 
 impl Report {
-    fn new(e: &Einsum) -> Self {
+    fn new(e: &ParsedEinsum) -> Self {
         let inputs = (0..e.num_inputs())
             .map(|k| {
                 let op = &e.inputs()[k];
@@ -187,7 +187,7 @@ impl Report {
     }
 }
 
-fn row(e: &Einsum, c: Index) -> IndexRow {
+fn row(e: &ParsedEinsum, c: Index) -> IndexRow {
     let inputs = e
         .inputs()
         .iter()

@@ -66,7 +66,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The einsum as `ab,bc->ac` over distinct operand indices.
-pub fn canonical(e: &deinsum_expr::Einsum) -> String {
+pub fn canonical(e: &deinsum_expr::ParsedEinsum) -> String {
     let ins: Vec<String> = e
         .inputs()
         .iter()
@@ -230,7 +230,7 @@ pub fn render_json(
 mod tests {
     use super::*;
 
-    fn info() -> (deinsum_expr::Einsum, PathInfo) {
+    fn info() -> (deinsum_expr::ParsedEinsum, PathInfo) {
         let spec = deinsum_expr::ExtentSpec {
             default: Some(10),
             ..Default::default()

@@ -168,7 +168,7 @@ fn run_local<T: Scalar>(plan: &Plan, args: &Args) -> anyhow::Result<Outcome> {
 
 #[cfg(feature = "mpi")]
 fn run_mpi<T: Scalar>(
-    einsum: &deinsum_expr::Einsum,
+    einsum: &deinsum_expr::ParsedEinsum,
     args: &Args,
     saved: Option<&Plan>,
 ) -> anyhow::Result<(crate::Einsum, Option<Outcome>)> {
@@ -220,7 +220,7 @@ fn run_mpi<T: Scalar>(
 #[cfg(not(feature = "mpi"))]
 #[allow(clippy::extra_unused_type_parameters)] // Same signature as the MPI build's.
 fn run_mpi<T: Scalar>(
-    _einsum: &deinsum_expr::Einsum,
+    _einsum: &deinsum_expr::ParsedEinsum,
     _args: &Args,
     _saved: Option<&Plan>,
 ) -> anyhow::Result<(crate::Einsum, Option<Outcome>)> {
@@ -325,7 +325,7 @@ fn input_paths(args: &Args) -> Option<Vec<PathBuf>> {
 /// The einsum of the run: extents from the flags, or from the `--inputs` headers when no
 /// extent flag is given. Every input file is checked here, before any rank moves data, and
 /// each dtype conversion is said once on stderr.
-fn einsum_of_run(args: &Args, saved: Option<&Plan>) -> anyhow::Result<deinsum_expr::Einsum> {
+fn einsum_of_run(args: &Args, saved: Option<&Plan>) -> anyhow::Result<deinsum_expr::ParsedEinsum> {
     let expr = args.expr.as_deref().unwrap_or_default();
     if let Some(out) = &args.output {
         super::inputs::check_output_path(out)?;
@@ -360,7 +360,7 @@ fn einsum_of_run(args: &Args, saved: Option<&Plan>) -> anyhow::Result<deinsum_ex
 /// The saved plan (refused when it is for another number of ranks than `procs`, which comes
 /// from `what`), else the plan compiled for `procs` ranks.
 fn compile_or_load(
-    einsum: &deinsum_expr::Einsum,
+    einsum: &deinsum_expr::ParsedEinsum,
     args: &Args,
     procs: usize,
     saved: Option<&Plan>,
@@ -377,7 +377,7 @@ fn compile_or_load(
 
 /// Compiles the plan for `procs` ranks; planner errors are the user's (exit 2).
 fn compile(
-    einsum: &deinsum_expr::Einsum,
+    einsum: &deinsum_expr::ParsedEinsum,
     args: &Args,
     procs: usize,
 ) -> anyhow::Result<crate::Einsum> {

@@ -8,7 +8,7 @@ use super::{Format, InputError};
 use anyhow::Context;
 use deinsum_exec::data::seeded_value;
 use deinsum_exec::{Communicator, InProcess};
-use deinsum_expr::{Dim, Einsum};
+use deinsum_expr::{Dim, ParsedEinsum};
 use deinsum_sparse::halo::{self, HaloPlan};
 use deinsum_sparse::{gen, io, kernels, Csr, SparseError, SparseTensor};
 use serde_json::json;
@@ -40,7 +40,7 @@ fn not_built(what: &str) -> anyhow::Error {
 }
 
 /// The SpMM shape of `e` with operand 0 sparse: (i, j, the dense operand's other indices).
-fn spmm_form(e: &Einsum) -> Result<(char, char, Vec<char>), anyhow::Error> {
+fn spmm_form(e: &ParsedEinsum) -> Result<(char, char, Vec<char>), anyhow::Error> {
     let why = "only the SpMM family (ij,jk->ik, ij,j->i, ij,jkl->ikl: operand 0 sparse with \
                two indices, its second summed with the first index of a dense operand 1)";
     if e.num_inputs() != 2 {
@@ -156,7 +156,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 /// `--sizes` entry names; the dense operand's other extents come from the flags (default 10,
 /// as for `run`). `--rmat S` without extent flags makes every extent 2^S. The sparse file,
 /// read once here, comes back with the einsum.
-fn einsum_of(expr: &str, args: &Args) -> anyhow::Result<(Einsum, Option<ReadFile>)> {
+fn einsum_of(expr: &str, args: &Args) -> anyhow::Result<(ParsedEinsum, Option<ReadFile>)> {
     let x = &args.extents;
     let no_flags = x.sizes.is_none() && x.size.is_none() && x.shapes.is_none();
     let mut ext = x.clone();

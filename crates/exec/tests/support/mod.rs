@@ -4,14 +4,14 @@
 
 use deinsum_exec::reference::{max_error, naive_seeded};
 use deinsum_exec::{execute_measured, ExecOptions, InProcess, Inputs, RunReport, Scalar};
-use deinsum_expr::{Dim, Einsum, Index, Operand};
+use deinsum_expr::{Dim, Index, Operand, ParsedEinsum};
 use deinsum_path::{ContractionTree, NodeId, Step, StepId};
 use deinsum_plan::{build_from, Plan, PlanOptions};
 use deinsum_soap::{Access, FusedGroup, Fusion, IoBound};
 use std::collections::BTreeMap;
 
 /// A minimal einsum reader for tests: letters, `,`, `->`, `.` for a broadcast dim (`1`).
-pub fn einsum(expr: &str, ext: &[(char, usize)]) -> Einsum {
+pub fn einsum(expr: &str, ext: &[(char, usize)]) -> ParsedEinsum {
     let (ins, out) = expr.split_once("->").expect("explicit output");
     let inputs: Vec<Operand> = ins
         .split(',')
@@ -30,12 +30,12 @@ pub fn einsum(expr: &str, ext: &[(char, usize)]) -> Einsum {
         })
         .collect();
     let extents: BTreeMap<Index, usize> = ext.iter().copied().collect();
-    Einsum::from_parts(inputs, out.chars().collect(), extents)
+    ParsedEinsum::from_parts(inputs, out.chars().collect(), extents)
 }
 
 /// Left-to-right pairwise tree (a unary step for one operand); each step keeps the indices
 /// needed later or in the output.
-pub fn left_tree(e: &Einsum) -> ContractionTree {
+pub fn left_tree(e: &ParsedEinsum) -> ContractionTree {
     let n = e.inputs().len();
     let leaf: Vec<Vec<Index>> = e.inputs().iter().map(|o| o.indices.clone()).collect();
     let mut steps = Vec::new();
@@ -79,7 +79,7 @@ pub fn left_tree(e: &Einsum) -> ContractionTree {
 }
 
 /// A tree from explicit steps `(a, b, out)` over node ids.
-pub fn tree(e: &Einsum, steps: &[(&[usize], &str)]) -> ContractionTree {
+pub fn tree(e: &ParsedEinsum, steps: &[(&[usize], &str)]) -> ContractionTree {
     let n = e.inputs().len();
     let mut nodes: Vec<Vec<Index>> = e.inputs().iter().map(|o| o.indices.clone()).collect();
     let mut out_steps = Vec::new();
@@ -163,7 +163,7 @@ pub fn fused(tree: &ContractionTree) -> Fusion {
 }
 
 /// Plans `e` with `tree` and `fusion` for `p` ranks.
-pub fn plan(e: &Einsum, tree: &ContractionTree, fusion: &Fusion, p: usize) -> Plan {
+pub fn plan(e: &ParsedEinsum, tree: &ContractionTree, fusion: &Fusion, p: usize) -> Plan {
     let opts = PlanOptions {
         procs: p,
         ..PlanOptions::default()
@@ -247,7 +247,7 @@ pub fn assert_memory(plan: &Plan, reps: &[RunReport]) {
 }
 
 /// Plans and runs `e` on `p` ranks (f64), checks against the naive reference and the volumes.
-pub fn check(e: &Einsum, tree: &ContractionTree, fusion: &Fusion, p: usize, tile: u64) {
+pub fn check(e: &ParsedEinsum, tree: &ContractionTree, fusion: &Fusion, p: usize, tile: u64) {
     let pl = plan(e, tree, fusion, p);
     let (got, reps) = run::<f64>(&pl, 7, tile);
     let want = naive_seeded(e, 7);

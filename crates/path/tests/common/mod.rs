@@ -2,11 +2,11 @@
 
 #![allow(dead_code)]
 
-use deinsum_expr::{Dim, Einsum, Index, Operand};
+use deinsum_expr::{Dim, Index, Operand, ParsedEinsum};
 use std::collections::BTreeMap;
 
 /// `es("ab,bc->ac", &[('a', 2), ...], d)`: the einsum with the listed extents, `d` elsewhere.
-pub fn es(expr: &str, sizes: &[(char, usize)], default: usize) -> Einsum {
+pub fn es(expr: &str, sizes: &[(char, usize)], default: usize) -> ParsedEinsum {
     let (ins, out) = expr.split_once("->").expect("explicit output");
     let inputs: Vec<Operand> = if ins.is_empty() {
         vec![]
@@ -24,7 +24,7 @@ pub fn es(expr: &str, sizes: &[(char, usize)], default: usize) -> Einsum {
             .unwrap_or(default);
         extents.insert(c, e);
     }
-    Einsum::from_parts(inputs, out.chars().collect(), extents)
+    ParsedEinsum::from_parts(inputs, out.chars().collect(), extents)
 }
 
 /// opt_einsum's FLOP count of contracting positions `i < j` of `live`, and the result indices.
@@ -87,7 +87,7 @@ fn unary_cost(
 /// `limit` elements; `None` if no sequence fits. A single-operand step costs the same and
 /// gives the same whenever it runs (what an operand alone has stays its own), so the
 /// reductions are tried first, in increasing position, and every pairwise order after them.
-pub fn brute_force(e: &Einsum, limit: Option<u128>) -> Option<u128> {
+pub fn brute_force(e: &ParsedEinsum, limit: Option<u128>) -> Option<u128> {
     let live: Vec<Vec<Index>> = e.inputs().iter().map(|o| o.indices.clone()).collect();
     fn go(
         live: Vec<Vec<Index>>,

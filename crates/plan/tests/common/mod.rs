@@ -1,14 +1,14 @@
 //! Hand-built trees and fusions for planner tests (independent of the path and soap crates).
 #![allow(dead_code)]
 
-use deinsum_expr::{Dim, Einsum, Index, Operand};
+use deinsum_expr::{Dim, Index, Operand, ParsedEinsum};
 use deinsum_path::{ContractionTree, NodeId, Step, StepId};
 use deinsum_soap::{Access, FusedGroup, Fusion, IoBound};
 use std::collections::BTreeMap;
 
 /// An einsum over the given operand index strings, output and extents.
-pub fn einsum(inputs: &[&str], output: &str, ext: &[(char, usize)]) -> Einsum {
-    Einsum::from_parts(
+pub fn einsum(inputs: &[&str], output: &str, ext: &[(char, usize)]) -> ParsedEinsum {
+    ParsedEinsum::from_parts(
         inputs
             .iter()
             .map(|s| Operand::new(s.chars().map(Dim::Index).collect()))
@@ -19,7 +19,7 @@ pub fn einsum(inputs: &[&str], output: &str, ext: &[(char, usize)]) -> Einsum {
 }
 
 /// A tree from steps given as (operand node ids, output indices).
-pub fn tree(e: &Einsum, steps: &[(&[usize], &str)]) -> ContractionTree {
+pub fn tree(e: &ParsedEinsum, steps: &[(&[usize], &str)]) -> ContractionTree {
     let leaf: Vec<Vec<Index>> = (0..e.num_inputs())
         .map(|k| e.input_indices(k).to_vec())
         .collect();
@@ -94,7 +94,7 @@ pub fn fusion(t: &ContractionTree, groups: &[&[usize]]) -> Fusion {
 }
 
 /// Matrix multiplication ij,jk->ik with extent n.
-pub fn mm(n: usize) -> (Einsum, ContractionTree, Fusion) {
+pub fn mm(n: usize) -> (ParsedEinsum, ContractionTree, Fusion) {
     let e = einsum(&["ij", "jk"], "ik", &[('i', n), ('j', n), ('k', n)]);
     let t = tree(&e, &[(&[0, 1], "ik")]);
     let f = fusion(&t, &[&[0]]);
@@ -102,7 +102,7 @@ pub fn mm(n: usize) -> (Einsum, ContractionTree, Fusion) {
 }
 
 /// The Deinsum example ijk,ja,ka,al->il: fused MTTKRP (KRP + TDOT), then the MM.
-pub fn mttkrp_mm(n: usize) -> (Einsum, ContractionTree, Fusion) {
+pub fn mttkrp_mm(n: usize) -> (ParsedEinsum, ContractionTree, Fusion) {
     let e = einsum(
         &["ijk", "ja", "ka", "al"],
         "il",
@@ -114,7 +114,7 @@ pub fn mttkrp_mm(n: usize) -> (Einsum, ContractionTree, Fusion) {
 }
 
 /// Order-3 MTTKRP ijk,ja,ka->ia, fused.
-pub fn mttkrp3(ni: usize, r: usize) -> (Einsum, ContractionTree, Fusion) {
+pub fn mttkrp3(ni: usize, r: usize) -> (ParsedEinsum, ContractionTree, Fusion) {
     let e = einsum(
         &["ijk", "ja", "ka"],
         "ia",
