@@ -222,6 +222,26 @@ pub trait Communicator {
         p2p::all_gather_v(self, mine, counts)
     }
 
+    /// [`Communicator::all_gather_v`] into `out` (exactly the total of `counts` long), for a
+    /// target that holds the pieces back to back in rank order. Default: gathered, then copied.
+    fn all_gather_v_into<T: Scalar>(
+        &self,
+        mine: &[T],
+        counts: &[usize],
+        out: &mut [T],
+    ) -> Result<(), CommError> {
+        let all = self.all_gather_v(mine, counts)?;
+        if all.len() != out.len() {
+            return Err(CommError::Invalid(format!(
+                "all-gather of {} elements into {}",
+                all.len(),
+                out.len()
+            )));
+        }
+        out.copy_from_slice(&all);
+        Ok(())
+    }
+
     /// Whether [`Communicator::all_gather_each`] reads the peers' buffers where they lie
     /// (no gathered buffer held beside them). Default: no.
     fn gathers_in_place(&self) -> bool {

@@ -457,15 +457,29 @@ fn all_gather_block<T: Scalar, C: Communicator>(
             buf
         }
     };
-    // Held beside the blocks: the packed piece, and the gathered buffer unless read in place.
+    // Held beside the blocks: the packed piece, and the gathered buffer unless read in place
+    // or gathered straight into the target (its pieces back to back in rank order).
     let packed = if whole { 0 } else { counts[k] };
-    let gathered = if sub.gathers_in_place() {
+    let in_order = new
+        .as_ref()
+        .is_some_and(|d| pieces_in_order(&pieces, &d.ranges, d.data.len()));
+    let gathered = if sub.gathers_in_place() || in_order {
         0
     } else {
         counts.iter().sum::<usize>()
     };
     mem.touch_buffers((packed + gathered) as u64 + target_words);
     let mut dst = new;
+    if in_order && !sub.gathers_in_place() {
+        if let Some(d) = dst.as_deref_mut() {
+            sub.all_gather_v_into(&mine, &counts, &mut d.data)?;
+            match cur.as_mut() {
+                Some(c) if whole => c.data = mine,
+                _ => crate::pool::give(mine),
+            }
+            return Ok(cur);
+        }
+    }
     let back = sub.all_gather_each(mine, &counts, |x, data| {
         let Some(b) = pieces[x].as_ref() else {
             return Ok(());
@@ -485,6 +499,41 @@ fn all_gather_block<T: Scalar, C: Communicator>(
         _ => crate::pool::give(back),
     }
     Ok(cur)
+}
+
+/// Whether the nonempty `pieces` lie in the block over `ranges` (`len` elements) as one
+/// contiguous run each, back to back in member order and filling it.
+fn pieces_in_order(pieces: &[Option<Block>], ranges: &[(usize, usize)], len: usize) -> bool {
+    let mut at = 0usize;
+    for b in pieces.iter().flatten() {
+        match contiguous_offset(b, ranges) {
+            Some(off) if off == at => at += b.len() as usize,
+            _ => return false,
+        }
+    }
+    at == len
+}
+
+/// The row-major offset of box `b` in the block over `ranges` when the box is one contiguous
+/// run there: every dim after its last partial one whole, every dim before it of length one.
+fn contiguous_offset(b: &Block, ranges: &[(usize, usize)]) -> Option<usize> {
+    if b.ranges.len() != ranges.len() {
+        return None;
+    }
+    let last_partial = (0..ranges.len()).rev().find(|&d| b.ranges[d] != ranges[d]);
+    let (mut off, mut stride) = (0usize, 1usize);
+    for d in (0..ranges.len()).rev() {
+        let ((s, e), (bs, be)) = (b.ranges[d], ranges[d]);
+        if s < bs || e > be {
+            return None;
+        }
+        if last_partial.is_some_and(|f| d < f) && e - s != 1 {
+            return None;
+        }
+        off += (s - bs) * stride;
+        stride *= be - bs;
+    }
+    Some(off)
 }
 
 /// Packs box `b` (if any) of the block `blk`.
@@ -1002,5 +1051,33 @@ fn step_moves(step: &PlanStep) -> Vec<(usize, &Distribution, &Distribution, &Mov
             .map(|f| (f.tensor, &f.from, &f.to, &f.pattern))
             .collect(),
         _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bx(r: &[(usize, usize)]) -> Block {
+        Block {
+            ranges: r.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn contiguous_boxes_and_their_offsets() {
+        // A 4 x 6 block starting at row 2, column 0.
+        let blk = [(2, 6), (0, 6)];
+        assert_eq!(contiguous_offset(&bx(&[(3, 5), (0, 6)]), &blk), Some(6));
+        assert_eq!(contiguous_offset(&bx(&[(4, 5), (1, 4)]), &blk), Some(13));
+        // Two rows of part of the columns: two runs.
+        assert_eq!(contiguous_offset(&bx(&[(3, 5), (0, 3)]), &blk), None);
+        // Outside the block.
+        assert_eq!(contiguous_offset(&bx(&[(0, 3), (0, 6)]), &blk), None);
+        let rows = |a, b| Some(bx(&[(a, b), (0, 6)]));
+        assert!(pieces_in_order(&[rows(2, 3), None, rows(3, 6)], &blk, 24));
+        // Out of member order, or short of the block.
+        assert!(!pieces_in_order(&[rows(3, 6), rows(2, 3)], &blk, 24));
+        assert!(!pieces_in_order(&[rows(2, 3), rows(4, 6)], &blk, 24));
     }
 }

@@ -185,6 +185,33 @@ impl MpiComm {
         self.size() as u64 - 1
     }
 
+    /// `MPI_Allgatherv` of `mine` (`counts`, checked by the caller, fitting one call) into
+    /// `out`, back to back in rank order; counts the traffic.
+    fn gather_into<T: Scalar>(
+        &self,
+        mine: &[T],
+        counts: &[usize],
+        out: &mut [T],
+    ) -> Result<(), CommError> {
+        self.count(Collective::AllGather);
+        let bc: Vec<c_int> = counts
+            .iter()
+            .map(|&c| to_count(c * T::BYTES, "all-gather count"))
+            .collect::<Result<_, _>>()?;
+        let displs = exclusive_prefix(&bc)?;
+        let one = [0u8; 1];
+        let send = real(bytemuck::cast_slice(mine), &one);
+        {
+            let mut rp =
+                PartitionMut::new(bytemuck::cast_slice_mut::<T, u8>(out), &bc[..], &displs[..]);
+            self.comm.all_gather_varcount_into(send, &mut rp);
+        }
+        let mine_b = std::mem::size_of_val(mine) as u64;
+        self.count_sent(mine_b * self.peers());
+        self.count_received(std::mem::size_of_val(out) as u64 - mine_b);
+        Ok(())
+    }
+
     /// Max over ranks of each entry (no traffic counted: internal agreement).
     fn agree_max(&self, vals: &[u64]) -> Vec<u64> {
         let mut out = vec![0u64; vals.len()];
@@ -452,27 +479,31 @@ impl Communicator for MpiComm {
         if !self.fits_bytes::<T>(total) {
             return p2p::all_gather_v(self, mine, counts);
         }
-        self.count(Collective::AllGather);
-        let bc: Vec<c_int> = counts
-            .iter()
-            .map(|&c| to_count(c * T::BYTES, "all-gather count"))
-            .collect::<Result<_, _>>()?;
-        let displs = exclusive_prefix(&bc)?;
         let mut out = typed_buffer::<T>(total);
-        let one = [0u8; 1];
-        let send = real(bytemuck::cast_slice(mine), &one);
-        {
-            let mut rp = PartitionMut::new(
-                bytemuck::cast_slice_mut::<T, u8>(&mut out),
-                &bc[..],
-                &displs[..],
-            );
-            self.comm.all_gather_varcount_into(send, &mut rp);
-        }
-        let mine_b = std::mem::size_of_val(mine) as u64;
-        self.count_sent(mine_b * self.peers());
-        self.count_received((total * T::BYTES) as u64 - mine_b);
+        self.gather_into(mine, counts, &mut out)?;
         Ok(out)
+    }
+
+    fn all_gather_v_into<T: Scalar>(
+        &self,
+        mine: &[T],
+        counts: &[usize],
+        out: &mut [T],
+    ) -> Result<(), CommError> {
+        let (me, p) = (self.rank(), self.size());
+        let total: usize = counts.iter().sum();
+        if counts.len() != p || counts[me] != mine.len() || out.len() != total {
+            return Err(CommError::Invalid(format!(
+                "all-gather of {} counts on {p} ranks into {} elements",
+                counts.len(),
+                out.len()
+            )));
+        }
+        if !self.fits_bytes::<T>(total) || total == 0 {
+            out.copy_from_slice(&p2p::all_gather_v(self, mine, counts)?);
+            return Ok(());
+        }
+        self.gather_into(mine, counts, out)
     }
 
     fn reduce_scatter_v<T: Scalar>(
