@@ -547,6 +547,6 @@ fn run_machine(args: &Args, procs: usize) -> anyhow::Result<deinsum_plan::Machin
     if args.machine.is_some() {
         return Ok(m);
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    Ok(m.on_host(cores, procs))
+    // The node's cores, not this process's: under mpirun each rank is bound to its own.
+    Ok(m.on_host(super::node_cores(), procs))
 }
