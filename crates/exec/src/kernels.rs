@@ -560,13 +560,14 @@ impl Orientation {
         // faer's GEMM reads a transposed column-operand at full rate, but a transposed
         // row-operand at a rate that depends on the processor: the latter is read in place
         // only where that costs less than copying it into order (crate::tune).
-        let extent = |v: &[Index]| -> usize {
+        let len = |v: &[Index]| -> usize {
             v.iter()
                 .map(|&c| range_in(x, y, c))
                 .map(|(s, e)| e - s)
                 .product()
         };
-        let (cols, madds) = (extent(&right), x.data.len().saturating_mul(extent(&right)));
+        let cols = len(&right);
+        let madds = x.data.len().saturating_mul(cols);
         let fx = in_place_form(xs, &batch, &left, &summed)
             .filter(|f| !f.trans || crate::tune::read_transposed_rows(cols, madds));
         let fy = in_place_form(ys, &batch, &summed, &right);
@@ -579,12 +580,6 @@ impl Orientation {
         let left = fx.as_ref().map_or(left, |f| f.order.0.clone());
         let right = fy.as_ref().map_or(right, |f| f.order.1.clone());
         let c_order: Vec<Index> = batch.iter().chain(&left).chain(&right).copied().collect();
-        let len = |v: &[Index]| -> usize {
-            v.iter()
-                .map(|&c| range_in(x, y, c))
-                .map(|(s, e)| e - s)
-                .product()
-        };
         let out_words = len(&c_order);
         let copied = if fx.is_some() { 0 } else { x.data.len() }
             + if fy.is_some() { 0 } else { y.data.len() }

@@ -199,38 +199,25 @@ impl LocalComm {
         got
     }
 
-    /// Takes the next message from `src`, which must be a `Vec<E>`; counts its bytes.
-    fn take_vec<E: 'static>(&self, src: usize) -> Result<Vec<E>, CommError> {
-        let m = self.take(src)?;
-        let v = m.downcast::<Vec<E>>().map_err(|_| {
+    /// Takes the next message from `src`, which must be an `M`; counts its `bytes` as received
+    /// (unless sent to itself).
+    fn take_as<M: 'static>(&self, src: usize, bytes: impl Fn(&M) -> usize) -> Result<M, CommError> {
+        let m = self.take(src)?.downcast::<M>().map_err(|_| {
             CommError::Invalid(format!(
                 "rank {} expected a message of {} from rank {src}",
                 self.rank,
-                std::any::type_name::<E>()
+                std::any::type_name::<M>()
             ))
         })?;
         if self.members[src] != self.world_rank() {
-            self.shared.received[self.world_rank()]
-                .fetch_add(std::mem::size_of_val(&v[..]) as u64, Ordering::Relaxed);
+            self.shared.received[self.world_rank()].fetch_add(bytes(&m) as u64, Ordering::Relaxed);
         }
-        Ok(*v)
+        Ok(*m)
     }
 
-    /// Takes the next message from `src`, which must be a shared `Vec<E>`; counts its bytes.
-    fn take_shared<E: Send + Sync + 'static>(&self, src: usize) -> Result<Arc<Vec<E>>, CommError> {
-        let m = self.take(src)?;
-        let v = m.downcast::<Arc<Vec<E>>>().map_err(|_| {
-            CommError::Invalid(format!(
-                "rank {} expected a shared message of {} from rank {src}",
-                self.rank,
-                std::any::type_name::<E>()
-            ))
-        })?;
-        if self.members[src] != self.world_rank() {
-            self.shared.received[self.world_rank()]
-                .fetch_add(std::mem::size_of_val(&v[..]) as u64, Ordering::Relaxed);
-        }
-        Ok(*v)
+    /// Takes the next message from `src`, which must be a `Vec<E>`; counts its bytes.
+    fn take_vec<E: 'static>(&self, src: usize) -> Result<Vec<E>, CommError> {
+        self.take_as::<Vec<E>>(src, |v| std::mem::size_of_val(&v[..]))
     }
 
     /// The collective core: `msgs[r]` goes to member r; returns what each member sent to this
@@ -637,7 +624,7 @@ impl Communicator for LocalComm {
             if x == me {
                 place(x, &shared)?;
             } else if c > 0 {
-                let theirs = self.take_shared::<T>(x)?;
+                let theirs = self.take_as::<Arc<Vec<T>>>(x, |v| std::mem::size_of_val(&v[..]))?;
                 if theirs.len() != c {
                     return Err(CommError::Invalid("counts differ between ranks".into()).into());
                 }
@@ -650,9 +637,7 @@ impl Communicator for LocalComm {
         }
         if bytes > 0 {
             for r in (0..n).filter(|&r| r != me) {
-                self.take(r)?.downcast::<Ack>().map_err(|_| {
-                    CommError::Invalid(format!("rank {me} expected an acknowledgement from {r}"))
-                })?;
+                self.take_as::<Ack>(r, |_| 0)?;
             }
         }
         Ok(Arc::try_unwrap(shared).map_err(|_| {

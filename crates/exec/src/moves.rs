@@ -426,8 +426,8 @@ fn fibre_of<'w, C: Communicator>(
 }
 
 /// The all-gather of a move: every member's piece of the (common) target block reaches
-/// `new`, each read where it lies when the backend can share it. When the piece is this
-/// rank's whole source block, the block itself is offered (no pack) and handed back.
+/// `new`. When the piece is this rank's whole source block, the block itself is offered (no
+/// pack) and handed back.
 fn all_gather_block<T: Scalar, C: Communicator>(
     way: &Way<'_, C>,
     me: usize,
@@ -439,66 +439,102 @@ fn all_gather_block<T: Scalar, C: Communicator>(
     let Some((sub, g)) = fibre_of(way, me)? else {
         return Ok(cur);
     };
-    let (k, n) = (g.me, g.fibre.len());
-    let pieces: Vec<Option<Block>> = (0..n).map(|x| g.piece(x, k)).collect();
-    let counts: Vec<usize> = pieces
-        .iter()
-        .map(|b| b.as_ref().map_or(0, |b| b.len() as usize))
-        .collect();
-    let whole = match (&cur, &pieces[k]) {
+    let pieces = Pieces::of(g);
+    let whole = match (&cur, &pieces.boxes[g.me]) {
         (Some(c), Some(b)) => c.ranges[..] == b.ranges[..],
         _ => false,
     };
-    let mine = match cur.as_mut() {
-        Some(c) if whole => std::mem::take(&mut c.data),
-        _ => {
-            let mut buf = crate::pool::take_empty(counts[k])?;
-            pack_piece(cur.as_ref(), pieces[k].as_ref(), &mut buf)?;
-            buf
+    let back = match cur.as_mut() {
+        Some(c) if whole => {
+            let mine = std::mem::take(&mut c.data);
+            pieces.gather(sub, mine, 0, new, target_words, mem)?
         }
+        _ => pieces.pack_and_gather(sub, cur.as_ref(), new, target_words, mem)?,
     };
-    // Held beside the blocks: the packed piece, and the gathered buffer unless read in place
-    // or gathered straight into the target (its pieces back to back in rank order).
-    let packed = if whole { 0 } else { counts[k] };
-    let in_order = new
-        .as_ref()
-        .is_some_and(|d| pieces_in_order(&pieces, &d.ranges, d.data.len()));
-    let gathered = if sub.gathers_in_place() || in_order {
-        0
-    } else {
-        counts.iter().sum::<usize>()
-    };
-    mem.touch_buffers((packed + gathered) as u64 + target_words);
-    let mut dst = new;
-    if in_order && !sub.gathers_in_place() {
-        if let Some(d) = dst.as_deref_mut() {
-            sub.all_gather_v_into(&mine, &counts, &mut d.data)?;
-            match cur.as_mut() {
-                Some(c) if whole => c.data = mine,
-                _ => crate::pool::give(mine),
-            }
-            return Ok(cur);
-        }
-    }
-    let back = sub.all_gather_each(mine, &counts, |x, data| {
-        let Some(b) = pieces[x].as_ref() else {
-            return Ok(());
-        };
-        match dst.as_deref_mut() {
-            Some(d) if !outside(b, d) && data.len() == counts[x] => {
-                unpack_box(d, b, data, false)?;
-                Ok(())
-            }
-            _ => Err(MoveError::Plan(
-                "gathered pieces do not match the target block".into(),
-            )),
-        }
-    })?;
     match cur.as_mut() {
         Some(c) if whole => c.data = back,
         _ => crate::pool::give(back),
     }
     Ok(cur)
+}
+
+/// Every fibre member's piece of this rank's target block (all members' targets are the
+/// same in an all-gather), and their lengths.
+struct Pieces {
+    boxes: Vec<Option<Block>>,
+    counts: Vec<usize>,
+}
+
+impl Pieces {
+    fn of(g: &Geometry) -> Self {
+        let boxes: Vec<Option<Block>> = (0..g.fibre.len()).map(|x| g.piece(x, g.me)).collect();
+        let counts = boxes
+            .iter()
+            .map(|b| b.as_ref().map_or(0, |b| b.len() as usize))
+            .collect();
+        Pieces { boxes, counts }
+    }
+
+    /// Packs this rank's piece of `cur` and gathers; the packed buffer is handed back.
+    fn pack_and_gather<T: Scalar, C: Communicator>(
+        &self,
+        sub: &C,
+        cur: Option<&LocalTensor<T>>,
+        new: Option<&mut LocalTensor<T>>,
+        target_words: u64,
+        mem: &mut Mem,
+    ) -> Result<Vec<T>, MoveError> {
+        let k = sub.rank();
+        let mut buf = crate::pool::take_empty(self.counts[k])?;
+        pack_piece(cur, self.boxes[k].as_ref(), &mut buf)?;
+        self.gather(sub, buf, self.counts[k], new, target_words, mem)
+    }
+
+    /// Gathers every member's piece into `new`, this rank's being `mine` (`packed` of its
+    /// words a buffer beside the blocks); `mine` is handed back. Read where it lies when the
+    /// backend shares buffers, straight into the target when the pieces lie in it back to
+    /// back in rank order, else gathered first and then placed.
+    fn gather<T: Scalar, C: Communicator>(
+        &self,
+        sub: &C,
+        mine: Vec<T>,
+        packed: usize,
+        mut new: Option<&mut LocalTensor<T>>,
+        target_words: u64,
+        mem: &mut Mem,
+    ) -> Result<Vec<T>, MoveError> {
+        let in_place = sub.gathers_in_place();
+        let direct = !in_place
+            && new
+                .as_ref()
+                .is_some_and(|d| pieces_in_order(&self.boxes, &d.ranges, d.data.len()));
+        let gathered = if in_place || direct {
+            0
+        } else {
+            self.counts.iter().sum::<usize>()
+        };
+        mem.touch_buffers((packed + gathered) as u64 + target_words);
+        match new.as_deref_mut().filter(|_| direct) {
+            Some(d) => {
+                sub.all_gather_v_into(&mine, &self.counts, &mut d.data)?;
+                Ok(mine)
+            }
+            None => sub.all_gather_each(mine, &self.counts, |x, data| {
+                let Some(b) = self.boxes[x].as_ref() else {
+                    return Ok(());
+                };
+                match new.as_deref_mut() {
+                    Some(d) if !outside(b, d) && data.len() == self.counts[x] => {
+                        unpack_box(d, b, data, false)?;
+                        Ok(())
+                    }
+                    _ => Err(MoveError::Plan(
+                        "gathered pieces do not match the target block".into(),
+                    )),
+                }
+            }),
+        }
+    }
 }
 
 /// Whether the nonempty `pieces` lie in the block over `ranges` (`len` elements) as one
@@ -609,12 +645,9 @@ fn collective<T: Scalar, C: Communicator>(
     let mut buf: Vec<T> = Vec::new();
     match op {
         Op::AllGather => {
-            let pieces: Vec<Option<Block>> = (0..n).map(|x| g.piece(x, k)).collect();
-            pack_piece(cur, pieces[k].as_ref(), &mut buf)?;
-            let counts: Vec<usize> = pieces.iter().map(len).collect();
-            mem.touch_buffers(counts.iter().sum::<usize>() as u64 + target_words);
-            let all = sub.all_gather_v(&buf, &counts)?;
-            unpack_pieces(new, &pieces, &all)
+            let back = Pieces::of(g).pack_and_gather(sub, cur, new, target_words, mem)?;
+            crate::pool::give(back);
+            Ok(())
         }
         Op::ReduceScatter => {
             buf = crate::pool::take_empty(g.dst.iter().map(len).sum())?;

@@ -185,6 +185,19 @@ impl MpiComm {
         self.size() as u64 - 1
     }
 
+    /// The elements an all-gather of `mine` with `counts` (one per rank, this rank's matching
+    /// `mine`) delivers to every rank.
+    fn gather_total<T>(&self, mine: &[T], counts: &[usize]) -> Result<usize, CommError> {
+        let (me, p) = (self.rank(), self.size());
+        if counts.len() != p || counts[me] != mine.len() {
+            return Err(CommError::Invalid(format!(
+                "all-gather of {} counts on {p} ranks",
+                counts.len()
+            )));
+        }
+        Ok(counts.iter().sum())
+    }
+
     /// `MPI_Allgatherv` of `mine` (`counts`, checked by the caller, fitting one call) into
     /// `out`, back to back in rank order; counts the traffic.
     fn gather_into<T: Scalar>(
@@ -468,14 +481,7 @@ impl Communicator for MpiComm {
     }
 
     fn all_gather_v<T: Scalar>(&self, mine: &[T], counts: &[usize]) -> Result<Vec<T>, CommError> {
-        let (me, p) = (self.rank(), self.size());
-        if counts.len() != p || counts[me] != mine.len() {
-            return Err(CommError::Invalid(format!(
-                "all-gather of {} counts on {p} ranks",
-                counts.len()
-            )));
-        }
-        let total: usize = counts.iter().sum();
+        let total = self.gather_total(mine, counts)?;
         if !self.fits_bytes::<T>(total) {
             return p2p::all_gather_v(self, mine, counts);
         }
@@ -490,12 +496,10 @@ impl Communicator for MpiComm {
         counts: &[usize],
         out: &mut [T],
     ) -> Result<(), CommError> {
-        let (me, p) = (self.rank(), self.size());
-        let total: usize = counts.iter().sum();
-        if counts.len() != p || counts[me] != mine.len() || out.len() != total {
+        let total = self.gather_total(mine, counts)?;
+        if out.len() != total {
             return Err(CommError::Invalid(format!(
-                "all-gather of {} counts on {p} ranks into {} elements",
-                counts.len(),
+                "all-gather of {total} elements into {}",
                 out.len()
             )));
         }
