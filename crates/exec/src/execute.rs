@@ -7,7 +7,9 @@ use crate::moves::{self, MoveError};
 use crate::pool::OutOfMemory;
 use crate::{CommError, Communicator, Scalar};
 use deinsum_path::{NodeId, StepId};
-use deinsum_plan::{Block, Distribution, PhaseCut, Plan, PlanStep, Tensor, TensorId, TensorKind};
+use deinsum_plan::{
+    Block, Distribution, PhaseCut, Plan, PlanStep, Tensor, TensorId, TensorKind, Transfer,
+};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -789,7 +791,11 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
             } => {
                 m.tensor = Some(*tensor);
                 (m.predicted_sent, m.predicted_received) = self.plan.step_words(i, self.me);
-                self.redistribute(i, *tensor, from, to, *sum)
+                if *sum {
+                    self.reduce_tensor(i, *tensor, from, to)
+                } else {
+                    self.move_tensor(i, *tensor, from, to)
+                }
             }
             PlanStep::Compute { group } => self.compute(i, *group, m),
             PlanStep::ComputePhase {
@@ -835,19 +841,66 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         Ok(())
     }
 
-    /// Moves `tensor` from `from` to `to` along this rank's derived transfers.
-    fn redistribute(
+    /// Moves `tensor` from `from` to `to` along this rank's derived transfers: each word has
+    /// one owner before and after (a block redistribution).
+    fn move_tensor(
         &mut self,
         i: usize,
         tensor: TensorId,
         from: &Distribution,
         to: &Distribution,
-        sum: bool,
     ) -> Result<(), ExecError> {
-        let bad = |message: String| ExecError::InvalidPlan { step: i, message };
+        let (t, cur, transfers) = self.take_source(i, tensor, from)?;
         let (plan, me) = (self.plan, self.me);
+        let bad = |message: String| ExecError::InvalidPlan { step: i, message };
         let oom = |e| oom(plan, me, step_stage(plan, i), tensor, e);
-        // This rank's transfers, derived from the move (plans store none).
+        let way = self.routes.way(i, 0);
+        // Counted before the move: a source handed over to a peer comes back empty.
+        let cur_words = words(&cur);
+        let moved = moves::move_block(self.comm, way, t, cur, to, &transfers, &mut self.mem);
+        let moved = moved.map_err(|e| move_error(e, bad, oom))?;
+        self.replace(tensor, to, cur_words, moved.source, moved.block);
+        Ok(())
+    }
+
+    /// Sums the partial blocks of `tensor` (replicated over a reduced index in `from`) into
+    /// their owners in `to`: a reduce-scatter, not a move.
+    fn reduce_tensor(
+        &mut self,
+        i: usize,
+        tensor: TensorId,
+        from: &Distribution,
+        to: &Distribution,
+    ) -> Result<(), ExecError> {
+        let (t, cur, transfers) = self.take_source(i, tensor, from)?;
+        let (plan, me) = (self.plan, self.me);
+        let bad = |message: String| ExecError::InvalidPlan { step: i, message };
+        let oom = |e| oom(plan, me, step_stage(plan, i), tensor, e);
+        let way = self.routes.way(i, 0);
+        let new = moves::reduce_block(
+            self.comm,
+            way,
+            t,
+            cur.as_ref(),
+            to,
+            &transfers,
+            &mut self.mem,
+        );
+        let new = new.map_err(|e| move_error(e, bad, oom))?;
+        self.replace(tensor, to, words(&cur), cur, new);
+        Ok(())
+    }
+
+    /// Takes the live block of `tensor`, checked to be in `from`, with this rank's transfers
+    /// of step `i` (derived from the step: plans store none).
+    #[allow(clippy::type_complexity)]
+    fn take_source(
+        &mut self,
+        i: usize,
+        tensor: TensorId,
+        from: &Distribution,
+    ) -> Result<(&'a Tensor, Option<LocalTensor<T>>, Vec<Transfer>), ExecError> {
+        let bad = |message: String| ExecError::InvalidPlan { step: i, message };
         let transfers = self
             .plan
             .step_transfers(i, self.me)
@@ -857,7 +910,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
             .plan
             .tensor(tensor)
             .ok_or_else(|| bad(format!("unknown tensor {tensor}")))?;
-        let (cur_dist, mut cur) = self
+        let (cur_dist, cur) = self
             .held
             .remove(&tensor)
             .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
@@ -867,30 +920,22 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
                 t.name
             )));
         }
-        let cur_words = words(&cur);
-        let new = if sum {
-            let way = self.routes.way(i, 0);
-            let new = moves::reduce_block(
-                self.comm,
-                way,
-                t,
-                cur.as_ref(),
-                to,
-                &transfers,
-                &mut self.mem,
-            );
-            new.map_err(|e| move_error(e, bad, oom))?
-        } else {
-            let way = self.routes.way(i, 0);
-            let moved = moves::move_block(self.comm, way, t, cur, to, &transfers, &mut self.mem);
-            let moved = moved.map_err(|e| move_error(e, bad, oom))?;
-            cur = moved.source;
-            moved.block
-        };
-        self.mem.sub(cur_words);
-        give_back(self.loaded, tensor, cur);
+        Ok((t, cur, transfers))
+    }
+
+    /// Holds `new` as `tensor` in `to`, releasing the source's `source_words` and handing the
+    /// source block back to the loaded inputs.
+    fn replace(
+        &mut self,
+        tensor: TensorId,
+        to: &Distribution,
+        source_words: u64,
+        source: Option<LocalTensor<T>>,
+        new: Option<LocalTensor<T>>,
+    ) {
+        self.mem.sub(source_words);
+        give_back(self.loaded, tensor, source);
         self.held.insert(tensor, (to.clone(), new));
-        Ok(())
     }
 
     /// Computes fused group `group` from the blocks held.

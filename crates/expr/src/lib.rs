@@ -62,7 +62,7 @@ pub const INDEX_RULE: &str =
     "indices are ASCII letters or non-ASCII characters other than whitespace";
 
 /// One storage dimension of an operand as the user's data is laid out.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Dim {
     /// The dimension is indexed by this label. A label repeated in one operand is a diagonal.
     Index(Index),
@@ -73,7 +73,7 @@ pub enum Dim {
 }
 
 /// One input operand: its storage dimensions in order (C order, row-major).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Operand {
     /// Storage dimensions, outermost first.
     pub dims: Vec<Dim>,
@@ -82,7 +82,6 @@ pub struct Operand {
     /// The broadcast dims written with a label (an extent-1 dim of an index whose extent is
     /// larger, as NumPy broadcasts it): (storage dim, label), so the operand prints as written.
     /// Broadcast dims of `...` are not here.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub named_broadcast: Vec<(usize, Index)>,
 }
 
@@ -132,7 +131,7 @@ impl Operand {
 /// in `usize`. Ellipsis dimensions have been replaced by fresh labels (see [`ParsedEinsum::ellipsis`]).
 /// The fields are private so that only [`parse`] and [`ParsedEinsum::new`] (which check the
 /// invariants) and [`ParsedEinsum::from_parts`] (which does not) make one.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParsedEinsum {
     /// The input operands in order.
     inputs: Vec<Operand>,
@@ -158,6 +157,26 @@ impl ParsedEinsum {
     ) -> Result<Self, ExprError> {
         let e = ParsedEinsum::from_parts(inputs, output, extents);
         e.validate()?;
+        Ok(e)
+    }
+
+    /// An einsum as [`parse`] left it, from all its parts (as a plan file stores them), checked
+    /// like [`ParsedEinsum::new`]; the labels standing for `...` must be indices of the einsum.
+    pub fn restore(
+        inputs: Vec<Operand>,
+        output: Vec<Index>,
+        extents: BTreeMap<Index, usize>,
+        implicit_output: bool,
+        ellipsis: Vec<Index>,
+    ) -> Result<Self, ExprError> {
+        let mut e = ParsedEinsum::new(inputs, output, extents)?;
+        if let Some(c) = ellipsis.iter().find(|c| !e.extents.contains_key(c)) {
+            return Err(ExprError::invalid(format!(
+                "'{c}' stands for an ellipsis dimension but no operand has it"
+            )));
+        }
+        e.implicit_output = implicit_output;
+        e.ellipsis = ellipsis;
         Ok(e)
     }
 

@@ -29,19 +29,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A node of a contraction tree: an einsum input (`0..num_inputs`) or the result of a step
-/// ([`ContractionTree::node_of`]). Serialised as the bare number.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(transparent)]
+/// ([`ContractionTree::node_of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NodeId(pub usize);
 
-/// A step of a contraction tree, by its position in [`ContractionTree::steps`]. Serialised as
-/// the bare number.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(transparent)]
+/// A step of a contraction tree, by its position in [`ContractionTree::steps`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StepId(pub usize);
 
 impl NodeId {
@@ -77,7 +70,7 @@ impl std::fmt::Display for StepId {
 }
 
 /// One step of a contraction tree: a small einsum over one or two earlier nodes.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Step {
     /// Node ids consumed (one, two, or all operands at once for opt_einsum's memory-limit
     /// fallback), each an input or an earlier step's result.
@@ -131,7 +124,7 @@ impl Step {
 }
 
 /// A contraction tree over an einsum's inputs (binary, with single-operand steps where they pay).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContractionTree {
     /// Number of einsum inputs (leaf nodes `0..num_inputs`).
     pub num_inputs: usize,
@@ -312,7 +305,7 @@ impl PartialEq for PathOptions {
 }
 
 /// One step of a reported path.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct StepInfo {
     /// The step as an einsum, such as `ja,ka->jka`.
     pub einsum: String,
@@ -327,7 +320,7 @@ pub struct StepInfo {
 }
 
 /// A contraction path and what it costs.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PathInfo {
     /// The strategy that was asked for.
     pub strategy: String,

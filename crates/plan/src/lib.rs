@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 mod geometry;
 pub use geometry::*;
+mod schema;
 
 pub mod choose;
 mod display;
@@ -110,6 +111,7 @@ pub struct Transfer {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GroupPlan {
     /// The fused group (steps of the tree, iteration space, bound).
+    #[serde(with = "schema::group")]
     pub group: FusedGroup,
     /// The process grid over the group's iteration space (dims named by indices; an index
     /// absent from the grid is not split).
@@ -530,6 +532,7 @@ pub struct Plan {
     /// The einsum in canonical form.
     pub expression: String,
     /// The validated einsum (operands' storage dimensions, output, extents).
+    #[serde(with = "schema::einsum")]
     pub einsum: ParsedEinsum,
     /// Number of ranks the plan is for.
     pub procs: usize,
@@ -539,6 +542,7 @@ pub struct Plan {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_total: Option<u64>,
     /// The contraction tree.
+    #[serde(with = "schema::tree")]
     pub tree: ContractionTree,
     /// opt_einsum linear path of the tree.
     pub path: Vec<Vec<usize>>,

@@ -52,6 +52,50 @@ fn json_round_trip() {
 }
 
 #[test]
+fn ellipsis_and_broadcast_survive_the_round_trip() {
+    let spec = ExtentSpec::from_flags(None, None, Some("2x1x5x4,2x3x7x4")).unwrap();
+    let e = parse("...qd,...kd", &spec).unwrap();
+    assert!(e.implicit_output() && !e.ellipsis().is_empty());
+    let p = build(&e, &opts(3)).unwrap();
+    let q = Plan::from_json(&serde_json::to_string(&p).unwrap()).unwrap();
+    assert_eq!(p, q);
+    assert_eq!(q.einsum.ellipsis(), e.ellipsis());
+}
+
+#[test]
+fn edited_plans_are_refused_by_what_is_wrong() {
+    let e = einsum("ij,jk,kl->il", None, 4);
+    let v: serde_json::Value = serde_json::to_value(build(&e, &opts(4)).unwrap()).unwrap();
+    let refuse = |edit: &dyn Fn(&mut serde_json::Value), says: &str| {
+        let mut w = v.clone();
+        edit(&mut w);
+        let err = Plan::from_json(&w.to_string()).unwrap_err();
+        assert!(matches!(err, PlanError::Json(_)), "{err}");
+        assert!(err.to_string().contains(says), "{err} lacks {says:?}");
+    };
+    refuse(
+        &|w| w["einsum"]["extents"]["j"] = 0.into(),
+        "index 'j' has extent 0",
+    );
+    refuse(
+        &|w| w["einsum"]["output"] = serde_json::json!(["i", "i"]),
+        "output index 'i' occurs twice",
+    );
+    refuse(
+        &|w| w["einsum"]["inputs"][0]["indices"] = serde_json::json!(["j", "i"]),
+        "operand 0",
+    );
+    refuse(
+        &|w| w["tree"]["steps"][0]["operands"] = serde_json::json!([0, 9]),
+        "step 0 reads node 9",
+    );
+    refuse(
+        &|w| w["tree"]["leaf_indices"] = serde_json::json!([]),
+        "0 leaf index lists for 3 inputs",
+    );
+}
+
+#[test]
 fn version_2_plans_are_refused_by_name() {
     let e = einsum("ij,jk->ik", None, 4);
     let s = serde_json::to_string(&build(&e, &opts(4)).unwrap()).unwrap();

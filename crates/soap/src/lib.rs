@@ -27,7 +27,7 @@ pub use fusion::{analyze, analyze_with, Partition, SearchMode};
 pub use sdg::{Sdg, SdgEdge, SdgNode};
 
 /// A tensor accessed by a fused group: a tree node id and its indices.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Access {
     /// Node id in the contraction tree (an input, or a step result).
     pub node: usize,
@@ -36,7 +36,7 @@ pub struct Access {
 }
 
 /// The SOAP bound of one statement for fast memory S.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct IoBound {
     /// Computational intensity: at most rho new multiply-adds per word moved; `|V| / q`
     /// (the SOAP `min_X chi(X)/(X - S)` whenever that term binds, see [`bound_group`]).
@@ -50,7 +50,7 @@ pub struct IoBound {
 }
 
 /// A connected group of tree steps fused into one statement.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct FusedGroup {
     /// Indices into the tree's steps, in execution order.
     pub steps: Vec<usize>,
@@ -86,7 +86,7 @@ impl FusedGroup {
 }
 
 /// A fusion partition of a contraction tree, with its total bound.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Fusion {
     /// The groups in execution order.
     pub groups: Vec<FusedGroup>,
@@ -357,7 +357,7 @@ impl FusedGroup {
 }
 
 /// Per-rank lower bounds for P ranks, in words.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ParallelBound {
     /// The dominator size X with `P * chi(X) = |V|`: what a rank must touch to do its share
     /// of the iterations, whatever its memory (matrix product: `3 (IJK/P)^(2/3)`).

@@ -206,7 +206,16 @@ pub fn render_json(
         naive_flops: Count,
         speedup: f64,
         cost: f64,
-        steps: &'a [deinsum_path::StepInfo],
+        steps: Vec<StepJson<'a>>,
+    }
+    // The JSON form of a step lives here, at the boundary: the path crate carries no serde.
+    #[derive(serde::Serialize)]
+    struct StepJson<'a> {
+        einsum: &'a str,
+        flops: Count,
+        multiply_adds: Count,
+        size: Count,
+        cost: f64,
     }
     let r = Report {
         expr,
@@ -221,7 +230,17 @@ pub fn render_json(
         naive_flops: info.naive_flops,
         speedup: info.speedup(),
         cost: info.cost,
-        steps: &info.steps,
+        steps: info
+            .steps
+            .iter()
+            .map(|s| StepJson {
+                einsum: &s.einsum,
+                flops: s.flops,
+                multiply_adds: s.multiply_adds,
+                size: s.size,
+                cost: s.cost,
+            })
+            .collect(),
     };
     Ok(serde_json::to_string_pretty(&r)? + "\n")
 }
