@@ -334,16 +334,58 @@ fn permuted<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
         for q0 in (0..nq).step_by(TILE) {
             let q1 = (q0 + TILE).min(nq);
             for l0 in (0..nl).step_by(TILE) {
-                for xl in l0..(l0 + TILE).min(nl) {
-                    let s = &src[so + xl * sl + q0..so + xl * sl + q1];
-                    for (xq, &v) in (q0..q1).zip(s) {
-                        out[oo + xq * oq + xl] = v;
-                    }
-                }
+                let l1 = (l0 + TILE).min(nl);
+                transpose_tile(src, &mut out, (so, sl), (oo, oq), (q0, q1), (l0, l1));
             }
         }
     }
     Ok(out)
+}
+
+/// Side of the blocks [`transpose_tile`] moves through registers.
+const MICRO: usize = 8;
+
+/// One tile of [`permuted`]: `out[oo + q oq + l] = src[so + l sl + q]` for `q` in `qs`, `l` in
+/// `ls`, by 8 x 8 blocks held in arrays (one bounds check per row of a block, so the compiler
+/// keeps the block in registers), then element by element at the ragged edges.
+fn transpose_tile<T: Copy>(
+    src: &[T],
+    out: &mut [T],
+    (so, sl): (usize, usize),
+    (oo, oq): (usize, usize),
+    (q0, q1): (usize, usize),
+    (l0, l1): (usize, usize),
+) {
+    let (qf, lf) = (
+        q0 + (q1 - q0) / MICRO * MICRO,
+        l0 + (l1 - l0) / MICRO * MICRO,
+    );
+    for xl in (l0..lf).step_by(MICRO) {
+        for xq in (q0..qf).step_by(MICRO) {
+            let rows: [[T; MICRO]; MICRO] = std::array::from_fn(|i| {
+                let at = so + (xl + i) * sl + xq;
+                std::array::from_fn(|j| src[at..at + MICRO][j])
+            });
+            let cols: [[T; MICRO]; MICRO] = std::array::from_fn(|j| rows.map(|r| r[j]));
+            for (j, col) in cols.iter().enumerate() {
+                let at = oo + (xq + j) * oq + xl;
+                out[at..at + MICRO].copy_from_slice(col);
+            }
+        }
+    }
+    // The ragged edges: columns past the last full block, then rows past it.
+    let edge =
+        |xl: usize, xq: usize, out: &mut [T]| out[oo + xq * oq + xl] = src[so + xl * sl + xq];
+    for xl in l0..lf {
+        for xq in qf..q1 {
+            edge(xl, xq, out);
+        }
+    }
+    for xl in lf..l1 {
+        for xq in q0..q1 {
+            edge(xl, xq, out);
+        }
+    }
 }
 
 /// The transpose of the row-major `rows x cols` matrix `src`, by the same cache-blocked copy
@@ -418,14 +460,23 @@ pub fn contract<T: Scalar>(
     if a.indices.iter().all(|c| out.contains(c)) {
         return product(&a, &b, out);
     }
-    // Either operand may give the rows: the orientation that copies the fewest words wins
-    // (ties keep `a` first).
-    let fwd = Orientation::of(&a, &b, out);
-    let rev = Orientation::of(&b, &a, out);
-    if rev.copied < fwd.copied {
-        rev.run(&b, &a, out)
-    } else {
-        fwd.run(&a, &b, out)
+    // Either operand may give the rows, and a row operand stored transposed may be read in
+    // place or copied into order: the cheapest of the four wins (ties keep `a` first, in place).
+    let mut best: Option<(f64, bool, Orientation)> = None;
+    for swap in [false, true] {
+        let (x, y) = if swap { (&b, &a) } else { (&a, &b) };
+        for read_in_place in [true, false] {
+            let o = Orientation::of(x, y, out, read_in_place);
+            let cost = o.cost();
+            if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
+                best = Some((cost, swap, o));
+            }
+        }
+    }
+    match best {
+        Some((_, true, o)) => o.run(&b, &a, out),
+        Some((_, false, o)) => o.run(&a, &b, out),
+        None => unreachable!("four orientations were costed"),
     }
 }
 
@@ -540,12 +591,25 @@ struct Orientation {
     summed: Vec<Index>,
     x_form: Option<InPlace>,
     y_form: Option<InPlace>,
-    /// Words copied: operands put into order and the output permuted into `out`.
-    copied: usize,
+    /// Words of the operands copied into order.
+    operands_copied: usize,
+    /// Words of the output permuted into `out`.
+    output_copied: usize,
+    /// Multiply-adds of the product.
+    madds: usize,
+    /// Whether the GEMM reads `x` stored transposed in faer's slower way.
+    slow_read: bool,
 }
 
 impl Orientation {
-    fn of<T: Scalar>(x: &LocalTensor<T>, y: &LocalTensor<T>, out: &[Index]) -> Self {
+    /// The orientation with `x` giving the rows; `read_in_place` lets a row operand stored
+    /// transposed be read as it is (else it is copied into order).
+    fn of<T: Scalar>(
+        x: &LocalTensor<T>,
+        y: &LocalTensor<T>,
+        out: &[Index],
+        read_in_place: bool,
+    ) -> Self {
         let pick = |f: &dyn Fn(&Index) -> bool| -> Vec<Index> {
             out.iter().copied().filter(|c| f(c)).collect()
         };
@@ -568,8 +632,7 @@ impl Orientation {
         };
         let cols = len(&right);
         let madds = x.data.len().saturating_mul(cols);
-        let fx = in_place_form(xs, &batch, &left, &summed)
-            .filter(|f| !f.trans || crate::tune::read_transposed_rows(cols, madds));
+        let fx = in_place_form(xs, &batch, &left, &summed).filter(|f| !f.trans || read_in_place);
         let fy = in_place_form(ys, &batch, &summed, &right);
         let summed = match (&fx, &fy) {
             (Some(f), _) => f.order.1.clone(),
@@ -581,9 +644,14 @@ impl Orientation {
         let right = fy.as_ref().map_or(right, |f| f.order.1.clone());
         let c_order: Vec<Index> = batch.iter().chain(&left).chain(&right).copied().collect();
         let out_words = len(&c_order);
-        let copied = if fx.is_some() { 0 } else { x.data.len() }
-            + if fy.is_some() { 0 } else { y.data.len() }
-            + if c_order == out { 0 } else { out_words };
+        let operands_copied = if fx.is_some() { 0 } else { x.data.len() }
+            + if fy.is_some() { 0 } else { y.data.len() };
+        let output_copied = if c_order == out { 0 } else { out_words };
+        let slow_read = fx.as_ref().is_some_and(|f| f.trans) && {
+            let (m, k) = (len(&left), len(&summed));
+            let y_trans = fy.as_ref().is_some_and(|f| f.trans);
+            crate::scalar::reads_left_in_place(m, cols, k, y_trans)
+        };
         Orientation {
             batch,
             left,
@@ -591,7 +659,31 @@ impl Orientation {
             summed,
             x_form: fx,
             y_form: fy,
-            copied,
+            operands_copied,
+            output_copied,
+            madds,
+            slow_read,
+        }
+    }
+
+    /// Estimated cost, in seconds of this machine (crate::tune) for products large enough to
+    /// measure them, else in words copied (a slow read then costs nothing: neither way costs
+    /// much there). An operand's copy counts twice: it is a permute of any shape into memory
+    /// not in cache, and it changes the GEMM's shape, which the measured copy rate does not
+    /// see (gemm bench, 256 x 32 x 2048 `ji,jk`: B copied and the output permuted ran at 0.76
+    /// of faer's plain rate, B's transposed read in place at 0.93).
+    fn cost(&self) -> f64 {
+        let words = (2 * self.operands_copied + self.output_copied) as f64;
+        match crate::tune::transposed_rows_for(self.madds) {
+            Some(t) => {
+                let slow = if self.slow_read {
+                    t.extra_per_madd * self.madds as f64
+                } else {
+                    0.0
+                };
+                words * t.copy_per_word + slow
+            }
+            None => words,
         }
     }
 

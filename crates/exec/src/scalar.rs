@@ -82,7 +82,7 @@ pub struct Layout {
 /// halves run as a rayon join (each then cut again), every piece one sequential faer GEMM.
 /// Unlike a GEMM parallelized inside (faer's `Par::rayon`, whose workers meet at spinning
 /// barriers), the pieces never wait on each other, which keeps ranks sharing cores fast.
-fn split_gemm<T: faer::traits::ComplexField + Copy + Send + Sync + From<f32>>(
+fn split_gemm<T: faer::traits::ComplexField + Copy + Send + Sync + From<f32> + bytemuck::Pod>(
     c: faer::MatMut<'_, T>,
     acc: faer::Accum,
     a: faer::MatRef<'_, T>,
@@ -148,7 +148,11 @@ const PANEL_ROWS: usize = 1024;
 /// cache (and row blocks of [`PANEL_ROWS`]). faer sizes its blocks from the L3 size the system
 /// reports; where that is wrong (a VM here reports 480 MiB) one large call streams memory, and
 /// two ranks sharing a node then ran at 104 GFLOP/s together against 130 with these panels.
-fn tiled_gemm<T: faer::traits::ComplexField + Copy + From<f32>>(
+///
+/// A left operand stored transposed (column-major under a row-major `c`) is the one layout
+/// faer reads slowly (0.7-0.9 of its plain rate, on the AMD EPYC of issue 12); see
+/// [`Transposed`] for what is done instead.
+fn tiled_gemm<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
     mut c: faer::MatMut<'_, T>,
     acc: faer::Accum,
     a: faer::MatRef<'_, T>,
@@ -156,6 +160,10 @@ fn tiled_gemm<T: faer::traits::ComplexField + Copy + From<f32>>(
 ) {
     let (m, n, k) = (c.nrows(), c.ncols(), a.ncols());
     let side = panel_side(std::mem::size_of::<T>());
+    let way = Transposed::of(a, b, c.col_stride() != 1);
+    if way != Transposed::InPlace {
+        return panels_reordered(c, acc, a, b, way, side);
+    }
     if k <= side && n <= side && m <= PANEL_ROWS || k == 0 {
         faer::linalg::matmul::matmul(c, acc, a, b, T::from(1.0f32), faer::Par::Seq);
         return;
@@ -179,6 +187,213 @@ fn tiled_gemm<T: faer::traits::ComplexField + Copy + From<f32>>(
             }
         }
     }
+}
+
+/// How [`tiled_gemm`] runs a product whose left operand is column-major under a row-major
+/// output, which faer reads at a lower rate than any other layout; faer's fast layouts are a
+/// column-major output with a column-major right operand, or a row-major output with a
+/// row-major left one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Transposed {
+    /// Every other layout, and products too small for a copy to pay: faer as called.
+    InPlace,
+    /// Many output columns: panels of `a` copied row-major (a copied word serves `n`
+    /// multiply-adds).
+    PackLeft,
+    /// Both operands column-major and a long summed index: each row block of `c` computed
+    /// column-major in a scratch block (faer's fast layout) and written back, a copied word
+    /// of `c` serving `k` multiply-adds.
+    ColumnOutput,
+}
+
+/// Whether an `m x n x k` product under a row-major output reads a left operand stored
+/// transposed in faer's slower way (no panel copy and no column-major output for it), with the
+/// right operand stored transposed when `b_trans`.
+pub(crate) fn reads_left_in_place(m: usize, n: usize, k: usize, b_trans: bool) -> bool {
+    let a_col = m > 1 && k > 1;
+    let b_col = b_trans && k > 1 && n > 1;
+    a_col && Transposed::choose(m, n, k, a_col, b_col, false) == Transposed::InPlace
+}
+
+/// Products below this many multiply-adds run as called (a copy costs more than it saves).
+const REORDER_MIN_MADDS: usize = 1 << 18;
+
+/// From this summed extent on, a product of two transposed operands computes its output
+/// column-major (gemm bench, EPYC: k = 64 lost to the write-back, k >= 1024 gained).
+const COLUMN_OUTPUT_MIN_DEPTH: usize = 1024;
+
+/// Up to this many output columns a product of two transposed operands computes its output
+/// column-major; a wider one (1024^3: 0.83 of the plain rate) is better run the other way
+/// round by the step (both operands then plain, the output permuted).
+const COLUMN_OUTPUT_MAX_COLS: usize = 256;
+
+/// From this many output columns on (and [`PACK_ROWS`] rows: a thin block ran 256 x 32 x 2048's
+/// other orientation at 0.78), a transposed left operand is packed row-major rather than
+/// read in place (gemm bench, EPYC: 512^3 and 1024^3 at 0.93-0.96 of the plain
+/// rate packed, against 0.80 in place).
+pub(crate) const PACK_LEFT_MIN_COLS: usize = 256;
+
+impl Transposed {
+    fn of<T>(a: faer::MatRef<'_, T>, b: faer::MatRef<'_, T>, c_col_major: bool) -> Self {
+        let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
+        let col_major =
+            |r: isize, c: isize, rows: usize, cols: usize| rows > 1 && cols > 1 && r == 1 && c != 1;
+        let a_col = col_major(a.row_stride(), a.col_stride(), m, k);
+        let b_col = col_major(b.row_stride(), b.col_stride(), k, n);
+        Self::choose(m, n, k, a_col, b_col, c_col_major)
+    }
+
+    fn choose(m: usize, n: usize, k: usize, a_col: bool, b_col: bool, c_col_major: bool) -> Self {
+        if c_col_major
+            || !a_col
+            || n < 2
+            || m.saturating_mul(n).saturating_mul(k) < REORDER_MIN_MADDS
+        {
+            Transposed::InPlace
+        } else if b_col && k >= COLUMN_OUTPUT_MIN_DEPTH && n <= COLUMN_OUTPUT_MAX_COLS {
+            Transposed::ColumnOutput
+        } else if !b_col && n >= PACK_LEFT_MIN_COLS && m >= PACK_ROWS {
+            Transposed::PackLeft
+        } else {
+            Transposed::InPlace
+        }
+    }
+}
+
+/// [`tiled_gemm`] for the layouts [`Transposed`] reorders: per block of `c` (row blocks of
+/// [`PACK_ROWS`], column panels of `side`), the panels of `k` in turn.
+fn panels_reordered<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
+    mut c: faer::MatMut<'_, T>,
+    acc: faer::Accum,
+    a: faer::MatRef<'_, T>,
+    b: faer::MatRef<'_, T>,
+    way: Transposed,
+    side: usize,
+) {
+    let (m, n, k) = (c.nrows(), c.ncols(), a.ncols());
+    // A column-major output block takes the whole summed extent in one call (both operands
+    // are in faer's fast layout, so there is nothing to keep in cache but the block).
+    let (rows, kside) = match way {
+        Transposed::ColumnOutput => (PANEL_ROWS.min(m), k),
+        _ => (PACK_ROWS.min(m), side),
+    };
+    let (kc, nc) = (kside.min(k), side.min(n));
+    let (na, nb, nt) = match way {
+        Transposed::PackLeft => (rows * kc, 0, 0),
+        Transposed::ColumnOutput => (0, 0, rows * nc),
+        Transposed::InPlace => (0, 0, 0),
+    };
+    with_scratch::<T, _>([na, nb, nt], |[abuf, bbuf, tbuf]| {
+        for i0 in (0..m).step_by(rows) {
+            let mm = rows.min(m - i0);
+            for j0 in (0..n).step_by(side) {
+                let nn = side.min(n - j0);
+                for k0 in (0..k).step_by(kside) {
+                    let kk = kside.min(k - k0);
+                    let ap = a.submatrix(i0, k0, mm, kk);
+                    let ap = if na > 0 {
+                        pack_row_major(&mut abuf[..mm * kk], ap)
+                    } else {
+                        ap
+                    };
+                    let bp = b.submatrix(k0, j0, kk, nn);
+                    let bp = if nb > 0 {
+                        let t = pack_row_major(&mut bbuf[..kk * nn], bp.transpose());
+                        t.transpose()
+                    } else {
+                        bp
+                    };
+                    let first = k0 == 0;
+                    if nt > 0 {
+                        let dst =
+                            faer::MatMut::from_column_major_slice_mut(&mut tbuf[..mm * nn], mm, nn);
+                        let acc_k = if first {
+                            faer::Accum::Replace
+                        } else {
+                            faer::Accum::Add
+                        };
+                        faer::linalg::matmul::matmul(
+                            dst,
+                            acc_k,
+                            ap,
+                            bp,
+                            T::from(1.0f32),
+                            faer::Par::Seq,
+                        );
+                    } else {
+                        let acc_k = if first { acc } else { faer::Accum::Add };
+                        let dst = c.as_mut().submatrix_mut(i0, j0, mm, nn);
+                        faer::linalg::matmul::matmul(
+                            dst,
+                            acc_k,
+                            ap,
+                            bp,
+                            T::from(1.0f32),
+                            faer::Par::Seq,
+                        );
+                    }
+                }
+                if nt > 0 {
+                    let t = faer::MatRef::from_column_major_slice(&tbuf[..mm * nn], mm, nn);
+                    let mut dst = c.as_mut().submatrix_mut(i0, j0, mm, nn);
+                    match acc {
+                        faer::Accum::Replace => dst.copy_from(t),
+                        faer::Accum::Add => dst += t,
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Rows of `c` per block in [`panels_reordered`]: a packed panel of `a` then holds
+/// `PACK_ROWS x side` words, within the L2 cache beside `b`'s panel.
+const PACK_ROWS: usize = 256;
+
+/// Copies the column-major `src` into `buf` row-major and views it there: eight columns at a
+/// time, so that reads run down eight columns and each row's eight writes share a cache line.
+fn pack_row_major<'b, T: Copy>(buf: &'b mut [T], src: faer::MatRef<'_, T>) -> faer::MatRef<'b, T> {
+    let (r, c) = (src.nrows(), src.ncols());
+    const W: usize = 8;
+    for j0 in (0..c).step_by(W) {
+        let w = W.min(c - j0);
+        let cols: Vec<&[T]> = (j0..j0 + w)
+            .map(|j| {
+                src.col(j)
+                    .try_as_col_major()
+                    .map(|col| col.as_slice())
+                    .expect("a column-major operand")
+            })
+            .collect();
+        for (i, row) in buf[..r * c].chunks_exact_mut(c).enumerate() {
+            for (d, col) in row[j0..j0 + w].iter_mut().zip(&cols) {
+                *d = col[i];
+            }
+        }
+    }
+    faer::MatRef::from_row_major_slice(&buf[..r * c], r, c)
+}
+
+thread_local! {
+    /// Per thread, the words [`tiled_gemm`] packs panels into, kept between calls so that
+    /// repeated steps do not fault fresh pages in.
+    static SCRATCH: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on three scratch slices of the given lengths of `T` from this thread's buffer.
+fn with_scratch<T: bytemuck::Pod, R>(lens: [usize; 3], f: impl FnOnce([&mut [T]; 3]) -> R) -> R {
+    let size = std::mem::size_of::<T>();
+    let words = (lens.iter().sum::<usize>() * size).div_ceil(8);
+    let mut buf = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    if buf.len() < words {
+        buf.resize(words, 0);
+    }
+    let all: &mut [T] = bytemuck::cast_slice_mut(&mut buf[..]);
+    let (x, rest) = all.split_at_mut(lens[0]);
+    let (y, rest) = rest.split_at_mut(lens[1]);
+    let r = f([x, y, &mut rest[..lens[2]]]);
+    SCRATCH.with(|s| *s.borrow_mut() = buf);
+    r
 }
 
 macro_rules! impl_scalar {
@@ -264,11 +479,39 @@ mod tests {
     }
 
     /// The panelled GEMM (dimensions past the panel side and the row block, ragged edges,
-    /// both storages of each operand, accumulation) against a plain triple loop.
+    /// both storages of each operand, accumulation) against a plain triple loop, on shapes
+    /// that take each way of reading a transposed left operand.
     #[test]
     fn tiled_gemm_matches_naive() {
         let side = panel_side(8);
-        let (m, n, k) = (PANEL_ROWS + 37, side + 29, 2 * side + 11);
+        let many_cols = (PANEL_ROWS + 37, side + 29, 2 * side + 11);
+        let deep = (PANEL_ROWS + 5, 40, COLUMN_OUTPUT_MIN_DEPTH + 3);
+        const { assert!(40 <= COLUMN_OUTPUT_MAX_COLS) };
+        let view = |(m, n, k): (usize, usize, usize), a_trans: bool, b_trans: bool| {
+            let a = vec![0.0f64; m * k];
+            let b = vec![0.0f64; k * n];
+            let a = if a_trans {
+                faer::MatRef::from_row_major_slice(&a, k, m).transpose()
+            } else {
+                faer::MatRef::from_row_major_slice(&a, m, k)
+            };
+            let b = if b_trans {
+                faer::MatRef::from_row_major_slice(&b, n, k).transpose()
+            } else {
+                faer::MatRef::from_row_major_slice(&b, k, n)
+            };
+            Transposed::of(a, b, false)
+        };
+        assert_eq!(view(many_cols, true, false), Transposed::PackLeft);
+        assert_eq!(view(deep, true, true), Transposed::ColumnOutput);
+        assert_eq!(view(deep, true, false), Transposed::InPlace);
+        assert_eq!(view(deep, false, true), Transposed::InPlace);
+        check_against_naive(many_cols);
+        check_against_naive(deep);
+    }
+
+    fn check_against_naive((m, n, k): (usize, usize, usize)) {
+        let side = panel_side(8);
         let a: Vec<f64> = (0..m * k).map(|x| ((x * 7) % 13) as f64 - 6.0).collect();
         let b: Vec<f64> = (0..k * n).map(|x| ((x * 5) % 11) as f64 - 5.0).collect();
         for (a_trans, b_trans) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -280,7 +523,7 @@ mod tests {
             for (i, j) in [
                 (0, 0),
                 (m - 1, n - 1),
-                (PANEL_ROWS, side),
+                (PANEL_ROWS.min(m - 1), side.min(n - 1)),
                 (17, n - 3),
                 (m / 2, 1),
             ] {

@@ -50,11 +50,24 @@ pub fn transposed_rows() -> TransposedRows {
     *COSTS.get_or_init(measure)
 }
 
-/// Whether a GEMM step of `madds` multiply-adds with `n` output columns reads its transposed
-/// row operand in place (else it is copied into order first). A product below [`MIN_MADDS`]
-/// reads it in place unmeasured: neither way costs much there.
-pub fn read_transposed_rows(n: usize, madds: usize) -> bool {
-    forced().unwrap_or_else(|| madds < MIN_MADDS || transposed_rows().in_place(n))
+/// The costs a product of `madds` multiply-adds weighs its layouts by: `None` below
+/// [`MIN_MADDS`] (neither way costs much there, and tiny runs never pay for the measurement).
+/// `DEINSUM_TRANSPOSED_ROWS=in-place` makes a slow read free, `copy` makes it dearer than any
+/// copy.
+pub fn transposed_rows_for(madds: usize) -> Option<TransposedRows> {
+    let free = TransposedRows {
+        extra_per_madd: 0.0,
+        copy_per_word: 1.0,
+    };
+    match forced() {
+        Some(true) => Some(free),
+        Some(false) => Some(TransposedRows {
+            extra_per_madd: f64::INFINITY,
+            ..free
+        }),
+        None if madds < MIN_MADDS => None,
+        None => Some(transposed_rows()),
+    }
 }
 
 /// Best time of `reps` runs of `f`.
@@ -70,17 +83,19 @@ fn best(reps: usize, mut f: impl FnMut()) -> f64 {
 
 fn measure() -> TransposedRows {
     use crate::scalar::{Layout, Scalar};
-    // A GEMM large enough to run at its steady rate, and a transpose out of the L2 cache.
-    let s = 256;
+    // A GEMM large enough to run at its steady rate, with fewer output columns than the
+    // GEMM's own panel copies start at (so faer reads the operand in place), and a transpose
+    // out of the L2 cache.
+    let (s, n) = (256, crate::scalar::PACK_LEFT_MIN_COLS / 2);
     let a: Vec<f64> = (0..s * s).map(|x| (x % 7) as f64).collect();
-    let b = a.clone();
-    let mut c = vec![0.0f64; s * s];
+    let b: Vec<f64> = (0..s * n).map(|x| (x % 5) as f64).collect();
+    let mut c = vec![0.0f64; s * n];
     let mut gemm = |trans: bool| {
         let layout = Layout {
             a_trans: trans,
             ..Layout::default()
         };
-        f64::gemm_layout(s, s, s, &a, &b, &mut c, false, layout);
+        f64::gemm_layout(s, n, s, &a, &b, &mut c, false, layout);
         std::hint::black_box(&c);
     };
     gemm(false);
@@ -89,12 +104,18 @@ fn measure() -> TransposedRows {
     let trans = best(3, || gemm(true));
     let t = 768;
     let src: Vec<f64> = (0..t * t).map(|x| x as f64).collect();
-    let copy = best(3, || {
-        let out = crate::kernels::transpose_2d(&src, t, t);
-        std::hint::black_box(&out);
+    // Into a reused buffer, as a step's copies are in repeated runs (the rank's pool): a fresh
+    // one faults its pages in, which tripled the time per word on the EPYC of issue 12.
+    let scratch = crate::pool::RankContext::new(2 * t * t, 1, 0).ok();
+    let _guard = scratch.as_ref().map(|c| c.enter());
+    let copy = best(4, || {
+        if let Ok(out) = crate::kernels::transpose_2d(&src, t, t) {
+            std::hint::black_box(&out);
+            crate::pool::give(out);
+        }
     });
     TransposedRows {
-        extra_per_madd: ((trans - plain) / (s * s * s) as f64).max(0.0),
+        extra_per_madd: ((trans - plain) / (s * n * s) as f64).max(0.0),
         copy_per_word: copy / (t * t) as f64,
     }
 }
