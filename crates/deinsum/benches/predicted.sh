@@ -13,13 +13,12 @@ trap 'rm -f "$machine"' EXIT
 "$bin" calibrate -o "$machine" ${1:-}
 repeat=9
 kernels=(
-  "MM|ij,jk->ik|--size 512"
-  "3MM|ij,jk,kl,lm->im|--size 256"
-  "MTTKRP|ijk,ja,ka->ia|--sizes i=128,j=128,k=128,a=32"
-  "TTMc|ijk,jb,kc->ibc|--sizes i=96,j=96,k=96,b=24,c=24"
-  "chain|ijk,ja,ka,al->il|--sizes i=96,j=96,k=96,a=32,l=32"
-  # Time against flops on the same kernel (the objective's choice, measured).
-  "MTTKRP flops|ijk,ja,ka->ia|--sizes i=128,j=128,k=128,a=32 --objective flops"
+  "MM|ij,jk->ik|--size 2048"
+  "3MM|ij,jk,kl,lm->im|--size 1024"
+  "MTTKRP|ijk,ja,ka->ia|--sizes i=256,j=256,k=256,a=32"
+  "TTMc|ijk,jb,kc->ibc|--sizes i=128,j=128,k=128,b=16,c=16"
+  "chain|ijk,ja,ka,al->il|--sizes i=192,j=192,k=192,a=32,l=192"
+  "MTTKRP flops|ijk,ja,ka->ia|--sizes i=256,j=256,k=256,a=32 --objective flops"
 )
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 rows=""

@@ -304,7 +304,7 @@ const TILE: usize = 32;
 /// The whole strided view (`shape`, `strides`) of `src` in row-major order. When the view's
 /// innermost axis is strided but another axis is contiguous in `src`, the copy goes by square
 /// tiles of those two axes (a cache-blocked transpose) instead of one strided read per element.
-fn permuted<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
+fn permuted<T: bytemuck::Zeroable + Copy + Default + Send + Sync + 'static>(
     src: &[T],
     shape: &[usize],
     strides: &[usize],
@@ -318,6 +318,30 @@ fn permuted<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
         return gather_strided(src, shape, strides, 0);
     };
     let mut out = crate::pool::take_overwritten::<T>(total)?;
+    // Large copies split over the rank's threads by ranges of the outermost output axis: each
+    // range is a contiguous run of the output and the same tiled copy of a sub-view.
+    let tasks = threads().min(total / PAR_MIN_WORDS).min(shape[0]);
+    if tasks > 1 {
+        use rayon::prelude::*;
+        let per = shape[0].div_ceil(tasks * 2);
+        let row = total / shape[0];
+        out.par_chunks_mut(per * row)
+            .enumerate()
+            .for_each(|(t, chunk)| {
+                let mut sub = shape.to_vec();
+                sub[0] = chunk.len() / row;
+                permute_tiles(&src[t * per * strides[0]..], &sub, strides, q, chunk);
+            });
+    } else {
+        permute_tiles(src, shape, strides, q, &mut out);
+    }
+    Ok(out)
+}
+
+/// The body of [`permuted`]: the view (`shape`, `strides`) of `src` into `out` row-major, by
+/// square tiles of axis `q` (contiguous in `src`) and the innermost axis.
+fn permute_tiles<T: Copy>(src: &[T], shape: &[usize], strides: &[usize], q: usize, out: &mut [T]) {
+    let nd = shape.len();
     let ost = row_major_strides(shape);
     let (nq, nl, sl, oq) = (shape[q], shape[nd - 1], strides[nd - 1], ost[q]);
     // Every combination of the other axes is one 2-D transpose.
@@ -335,11 +359,10 @@ fn permuted<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
             let q1 = (q0 + TILE).min(nq);
             for l0 in (0..nl).step_by(TILE) {
                 let l1 = (l0 + TILE).min(nl);
-                transpose_tile(src, &mut out, (so, sl), (oo, oq), (q0, q1), (l0, l1));
+                transpose_tile(src, out, (so, sl), (oo, oq), (q0, q1), (l0, l1));
             }
         }
     }
-    Ok(out)
 }
 
 /// Side of the blocks [`transpose_tile`] moves through registers.
@@ -390,7 +413,7 @@ fn transpose_tile<T: Copy>(
 
 /// The transpose of the row-major `rows x cols` matrix `src`, by the same cache-blocked copy
 /// that puts a step's operands into order (what [`crate::tune`] times).
-pub(crate) fn transpose_2d<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
+pub(crate) fn transpose_2d<T: bytemuck::Zeroable + Copy + Default + Send + Sync + 'static>(
     src: &[T],
     rows: usize,
     cols: usize,

@@ -242,11 +242,21 @@ fn multi_indices(shape: &[usize]) -> Vec<Vec<usize>> {
 #[test]
 fn permutes_of_blocks_larger_than_a_tile_match_index_math() {
     // Extents that are no multiple of the transpose's tiles, in every order of three and four
-    // indices (tiled transposes, and plain strided gathers when the last axis stays).
-    for (idx, shape) in [("abc", vec![37, 70, 45]), ("abcd", vec![9, 33, 5, 40])] {
+    // indices (tiled transposes, and plain strided gathers when the last axis stays), on one
+    // thread and split over a rank pool of 3 (both blocks are large enough to split).
+    let ctx = deinsum_exec::pool::RankContext::new(0, 3, 0).unwrap();
+    let pool = ctx.thread_pool().unwrap();
+    for (idx, shape) in [("abc", vec![37, 70, 61]), ("abcd", vec![9, 33, 12, 40])] {
         let t = tensor(idx, &shape, 3);
-        for p in perms(&t.indices) {
-            let q = t.permute(&p).unwrap();
+        for (p, on_pool) in perms(&t.indices)
+            .into_iter()
+            .flat_map(|p| [(p.clone(), false), (p, true)])
+        {
+            let q = if on_pool {
+                pool.install(|| t.permute(&p).unwrap())
+            } else {
+                t.permute(&p).unwrap()
+            };
             let pshape: Vec<usize> = p
                 .iter()
                 .map(|c| shape[t.indices.iter().position(|d| d == c).unwrap()])

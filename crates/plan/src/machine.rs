@@ -255,6 +255,14 @@ impl Machine {
         procs > per_node || procs.min(per_node) < self.cores_per_node
     }
 
+    /// This machine with `ranks` ranks (at least 1) on each node, the name saying so: a
+    /// machine file made to place a run's ranks as its backend places them.
+    pub fn with_ranks_per_node(mut self, ranks: usize) -> Machine {
+        self.ranks_per_node = ranks.max(1);
+        self.name = format!("{}, {} rank(s) per node", self.name, self.ranks_per_node);
+        self
+    }
+
     /// This machine as one node of `cores` cores holding all `ranks` ranks of a job (both at
     /// least 1), the name saying so: the built-in default made to describe the host a run is
     /// on.

@@ -89,6 +89,15 @@ pub fn launch_rank() -> Option<usize> {
         .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
 }
 
+/// How many ranks the launcher started on this node, from its environment (Open MPI's
+/// `OMPI_COMM_WORLD_LOCAL_SIZE`, MPICH's `MPI_LOCALNRANKS`), else `None`.
+pub fn launch_local_size() -> Option<usize> {
+    ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+        .filter(|&n: &usize| n > 0)
+}
+
 /// The cores of this node: the online CPUs (`/sys/devices/system/cpu/online`, which a
 /// launcher's core binding does not shrink), else the cores this process may use.
 pub fn node_cores() -> usize {

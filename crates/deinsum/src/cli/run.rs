@@ -540,13 +540,18 @@ impl From<Backend> for crate::report::Backend {
 }
 
 /// The machine a run of `procs` ranks plans for: `--machine`'s file, else the built-in default
-/// as one node with this host's cores holding every rank (as an in-process run, and a
-/// one-host `mpirun`, place them).
+/// as one node with this host's cores. Either way the ranks are placed as the run places them
+/// (in-process: all on this node; under a launcher: the ranks it started on this node), since
+/// a file's `ranks_per_node` describes a job on its machine, not this run: 4 in-process ranks
+/// on a 2-core host were predicted as two nodes of 2, at half the time they took.
 fn run_machine(args: &Args, procs: usize) -> anyhow::Result<deinsum_plan::Machine> {
     let m = super::calibrate::load_machine(args.machine.as_deref())?;
+    let on_node = super::launch_local_size()
+        .unwrap_or(procs)
+        .clamp(1, procs.max(1));
     if args.machine.is_some() {
-        return Ok(m);
+        return Ok(m.with_ranks_per_node(on_node));
     }
     // The node's cores, not this process's: under mpirun each rank is bound to its own.
-    Ok(m.on_host(super::node_cores(), procs))
+    Ok(m.on_host(super::node_cores(), on_node))
 }
