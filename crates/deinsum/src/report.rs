@@ -163,7 +163,9 @@ pub fn serial_reference<T: Scalar>(
             .enumerate()
             .map(|(k, p)| read_leaf::<T>(e, k, p))
             .collect::<Result<_, _>>()?,
-        Inputs::Full(_) | Inputs::Blocks(_) => return Err(ReferenceError::Unsupported),
+        Inputs::Full(_) | Inputs::Blocks(_) | Inputs::Given(_) => {
+            return Err(ReferenceError::Unsupported)
+        }
     };
     let want = tree_reference(e, &plan.tree, leaves).map_err(refused)?;
     Ok((ReferenceMethod::SerialTree, want))

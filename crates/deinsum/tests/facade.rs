@@ -185,6 +185,43 @@ fn run_local_borrowed_equals_serial_for_many_p() {
     }
 }
 
+#[test]
+fn lent_operands_serve_one_run_and_repeated_runs_alike() {
+    // One run hands the rank's blocks over to the executor; repeated runs keep them, since
+    // an input that is also the output (`ij->ij`) is read again by each run.
+    for expr in ["ij->ij", "ij->ji", "ij,jk->ik"] {
+        let spec = if expr.contains('k') {
+            sizes(&[('i', 7), ('j', 5), ('k', 3)])
+        } else {
+            sizes(&[('i', 7), ('j', 5)])
+        };
+        let a: Vec<f64> = (0..35).map(f64::from).collect();
+        let b: Vec<f64> = (0..15).map(|x| f64::from(x) - 4.0).collect();
+        let lent: Vec<&[f64]> = if expr.contains(',') {
+            vec![&a, &b]
+        } else {
+            vec![&a]
+        };
+        for p in [1, 2, 3] {
+            let c = Einsum::compile(expr, &spec, &Options::procs(p)).unwrap();
+            let once = c.run_local_borrowed(&lent, &threads_opt(1)).unwrap();
+            let opts = ExecOptions {
+                repeat: 2,
+                warmup: 1,
+                ..ExecOptions::default()
+            };
+            let again = c.run_local_borrowed(&lent, &opts).unwrap();
+            assert_eq!(once, again, "{expr} P={p}");
+            let serial = Einsum::compile(expr, &spec, &Options::procs(1)).unwrap();
+            let want = serial.run_local_borrowed(&lent, &threads_opt(1)).unwrap();
+            assert_eq!(once, want, "{expr} P={p}");
+            if expr == "ij->ij" {
+                assert_eq!(once, a, "{expr} P={p}");
+            }
+        }
+    }
+}
+
 /// Executor options with `threads` threads per rank.
 fn threads_opt(threads: usize) -> ExecOptions {
     ExecOptions {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Where the input operands come from.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub enum Inputs<T> {
     /// Seeded pseudo-random values in [-1, 1): element `x` of operand `k`'s storage is
     /// [`seeded_value`]`(seed, k, x)`, so results do not depend on the number of ranks.
@@ -23,8 +23,27 @@ pub enum Inputs<T> {
     /// This rank's own blocks: operand number to the row-major data of exactly the block the
     /// rank holds in the plan's `Load` distribution (over `Operand::indices`).
     Blocks(BTreeMap<usize, Vec<T>>),
+    /// This rank's own blocks as [`Inputs::Blocks`], handed over: the executor takes each
+    /// block instead of copying it, so they serve one run's reads (a repeated run that reads
+    /// an input again, one that is also the output, finds it taken and fails).
+    Given(std::sync::Mutex<BTreeMap<usize, Vec<T>>>),
     /// `.npy` files, one per operand; each rank reads only its block.
     Npy(Vec<PathBuf>),
+}
+
+impl<T: Clone> Clone for Inputs<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Inputs::Seeded { seed } => Inputs::Seeded { seed: *seed },
+            Inputs::Full(v) => Inputs::Full(v.clone()),
+            Inputs::Blocks(m) => Inputs::Blocks(m.clone()),
+            // A clone holds what is still to be taken.
+            Inputs::Given(m) => Inputs::Given(std::sync::Mutex::new(
+                m.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            )),
+            Inputs::Npy(p) => Inputs::Npy(p.clone()),
+        }
+    }
 }
 
 /// splitmix64: a fast integer hash with full avalanche.

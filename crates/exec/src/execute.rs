@@ -1434,6 +1434,21 @@ fn load_block<T: Scalar>(
             }
             crate::pool::try_copy(data).map_err(LoadError::Alloc)
         }
+        Inputs::Given(map) => {
+            let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+            let data = map.remove(&k).ok_or_else(|| {
+                LoadError::Input("no local block given (or taken already)".into())
+            })?;
+            if data.len() as u64 != b.len() {
+                return Err(LoadError::Input(format!(
+                    "local block has {} elements, the plan's block {:?} has {}",
+                    data.len(),
+                    b.ranges,
+                    b.len()
+                )));
+            }
+            Ok(data)
+        }
         Inputs::Npy(paths) => {
             let path = paths
                 .get(k)
