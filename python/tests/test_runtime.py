@@ -82,13 +82,17 @@ finally:
 
 
 def test_ctrl_c_stops_a_long_run_between_its_steps():
-    # One product's time, measured here, sizes a chain whose full run would take ~20 s.
-    n = 600
-    a = np.random.default_rng(1).standard_normal((n, n))
-    deinsum.einsum("ij,jk->ik", a, a, procs=2, threads=1)
-    t0 = time.perf_counter()
-    deinsum.einsum("ij,jk->ik", a, a, procs=2, threads=1)
-    one = time.perf_counter() - t0
+    # One product's time, measured here, sizes a chain whose full run would take ~20 s; the
+    # product grows until it takes 40 ms, so that the chain's fixed costs (the process, its
+    # plan, the 50 ms between checks for Ctrl-C) stay small beside it on a fast machine.
+    for n in (600, 1200, 2400):
+        a = np.random.default_rng(1).standard_normal((n, n))
+        deinsum.einsum("ij,jk->ik", a, a, procs=2, threads=1)
+        t0 = time.perf_counter()
+        deinsum.einsum("ij,jk->ik", a, a, procs=2, threads=1)
+        one = time.perf_counter() - t0
+        if one >= 0.04:
+            break
     k = max(4, min(50, int(20.0 / max(one, 1e-3))))
     full = k * one
     p = subprocess.Popen(
