@@ -851,14 +851,11 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         to: &Distribution,
     ) -> Result<(), ExecError> {
         let (t, cur, transfers) = self.take_source(i, tensor, from)?;
-        let (plan, me) = (self.plan, self.me);
-        let bad = |message: String| ExecError::InvalidPlan { step: i, message };
-        let oom = |e| oom(plan, me, step_stage(plan, i), tensor, e);
         let way = self.routes.way(i, 0);
         // Counted before the move: a source handed over to a peer comes back empty.
         let cur_words = words(&cur);
         let moved = moves::move_block(self.comm, way, t, cur, to, &transfers, &mut self.mem);
-        let moved = moved.map_err(|e| move_error(e, bad, oom))?;
+        let moved = moved.map_err(step_move_error(self.plan, self.me, i, tensor))?;
         self.replace(tensor, to, cur_words, moved.source, moved.block);
         Ok(())
     }
@@ -873,9 +870,6 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         to: &Distribution,
     ) -> Result<(), ExecError> {
         let (t, cur, transfers) = self.take_source(i, tensor, from)?;
-        let (plan, me) = (self.plan, self.me);
-        let bad = |message: String| ExecError::InvalidPlan { step: i, message };
-        let oom = |e| oom(plan, me, step_stage(plan, i), tensor, e);
         let way = self.routes.way(i, 0);
         let new = moves::reduce_block(
             self.comm,
@@ -886,7 +880,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
             &transfers,
             &mut self.mem,
         );
-        let new = new.map_err(|e| move_error(e, bad, oom))?;
+        let new = new.map_err(step_move_error(self.plan, self.me, i, tensor))?;
         self.replace(tensor, to, words(&cur), cur, new);
         Ok(())
     }
@@ -1088,10 +1082,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
                 transfers,
                 &mut self.mem,
             )
-            .map_err(|e| {
-                let oom = |o| oom(self.plan, self.me, step_stage(self.plan, i), f.tensor, o);
-                move_error(e, bad, oom)
-            })?;
+            .map_err(step_move_error(self.plan, self.me, i, f.tensor))?;
             windows.push((f.tensor, f.to.clone(), w));
         }
         Ok(windows)
@@ -1469,6 +1460,20 @@ fn move_error(
         MoveError::Comm(c) => ExecError::Comm(c),
         MoveError::Plan(s) => bad(s),
         MoveError::Alloc(o) => oom(o),
+    }
+}
+
+/// [`move_error`] for a move of `tensor` by plan step `i` on rank `me`: a plan problem names
+/// the step, an allocation failure the tensor and the step's stage.
+fn step_move_error(
+    plan: &Plan,
+    me: usize,
+    i: usize,
+    tensor: TensorId,
+) -> impl Fn(MoveError) -> ExecError + '_ {
+    move |e| {
+        let bad = |message| ExecError::InvalidPlan { step: i, message };
+        move_error(e, bad, |o| oom(plan, me, step_stage(plan, i), tensor, o))
     }
 }
 

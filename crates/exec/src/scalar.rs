@@ -278,12 +278,13 @@ fn panels_reordered<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck:
         _ => (PACK_ROWS.min(m), side),
     };
     let (kc, nc) = (kside.min(k), side.min(n));
-    let (na, nb, nt) = match way {
-        Transposed::PackLeft => (rows * kc, 0, 0),
-        Transposed::ColumnOutput => (0, 0, rows * nc),
-        Transposed::InPlace => (0, 0, 0),
+    // Scratch for the packed left panel, or for the column-major output block.
+    let (na, nt) = match way {
+        Transposed::PackLeft => (rows * kc, 0),
+        Transposed::ColumnOutput => (0, rows * nc),
+        Transposed::InPlace => (0, 0),
     };
-    with_scratch::<T, _>([na, nb, nt], |[abuf, bbuf, tbuf]| {
+    with_scratch::<T, _>([na, nt], |[abuf, tbuf]| {
         for i0 in (0..m).step_by(rows) {
             let mm = rows.min(m - i0);
             for j0 in (0..n).step_by(side) {
@@ -296,42 +297,25 @@ fn panels_reordered<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck:
                     } else {
                         ap
                     };
-                    let bp = b.submatrix(k0, j0, kk, nn);
-                    let bp = if nb > 0 {
-                        let t = pack_row_major(&mut bbuf[..kk * nn], bp.transpose());
-                        t.transpose()
-                    } else {
-                        bp
-                    };
-                    let first = k0 == 0;
-                    if nt > 0 {
-                        let dst =
+                    // The first panel of k replaces the scratch block, or applies the caller's
+                    // accumulation to `c`; the later ones add.
+                    let (dst, acc_k) = if nt > 0 {
+                        let t =
                             faer::MatMut::from_column_major_slice_mut(&mut tbuf[..mm * nn], mm, nn);
-                        let acc_k = if first {
-                            faer::Accum::Replace
-                        } else {
-                            faer::Accum::Add
-                        };
-                        faer::linalg::matmul::matmul(
-                            dst,
-                            acc_k,
-                            ap,
-                            bp,
-                            T::from(1.0f32),
-                            faer::Par::Seq,
-                        );
+                        (t.as_dyn_stride_mut(), faer::Accum::Replace)
                     } else {
-                        let acc_k = if first { acc } else { faer::Accum::Add };
-                        let dst = c.as_mut().submatrix_mut(i0, j0, mm, nn);
-                        faer::linalg::matmul::matmul(
-                            dst,
-                            acc_k,
-                            ap,
-                            bp,
-                            T::from(1.0f32),
-                            faer::Par::Seq,
-                        );
-                    }
+                        (c.as_mut().submatrix_mut(i0, j0, mm, nn), acc)
+                    };
+                    let acc_k = if k0 == 0 { acc_k } else { faer::Accum::Add };
+                    let bp = b.submatrix(k0, j0, kk, nn);
+                    faer::linalg::matmul::matmul(
+                        dst,
+                        acc_k,
+                        ap,
+                        bp,
+                        T::from(1.0f32),
+                        faer::Par::Seq,
+                    );
                 }
                 if nt > 0 {
                     let t = faer::MatRef::from_column_major_slice(&tbuf[..mm * nn], mm, nn);
@@ -380,18 +364,17 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Runs `f` on three scratch slices of the given lengths of `T` from this thread's buffer.
-fn with_scratch<T: bytemuck::Pod, R>(lens: [usize; 3], f: impl FnOnce([&mut [T]; 3]) -> R) -> R {
+/// Runs `f` on two scratch slices of the given lengths of `T` from this thread's buffer.
+fn with_scratch<T: bytemuck::Pod, R>(lens: [usize; 2], f: impl FnOnce([&mut [T]; 2]) -> R) -> R {
     let size = std::mem::size_of::<T>();
-    let words = (lens.iter().sum::<usize>() * size).div_ceil(8);
+    let words = ((lens[0] + lens[1]) * size).div_ceil(8);
     let mut buf = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
     if buf.len() < words {
         buf.resize(words, 0);
     }
     let all: &mut [T] = bytemuck::cast_slice_mut(&mut buf[..]);
     let (x, rest) = all.split_at_mut(lens[0]);
-    let (y, rest) = rest.split_at_mut(lens[1]);
-    let r = f([x, y, &mut rest[..lens[2]]]);
+    let r = f([x, &mut rest[..lens[1]]]);
     SCRATCH.with(|s| *s.borrow_mut() = buf);
     r
 }

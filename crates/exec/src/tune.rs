@@ -16,7 +16,7 @@ use std::time::Instant;
 /// measuring (so that tiny runs never pay for the measurement).
 pub const MIN_MADDS: usize = 1 << 22;
 
-/// The measured costs behind [`read_transposed_rows`], in seconds.
+/// The measured costs behind [`transposed_rows_for`], in seconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TransposedRows {
     /// Extra time per multiply-add of a GEMM reading its row operand stored transposed
@@ -24,15 +24,6 @@ pub struct TransposedRows {
     pub extra_per_madd: f64,
     /// Time per word of copying an operand into order (the cache-blocked transpose).
     pub copy_per_word: f64,
-}
-
-impl TransposedRows {
-    /// Whether a product with `n` output columns per row of the operand is faster reading the
-    /// transposed operand in place: its extra `n` multiply-adds per operand word cost less
-    /// than copying that word.
-    pub fn in_place(&self, n: usize) -> bool {
-        self.extra_per_madd * n as f64 <= self.copy_per_word
-    }
 }
 
 /// What `DEINSUM_TRANSPOSED_ROWS` asks for, if anything.
@@ -123,23 +114,6 @@ fn measure() -> TransposedRows {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_choice_weighs_the_extra_madds_against_the_copy() {
-        let c = TransposedRows {
-            extra_per_madd: 1e-11,
-            copy_per_word: 1e-9,
-        };
-        // 100 extra madds per word cost as much as the copy of that word.
-        assert!(c.in_place(32));
-        assert!(c.in_place(100));
-        assert!(!c.in_place(101));
-        let free = TransposedRows {
-            extra_per_madd: 0.0,
-            copy_per_word: 1e-9,
-        };
-        assert!(free.in_place(1 << 20));
-    }
 
     #[test]
     fn the_measured_costs_are_finite_and_nonnegative() {
