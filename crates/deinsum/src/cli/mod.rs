@@ -84,18 +84,20 @@ pub fn einsum_from_args(expr: &str, a: &ExtentArgs) -> anyhow::Result<deinsum_ex
 /// This process's rank when an MPI launcher started it (from the launcher's environment:
 /// Open MPI's `OMPI_COMM_WORLD_RANK`, PMI's `PMI_RANK`, PMIx's `PMIX_RANK`), else `None`.
 pub fn launch_rank() -> Option<usize> {
-    ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+    launcher_count(&["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"])
 }
 
 /// How many ranks the launcher started on this node, from its environment (Open MPI's
 /// `OMPI_COMM_WORLD_LOCAL_SIZE`, MPICH's `MPI_LOCALNRANKS`), else `None`.
 pub fn launch_local_size() -> Option<usize> {
-    ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
+    launcher_count(&["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]).filter(|&n| n > 0)
+}
+
+/// The first of the launcher's environment variables `names` that holds a number.
+fn launcher_count(names: &[&str]) -> Option<usize> {
+    names
         .iter()
         .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
-        .filter(|&n: &usize| n > 0)
 }
 
 /// The cores of this node: the online CPUs (`/sys/devices/system/cpu/online`, which a
@@ -129,9 +131,7 @@ fn cpu_list_len(list: &str) -> Option<usize> {
 /// The world size when an MPI launcher started this process (`OMPI_COMM_WORLD_SIZE`,
 /// `PMI_SIZE`), else `None`.
 pub fn launch_size() -> Option<usize> {
-    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+    launcher_count(&["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"])
 }
 
 /// An error and its causes on one line, each said once: a cause whose text is already in the
