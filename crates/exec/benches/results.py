@@ -29,7 +29,7 @@ configs = [c for c in CONFIGS if any(k[0] == c[0] for k in by)]
 
 print("# End-to-end results (issue 12)\n")
 print("Written by `crates/exec/benches/e2e.sh`%s. Times are medians of the contraction alone "
-      "(inputs made beforehand; deinsum: per step the slowest rank, `run --repeat --warmup 1`), "
+      "(inputs made beforehand; deinsum: the slowest rank from the run's common start, `run --repeat --warmup 1`), "
       "in seconds; the ratio is deinsum's median over numpy's (`einsum(optimize=True)`, "
       "2 BLAS threads; numpy %s) measured in the same command. The set ran %d round(s), "
       "kernel by kernel; every configuration, numpy's included, keeps its best round. "

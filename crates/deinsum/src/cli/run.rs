@@ -81,7 +81,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
     /// Timed runs of the plan's steps (inputs are read once, before them); the report gives
-    /// the minimum and the median over them, per step the slowest rank.
+    /// the minimum and the median over them (per step and in all, the slowest rank).
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
     /// Untimed runs before the timed ones.
