@@ -213,10 +213,10 @@ enum Transposed {
     /// layout) and written back while in cache, a copied word of `c` serving `k`
     /// multiply-adds.
     ColumnOutput,
-    /// Few output columns and a long summed index: chunks of the summed index of `a` copied
-    /// as they are stored, row by row (a memcpy each), into scratch whose rows are padded to
-    /// an odd number of cache lines, and faer reads the chunk from there in place, its panel
-    /// spread over all sets of the L1 cache.
+    /// Few output columns and a long summed index: faer on chunks of the summed index of `a`,
+    /// so that a chunk's panel stays in the L1 cache; at strides that would crowd it into a
+    /// few sets of that cache, each chunk is first copied as stored, row by row (a memcpy
+    /// each), into scratch whose rows are padded to an odd number of cache lines.
     PaddedRows,
 }
 
@@ -387,13 +387,29 @@ fn column_output<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Po
 /// Rows of `a` (output rows) per block in [`Transposed::PaddedRows`].
 const PADDED_ROWS: usize = 1024;
 
-/// Summed extent per chunk in [`Transposed::PaddedRows`] (gemm bench, Sapphire Rapids,
-/// 256 x 32 x 2048: chunks of 128 at 0.69 of the plain rate, 256 at 0.62, 512 at 0.56).
+/// Summed extent per chunk in [`Transposed::PaddedRows`] when the chunk is copied (gemm
+/// bench, Sapphire Rapids, 256 x 32 x 2048: chunks of 128 at 0.69 of the plain rate, 256 at
+/// 0.62, 512 at 0.56).
 const PADDED_DEPTH: usize = 128;
 
-/// [`Transposed::PaddedRows`]: per row block of `c` and chunk of the summed index, `a`'s
-/// chunk copied column by column (rows of its storage, contiguous) into 64-byte aligned
-/// scratch at a stride of an odd number of cache lines, and faer run on that view.
+/// Summed extent per chunk in [`Transposed::PaddedRows`] when `a` is read where it is (a
+/// Sapphire Rapids, 264 x 32 x 2048: 0.90 of the plain rate in chunks of 64, 0.83 of 128,
+/// 0.62 in one call; 300 x 40 x 2000: 0.90, 0.84, 0.63).
+const IN_PLACE_DEPTH: usize = 64;
+
+/// Whether [`Transposed::PaddedRows`] copies a left operand whose summed index steps by
+/// `stride_bytes`: when that stride is a whole number of cache lines with a power-of-two
+/// factor above 8, so that the rows of a chunk fall into at most 8 of the L1 cache's 64 sets
+/// (256 x 32 x 2048, 32 lines: 0.69 copied, 0.62-0.66 in place); at other strides the rows
+/// spread over the sets and a chunked read in place saves the copy.
+fn copies_rows(stride_bytes: usize) -> bool {
+    stride_bytes % 64 == 0 && (stride_bytes / 64) % 16 == 0
+}
+
+/// [`Transposed::PaddedRows`]: per row block of `c` and chunk of the summed index, faer on
+/// `a`'s chunk, read in place or, at strides [`copies_rows`] names, copied first column by
+/// column (rows of its storage, contiguous) into 64-byte aligned scratch at a stride of an
+/// odd number of cache lines.
 fn padded_rows<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
     mut c: faer::MatMut<'_, T>,
     acc: faer::Accum,
@@ -401,31 +417,38 @@ fn padded_rows<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>
     b: faer::MatRef<'_, T>,
 ) {
     let (m, k) = (c.nrows(), a.ncols());
+    let size = std::mem::size_of::<T>();
+    let copy = copies_rows(a.col_stride().unsigned_abs() * size);
     let rows = PADDED_ROWS.min(m);
-    let kc = PADDED_DEPTH.min(k);
-    let line = (64 / std::mem::size_of::<T>()).max(1);
+    let kc = if copy { PADDED_DEPTH } else { IN_PLACE_DEPTH }.min(k);
+    let line = (64 / size).max(1);
     let ld = line * (rows.div_ceil(line) | 1);
-    with_scratch::<T, _>(ld * kc + line, |buf| {
-        let off = buf.as_ptr().align_offset(64).min(line);
+    let words = if copy { ld * kc + line } else { 0 };
+    with_scratch::<T, _>(words, |buf| {
+        let off = buf.as_ptr().align_offset(64).min(line).min(buf.len());
         let buf = &mut buf[off..];
         for i0 in (0..m).step_by(rows) {
             let mm = rows.min(m - i0);
             for k0 in (0..k).step_by(kc) {
                 let kk = kc.min(k - k0);
-                for (p, dst) in buf.chunks_mut(ld).take(kk).enumerate() {
-                    let col = a
-                        .col(k0 + p)
-                        .subrows(i0, mm)
-                        .try_as_col_major()
-                        .expect("a column-major operand");
-                    dst[..mm].copy_from_slice(col.as_slice());
-                }
-                let ap = faer::MatRef::from_column_major_slice_with_stride(
-                    &buf[..(kk - 1) * ld + mm],
-                    mm,
-                    kk,
-                    ld,
-                );
+                let ap = a.submatrix(i0, k0, mm, kk);
+                let ap = if copy {
+                    for (p, dst) in buf.chunks_mut(ld).take(kk).enumerate() {
+                        let col = ap
+                            .col(p)
+                            .try_as_col_major()
+                            .expect("a column-major operand");
+                        dst[..mm].copy_from_slice(col.as_slice());
+                    }
+                    faer::MatRef::from_column_major_slice_with_stride(
+                        &buf[..(kk - 1) * ld + mm],
+                        mm,
+                        kk,
+                        ld,
+                    )
+                } else {
+                    ap
+                };
                 // The first chunk applies the caller's accumulation; the later ones add.
                 let acc_k = if k0 == 0 { acc } else { faer::Accum::Add };
                 faer::linalg::matmul::matmul(
@@ -603,7 +626,12 @@ mod tests {
         assert_eq!(view(deep, true, false), Transposed::PaddedRows);
         assert_eq!(view(short, true, false), Transposed::InPlace);
         assert_eq!(view(deep, false, true), Transposed::InPlace);
-        for shape in [many_cols, deep, wide_deep, short] {
+        // Rows at 16 cache lines are copied, at 16.25 or 17 read in place.
+        assert!(copies_rows(128 * 8) && copies_rows(1024 * 8));
+        assert!(!copies_rows(130 * 8) && !copies_rows(136 * 8) && !copies_rows(264 * 8));
+        let deep_copied = (PADDED_ROWS + 128, 9, REORDER_MIN_DEPTH + 3);
+        assert_eq!(view(deep_copied, true, false), Transposed::PaddedRows);
+        for shape in [many_cols, deep, deep_copied, wide_deep, short] {
             check_against_naive(shape);
         }
     }
