@@ -297,8 +297,9 @@ fn panels_reordered<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck:
     }
 }
 
-/// [`Transposed::PackLeft`]: per block of `c` (row blocks of [`PACK_ROWS`], column panels of
-/// `side`), the panels of `k` in turn, each panel of `a` copied row-major first.
+/// [`Transposed::PackLeft`]: per row block of `c` ([`PACK_ROWS`]) and panel of `k` (`side`),
+/// the panel of `a` copied row-major once and multiplied by each column panel of `b` in turn
+/// (so a word of `a` is copied once whatever `n`).
 fn pack_left<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
     mut c: faer::MatMut<'_, T>,
     acc: faer::Accum,
@@ -312,13 +313,13 @@ fn pack_left<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
     with_scratch::<T, _>(rows * kc, |abuf| {
         for i0 in (0..m).step_by(rows) {
             let mm = rows.min(m - i0);
-            for j0 in (0..n).step_by(side) {
-                let nn = side.min(n - j0);
-                for k0 in (0..k).step_by(side) {
-                    let kk = side.min(k - k0);
-                    let ap = pack_row_major(&mut abuf[..mm * kk], a.submatrix(i0, k0, mm, kk));
-                    // The first panel of k applies the caller's accumulation; the later ones add.
-                    let acc_k = if k0 == 0 { acc } else { faer::Accum::Add };
+            for k0 in (0..k).step_by(side) {
+                let kk = side.min(k - k0);
+                let ap = pack_row_major(&mut abuf[..mm * kk], a.submatrix(i0, k0, mm, kk));
+                // The first panel of k applies the caller's accumulation; the later ones add.
+                let acc_k = if k0 == 0 { acc } else { faer::Accum::Add };
+                for j0 in (0..n).step_by(side) {
+                    let nn = side.min(n - j0);
                     faer::linalg::matmul::matmul(
                         c.as_mut().submatrix_mut(i0, j0, mm, nn),
                         acc_k,
