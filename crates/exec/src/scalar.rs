@@ -404,7 +404,7 @@ const IN_PLACE_DEPTH: usize = 64;
 /// (256 x 32 x 2048, 32 lines: 0.69 copied, 0.62-0.66 in place); at other strides the rows
 /// spread over the sets and a chunked read in place saves the copy.
 fn copies_rows(stride_bytes: usize) -> bool {
-    stride_bytes % 64 == 0 && (stride_bytes / 64) % 16 == 0
+    stride_bytes.is_multiple_of(64 * 16)
 }
 
 /// [`Transposed::PaddedRows`]: per row block of `c` and chunk of the summed index, faer on
