@@ -436,9 +436,9 @@ fn check_all_storages(m: usize, n: usize, k: usize) {
 fn a_transposed_left_operand_with_a_long_summed_index_and_few_columns() {
     // Long summed extent, few columns: the left operand in chunks of the summed index (ragged
     // last chunk) and row blocks (a ragged second one).
-    // Rows of 45 and 1030 words are read in place, rows of 256 and 1152 (32 and 144 cache
+    // Rows of 75 and 1030 words are read in place, rows of 256 and 1152 (32 and 144 cache
     // lines) copied into padded scratch first.
-    check_all_storages(45, 23, 301);
+    check_all_storages(75, 23, 301);
     check_all_storages(1030, 7, 260);
     check_all_storages(256, 20, 270);
     check_all_storages(1152, 5, 259);
