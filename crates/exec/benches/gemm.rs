@@ -1,10 +1,11 @@
 //! GEMM-shaped steps and the fused MTTKRP against the machine's own rates, all measured in one
 //! run on one thread (issue 12, item 5).
 //!
-//! 1. Per shape `m x n x k`: faer's GEMM on row-major operands (the rate to match), faer itself
-//!    on operands stored transposed (to show what faer's strided path costs), and deinsum's
-//!    pairwise step [`contract`] for the four storages `ij|ji` x `jk|kj`. The ratio is faer's
-//!    plain time over the step's (target >= 0.90).
+//! 1. Per shape `m x n x k`: faer's GEMM on row-major operands as the executor calls it, over
+//!    cache-sized panels (the rate to match), faer in one call on the same operands and on
+//!    operands stored transposed (to show what faer's strided path costs), and deinsum's
+//!    pairwise step [`contract`] for the four storages `ij|ji` x `jk|kj`. The ratio is the
+//!    plain time over the other's (target for the steps >= 0.90).
 //! 2. The stream-copy bandwidth (a copy between two pre-touched buffers; read + write bytes per
 //!    second) and the fused MTTKRP `ijk,ja,ka->ia` as the executor runs it (P = 1, one thread,
 //!    the compute step's best time) against its roofline: the larger of its flops (2 I J K R) at
@@ -65,8 +66,8 @@ fn gemm_rows(quick: bool) {
             (32, 128, 65536),
         ]
     };
-    println!("| shape m x n x k | faer GFLOP/s | faer A^T | faer B^T | faer both^T | step ij,jk | step ji,jk | step ij,kj | step ji,kj |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| shape m x n x k | faer GFLOP/s | faer 1 call | faer A^T | faer B^T | faer both^T | step ij,jk | step ji,jk | step ij,kj | step ji,kj |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for &(m, n, k) in shapes {
         let flops = 2.0 * (m * n * k) as f64;
         let a = block("ij", &[m, k]);
@@ -78,6 +79,21 @@ fn gemm_rows(quick: bool) {
             f64::gemm_layout(m, n, k, ad, bd, out, false, l)
         };
         let lay = |a_trans, b_trans| Layout { a_trans, b_trans };
+        // faer itself in one call, on views of the operands as stored.
+        let raw = |ad: &[f64], bd: &[f64], l: Layout, out: &mut [f64]| {
+            let a = if l.a_trans {
+                faer::MatRef::from_row_major_slice(ad, k, m).transpose()
+            } else {
+                faer::MatRef::from_row_major_slice(ad, m, k)
+            };
+            let b = if l.b_trans {
+                faer::MatRef::from_row_major_slice(bd, n, k).transpose()
+            } else {
+                faer::MatRef::from_row_major_slice(bd, k, n)
+            };
+            let c = faer::MatMut::from_row_major_slice_mut(out, m, n);
+            faer::linalg::matmul::matmul(c, faer::Accum::Replace, a, b, 1.0, faer::Par::Seq);
+        };
         // The steps run as in a repeated run of the executor: in a rank context whose pool
         // takes their results back, so that, like faer's, their output is not fresh memory.
         let ctx = RankContext::new(1 << 26, 1, 0).expect("a context");
@@ -90,15 +106,16 @@ fn gemm_rows(quick: bool) {
         let once = best(1, || faer(&a.data, &b.data, Layout::default(), &mut out));
         let reps = reps_for(once, 0.2);
         // One call of each in turn per repetition, so that a burst of load hits all alike.
-        let mut t = [f64::INFINITY; 8];
-        let mut outs: [Vec<f64>; 4] = std::array::from_fn(|_| vec![0.0f64; m * n]);
+        let mut t = [f64::INFINITY; 9];
+        let mut outs: [Vec<f64>; 5] = std::array::from_fn(|_| vec![0.0f64; m * n]);
         for _ in 0..=reps {
-            let [o0, o1, o2, o3] = &mut outs;
-            let runs: [&mut dyn FnMut(); 8] = [
+            let [o0, o1, o2, o3, o4] = &mut outs;
+            let runs: [&mut dyn FnMut(); 9] = [
                 &mut || faer(&a.data, &b.data, Layout::default(), o0),
-                &mut || faer(&at.data, &b.data, lay(true, false), o1),
-                &mut || faer(&a.data, &bt.data, lay(false, true), o2),
-                &mut || faer(&at.data, &bt.data, lay(true, true), o3),
+                &mut || raw(&a.data, &b.data, Layout::default(), o4),
+                &mut || raw(&at.data, &b.data, lay(true, false), o1),
+                &mut || raw(&a.data, &bt.data, lay(false, true), o2),
+                &mut || raw(&at.data, &bt.data, lay(true, true), o3),
                 &mut || step(&a, &b),
                 &mut || step(&at, &b),
                 &mut || step(&a, &bt),
@@ -110,12 +127,13 @@ fn gemm_rows(quick: bool) {
                 *ti = ti.min(t0.elapsed().as_secs_f64());
             }
         }
-        let [plain, f_at, f_bt, f_tt, s0, s1, s2, s3] = t;
+        let [plain, f_one, f_at, f_bt, f_tt, s0, s1, s2, s3] = t;
         let s = [s0, s1, s2, s3];
         let r = |t: f64| plain / t;
         println!(
-            "| {m} x {n} x {k} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            "| {m} x {n} x {k} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
             flops / plain / 1e9,
+            r(f_one),
             r(f_at),
             r(f_bt),
             r(f_tt),

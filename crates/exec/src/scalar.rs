@@ -119,15 +119,19 @@ fn split_gemm<T: faer::traits::ComplexField + Copy + Send + Sync + From<f32> + b
 /// `bytes` bytes: a panel fills about three quarters of the L2 cache (read once from sysfs;
 /// 1 MiB when unknown), rounded down to a multiple of 32 and at least 128.
 fn panel_side(bytes: usize) -> usize {
+    let side = ((l2_bytes() * 3 / 4 / bytes.max(1)) as f64).sqrt() as usize;
+    (side / 32 * 32).max(128)
+}
+
+/// The L2 cache size in bytes, read once from sysfs (1 MiB when unknown).
+fn l2_bytes() -> usize {
     static L2: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let l2 = *L2.get_or_init(|| {
+    *L2.get_or_init(|| {
         std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size")
             .ok()
             .and_then(|s| parse_cache_size(s.trim()))
             .unwrap_or(1 << 20)
-    });
-    let side = ((l2 * 3 / 4 / bytes.max(1)) as f64).sqrt() as usize;
-    (side / 32 * 32).max(128)
+    })
 }
 
 /// A sysfs cache size such as `2048K` or `1M`, in bytes.
@@ -192,22 +196,32 @@ fn tiled_gemm<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
 /// How [`tiled_gemm`] runs a product whose left operand is column-major under a row-major
 /// output, which faer reads at a lower rate than any other layout; faer's fast layouts are a
 /// column-major output with a column-major right operand, or a row-major output with a
-/// row-major left one.
+/// row-major left one. faer reads that left operand in place with the stride of its storage;
+/// at a power-of-two stride its panel lands in a few sets of the L1 cache and misses
+/// (gemm bench, Sapphire Rapids: 256 x 32 x 2048 at 0.52 of the plain rate, 0.84 at a stride
+/// of 264 words).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Transposed {
-    /// Every other layout, and products too small for a copy to pay: faer as called.
+    /// Every other layout, short summed extents and products too small for a copy to pay:
+    /// faer as called.
     InPlace,
     /// Many output columns: panels of `a` copied row-major (a copied word serves `n`
     /// multiply-adds).
     PackLeft,
-    /// Both operands column-major and a long summed index: each row block of `c` computed
-    /// column-major in a scratch block (faer's fast layout) and written back, a copied word
-    /// of `c` serving `k` multiply-adds.
+    /// Both operands column-major, a long summed index and many columns: the output computed
+    /// in blocks of a fraction of the L2 cache, each column-major in scratch (faer's fast
+    /// layout) and written back while in cache, a copied word of `c` serving `k`
+    /// multiply-adds.
     ColumnOutput,
+    /// Few output columns and a long summed index: faer on chunks of the summed index of `a`,
+    /// so that a chunk's panel stays in the L1 cache; at strides that would crowd it into a
+    /// few sets of that cache, each chunk is first copied as stored, row by row (a memcpy
+    /// each), into scratch whose rows are padded to an odd number of cache lines.
+    PaddedRows,
 }
 
 /// Whether an `m x n x k` product under a row-major output reads a left operand stored
-/// transposed in faer's slower way (no panel copy and no column-major output for it), with the
+/// transposed in faer's slower way (no copy of it and no column-major output), with the
 /// right operand stored transposed when `b_trans`.
 pub(crate) fn reads_left_in_place(m: usize, n: usize, k: usize, b_trans: bool) -> bool {
     let a_col = m > 1 && k > 1;
@@ -219,13 +233,15 @@ pub(crate) fn reads_left_in_place(m: usize, n: usize, k: usize, b_trans: bool) -
 const REORDER_MIN_MADDS: usize = 1 << 18;
 
 /// From this summed extent on, a product of two transposed operands computes its output
-/// column-major (gemm bench, EPYC: k = 64 lost to the write-back, k >= 1024 gained).
-const COLUMN_OUTPUT_MIN_DEPTH: usize = 1024;
+/// column-major, and one with few columns copies its left operand's rows (gemm bench,
+/// Sapphire Rapids: 4096 x 64 x 64 ran in place at 0.93-0.96 of the plain rate, with its
+/// output column-major at 0.58-0.69 and its rows copied at 0.72-0.86).
+const REORDER_MIN_DEPTH: usize = 256;
 
-/// Up to this many output columns a product of two transposed operands computes its output
-/// column-major; a wider one (1024^3: 0.83 of the plain rate) is better run the other way
-/// round by the step (both operands then plain, the output permuted).
-const COLUMN_OUTPUT_MAX_COLS: usize = 256;
+/// From this many output columns on, a product of two transposed operands computes its
+/// output column-major; fewer copy the left operand's rows (gemm bench, Sapphire Rapids,
+/// 256 x 32 x 2048: column-major output 0.59-0.64, rows copied 0.68).
+const COLUMN_OUTPUT_MIN_COLS: usize = 64;
 
 /// From this many output columns on (and [`PACK_ROWS`] rows: a thin block ran 256 x 32 x 2048's
 /// other orientation at 0.78), a transposed left operand is packed row-major rather than
@@ -250,79 +266,118 @@ impl Transposed {
             || m.saturating_mul(n).saturating_mul(k) < REORDER_MIN_MADDS
         {
             Transposed::InPlace
-        } else if b_col && k >= COLUMN_OUTPUT_MIN_DEPTH && n <= COLUMN_OUTPUT_MAX_COLS {
+        } else if b_col && k >= REORDER_MIN_DEPTH && n >= COLUMN_OUTPUT_MIN_COLS {
             Transposed::ColumnOutput
         } else if !b_col && n >= PACK_LEFT_MIN_COLS && m >= PACK_ROWS {
             Transposed::PackLeft
+        } else if k >= REORDER_MIN_DEPTH && m >= PADDED_MIN_ROWS {
+            Transposed::PaddedRows
         } else {
             Transposed::InPlace
         }
     }
 }
 
-/// [`tiled_gemm`] for the layouts [`Transposed`] reorders: per block of `c` (row blocks of
-/// [`PACK_ROWS`], column panels of `side`), the panels of `k` in turn.
+/// [`tiled_gemm`] for the layouts [`Transposed`] reorders.
 fn panels_reordered<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
-    mut c: faer::MatMut<'_, T>,
+    c: faer::MatMut<'_, T>,
     acc: faer::Accum,
     a: faer::MatRef<'_, T>,
     b: faer::MatRef<'_, T>,
     way: Transposed,
     side: usize,
 ) {
+    match way {
+        Transposed::ColumnOutput => column_output(c, acc, a, b),
+        Transposed::PaddedRows => padded_rows(c, acc, a, b),
+        Transposed::PackLeft => pack_left(c, acc, a, b, side),
+        Transposed::InPlace => {
+            faer::linalg::matmul::matmul(c, acc, a, b, T::from(1.0f32), faer::Par::Seq)
+        }
+    }
+}
+
+/// [`Transposed::PackLeft`]: per row block of `c` ([`PACK_ROWS`]) and panel of `k` (`side`),
+/// the panel of `a` copied row-major once and multiplied by each column panel of `b` in turn
+/// (so a word of `a` is copied once whatever `n`).
+fn pack_left<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
+    mut c: faer::MatMut<'_, T>,
+    acc: faer::Accum,
+    a: faer::MatRef<'_, T>,
+    b: faer::MatRef<'_, T>,
+    side: usize,
+) {
     let (m, n, k) = (c.nrows(), c.ncols(), a.ncols());
-    // A column-major output block takes the whole summed extent in one call (both operands
-    // are in faer's fast layout, so there is nothing to keep in cache but the block).
-    let (rows, kside) = match way {
-        Transposed::ColumnOutput => (PANEL_ROWS.min(m), k),
-        _ => (PACK_ROWS.min(m), side),
-    };
-    let (kc, nc) = (kside.min(k), side.min(n));
-    // Scratch for the packed left panel, or for the column-major output block.
-    let (na, nt) = match way {
-        Transposed::PackLeft => (rows * kc, 0),
-        Transposed::ColumnOutput => (0, rows * nc),
-        Transposed::InPlace => (0, 0),
-    };
-    with_scratch::<T, _>([na, nt], |[abuf, tbuf]| {
+    let rows = PACK_ROWS.min(m);
+    let kc = side.min(k);
+    with_scratch::<T, _>(rows * kc, |abuf| {
         for i0 in (0..m).step_by(rows) {
             let mm = rows.min(m - i0);
-            for j0 in (0..n).step_by(side) {
-                let nn = side.min(n - j0);
-                for k0 in (0..k).step_by(kside) {
-                    let kk = kside.min(k - k0);
-                    let ap = a.submatrix(i0, k0, mm, kk);
-                    let ap = if na > 0 {
-                        pack_row_major(&mut abuf[..mm * kk], ap)
-                    } else {
-                        ap
-                    };
-                    // The first panel of k replaces the scratch block, or applies the caller's
-                    // accumulation to `c`; the later ones add.
-                    let (dst, acc_k) = if nt > 0 {
-                        let t =
-                            faer::MatMut::from_column_major_slice_mut(&mut tbuf[..mm * nn], mm, nn);
-                        (t.as_dyn_stride_mut(), faer::Accum::Replace)
-                    } else {
-                        (c.as_mut().submatrix_mut(i0, j0, mm, nn), acc)
-                    };
-                    let acc_k = if k0 == 0 { acc_k } else { faer::Accum::Add };
-                    let bp = b.submatrix(k0, j0, kk, nn);
+            for k0 in (0..k).step_by(side) {
+                let kk = side.min(k - k0);
+                let ap = pack_row_major(&mut abuf[..mm * kk], a.submatrix(i0, k0, mm, kk));
+                // The first panel of k applies the caller's accumulation; the later ones add.
+                let acc_k = if k0 == 0 { acc } else { faer::Accum::Add };
+                for j0 in (0..n).step_by(side) {
+                    let nn = side.min(n - j0);
                     faer::linalg::matmul::matmul(
-                        dst,
+                        c.as_mut().submatrix_mut(i0, j0, mm, nn),
                         acc_k,
                         ap,
-                        bp,
+                        b.submatrix(k0, j0, kk, nn),
                         T::from(1.0f32),
                         faer::Par::Seq,
                     );
                 }
-                if nt > 0 {
-                    let t = faer::MatRef::from_column_major_slice(&tbuf[..mm * nn], mm, nn);
-                    let mut dst = c.as_mut().submatrix_mut(i0, j0, mm, nn);
+            }
+        }
+    });
+}
+
+/// Most columns of a block of `c` in [`Transposed::ColumnOutput`].
+const COLUMN_BLOCK_COLS: usize = 512;
+
+/// [`Transposed::ColumnOutput`]: blocks of `c` of at most [`COLUMN_BLOCK_COLS`] columns and an
+/// eighth of the L2 cache (gemm bench, Sapphire Rapids, 512^3: 64 x 512 blocks at 0.97 of the
+/// plain rate, 128 x 256 at 0.89, whole row blocks of 1024 out of cache at 0.64), each the
+/// whole summed extent in one faer call into column-major scratch, then copied into `c`.
+fn column_output<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
+    mut c: faer::MatMut<'_, T>,
+    acc: faer::Accum,
+    a: faer::MatRef<'_, T>,
+    b: faer::MatRef<'_, T>,
+) {
+    let (m, n) = (c.nrows(), c.ncols());
+    let nb = COLUMN_BLOCK_COLS.min(n);
+    let words = l2_bytes() / 8 / std::mem::size_of::<T>();
+    // At least a few of faer's 48-row register blocks per call.
+    let mb = (words / nb).max(48).min(m);
+    with_scratch::<T, _>(mb * nb, |tbuf| {
+        for j0 in (0..n).step_by(nb) {
+            let nn = nb.min(n - j0);
+            for i0 in (0..m).step_by(mb) {
+                let mm = mb.min(m - i0);
+                let t = faer::MatMut::from_column_major_slice_mut(&mut tbuf[..mm * nn], mm, nn);
+                faer::linalg::matmul::matmul(
+                    t,
+                    faer::Accum::Replace,
+                    a.subrows(i0, mm),
+                    b.subcols(j0, nn),
+                    T::from(1.0f32),
+                    faer::Par::Seq,
+                );
+                let mut dst = c.as_mut().submatrix_mut(i0, j0, mm, nn);
+                for i in 0..mm {
+                    let row = dst
+                        .as_mut()
+                        .row_mut(i)
+                        .try_as_row_major_mut()
+                        .expect("a row-major output")
+                        .as_slice_mut();
+                    let col = tbuf[i..].iter().step_by(mm);
                     match acc {
-                        faer::Accum::Replace => dst.copy_from(t),
-                        faer::Accum::Add => dst += t,
+                        faer::Accum::Replace => row.iter_mut().zip(col).for_each(|(d, &x)| *d = x),
+                        faer::Accum::Add => row.iter_mut().zip(col).for_each(|(d, &x)| *d += x),
                     }
                 }
             }
@@ -330,7 +385,93 @@ fn panels_reordered<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck:
     });
 }
 
-/// Rows of `c` per block in [`panels_reordered`]: a packed panel of `a` then holds
+/// Fewer output rows than this (rows of the left operand's storage of at most 8 cache lines
+/// for f64) are read by faer in place in one call: their panels do not crowd the L1 cache, and
+/// chunks of the summed index only added calls (gemm bench, 32 x 128 x 65536 `ji,jk`: 0.67-0.84
+/// of the plain rate in chunks against 0.90-0.97 in one call, load 7).
+const PADDED_MIN_ROWS: usize = 64;
+
+/// Rows of `a` (output rows) per block in [`Transposed::PaddedRows`].
+const PADDED_ROWS: usize = 1024;
+
+/// Summed extent per chunk in [`Transposed::PaddedRows`] when the chunk is copied (gemm
+/// bench, Sapphire Rapids, 256 x 32 x 2048: chunks of 128 at 0.69 of the plain rate, 256 at
+/// 0.62, 512 at 0.56).
+const PADDED_DEPTH: usize = 128;
+
+/// Summed extent per chunk in [`Transposed::PaddedRows`] when `a` is read where it is (a
+/// Sapphire Rapids, 264 x 32 x 2048: 0.90 of the plain rate in chunks of 64, 0.83 of 128,
+/// 0.62 in one call; 300 x 40 x 2000: 0.90, 0.84, 0.63).
+const IN_PLACE_DEPTH: usize = 64;
+
+/// Whether [`Transposed::PaddedRows`] copies a left operand whose summed index steps by
+/// `stride_bytes`: when that stride is a whole number of cache lines with a power-of-two
+/// factor above 8, so that the rows of a chunk fall into at most 8 of the L1 cache's 64 sets
+/// (256 x 32 x 2048, 32 lines: 0.69 copied, 0.62-0.66 in place); at other strides the rows
+/// spread over the sets and a chunked read in place saves the copy.
+fn copies_rows(stride_bytes: usize) -> bool {
+    stride_bytes.is_multiple_of(64 * 16)
+}
+
+/// [`Transposed::PaddedRows`]: per row block of `c` and chunk of the summed index, faer on
+/// `a`'s chunk, read in place or, at strides [`copies_rows`] names, copied first column by
+/// column (rows of its storage, contiguous) into 64-byte aligned scratch at a stride of an
+/// odd number of cache lines.
+fn padded_rows<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
+    mut c: faer::MatMut<'_, T>,
+    acc: faer::Accum,
+    a: faer::MatRef<'_, T>,
+    b: faer::MatRef<'_, T>,
+) {
+    let (m, k) = (c.nrows(), a.ncols());
+    let size = std::mem::size_of::<T>();
+    let copy = copies_rows(a.col_stride().unsigned_abs() * size);
+    let rows = PADDED_ROWS.min(m);
+    let kc = if copy { PADDED_DEPTH } else { IN_PLACE_DEPTH }.min(k);
+    let line = (64 / size).max(1);
+    let ld = line * (rows.div_ceil(line) | 1);
+    let words = if copy { ld * kc + line } else { 0 };
+    with_scratch::<T, _>(words, |buf| {
+        let off = buf.as_ptr().align_offset(64).min(line).min(buf.len());
+        let buf = &mut buf[off..];
+        for i0 in (0..m).step_by(rows) {
+            let mm = rows.min(m - i0);
+            for k0 in (0..k).step_by(kc) {
+                let kk = kc.min(k - k0);
+                let ap = a.submatrix(i0, k0, mm, kk);
+                let ap = if copy {
+                    for (p, dst) in buf.chunks_mut(ld).take(kk).enumerate() {
+                        let col = ap
+                            .col(p)
+                            .try_as_col_major()
+                            .expect("a column-major operand");
+                        dst[..mm].copy_from_slice(col.as_slice());
+                    }
+                    faer::MatRef::from_column_major_slice_with_stride(
+                        &buf[..(kk - 1) * ld + mm],
+                        mm,
+                        kk,
+                        ld,
+                    )
+                } else {
+                    ap
+                };
+                // The first chunk applies the caller's accumulation; the later ones add.
+                let acc_k = if k0 == 0 { acc } else { faer::Accum::Add };
+                faer::linalg::matmul::matmul(
+                    c.as_mut().subrows_mut(i0, mm),
+                    acc_k,
+                    ap,
+                    b.subrows(k0, kk),
+                    T::from(1.0f32),
+                    faer::Par::Seq,
+                );
+            }
+        }
+    });
+}
+
+/// Rows of `c` per block in [`pack_left`]: a packed panel of `a` then holds
 /// `PACK_ROWS x side` words, within the L2 cache beside `b`'s panel.
 const PACK_ROWS: usize = 256;
 
@@ -359,22 +500,21 @@ fn pack_row_major<'b, T: Copy>(buf: &'b mut [T], src: faer::MatRef<'_, T>) -> fa
 }
 
 thread_local! {
-    /// Per thread, the words [`tiled_gemm`] packs panels into, kept between calls so that
-    /// repeated steps do not fault fresh pages in.
+    /// Per thread, the words [`tiled_gemm`] copies operands and output blocks into, kept
+    /// between calls so that repeated steps do not fault fresh pages in.
     static SCRATCH: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Runs `f` on two scratch slices of the given lengths of `T` from this thread's buffer.
-fn with_scratch<T: bytemuck::Pod, R>(lens: [usize; 2], f: impl FnOnce([&mut [T]; 2]) -> R) -> R {
+/// Runs `f` on a scratch slice of `len` elements of `T` from this thread's buffer.
+fn with_scratch<T: bytemuck::Pod, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
     let size = std::mem::size_of::<T>();
-    let words = ((lens[0] + lens[1]) * size).div_ceil(8);
+    let words = (len * size).div_ceil(8);
     let mut buf = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
     if buf.len() < words {
         buf.resize(words, 0);
     }
     let all: &mut [T] = bytemuck::cast_slice_mut(&mut buf[..]);
-    let (x, rest) = all.split_at_mut(lens[0]);
-    let r = f([x, &mut rest[..lens[1]]]);
+    let r = f(&mut all[..len]);
     SCRATCH.with(|s| *s.borrow_mut() = buf);
     r
 }
@@ -468,8 +608,10 @@ mod tests {
     fn tiled_gemm_matches_naive() {
         let side = panel_side(8);
         let many_cols = (PANEL_ROWS + 37, side + 29, 2 * side + 11);
-        let deep = (PANEL_ROWS + 5, 40, COLUMN_OUTPUT_MIN_DEPTH + 3);
-        const { assert!(40 <= COLUMN_OUTPUT_MAX_COLS) };
+        let deep = (PANEL_ROWS + 5, 40, REORDER_MIN_DEPTH + 3);
+        let wide_deep = (130, COLUMN_BLOCK_COLS + 21, REORDER_MIN_DEPTH + 5);
+        let short = (300, 40, REORDER_MIN_DEPTH - 1);
+        let few_rows = (PADDED_MIN_ROWS - 1, 40, 4 * REORDER_MIN_DEPTH);
         let view = |(m, n, k): (usize, usize, usize), a_trans: bool, b_trans: bool| {
             let a = vec![0.0f64; m * k];
             let b = vec![0.0f64; k * n];
@@ -486,11 +628,21 @@ mod tests {
             Transposed::of(a, b, false)
         };
         assert_eq!(view(many_cols, true, false), Transposed::PackLeft);
-        assert_eq!(view(deep, true, true), Transposed::ColumnOutput);
-        assert_eq!(view(deep, true, false), Transposed::InPlace);
+        assert_eq!(view(many_cols, true, true), Transposed::ColumnOutput);
+        assert_eq!(view(wide_deep, true, true), Transposed::ColumnOutput);
+        assert_eq!(view(deep, true, true), Transposed::PaddedRows);
+        assert_eq!(view(deep, true, false), Transposed::PaddedRows);
+        assert_eq!(view(short, true, false), Transposed::InPlace);
+        assert_eq!(view(few_rows, true, false), Transposed::InPlace);
         assert_eq!(view(deep, false, true), Transposed::InPlace);
-        check_against_naive(many_cols);
-        check_against_naive(deep);
+        // Rows at 16 cache lines are copied, at 16.25 or 17 read in place.
+        assert!(copies_rows(128 * 8) && copies_rows(1024 * 8));
+        assert!(!copies_rows(130 * 8) && !copies_rows(136 * 8) && !copies_rows(264 * 8));
+        let deep_copied = (PADDED_ROWS + 128, 9, REORDER_MIN_DEPTH + 3);
+        assert_eq!(view(deep_copied, true, false), Transposed::PaddedRows);
+        for shape in [many_cols, deep, deep_copied, wide_deep, short, few_rows] {
+            check_against_naive(shape);
+        }
     }
 
     fn check_against_naive((m, n, k): (usize, usize, usize)) {

@@ -73,21 +73,23 @@ fn best(reps: usize, mut f: impl FnMut()) -> f64 {
 }
 
 fn measure() -> TransposedRows {
-    use crate::scalar::{Layout, Scalar};
-    // A GEMM large enough to run at its steady rate, with fewer output columns than the
-    // GEMM's own panel copies start at (so faer reads the operand in place), and a transpose
-    // out of the L2 cache.
+    // faer itself (not the panelled GEMM, which copies such an operand when it pays) on a
+    // product large enough to run at its steady rate, with fewer output columns than the
+    // GEMM's own panel copies start at, and a transpose out of the L2 cache.
     let (s, n) = (256, crate::scalar::PACK_LEFT_MIN_COLS / 2);
     let a: Vec<f64> = (0..s * s).map(|x| (x % 7) as f64).collect();
     let b: Vec<f64> = (0..s * n).map(|x| (x % 5) as f64).collect();
     let mut c = vec![0.0f64; s * n];
     let mut gemm = |trans: bool| {
-        let layout = Layout {
-            a_trans: trans,
-            ..Layout::default()
+        let a = if trans {
+            faer::MatRef::from_row_major_slice(&a, s, s).transpose()
+        } else {
+            faer::MatRef::from_row_major_slice(&a, s, s)
         };
-        f64::gemm_layout(s, n, s, &a, &b, &mut c, false, layout);
-        std::hint::black_box(&c);
+        let b = faer::MatRef::from_row_major_slice(&b, s, n);
+        let cm = faer::MatMut::from_row_major_slice_mut(&mut c, s, n);
+        faer::linalg::matmul::matmul(cm, faer::Accum::Replace, a, b, 1.0, faer::Par::Seq);
+        std::hint::black_box(&mut c);
     };
     gemm(false);
     gemm(true);
