@@ -298,14 +298,19 @@ impl Einsum {
             // Rank 0 takes the output blocks as they are (no messages): see the doc above.
             Ok(t.into_primary())
         })?;
-        let blocks: Vec<_> = blocks.into_iter().flatten().collect();
+        let blocks: Vec<_> = blocks
+            .into_iter()
+            .enumerate()
+            .filter_map(|(r, b)| Some((r, b?)))
+            .collect();
         let out_t = plan.tensor(plan.output.0).ok_or_else(|| {
             Error::Exec(ExecError::InvalidPlan {
                 step: plan.steps.len(),
                 message: "unknown output tensor".into(),
             })
         })?;
-        let out = deinsum_exec::assemble(out_t, blocks).map_err(|e| {
+        let spare = |r: usize, v: Vec<T>| kept.give(r, v);
+        let out = deinsum_exec::assemble(out_t, blocks, spare).map_err(|e| {
             Error::Exec(ExecError::OutOfMemory {
                 rank: 0,
                 tensor: format!(

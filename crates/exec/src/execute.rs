@@ -398,10 +398,12 @@ impl<T: Scalar> DistTensor<T> {
 /// blocks are consecutive slabs of the row-major order (a split of the leading indices), the
 /// first block's buffer is grown and the others appended (each element copied once, the first
 /// block's not at all: a large buffer grows by remapping its pages); otherwise every block is
-/// copied once into a fresh buffer.
+/// copied once into a fresh buffer. The blocks' buffers that the result does not take are
+/// handed to `spare` with their owner (the first of each pair), for reuse.
 pub fn assemble<T: Scalar>(
     tensor: &Tensor,
-    mut blocks: Vec<LocalTensor<T>>,
+    blocks: Vec<(usize, LocalTensor<T>)>,
+    mut spare: impl FnMut(usize, Vec<T>),
 ) -> Result<Vec<T>, OutOfMemory> {
     let shape = &tensor.shape[..];
     let total: usize = shape.iter().product();
@@ -412,7 +414,10 @@ pub fn assemble<T: Scalar>(
         }
         st
     };
-    blocks.retain(|b| !b.data.is_empty());
+    let (owners, blocks): (Vec<usize>, Vec<LocalTensor<T>>) = blocks
+        .into_iter()
+        .filter(|(_, b)| !b.data.is_empty())
+        .unzip();
     // A block is a slab when the dims after its first cut one are whole and those before it
     // have extent 1: then it is the run [start, start + len) of the row-major order.
     let slab = |b: &LocalTensor<T>| -> Option<(usize, usize)> {
@@ -455,6 +460,7 @@ pub fn assemble<T: Scalar>(
             for &i in &order[1..] {
                 if let Some(d) = taken[i].take() {
                     out.extend_from_slice(&d);
+                    spare(owners[i], d);
                 }
             }
             return Ok(out);
@@ -464,11 +470,12 @@ pub fn assemble<T: Scalar>(
         tensor.indices.clone(),
         shape.iter().map(|&n| (0, n)).collect(),
     )?;
-    for b in &blocks {
+    for (b, owner) in blocks.into_iter().zip(owners) {
         let bx = Block {
             ranges: b.ranges.iter().copied().collect(),
         };
         unpack_box(&mut full, &bx, &b.data, false)?;
+        spare(owner, b.data);
     }
     Ok(full.data)
 }
@@ -1126,6 +1133,10 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         drop(ins);
         for (_, _, w) in windows {
             self.mem.sub(words(&w));
+            // The next phase's windows (or the next run's) are cut into its buffer.
+            if let Some(b) = w {
+                crate::pool::give(b.data);
+            }
         }
         // Accumulate into the output block, held from phase 0 on.
         if phase == 0 {
@@ -1349,9 +1360,10 @@ fn add_into<T: Scalar>(
             if a.ranges != p.ranges || a.data.len() != p.data.len() {
                 return Err("phase result does not match the output block".into());
             }
-            for (x, y) in a.data.iter_mut().zip(p.data) {
+            for (x, &y) in a.data.iter_mut().zip(&p.data) {
                 *x += y;
             }
+            crate::pool::give(p.data);
             Ok(())
         }
         (None, None) => Ok(()),

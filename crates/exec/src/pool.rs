@@ -116,6 +116,15 @@ impl KeptBuffers {
             .sum()
     }
 
+    /// Keeps buffer `v` in rank `me`'s list (within its capacity; dropped otherwise): a buffer
+    /// the caller had from that rank's run, such as its part of the output once assembled.
+    pub fn give<T: Send + 'static>(&self, me: usize, v: Vec<T>) {
+        let ranks = self.ranks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(free) = ranks.get(me) {
+            free.lock().unwrap_or_else(|e| e.into_inner()).give(v);
+        }
+    }
+
     /// Frees the lists of ranks `procs` and above (a run on fewer ranks than the last).
     pub fn keep_ranks(&self, procs: usize) {
         self.ranks
