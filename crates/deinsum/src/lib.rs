@@ -245,8 +245,7 @@ impl Einsum {
         let blocks = self.on_local_ranks::<T, _>(|comm| {
             let me = comm.rank();
             // The blocks are cut into the buffers the last run left (see `kept_buffers`).
-            let cap = plan.peak_of(me).1 as usize;
-            let ctx = deinsum_exec::pool::RankContext::kept(&kept, cap, 1, me)
+            let ctx = deinsum_exec::pool::RankContext::kept_as_is(&kept, 1, me)
                 .map_err(|e| ExecError::Threads(e.to_string()))?;
             let _in_ctx = ctx.enter();
             // This rank's block of every loaded operand, cut out of the lent arrays.

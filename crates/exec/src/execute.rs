@@ -613,8 +613,11 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     // rank's own thread (MPI is initialized for one thread per process). Repeated runs reuse
     // freed blocks and messages (crate::pool), keeping at most the rank's predicted peak; so
     // do runs given buffers kept from earlier ones.
+    // The plan's memory model is walked once per run (it costs about as much as a small
+    // contraction).
+    let peak = plan.peak_of(me);
     let cap = if runs > 1 || opts.kept.is_some() {
-        plan.peak_of(me).1 as usize
+        peak.1 as usize
     } else {
         0
     };
@@ -651,7 +654,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     }
     report.load_seconds = load_seconds;
     report.threads = opts.threads.max(1);
-    report.predicted_peak_words = Some(plan.peak_of(me).0);
+    report.predicted_peak_words = Some(peak.0);
     let (out_id, out_dist) = &plan.output;
     let out_t = plan.tensor(*out_id).ok_or_else(|| ExecError::InvalidPlan {
         step: plan.steps.len(),

@@ -96,15 +96,20 @@ impl KeptBuffers {
     /// The free list of rank `me`, its capacity set to `cap_words` (a smaller one than the
     /// last run's drops what exceeds it).
     fn rank(&self, me: usize, cap_words: usize) -> Arc<Mutex<Free>> {
-        let mut ranks = self.ranks.lock().unwrap_or_else(|e| e.into_inner());
-        while ranks.len() <= me {
-            ranks.push(Arc::default());
-        }
-        let free = ranks[me].clone();
+        let free = self.list(me);
         free.lock()
             .unwrap_or_else(|e| e.into_inner())
             .set_cap(cap_words);
         free
+    }
+
+    /// The free list of rank `me` (made empty, with no capacity, if it has none yet).
+    fn list(&self, me: usize) -> Arc<Mutex<Free>> {
+        let mut ranks = self.ranks.lock().unwrap_or_else(|e| e.into_inner());
+        while ranks.len() <= me {
+            ranks.push(Arc::default());
+        }
+        ranks[me].clone()
     }
 
     /// Words of free buffers kept, over every rank.
@@ -175,6 +180,17 @@ impl RankContext {
         me: usize,
     ) -> Result<Self, rayon::ThreadPoolBuildError> {
         Self::with_free(kept.rank(me, cap_words), threads, me)
+    }
+
+    /// [`RankContext::new`] on rank `me`'s list of `kept` buffers as it is (its capacity is
+    /// left for the run to set): for work that only takes buffers, such as cutting input blocks
+    /// ahead of a run given the same list.
+    pub fn kept_as_is(
+        kept: &KeptBuffers,
+        threads: usize,
+        me: usize,
+    ) -> Result<Self, rayon::ThreadPoolBuildError> {
+        Self::with_free(kept.list(me), threads, me)
     }
 
     fn with_free(
