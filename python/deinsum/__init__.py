@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _native
 
-__all__ = ["einsum", "contract_path", "compile", "bound", "Plan", "PathInfo"]
+__all__ = ["einsum", "contract_path", "compile", "bound", "release_buffers", "Plan", "PathInfo"]
 
 _SUPPORTED = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -164,6 +164,15 @@ def _cached_plan(expr, shapes, procs, mem, optimize):
     # benchmark loop) reuses its plan, as opt_einsum's contract_expression would, instead of
     # searching the path and planning again (about 1 ms for the 5-operand chain).
     return compile(expr, *shapes, procs=procs, mem=mem, optimize=optimize)
+
+
+def release_buffers():
+    """Frees the buffers deinsum keeps between calls and returns how many elements they held.
+
+    A run leaves the buffers it freed (at most its plan's predicted peak memory per rank) for
+    the next call, so that a repeated call does not pay first-touch page faults again.
+    """
+    return _native.release_buffers()
 
 
 # `contract_path` and its `PathInfo` are native: one call from the arguments to the result.

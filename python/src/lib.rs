@@ -472,6 +472,12 @@ fn bound(
     Ok((text, json))
 }
 
+/// Frees the buffers that in-process runs keep for the next call; returns the elements freed.
+#[pyfunction]
+fn release_buffers() -> usize {
+    deinsum::release_buffers()
+}
+
 /// The native module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -480,5 +486,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile, m)?)?;
     m.add_function(wrap_pyfunction!(contract_path, m)?)?;
     m.add_function(wrap_pyfunction!(bound, m)?)?;
+    m.add_function(wrap_pyfunction!(release_buffers, m)?)?;
     Ok(())
 }

@@ -118,3 +118,24 @@ def test_numpy_style_optimize_flag():
     np.testing.assert_array_equal(deinsum.einsum("ij,jk->ik", a, b, optimize=True), a @ b)
     path, _ = deinsum.contract_path("ij,jk->ik", a, b, optimize=False)
     assert path == [(0, 1)]
+
+
+@pytest.mark.parametrize("procs", [1, 2, 3, 5, 8])
+def test_repeated_calls_reuse_kept_buffers_and_equal_numpy(procs):
+    # Large enough blocks to be kept between calls; f64 then f32 then f64 on the same buffers,
+    # a smaller einsum in between, extents no P divides evenly.
+    rng = np.random.default_rng(procs)
+    a, b = rng.standard_normal((301, 157)), rng.standard_normal((157, 263))
+    t = rng.standard_normal((41, 37, 29))
+    m = rng.standard_normal((29, 6))
+    for dt in (np.float64, np.float32, np.float64):
+        for _ in range(2):
+            got = deinsum.einsum("ij,jk->ik", a.astype(dt), b.astype(dt), procs=procs)
+            tol = 1e-10 if dt == np.float64 else 1e-3
+            np.testing.assert_allclose(got, a @ b, rtol=tol, atol=tol)
+            got = deinsum.einsum("ijk,ka->ija", t, m, procs=procs)
+            np.testing.assert_allclose(got, np.einsum("ijk,ka->ija", t, m), rtol=1e-10, atol=1e-10)
+    # A call on one rank leaves its input block (47,257 words) for the next; release frees it.
+    deinsum.einsum("ij,jk->ik", a, b, procs=1)
+    assert deinsum.release_buffers() >= a.size
+    assert deinsum.release_buffers() == 0

@@ -97,6 +97,23 @@ impl Options {
     }
 }
 
+/// The free buffers in-process runs of [`Einsum::run_local_borrowed`] leave for the next
+/// call (one list per rank number, bounded by the last plan's predicted peak per rank; the
+/// lists of ranks it does not have are freed).
+fn kept_buffers() -> &'static deinsum_exec::pool::KeptBuffers {
+    static KEPT: std::sync::OnceLock<deinsum_exec::pool::KeptBuffers> = std::sync::OnceLock::new();
+    KEPT.get_or_init(deinsum_exec::pool::KeptBuffers::new)
+}
+
+/// Frees the buffers that in-process runs keep for the next call (see
+/// [`Einsum::run_local_borrowed`]); returns the words freed.
+pub fn release_buffers() -> usize {
+    let k = kept_buffers();
+    let words = k.words();
+    k.clear();
+    words
+}
+
 /// A compiled einsum: the distributed plan, ready to run.
 #[derive(Clone, Debug)]
 pub struct Einsum {
@@ -189,6 +206,18 @@ impl Einsum {
     /// `Operand::dims`) with the executor's `options` (threads per rank, a cancel flag): no
     /// operand is copied whole; each rank copies only its own block out of them (a NumPy array
     /// is read in place this way).
+    ///
+    /// Buffers: unless `options.kept` names others, the run takes its blocks, messages and
+    /// intermediates from the buffers the previous call left in this process (per rank number,
+    /// at most this plan's predicted peak per rank with message buffers; see
+    /// [`release_buffers`]) and leaves its own there, so that a repeated call does not pay
+    /// first-touch page faults again.
+    ///
+    /// The output is not gathered by messages: the ranks share this process, so their output
+    /// blocks are handed to the caller's thread and put together there
+    /// ([`deinsum_exec::assemble`]: blocks split along the leading indices are appended to the
+    /// first one, others copied once). The plan's moves are made and measured as on any
+    /// communicator; only the gather, which no plan predicts, takes this shortcut.
     pub fn run_local_borrowed<T: Scalar>(
         &self,
         operands: &[&[T]],
@@ -203,12 +232,22 @@ impl Einsum {
                 plan.einsum.inputs().len()
             )));
         }
+        let kept = options
+            .kept
+            .clone()
+            .unwrap_or_else(|| kept_buffers().clone());
+        kept.keep_ranks(plan.procs);
         let opts = ExecOptions {
             threads: options.threads.max(1),
+            kept: Some(kept.clone()),
             ..options.clone()
         };
-        self.on_local_ranks(|comm| {
+        let blocks = self.on_local_ranks::<T, _>(|comm| {
             let me = comm.rank();
+            // The blocks are cut into the buffers the last run left (see `kept_buffers`).
+            let ctx = deinsum_exec::pool::RankContext::kept_as_is(&kept, 1, me)
+                .map_err(|e| ExecError::Threads(e.to_string()))?;
+            let _in_ctx = ctx.enter();
             // This rank's block of every loaded operand, cut out of the lent arrays.
             let mut blocks = std::collections::BTreeMap::new();
             for (i, step) in plan.steps.iter().enumerate() {
@@ -255,33 +294,59 @@ impl Einsum {
                 Inputs::Blocks(blocks)
             };
             let (t, _) = deinsum_exec::execute_measured(plan, comm, &inputs, &opts)?;
-            t.gather(comm)
-        })
+            // Rank 0 takes the output blocks as they are (no messages): see the doc above.
+            Ok(t.into_primary())
+        })?;
+        let blocks: Vec<_> = blocks
+            .into_iter()
+            .enumerate()
+            .filter_map(|(r, b)| Some((r, b?)))
+            .collect();
+        let out_t = plan.tensor(plan.output.0).ok_or_else(|| {
+            Error::Exec(ExecError::InvalidPlan {
+                step: plan.steps.len(),
+                message: "unknown output tensor".into(),
+            })
+        })?;
+        let spare = |r: usize, v: Vec<T>| kept.give(r, v);
+        let out = deinsum_exec::assemble(out_t, blocks, spare).map_err(|e| {
+            Error::Exec(ExecError::OutOfMemory {
+                rank: 0,
+                tensor: format!(
+                    "{} ({})",
+                    out_t.name,
+                    out_t.indices.iter().collect::<String>()
+                ),
+                bytes: e.bytes,
+                stage: deinsum_exec::Stage::Gather,
+            })
+        })?;
+        Ok(out)
     }
 
     /// Runs on the plan's P ranks as threads of this process and returns the whole output,
     /// row-major over the output indices. Refuses up front (see [`Einsum::check_fits`]) a run
     /// whose ranks would not fit this node's memory.
     pub fn run_local<T: Scalar>(&self, inputs: &Inputs<T>) -> Result<Vec<T>, Error> {
-        self.on_local_ranks(|comm| {
+        let out = self.on_local_ranks::<T, _>(|comm| {
             let t = deinsum_exec::execute(&self.plan, comm, inputs)?;
             t.gather(comm)
-        })
-    }
-
-    /// Runs `rank` on the plan's P in-process ranks, after the preflight checks, and returns
-    /// what rank 0 gathered.
-    fn on_local_ranks<T: Scalar>(
-        &self,
-        rank: impl Fn(&deinsum_exec::LocalComm) -> Result<Option<Vec<T>>, ExecError> + Sync,
-    ) -> Result<Vec<T>, Error> {
-        deinsum_exec::preflight::check_in_process_ranks(self.plan.procs)?;
-        self.check_fits::<T>(self.plan.procs)?;
-        let world = InProcess::new(self.plan.procs).map_err(|e| Error::Exec(ExecError::Comm(e)))?;
-        let out = world.run(rank).map_err(|e| Error::Rank(e.to_string()))?;
+        })?;
         out.into_iter()
             .flatten()
             .next()
             .ok_or_else(|| Error::Rank("rank 0 returned no output".into()))
+    }
+
+    /// Runs `rank` on the plan's P in-process ranks, after the preflight checks (for elements
+    /// of `T`), and returns what each rank returned, in rank order.
+    fn on_local_ranks<T: Scalar, R: Send>(
+        &self,
+        rank: impl Fn(&deinsum_exec::LocalComm) -> Result<R, ExecError> + Sync,
+    ) -> Result<Vec<R>, Error> {
+        deinsum_exec::preflight::check_in_process_ranks(self.plan.procs)?;
+        self.check_fits::<T>(self.plan.procs)?;
+        let world = InProcess::new(self.plan.procs).map_err(|e| Error::Exec(ExecError::Comm(e)))?;
+        world.run(rank).map_err(|e| Error::Rank(e.to_string()))
     }
 }

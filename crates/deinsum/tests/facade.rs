@@ -186,6 +186,100 @@ fn run_local_borrowed_equals_serial_for_many_p() {
 }
 
 #[test]
+fn run_local_borrowed_assembles_every_output_layout_for_p_1_to_8() {
+    use deinsum::exec::data::seeded_value;
+    // Plain operands (cut out run by run) with extents no P divides evenly; outputs split on
+    // their leading index (slabs, appended), on a later one or replicated (boxes, copied),
+    // permuted, and a scalar.
+    let cases: [(&str, Vec<Vec<usize>>); 6] = [
+        ("ij,jk->ik", vec![vec![11, 7], vec![7, 13]]),
+        ("ij,jk->ki", vec![vec![11, 7], vec![7, 13]]),
+        ("ijk,ja,ka->ia", vec![vec![9, 5, 7], vec![5, 3], vec![7, 3]]),
+        ("ijk->kji", vec![vec![5, 3, 7]]),
+        ("ij,ij->", vec![vec![6, 5], vec![6, 5]]),
+        ("ik,jk->ijk", vec![vec![3, 5], vec![4, 5]]),
+    ];
+    for (expr, shapes) in cases {
+        let spec = ExtentSpec {
+            shapes: Some(shapes.clone()),
+            ..ExtentSpec::default()
+        };
+        let ops: Vec<Vec<f64>> = shapes
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                let n: usize = s.iter().product();
+                (0..n as u64).map(|x| seeded_value(3, k, x)).collect()
+            })
+            .collect();
+        let lent: Vec<&[f64]> = ops.iter().map(|v| v.as_slice()).collect();
+        for p in 1..=8 {
+            let c = Einsum::compile(expr, &spec, &Options::procs(p)).unwrap();
+            let want = naive_seeded(&c.plan().einsum, 3);
+            let got = c.run_local_borrowed(&lent, &threads_opt(2)).unwrap();
+            let (abs, rel) = max_error(&got, &want);
+            assert!(rel < 1e-12, "{expr} P={p}: abs {abs} rel {rel}");
+            // The gathered run (messages to rank 0) gives the same values.
+            let gathered = c.run_local(&Inputs::Full(ops.clone())).unwrap();
+            assert_eq!(got, gathered, "{expr} P={p}");
+        }
+    }
+}
+
+#[test]
+fn kept_buffers_serve_later_calls_of_other_plans_for_many_p() {
+    use deinsum::exec::data::seeded_value;
+    use deinsum::exec::pool::KeptBuffers;
+    // Blocks above the pool's threshold (16 Ki words) at small P; a large plan, then smaller
+    // ones, then the large one again, all on one set of kept buffers, from 8 ranks down to 1.
+    let cases: [(&str, Vec<Vec<usize>>); 3] = [
+        ("ij,jk->ik", vec![vec![181, 163], vec![163, 177]]),
+        (
+            "ijk,ja,ka->ia",
+            vec![vec![37, 29, 31], vec![29, 5], vec![31, 5]],
+        ),
+        ("ij,jk->ik", vec![vec![13, 7], vec![7, 11]]),
+    ];
+    let kept = KeptBuffers::new();
+    for p in [8, 5, 3, 2, 1] {
+        for (expr, shapes) in cases.iter().chain(&cases[..1]) {
+            let spec = ExtentSpec {
+                shapes: Some(shapes.clone()),
+                ..ExtentSpec::default()
+            };
+            let ops: Vec<Vec<f64>> = shapes
+                .iter()
+                .enumerate()
+                .map(|(k, s)| {
+                    let n: usize = s.iter().product();
+                    (0..n as u64).map(|x| seeded_value(9, k, x)).collect()
+                })
+                .collect();
+            let lent: Vec<&[f64]> = ops.iter().map(|v| v.as_slice()).collect();
+            let c = Einsum::compile(expr, &spec, &Options::procs(p)).unwrap();
+            let want = naive_seeded(&c.plan().einsum, 9);
+            for threads in [1, 2] {
+                let opts = ExecOptions {
+                    threads,
+                    kept: Some(kept.clone()),
+                    ..ExecOptions::default()
+                };
+                let got = c.run_local_borrowed(&lent, &opts).unwrap();
+                let (abs, rel) = max_error(&got, &want);
+                assert!(rel < 1e-12, "{expr} P={p}: abs {abs} rel {rel}");
+                // What is kept stays within the plan's predicted peaks.
+                let bound: u64 = (0..p).map(|r| c.plan().peak_of(r).1).sum();
+                assert!(kept.words() as u64 <= bound, "{expr} P={p}");
+            }
+        }
+    }
+    // The large plan on one rank left buffers behind; clearing frees them.
+    assert!(kept.words() > 0);
+    kept.clear();
+    assert_eq!(kept.words(), 0);
+}
+
+#[test]
 fn lent_operands_serve_one_run_and_repeated_runs_alike() {
     // One run hands the rank's blocks over to the executor; repeated runs keep them, since
     // an input that is also the output (`ij->ij`) is read again by each run.

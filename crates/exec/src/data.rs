@@ -171,8 +171,41 @@ pub fn block_of_full<T: Scalar>(
     }
     let strides = storage_strides(einsum, k);
     let mut out = crate::pool::take_overwritten(block_len::<T>(block)?)?;
-    for_each_storage(block, &strides, |lin, x| out[lin] = full[x as usize]);
+    match plain_ranges(einsum, k, &strides) {
+        // Storage is row-major over the indices: the block is copied run by run (memcpy,
+        // the rank's threads for a large one), not element by element.
+        Some(whole) => copy_runs(
+            &run_list(&block.ranges, &whole, &block.ranges)?,
+            full,
+            &mut out,
+            false,
+        ),
+        None => for_each_storage(block, &strides, |lin, x| out[lin] = full[x as usize]),
+    }
     Ok(out)
+}
+
+/// The whole ranges of operand `k`'s indices when its storage is row-major over them (no
+/// diagonal, no broadcast dim, indices in storage order): then a block of it is a box of its
+/// storage, and `None` otherwise.
+pub fn plain_ranges(
+    einsum: &ParsedEinsum,
+    k: usize,
+    strides: &[u64],
+) -> Option<Vec<(usize, usize)>> {
+    let op = &einsum.inputs()[k];
+    let ext = einsum.extents();
+    let shape: Vec<usize> = op.indices.iter().map(|c| ext[c]).collect();
+    let row_major = strides_of(&shape);
+    let same = strides.len() == shape.len()
+        && strides
+            .iter()
+            .zip(&row_major)
+            .zip(&shape)
+            .all(|((&s, &r), &n)| n <= 1 || s == r as u64);
+    let len: usize = op.shape(ext).iter().product();
+    (same && len == shape.iter().product::<usize>())
+        .then(|| shape.iter().map(|&n| (0, n)).collect())
 }
 
 /// Row-major strides of `shape`.

@@ -161,6 +161,10 @@ pub struct ExecOptions {
     /// Set to true (from any thread) to stop the run before its next step; the ranks then fail
     /// with [`ExecError::Cancelled`] (a rank waiting on a peer is woken by the peer's failure).
     pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Free buffers kept across runs (see [`crate::pool::KeptBuffers`]): the run takes its
+    /// buffers from them and leaves its freed ones there (inputs read ahead included), up to
+    /// its plan's predicted peak per rank. `None`: a single run allocates afresh.
+    pub kept: Option<crate::pool::KeptBuffers>,
 }
 
 impl Default for ExecOptions {
@@ -171,6 +175,7 @@ impl Default for ExecOptions {
             warmup: 0,
             threads: 1,
             cancel: None,
+            kept: None,
         }
     }
 }
@@ -304,6 +309,28 @@ pub struct DistTensor<T> {
 }
 
 impl<T: Scalar> DistTensor<T> {
+    /// The block rank `r` holds as the one holder [`DistTensor::gather`] takes it from
+    /// (coordinate 0 along every grid dim that does not split), `None` for the other ranks.
+    fn primary_block(&self, r: usize) -> Option<Block> {
+        let c = self.dist.grid.coords(r)?;
+        let ok = c
+            .iter()
+            .enumerate()
+            .all(|(g, &x)| x == 0 || self.dist.split.iter().flatten().any(|&s| s == g));
+        if ok {
+            self.dist.block(r, &self.tensor.shape)
+        } else {
+            None
+        }
+    }
+
+    /// This rank's block if it is its holder for a gather (see [`assemble`]), else `None`:
+    /// the in-process way to the whole output, without messages.
+    pub fn into_primary(self) -> Option<LocalTensor<T>> {
+        self.primary_block(self.rank)?;
+        self.local
+    }
+
     /// Gathers the whole tensor (row-major over its indices) to rank 0: `Some` there, `None`
     /// elsewhere. Collective: every rank must call it.
     pub fn gather<C: Communicator>(&self, comm: &C) -> Result<Option<Vec<T>>, ExecError> {
@@ -320,20 +347,7 @@ impl<T: Scalar> DistTensor<T> {
         };
         let p = comm.size();
         let shape = &self.tensor.shape;
-        // One holder per block: coordinate 0 along every grid dim that does not split.
-        let splitting: Vec<usize> = self.dist.split.iter().flatten().copied().collect();
-        let primary = |r: usize| -> Option<Block> {
-            let c = self.dist.grid.coords(r)?;
-            let ok = c
-                .iter()
-                .enumerate()
-                .all(|(g, &x)| x == 0 || splitting.contains(&g));
-            if ok {
-                self.dist.block(r, shape)
-            } else {
-                None
-            }
-        };
+        let primary = |r: usize| self.primary_block(r);
         let mut counts = vec![0usize; p];
         let mut send = Vec::new();
         if me != 0 && primary(me).is_some() {
@@ -377,6 +391,93 @@ impl<T: Scalar> DistTensor<T> {
         }
         Ok(Some(full.data))
     }
+}
+
+/// The whole `tensor` (row-major over its indices) from its disjoint blocks
+/// `blocks` that cover it (each rank's [`DistTensor::into_primary`]), taken by value: when the
+/// blocks are consecutive slabs of the row-major order (a split of the leading indices), the
+/// first block's buffer is grown and the others appended (each element copied once, the first
+/// block's not at all: a large buffer grows by remapping its pages); otherwise every block is
+/// copied once into a fresh buffer. The blocks' buffers that the result does not take are
+/// handed to `spare` with their owner (the first of each pair), for reuse.
+pub fn assemble<T: Scalar>(
+    tensor: &Tensor,
+    blocks: Vec<(usize, LocalTensor<T>)>,
+    mut spare: impl FnMut(usize, Vec<T>),
+) -> Result<Vec<T>, OutOfMemory> {
+    let shape = &tensor.shape[..];
+    let total: usize = shape.iter().product();
+    let strides = {
+        let mut st = vec![1usize; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            st[d] = st[d + 1] * shape[d + 1];
+        }
+        st
+    };
+    let (owners, blocks): (Vec<usize>, Vec<LocalTensor<T>>) = blocks
+        .into_iter()
+        .filter(|(_, b)| !b.data.is_empty())
+        .unzip();
+    // A block is a slab when the dims after its first cut one are whole and those before it
+    // have extent 1: then it is the run [start, start + len) of the row-major order.
+    let slab = |b: &LocalTensor<T>| -> Option<(usize, usize)> {
+        let first = b
+            .ranges
+            .iter()
+            .zip(shape)
+            .position(|(&(s, e), &n)| (s, e) != (0, n))
+            .unwrap_or(0);
+        let outer_ok = b.ranges[..first.min(b.ranges.len())]
+            .iter()
+            .all(|&(s, e)| e - s == 1);
+        let inner_ok = b
+            .ranges
+            .iter()
+            .zip(shape)
+            .skip(first + 1)
+            .all(|(&(s, e), &n)| (s, e) == (0, n));
+        let start = b
+            .ranges
+            .iter()
+            .zip(&strides)
+            .map(|(&(s, _), &st)| s * st)
+            .sum();
+        (outer_ok && inner_ok).then_some((start, b.data.len()))
+    };
+    let runs: Option<Vec<(usize, usize)>> = blocks.iter().map(slab).collect();
+    if let Some(mut runs) = runs {
+        let mut order: Vec<usize> = (0..blocks.len()).collect();
+        order.sort_by_key(|&i| runs[i].0);
+        runs.sort();
+        let consecutive = runs.first().is_some_and(|r| r.0 == 0)
+            && runs.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0)
+            && runs.last().is_some_and(|r| r.0 + r.1 == total);
+        if consecutive {
+            let mut taken: Vec<Option<Vec<T>>> = blocks.into_iter().map(|b| Some(b.data)).collect();
+            let mut out = taken[order[0]].take().unwrap_or_default();
+            out.try_reserve_exact(total - out.len())
+                .map_err(|_| OutOfMemory::of::<T>(total))?;
+            for &i in &order[1..] {
+                if let Some(d) = taken[i].take() {
+                    out.extend_from_slice(&d);
+                    spare(owners[i], d);
+                }
+            }
+            return Ok(out);
+        }
+    }
+    let mut full = LocalTensor::<T>::zeros(
+        tensor.indices.clone(),
+        shape.iter().map(|&n| (0, n)).collect(),
+    )?;
+    for (b, owner) in blocks.into_iter().zip(owners) {
+        let bx = Block {
+            ranges: b.ranges.iter().copied().collect(),
+        };
+        unpack_box(&mut full, &bx, &b.data, false)?;
+        spare(owner, b.data);
+    }
+    Ok(full.data)
 }
 
 /// A hash of the plan's canonical JSON (FNV-1a-style over 8-byte words, streamed while the
@@ -507,21 +608,28 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     // so that no step's measured traffic includes it.
     let routes = moves::Routes::agree(plan, comm)?;
     let start = Instant::now();
-    // Inputs are read (or generated) before the timed runs: a Load step then only places the
-    // block, so repetitions time the contraction, not the input source.
-    let mut loaded = preload(plan, me, inputs)?;
     let runs = opts.warmup + opts.repeat.max(1);
     // The rank's threads: kernels use them inside `on_pool`; communication stays on the
     // rank's own thread (MPI is initialized for one thread per process). Repeated runs reuse
-    // freed blocks and messages (crate::pool), keeping at most the rank's predicted peak.
-    let cap = if runs > 1 {
-        plan.peak_of(me).1 as usize
+    // freed blocks and messages (crate::pool), keeping at most the rank's predicted peak; so
+    // do runs given buffers kept from earlier ones.
+    // The plan's memory model is walked once per run (it costs about as much as a small
+    // contraction).
+    let peak = plan.peak_of(me);
+    let cap = if runs > 1 || opts.kept.is_some() {
+        peak.1 as usize
     } else {
         0
     };
-    let ctx = crate::pool::RankContext::new(cap, opts.threads, me)
-        .map_err(|e| ExecError::Threads(e.to_string()))?;
+    let ctx = match &opts.kept {
+        Some(k) => crate::pool::RankContext::kept(k, cap, opts.threads, me),
+        None => crate::pool::RankContext::new(cap, opts.threads, me),
+    }
+    .map_err(|e| ExecError::Threads(e.to_string()))?;
     let _in_ctx = ctx.enter();
+    // Inputs are read (or generated) before the timed runs: a Load step then only places the
+    // block, so repetitions time the contraction, not the input source.
+    let mut loaded = preload(plan, me, inputs)?;
     let pool = ctx.thread_pool();
     let load_seconds = start.elapsed().as_secs_f64();
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); plan.steps.len()];
@@ -546,7 +654,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     }
     report.load_seconds = load_seconds;
     report.threads = opts.threads.max(1);
-    report.predicted_peak_words = Some(plan.peak_of(me).0);
+    report.predicted_peak_words = Some(peak.0);
     let (out_id, out_dist) = &plan.output;
     let out_t = plan.tensor(*out_id).ok_or_else(|| ExecError::InvalidPlan {
         step: plan.steps.len(),
@@ -556,6 +664,11 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
         step: plan.steps.len(),
         message: "the output is not live at the end".into(),
     })?;
+    // What the run no longer needs goes to the pool (kept for the next run, if any).
+    let spare = held.into_values().filter_map(|(_, b)| b);
+    spare
+        .chain(loaded.into_values().filter_map(|s| s.block))
+        .for_each(|b| crate::pool::give(b.data));
     if &d != out_dist {
         return Err(ExecError::InvalidPlan {
             step: plan.steps.len(),
@@ -1023,6 +1136,10 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         drop(ins);
         for (_, _, w) in windows {
             self.mem.sub(words(&w));
+            // The next phase's windows (or the next run's) are cut into its buffer.
+            if let Some(b) = w {
+                crate::pool::give(b.data);
+            }
         }
         // Accumulate into the output block, held from phase 0 on.
         if phase == 0 {
@@ -1246,9 +1363,10 @@ fn add_into<T: Scalar>(
             if a.ranges != p.ranges || a.data.len() != p.data.len() {
                 return Err("phase result does not match the output block".into());
             }
-            for (x, y) in a.data.iter_mut().zip(p.data) {
+            for (x, &y) in a.data.iter_mut().zip(&p.data) {
                 *x += y;
             }
+            crate::pool::give(p.data);
             Ok(())
         }
         (None, None) => Ok(()),

@@ -60,6 +60,88 @@ impl Free {
         self.words += c;
         self.list::<T>().push(v);
     }
+
+    /// Sets the capacity to `cap_words`; the free buffers are dropped when they exceed it (a
+    /// run of a smaller plan after a larger one).
+    fn set_cap(&mut self, cap_words: usize) {
+        self.cap_words = cap_words;
+        if self.words > cap_words {
+            self.by_type.clear();
+            self.words = 0;
+        }
+    }
+}
+
+/// Free buffers kept from one run to the next, one list per rank number: a run given them
+/// ([`crate::ExecOptions::kept`]) takes its blocks, messages and intermediates from the pages
+/// the previous run left (no first-touch page faults) and leaves its own freed buffers there,
+/// at most its plan's predicted peak per rank (with message buffers). Cloning shares the lists.
+#[derive(Clone, Default)]
+pub struct KeptBuffers {
+    ranks: Arc<Mutex<Vec<Arc<Mutex<Free>>>>>,
+}
+
+impl std::fmt::Debug for KeptBuffers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeptBuffers({} words)", self.words())
+    }
+}
+
+impl KeptBuffers {
+    /// No buffers kept yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The free list of rank `me`, its capacity set to `cap_words` (a smaller one than the
+    /// last run's drops what exceeds it).
+    fn rank(&self, me: usize, cap_words: usize) -> Arc<Mutex<Free>> {
+        let free = self.list(me);
+        free.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_cap(cap_words);
+        free
+    }
+
+    /// The free list of rank `me` (made empty, with no capacity, if it has none yet).
+    fn list(&self, me: usize) -> Arc<Mutex<Free>> {
+        let mut ranks = self.ranks.lock().unwrap_or_else(|e| e.into_inner());
+        while ranks.len() <= me {
+            ranks.push(Arc::default());
+        }
+        ranks[me].clone()
+    }
+
+    /// Words of free buffers kept, over every rank.
+    pub fn words(&self) -> usize {
+        let ranks = self.ranks.lock().unwrap_or_else(|e| e.into_inner());
+        ranks
+            .iter()
+            .map(|f| f.lock().unwrap_or_else(|e| e.into_inner()).words)
+            .sum()
+    }
+
+    /// Keeps buffer `v` in rank `me`'s list (within its capacity; dropped otherwise): a buffer
+    /// the caller had from that rank's run, such as its part of the output once assembled.
+    pub fn give<T: Send + 'static>(&self, me: usize, v: Vec<T>) {
+        let ranks = self.ranks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(free) = ranks.get(me) {
+            free.lock().unwrap_or_else(|e| e.into_inner()).give(v);
+        }
+    }
+
+    /// Frees the lists of ranks `procs` and above (a run on fewer ranks than the last).
+    pub fn keep_ranks(&self, procs: usize) {
+        self.ranks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .truncate(procs);
+    }
+
+    /// Frees every kept buffer.
+    pub fn clear(&self) {
+        self.ranks.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
 }
 
 /// One rank's context: its free buffers and its thread pool.
@@ -86,6 +168,36 @@ impl RankContext {
             cap_words,
             ..Free::default()
         }));
+        Self::with_free(free, threads, me)
+    }
+
+    /// [`RankContext::new`] on rank `me`'s list of `kept` buffers (at most `cap_words`), which
+    /// outlives the context.
+    pub fn kept(
+        kept: &KeptBuffers,
+        cap_words: usize,
+        threads: usize,
+        me: usize,
+    ) -> Result<Self, rayon::ThreadPoolBuildError> {
+        Self::with_free(kept.rank(me, cap_words), threads, me)
+    }
+
+    /// [`RankContext::new`] on rank `me`'s list of `kept` buffers as it is (its capacity is
+    /// left for the run to set): for work that only takes buffers, such as cutting input blocks
+    /// ahead of a run given the same list.
+    pub fn kept_as_is(
+        kept: &KeptBuffers,
+        threads: usize,
+        me: usize,
+    ) -> Result<Self, rayon::ThreadPoolBuildError> {
+        Self::with_free(kept.list(me), threads, me)
+    }
+
+    fn with_free(
+        free: Arc<Mutex<Free>>,
+        threads: usize,
+        me: usize,
+    ) -> Result<Self, rayon::ThreadPoolBuildError> {
         let threads = if threads > 1 {
             // The workers get the buffers only: a worker holding the pool would keep it alive.
             let worker = RankContext {
