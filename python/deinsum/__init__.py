@@ -129,8 +129,15 @@ class Plan:
         return f"<deinsum.Plan {d['expression']} on {d['procs']} ranks>"
 
 
-def compile(expr, *shapes, procs=1, mem=None, optimize="auto"):
-    """Compiles `expr` for operands of `shapes` on `procs` ranks with `mem` words per rank."""
+def compile(expr, *shapes, procs=1, mem=None, optimize="auto", machine="default"):
+    """Compiles `expr` for operands of `shapes` on `procs` ranks with `mem` words per rank.
+
+    `machine="default"` plans for the built-in machine model, as `deinsum plan` does (the same
+    JSON); `machine="host"` plans for `procs` in-process ranks on this host, as `deinsum run`
+    and `einsum` do (on a host whose cores the ranks fill, no overlapped phases).
+    """
+    if machine not in ("default", "host"):
+        raise ValueError(f"machine must be 'default' or 'host', not {machine!r}")
     return Plan(
         _native.compile(
             expr,
@@ -138,6 +145,7 @@ def compile(expr, *shapes, procs=1, mem=None, optimize="auto"):
             int(procs),
             None if mem is None else int(mem),
             _strategy(optimize),
+            machine == "host",
         )
     )
 
@@ -154,7 +162,7 @@ def einsum(expr, *operands, procs=1, threads=None, mem=None, optimize="auto", dt
     if isinstance(expr, str) and isinstance(optimize, (str, bool)):
         plan = _cached_plan(expr, shapes, procs, mem, optimize)
     else:
-        plan = compile(expr, *shapes, procs=procs, mem=mem, optimize=optimize)
+        plan = compile(expr, *shapes, procs=procs, mem=mem, optimize=optimize, machine="host")
     return plan.run(*arrays, threads=threads, dtype=dt)
 
 
@@ -163,7 +171,7 @@ def _cached_plan(expr, shapes, procs, mem, optimize):
     # Plans are immutable: a call that repeats an einsum on the same shapes (an ALS sweep, a
     # benchmark loop) reuses its plan, as opt_einsum's contract_expression would, instead of
     # searching the path and planning again (about 1 ms for the 5-operand chain).
-    return compile(expr, *shapes, procs=procs, mem=mem, optimize=optimize)
+    return compile(expr, *shapes, procs=procs, mem=mem, optimize=optimize, machine="host")
 
 
 def release_buffers():

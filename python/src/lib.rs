@@ -213,24 +213,32 @@ impl NativePlan {
     }
 }
 
-/// Compiles `expr` for operands of `shapes` on `procs` ranks with `mem` words per rank.
+/// Compiles `expr` for operands of `shapes` on `procs` ranks with `mem` words per rank, for
+/// the built-in machine (as `deinsum plan`) or, with `host`, for in-process ranks on this host
+/// (as `deinsum run`).
 #[pyfunction]
+#[pyo3(signature = (expr, shapes, procs, mem, optimize, host=false))]
 fn compile(
     expr: &str,
     shapes: Vec<Vec<usize>>,
     procs: usize,
     mem: Option<u64>,
     optimize: &str,
+    host: bool,
 ) -> PyResult<NativePlan> {
     if procs == 0 {
         return Err(PyValueError::new_err("procs must be at least 1"));
     }
     let e = parse(expr, shapes)?;
+    let base = if host {
+        deinsum::Options::procs_on_this_host(procs)
+    } else {
+        deinsum::Options::procs(procs)
+    };
     let options = deinsum::Options {
-        procs,
         mem,
         path: deinsum::path::PathOptions::with_strategy(optimize),
-        ..deinsum::Options::default()
+        ..base
     };
     let inner = deinsum::Einsum::compile_parsed(&e, &options).map_err(to_py)?;
     Ok(NativePlan {

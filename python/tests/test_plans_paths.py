@@ -118,3 +118,17 @@ def test_matrix_multiplication_bound_closed_form():
     n, s = 64, 256.0
     got = deinsum.bound("ij,jk->ik", (n, n), (n, n), mem=s)
     assert got["groups"][0]["q"] == pytest.approx(2 * n**3 / s**0.5, rel=0.05)
+
+
+def test_host_plans_describe_this_host_and_run():
+    shapes = [(40, 30), (30, 20)]
+    default = deinsum.compile("ij,jk->ik", *shapes, procs=2)
+    host = deinsum.compile("ij,jk->ik", *shapes, procs=2, machine="host")
+    assert "as this host" not in default.predicted["machine"]
+    assert "as this host" in host.predicted["machine"]
+    assert "2 rank(s)" in host.predicted["machine"]
+    rng = np.random.default_rng(5)
+    ops = [rng.standard_normal(s) for s in shapes]
+    np.testing.assert_allclose(host.run(*ops), ops[0] @ ops[1], rtol=1e-10)
+    with pytest.raises(ValueError, match="machine must be 'default' or 'host'"):
+        deinsum.compile("ij,jk->ik", *shapes, procs=2, machine="cluster")

@@ -95,6 +95,17 @@ impl Options {
             ..Options::default()
         }
     }
+
+    /// Default options for `p` in-process ranks on this host: the built-in machine as one
+    /// node with this host's cores holding every rank, as `deinsum run` plans without
+    /// `--machine` (on a full node overlap is left out, since no spare core hides a copy).
+    pub fn procs_on_this_host(p: usize) -> Self {
+        Options {
+            procs: p,
+            machine: deinsum_plan::Machine::default().on_host(cli::node_cores(), p),
+            ..Options::default()
+        }
+    }
 }
 
 /// The free buffers in-process runs of [`Einsum::run_local_borrowed`] leave for the next
