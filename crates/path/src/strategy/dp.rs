@@ -46,6 +46,9 @@ struct Entry<const W: usize> {
     nbr: u128,
     /// The first part of that tree's last step (0 for a single operand).
     left: u128,
+    /// For a single operand, its summed indices that no other operand holds (its first step
+    /// sums them); empty for a larger set, whose result holds no such index.
+    own: Bits<W>,
 }
 
 /// A frozen copy of an entry, as the partner scans read it.
@@ -109,7 +112,8 @@ impl Table {
 }
 
 /// Tensor sizes from per-byte product tables when every index id fits one word (three
-/// lookups instead of a loop over the indices, for the usual two dozen indices).
+/// lookups instead of a loop over the indices, for the usual two dozen indices). Products of
+/// extents are exact below 2^53 in any order, so these equal [`Net::size`] there.
 struct Sizes {
     /// `bytes[j][v]`: product of the extents of the ids `8j + b` for the bits `b` of `v`.
     bytes: Vec<[f64; 256]>,
@@ -140,11 +144,15 @@ impl Sizes {
             return net.size(s);
         }
         let w = s.0[0];
-        let mut p = 1.0;
-        for (j, t) in self.bytes.iter().enumerate() {
-            p *= t[(w >> (8 * j)) as usize & 255];
+        let b = |j: usize| (w >> (8 * j)) as usize & 255;
+        match self.bytes.as_slice() {
+            // Unrolled for up to 32 index ids, which most networks have.
+            [t0] => t0[b(0)],
+            [t0, t1] => t0[b(0)] * t1[b(1)],
+            [t0, t1, t2] => t0[b(0)] * t1[b(1)] * t2[b(2)],
+            [t0, t1, t2, t3] => t0[b(0)] * t1[b(1)] * t2[b(2)] * t3[b(3)],
+            more => more.iter().enumerate().fold(1.0, |p, (j, t)| p * t[b(j)]),
         }
-        p
     }
 }
 
@@ -300,6 +308,7 @@ impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
                 cost: 0.0,
                 nbr: self.nbr[i],
                 left: 0,
+                own: self.d.own[t],
             });
             store.table.insert(1u128 << i, id);
             levels[1].ids.push(id);
@@ -406,38 +415,38 @@ impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
                         if (same && e.set > big.set) || e.cost > budget {
                             continue;
                         }
+                        let u = e.ind | big.ind;
+                        // The step's iteration space (built-in models only: 0 otherwise).
+                        let space = if builtin { self.d.size(u) } else { 0.0 };
                         if conn >> bit & 1 == 0 {
                             // An outer product pays only below a common neighbour's size.
                             let meet = ones(e.nbr & big.nbr)
                                 .map(|u| self.leaf_size[u])
                                 .fold(0.0, f64::max);
-                            if self.d.size(e.ind | big.ind) > meet {
+                            let product = if builtin { space } else { self.d.size(u) };
+                            if product > meet {
                                 continue;
                             }
                         }
-                        self.combine(store, e, big, cap, target);
+                        // A built-in step costs at least its iteration space.
+                        if e.cost + big.cost + space > cap {
+                            continue;
+                        }
+                        self.combine(store, e, big, space, cap, target);
                     }
                 }
             }
         }
     }
 
-    /// Indices a leaf entry may lose at its first step beyond those it shares (its own).
-    fn own(&self, e: &Entry<W>) -> Bits<W> {
-        if e.set & (e.set - 1) == 0 {
-            self.d.own[self.ops[e.set.trailing_zeros() as usize]]
-        } else {
-            Bits::EMPTY
-        }
-    }
-
     /// Records the tree joining `e1` and `e2` if it costs at most `cap` and is the cheapest of
-    /// its set so far.
+    /// its set so far; `space` is the size of the step's iteration space (built-in models).
     fn combine(
         &self,
         store: &mut Store<W>,
         e1: &Entry<W>,
         e2: &Entry<W>,
+        space: f64,
         cap: f64,
         target: &mut Vec<u32>,
     ) {
@@ -445,21 +454,10 @@ impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
         let s = e1.set | e2.set;
         let base = e1.cost + e2.cost;
         let u = e1.ind | e2.ind;
-        let space = match self.d.builtin {
-            Some(_) => {
-                let space = self.d.size(u);
-                if base + space > cap {
-                    return; // every built-in step costs at least the size of its iteration space
-                }
-                space
-            }
-            None => 0.0,
-        };
-        // The step sums an index that no operand outside `s` and not the output holds: only a
-        // shared one, or an index a leaf alone holds.
-        let mut ind = u;
-        let candidates = ((e1.ind & e2.ind) | self.own(e1) | self.own(e2)).minus(net.output);
-        for x in candidates.ones() {
+        // The step sums an index that no operand outside `s` and not the output holds: an index
+        // a leaf alone holds, or a shared one that no operand outside holds.
+        let mut ind = u.minus(e1.own | e2.own);
+        for x in (e1.ind & e2.ind).minus(net.output).ones() {
             if self.holders[x] & !s == 0 {
                 ind.remove(x);
             }
@@ -494,6 +492,7 @@ impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
             cost,
             nbr: (e1.nbr | e2.nbr) & !s,
             left: e1.set,
+            own: Bits::EMPTY,
         });
         target.push(id);
     }

@@ -415,7 +415,7 @@ fn with_singles(
     let mut reduced: SsaPath = reducible.iter().map(|&t| vec![t]).collect();
     reduced.extend(pairs.iter().map(|st| st.iter().map(|&x| id(x)).collect()));
     let Some(b) = path_cost(p, &reduced) else {
-        // Never so (a unary step only shrinks its input), but then `p`'s path, if any.
+        // A reduced input breaks the memory limit: `p`'s path, if any.
         return Ok(unbounded(p).unwrap_or(reduced));
     };
     match search(p, Some(b)) {
@@ -483,18 +483,17 @@ mod tests {
             .iter()
             .map(|t| t.iter().copied().filter(|c| holders[c] > 1).collect())
             .collect();
-        let unary: f64 = (0..p.num_inputs())
-            .filter(|&t| inputs[t].len() < p.inputs[t].len())
-            .map(|t| {
-                let size: f64 = p.inputs[t].iter().map(|c| p.extents[c] as f64).product();
-                2.0 * size
-            })
-            .sum();
+        let size = |t: &[char]| -> f64 { t.iter().map(|c| p.extents[c] as f64).product() };
+        let reducible = || (0..p.num_inputs()).filter(|&t| inputs[t].len() < p.inputs[t].len());
+        // A single-operand step costs twice its input and must fit the limit with its result.
+        let unary: f64 = reducible().map(|t| 2.0 * size(&p.inputs[t])).sum();
+        let fits = reducible().all(|t| p.memory_limit.is_none_or(|l| size(&inputs[t]) <= l as f64));
         let q = Problem::new(inputs, p.output.clone(), p.extents, p.memory_limit, p.cost);
         let reduced = search(&q, None)
             .ok()
             .flatten()
             .and_then(|r| path_cost(&q, &r))
+            .filter(|_| fits)
             .map(|c| c + unary);
         let plain = plain.and_then(|x| path_cost(p, &x));
         match (plain, reduced) {
