@@ -189,13 +189,27 @@ fn capped_dp(
     or_greedy: bool,
     bound: Option<f64>,
 ) -> Result<Option<SsaPath>, PathError> {
-    let dp = |cap: Option<f64>| with_width!(p, run_dp, cap).map(from_pairs);
+    with_width!(p, capped_dp_on, or_greedy, bound)
+}
+
+/// [`capped_dp`] on one bit-set form of the problem, shared by its searches.
+fn capped_dp_on<const W: usize>(
+    net: &Net<'_, '_, W>,
+    or_greedy: bool,
+    bound: Option<f64>,
+) -> Result<Option<SsaPath>, PathError> {
+    let dp = |cap: Option<f64>| run_dp(net, cap).map(from_pairs);
     if let (false, Some(b)) = (or_greedy, bound) {
         // dp's own path whatever greedy's: above the bound it is of no use.
         return Ok(dp(Some(b)).ok());
     }
-    let greedy = Greedy.search(p);
-    let upper = greedy.as_ref().ok().and_then(|g| path_cost(p, g));
+    // Greedy's path, as `Greedy` finds it (branch-1 under a memory limit).
+    let greedy = if net.p.memory_limit.is_some() {
+        run_branch(net, Some(1), StrategyKind::Greedy.name()).map(from_pairs)
+    } else {
+        run_greedy(net).map(from_pairs)
+    };
+    let upper = greedy.as_ref().ok().and_then(|g| net.path_cost(g));
     let Some(upper) = upper else {
         return match bound {
             Some(b) => Ok(dp(Some(b)).ok()),
