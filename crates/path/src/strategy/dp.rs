@@ -1,8 +1,8 @@
 //! Dynamic programming over connected subgraphs (as opt_einsum's `dp` and cotengra's
-//! `optimal`): subtrees over connected sets of operands, built by size, keeping only those
-//! whose cost is within a cap that rises until the whole network is reached. Two sets that do
-//! not share an index may also be joined (an outer product) when they meet a common neighbour
-//! no smaller than their product, which is when an outer product can pay.
+//! `optimal`): subtrees over connected sets of operands, built cheapest first (best first, so
+//! only sets no costlier than the optimum are ever expanded) under an optional cost cap. Two
+//! sets that do not share an index may also be joined (an outer product) when they meet a
+//! common neighbour no smaller than their product, which is when an outer product can pay.
 //! Disconnected parts are solved apart and joined smallest first.
 //!
 //! The space searched, exactly: a set of operands of one component is built either as a single
@@ -20,12 +20,11 @@ use crate::bits::Bits;
 use crate::bits::FastMap;
 use crate::net::Net;
 use crate::BuiltinCost;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// Largest operand count (operand sets are 128-bit masks).
 pub(crate) const MAX_OPERANDS: usize = 128;
-
-/// Cap raises tried before the cap is lifted altogether.
-const MAX_ROUNDS: usize = 1024;
 
 /// Largest component whose subsets are looked up in a flat table of 2^n slots (64K x 4 bytes);
 /// larger ones use a hash map.
@@ -49,13 +48,15 @@ struct Entry<const W: usize> {
     /// For a single operand, its summed indices that no other operand holds (its first step
     /// sums them); empty for a larger set, whose result holds no such index.
     own: Bits<W>,
+    /// Whether `cost` is final (the set has left the queue).
+    done: bool,
 }
 
-/// A frozen copy of an entry, as the partner scans read it.
+/// A copy of a finished entry, as the partner scans read it.
 #[derive(Clone, Copy)]
 struct Scan<const W: usize> {
     /// `cost + size` with a built-in model (a step costs at least either operand's size),
-    /// else `cost`: the order of a level's scans.
+    /// else `cost`: the least a tree using this entry costs.
     key: f64,
     e: Entry<W>,
     /// Largest operand among the neighbours (an outer product with this entry can pay only
@@ -65,17 +66,26 @@ struct Scan<const W: usize> {
     hops: u128,
 }
 
-/// The entries over sets of one size.
-struct Level<const W: usize> {
-    /// Entry ids; by increasing key (then id) once frozen.
-    ids: Vec<u32>,
-    /// The entries of `ids`, in that order.
+/// The finished entries over sets of one size, in the order they finished (by cost).
+#[derive(Default)]
+struct Done<const W: usize> {
     scans: Vec<Scan<W>>,
-    /// Words per operand in `holds`.
-    words: usize,
-    /// `holds[t * words + w]` bit `i`: `scans[64 w + i]` holds operand `t`; so the partners
-    /// of a set are found a word of 64 entries at a time, without reading those that overlap.
+    /// `holds[w * c + t]` bit `i`: `scans[64 w + i]` holds operand `t` (of the `c`); so the
+    /// partners of a set are found a word of 64 entries at a time, without reading those that
+    /// overlap.
     holds: Vec<u64>,
+}
+
+impl<const W: usize> Done<W> {
+    fn push(&mut self, scan: Scan<W>, c: usize) {
+        let i = self.scans.len();
+        // A new word of 64 entries for each operand.
+        self.holds.resize((i / 64 + 1) * c, 0);
+        for t in ones(scan.e.set) {
+            self.holds[(i / 64) * c + t] |= 1u64 << (i % 64);
+        }
+        self.scans.push(scan);
+    }
 }
 
 /// Where a component's entries are found by set.
@@ -235,212 +245,152 @@ impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
         }
     }
 
-    /// The key a level sorts and scans its entries by.
-    fn key(&self, e: &Entry<W>) -> f64 {
-        if self.d.builtin.is_some() {
-            e.cost + e.size
-        } else {
-            e.cost
+    /// An entry as the partner scans read it.
+    fn scan(&self, e: &Entry<W>) -> Scan<W> {
+        let mut widest = 0.0;
+        let mut hops = 0u128;
+        for u in ones(e.nbr) {
+            widest = f64::max(widest, self.leaf_size[u]);
+            hops |= self.nbr[u];
+        }
+        Scan {
+            key: if self.d.builtin.is_some() {
+                e.cost + e.size
+            } else {
+                e.cost
+            },
+            e: *e,
+            widest,
+            hops: hops & !(e.set | e.nbr) & self.full,
         }
     }
 
-    /// Sorts `level`'s entries by key and copies them for the scans.
-    fn freeze(&self, level: &mut Level<W>, entries: &[Entry<W>]) {
-        let words = level.ids.len().div_ceil(64);
-        level.words = words;
-        level.holds.clear();
-        level.holds.resize(self.ops.len() * words, 0);
-        level.ids.sort_unstable_by(|&a, &b| {
-            let (ea, eb) = (&entries[a as usize], &entries[b as usize]);
-            self.key(ea).total_cmp(&self.key(eb)).then(a.cmp(&b))
-        });
-        level.scans.clear();
-        level
-            .scans
-            .extend(level.ids.iter().enumerate().map(|(i, &id)| {
-                let e = entries[id as usize];
-                for t in ones(e.set) {
-                    level.holds[t * words + i / 64] |= 1u64 << (i % 64);
-                }
-                let mut widest = 0.0;
-                let mut hops = 0u128;
-                for u in ones(e.nbr) {
-                    widest = f64::max(widest, self.leaf_size[u]);
-                    hops |= self.nbr[u];
-                }
-                Scan {
-                    key: self.key(&e),
-                    e,
-                    widest,
-                    hops: hops & !(e.set | e.nbr) & self.full,
-                }
-            }));
-    }
-
-    /// Solves the component under rising caps; `None` if `limit` (the highest cap) is reached
-    /// first, else the entries found.
-    ///
-    /// Rounds with a rising cost cap: the first round whose cap reaches the optimum finds it.
-    /// `limit`, when the caller knows a feasible path's cost, is the highest cap: the rounds
-    /// stop there, and the first round is at the limit itself rather than at the trivial floor:
-    /// the rounds below the optimum, which a rising cap spends, are skipped.
+    /// The cheapest tree of the component within `limit`, best first: sets leave a queue by
+    /// increasing cost, and each set leaving it is joined with every finished set it may join.
+    /// A set's cost is final when it leaves (a step costs nothing negative, so no tree formed
+    /// later is cheaper: Knuth's generalisation of Dijkstra's search), so the search stops when
+    /// the whole component leaves, having expanded only sets no costlier than the optimum.
+    /// `None` if no tree within `limit` exists; else the entries found.
     fn solve(&self, limit: Option<f64>) -> Option<Store<W>> {
-        let net = self.d.net;
         let c = self.ops.len();
         let mut store = Store {
             entries: Vec::with_capacity(8 * c),
             table: Table::new(c),
         };
-        let mut levels: Vec<Level<W>> = (0..=c)
-            .map(|_| Level {
-                ids: Vec::new(),
-                scans: Vec::new(),
-                words: 0,
-                holds: Vec::new(),
-            })
-            .collect();
+        // By (cost, entry id); costs are non-negative, so their bits order as they do.
+        let mut queue: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::with_capacity(4 * c);
         for (i, &t) in self.ops.iter().enumerate() {
             let id = store.entries.len() as u32;
             store.entries.push(Entry {
                 set: 1u128 << i,
-                ind: net.inputs[t],
+                ind: self.d.net.inputs[t],
                 size: self.leaf_size[i],
                 cost: 0.0,
                 nbr: self.nbr[i],
                 left: 0,
                 own: self.d.own[t],
+                done: false,
             });
             store.table.insert(1u128 << i, id);
-            levels[1].ids.push(id);
+            queue.push(Reverse((0.0f64.to_bits(), id)));
         }
-        self.freeze(&mut levels[1], &store.entries);
-        if c == 1 {
-            return Some(store);
-        }
-        let builtin = self.d.builtin.is_some();
-        let all = self
-            .ops
-            .iter()
-            .fold(Bits::<W>::EMPTY, |b, &t| b | net.inputs[t]);
-        // Every operand takes part in a step that costs at least its size (built-in models).
-        let widest_leaf = if builtin {
-            self.leaf_size.iter().copied().fold(0.0, f64::max)
-        } else {
-            0.0
-        };
-        let floor = self.d.size(all & net.output).max(widest_leaf).max(1.0);
-        let mut cap = limit.unwrap_or(floor);
-        // A fine step keeps the last round (by far the costliest) close to the optimum.
-        let increment = std::f64::consts::SQRT_2;
-        // With a built-in model no tree costs more than 2 * (operands) * size(all indices), so a
-        // cap above that is no cap: one unbounded round settles it.
-        let ceiling = if builtin {
-            2.0 * c as f64 * self.d.size(all)
-        } else {
-            f64::INFINITY
-        };
-        let mut rounds = 0;
-        loop {
-            for total in 2..=c {
-                let (lower, upper) = levels.split_at_mut(total);
-                let target = &mut upper[0];
-                self.fill(lower, &mut store, &mut target.ids, total, cap);
-                self.freeze(target, &store.entries);
+        let mut done: Vec<Done<W>> = (0..=c).map(|_| Done::default()).collect();
+        // No tree above the limit, nor above the cheapest whole tree found so far, is of use.
+        let mut cap = limit.unwrap_or(f64::INFINITY);
+        while let Some(Reverse((bits, id))) = queue.pop() {
+            let e = store.entries[id as usize];
+            if e.done || e.cost.to_bits() != bits {
+                continue; // a cheaper tree of this set was queued later
             }
-            if !levels[c].ids.is_empty() {
+            store.entries[id as usize].done = true;
+            if e.set == self.full {
                 return Some(store);
             }
-            if cap == f64::INFINITY || limit == Some(cap) {
-                return None;
+            let a = self.scan(&e);
+            let k = e.set.count_ones() as usize;
+            for part in &done[1..=c - k] {
+                self.join(part, &a, &mut store, &mut queue, &mut cap);
             }
-            rounds += 1;
-            cap *= increment;
-            if rounds >= MAX_ROUNDS || !cap.is_finite() || cap >= ceiling {
-                cap = f64::INFINITY;
-            }
-            if let Some(l) = limit {
-                cap = cap.min(l);
-            }
+            done[k].push(a, c);
         }
+        None
     }
 
-    /// Adds to `target` (the ids of the sets of `total` operands) the sets built from two
-    /// smaller levels under cost cap `cap`. Entries of earlier rounds stay: a higher cap only
-    /// adds sets.
-    fn fill(
+    /// Joins the finished entry `a` with every finished entry of `part` that is disjoint from
+    /// it, shares a summed index with it (or meets it at a large enough common neighbour), and
+    /// fits the cap; queues each set whose cost that lowers.
+    fn join(
         &self,
-        lower: &[Level<W>],
+        part: &Done<W>,
+        a: &Scan<W>,
         store: &mut Store<W>,
-        target: &mut Vec<u32>,
-        total: usize,
-        cap: f64,
+        queue: &mut BinaryHeap<Reverse<(u64, u32)>>,
+        cap: &mut f64,
     ) {
         let builtin = self.d.builtin.is_some();
-        for m in 1..=total / 2 {
-            let k = total - m;
-            let same = m == k;
-            let small = &lower[m];
-            let words = small.words;
-            for b in &lower[k].scans {
-                let big = &b.e;
-                // A built-in step costs at least the size of its larger operand.
-                let floor = if builtin { big.size } else { 0.0 };
-                let budget = cap - big.cost - floor;
-                if budget < 0.0 {
-                    if builtin {
-                        break; // by increasing cost + size: no later one fits either
-                    }
+        let big = &a.e;
+        let c = self.ops.len();
+        // A built-in step costs at least the size of either operand.
+        let budget = *cap - big.cost - if builtin { big.size } else { 0.0 };
+        if budget < 0.0 {
+            return;
+        }
+        // Partners by increasing cost.
+        let lim = part.scans.partition_point(|p| p.e.cost <= budget);
+        // Any product with a part larger than all its neighbours outgrows each of them.
+        let outer = big.size <= a.widest;
+        for w in 0..lim.div_ceil(64) {
+            let holds = &part.holds[w * c..(w + 1) * c];
+            let word = |set: u128| ones(set).fold(0u64, |acc, t| acc | holds[t]);
+            // Connected partners hold a neighbour; outer-product ones a set two hops away;
+            // neither may overlap.
+            let conn = word(big.nbr);
+            let hops = if outer { word(a.hops) } else { 0 };
+            let mut cand = (conn | hops) & !word(big.set);
+            if lim - 64 * w < 64 {
+                cand &= (1u64 << (lim - 64 * w)) - 1;
+            }
+            while cand != 0 {
+                let bit = cand.trailing_zeros() as usize;
+                cand &= cand - 1;
+                let p = &part.scans[64 * w + bit];
+                if p.key > *cap - big.cost {
                     continue;
                 }
-                // Partners by increasing key; a step costs at least either part's key.
-                let key_budget = cap - big.cost;
-                let lim = small.scans.partition_point(|p| p.key <= key_budget);
-                // Any product with a part larger than all its neighbours outgrows each of them.
-                let outer = big.size <= b.widest;
-                for w in 0..lim.div_ceil(64) {
-                    let word =
-                        |set: u128| ones(set).fold(0u64, |a, t| a | small.holds[t * words + w]);
-                    // Connected partners hold a neighbour; outer-product ones a set two hops
-                    // away; neither may overlap.
-                    let conn = word(big.nbr);
-                    let hops = if outer { word(b.hops) } else { 0 };
-                    let mut cand = (conn | hops) & !word(big.set);
-                    if lim - 64 * w < 64 {
-                        cand &= (1u64 << (lim - 64 * w)) - 1;
+                let e = &p.e;
+                let u = e.ind | big.ind;
+                // The step's iteration space (built-in models only: 0 otherwise).
+                let space = if builtin { self.d.size(u) } else { 0.0 };
+                if conn >> bit & 1 == 0 {
+                    if p.e.size > p.widest {
+                        continue; // as `outer`, for the partner
                     }
-                    while cand != 0 {
-                        let bit = cand.trailing_zeros() as usize;
-                        cand &= cand - 1;
-                        let e = &small.scans[64 * w + bit].e;
-                        if (same && e.set > big.set) || e.cost > budget {
-                            continue;
-                        }
-                        let u = e.ind | big.ind;
-                        // The step's iteration space (built-in models only: 0 otherwise).
-                        let space = if builtin { self.d.size(u) } else { 0.0 };
-                        if conn >> bit & 1 == 0 {
-                            // An outer product pays only below a common neighbour's size.
-                            let meet = ones(e.nbr & big.nbr)
-                                .map(|u| self.leaf_size[u])
-                                .fold(0.0, f64::max);
-                            let product = if builtin { space } else { self.d.size(u) };
-                            if product > meet {
-                                continue;
-                            }
-                        }
-                        // A built-in step costs at least its iteration space.
-                        if e.cost + big.cost + space > cap {
-                            continue;
-                        }
-                        self.combine(store, e, big, space, cap, target);
+                    // An outer product pays only below a common neighbour's size.
+                    let meet = ones(e.nbr & big.nbr)
+                        .map(|u| self.leaf_size[u])
+                        .fold(0.0, f64::max);
+                    let product = if builtin { space } else { self.d.size(u) };
+                    if product > meet {
+                        continue;
                     }
+                }
+                // A built-in step costs at least its iteration space.
+                if e.cost + big.cost + space > *cap {
+                    continue;
+                }
+                if let Some((id, cost)) = self.combine(store, e, big, space, *cap) {
+                    if store.entries[id as usize].set == self.full {
+                        *cap = cost;
+                    }
+                    queue.push(Reverse((cost.to_bits(), id)));
                 }
             }
         }
     }
 
     /// Records the tree joining `e1` and `e2` if it costs at most `cap` and is the cheapest of
-    /// its set so far; `space` is the size of the step's iteration space (built-in models).
+    /// its set so far, returning the set's entry and new cost; `space` is the size of the
+    /// step's iteration space (built-in models).
     fn combine(
         &self,
         store: &mut Store<W>,
@@ -448,8 +398,7 @@ impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
         e2: &Entry<W>,
         space: f64,
         cap: f64,
-        target: &mut Vec<u32>,
-    ) {
+    ) -> Option<(u32, f64)> {
         let net = self.d.net;
         let s = e1.set | e2.set;
         let base = e1.cost + e2.cost;
@@ -469,19 +418,20 @@ impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
         };
         let cost = base + step;
         if cost > cap {
-            return;
+            return None;
         }
         if let Some(p) = store.table.get(s) {
             let e = &mut store.entries[p as usize];
-            if cost < e.cost {
-                e.cost = cost;
-                e.left = e1.set;
+            if e.done || cost >= e.cost {
+                return None;
             }
-            return;
+            e.cost = cost;
+            e.left = e1.set;
+            return Some((p, cost));
         }
         let size = self.d.size(ind);
         if size > net.limit {
-            return;
+            return None;
         }
         let id = store.entries.len() as u32;
         store.table.insert(s, id);
@@ -493,8 +443,9 @@ impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
             nbr: (e1.nbr | e2.nbr) & !s,
             left: e1.set,
             own: Bits::EMPTY,
+            done: false,
         });
-        target.push(id);
+        Some((id, cost))
     }
 
     /// Appends the steps of local set `s`'s tree; returns its node id.

@@ -72,8 +72,8 @@ pub struct Branch {
     /// Registry name.
     pub name: &'static str,
 }
-/// Dynamic programming over connected subgraphs with a rising cost cap, plus outer products
-/// where they pay.
+/// Dynamic programming over connected subgraphs, cheapest first, plus outer products where
+/// they pay.
 pub struct Dp;
 /// Chooses by operand count as opt_einsum's `auto` does, and keeps greedy's path if cheaper.
 pub struct Auto;
@@ -176,14 +176,14 @@ impl PathStrategy for Auto {
 }
 
 /// dp's search capped by greedy's path (opt_einsum's `cost_cap` idea): greedy runs first, and
-/// no cap of dp's rounds rises above its cost, so dp spends few rounds and stops once it has
-/// shown that no tree of its space is cheaper. Then `or_greedy` returns greedy's path (the
-/// cheaper of the two, as `auto` wants); otherwise dp goes on raising its cap, so the result
-/// is dp's path whatever greedy's cost.
+/// dp joins no sets into a tree costlier than its path, so it stops once it has shown that no
+/// tree of its space is cheaper. Then `or_greedy` returns greedy's path (the cheaper of the
+/// two, as `auto` wants); otherwise dp searches again without the cap, so the result is dp's
+/// path whatever greedy's cost.
 ///
 /// With `bound`, the cost of a path the caller already has, only a path costing at most that
-/// is of use: the caps stop there too, and `Ok(None)` says that this search's path (dp's, or
-/// greedy's with `or_greedy`) would cost more.
+/// is of use: the cap is at most the bound, and `Ok(None)` says that this search's path (dp's,
+/// or greedy's with `or_greedy`) would cost more.
 fn capped_dp(
     p: &Problem<'_>,
     or_greedy: bool,
