@@ -166,16 +166,36 @@ impl Sizes {
     }
 }
 
-fn ones(mut m: u128) -> impl Iterator<Item = usize> {
-    std::iter::from_fn(move || {
-        if m == 0 {
-            None
-        } else {
-            let t = m.trailing_zeros() as usize;
-            m &= m - 1;
+/// The operands of a set, in increasing order (by 64-bit halves: most components fit the
+/// lower one, and a 64-bit step is half the work of a 128-bit one).
+fn ones(m: u128) -> Ones {
+    Ones {
+        lo: m as u64,
+        hi: (m >> 64) as u64,
+    }
+}
+
+struct Ones {
+    lo: u64,
+    hi: u64,
+}
+
+impl Iterator for Ones {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        if self.lo != 0 {
+            let t = self.lo.trailing_zeros() as usize;
+            self.lo &= self.lo - 1;
             Some(t)
+        } else if self.hi != 0 {
+            let t = self.hi.trailing_zeros() as usize;
+            self.hi &= self.hi - 1;
+            Some(64 + t)
+        } else {
+            None
         }
-    })
+    }
 }
 
 /// What the whole network shares: its net, each operand's neighbours and own indices.
