@@ -79,8 +79,11 @@ struct Done<const W: usize> {
 impl<const W: usize> Done<W> {
     fn push(&mut self, scan: Scan<W>, c: usize) {
         let i = self.scans.len();
-        // A new word of 64 entries for each operand.
-        self.holds.resize((i / 64 + 1) * c, 0);
+        if self.holds.len() < (i / 64 + 1) * c {
+            // A new word of 64 entries for each operand.
+            self.holds.resize((i / 64 + 1) * c, 0);
+            self.scans.reserve(64);
+        }
         for t in ones(scan.e.set) {
             self.holds[(i / 64) * c + t] |= 1u64 << (i % 64);
         }
@@ -90,7 +93,8 @@ impl<const W: usize> Done<W> {
 
 /// Where a component's entries are found by set.
 enum Table {
-    /// Indexed by the set itself (components of up to [`FLAT_MAX`] operands); `u32::MAX`: none.
+    /// Indexed by the set itself (components of up to [`FLAT_MAX`] operands): the entry id
+    /// plus one, 0 for none (so the table starts as zeroed memory).
     Flat(Vec<u32>),
     Map(FastMap<u128, u32>),
 }
@@ -98,7 +102,7 @@ enum Table {
 impl Table {
     fn new(c: usize) -> Self {
         if c <= FLAT_MAX {
-            Table::Flat(vec![u32::MAX; 1 << c])
+            Table::Flat(vec![0; 1 << c])
         } else {
             Table::Map(FastMap::default())
         }
@@ -106,14 +110,14 @@ impl Table {
 
     fn get(&self, s: u128) -> Option<u32> {
         match self {
-            Table::Flat(v) => Some(v[s as usize]).filter(|&i| i != u32::MAX),
+            Table::Flat(v) => v[s as usize].checked_sub(1),
             Table::Map(m) => m.get(&s).copied(),
         }
     }
 
     fn insert(&mut self, s: u128, id: u32) {
         match self {
-            Table::Flat(v) => v[s as usize] = id,
+            Table::Flat(v) => v[s as usize] = id + 1,
             Table::Map(m) => {
                 m.insert(s, id);
             }
