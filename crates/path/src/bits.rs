@@ -15,6 +15,11 @@ impl<const W: usize> Bits<W> {
         self.0[i / 64] |= 1u64 << (i % 64);
     }
 
+    /// Removes id `i`.
+    pub(crate) fn remove(&mut self, i: usize) {
+        self.0[i / 64] &= !(1u64 << (i % 64));
+    }
+
     /// Elements of `self` not in `other`.
     pub(crate) fn minus(self, other: Self) -> Self {
         let mut r = self;

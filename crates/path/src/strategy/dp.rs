@@ -1,295 +1,489 @@
 //! Dynamic programming over connected subgraphs (as opt_einsum's `dp` and cotengra's
-//! `optimal`): subtrees over connected sets of operands, built by size, keeping only those
-//! whose cost is within a cap that rises until the whole network is reached. Two sets that do
-//! not share an index may also be joined (an outer product) when they meet a common neighbour
-//! no smaller than their product, which is when an outer product can pay.
+//! `optimal`): subtrees over connected sets of operands, built cheapest first (best first, so
+//! only sets no costlier than the optimum are ever expanded) under an optional cost cap. Two
+//! sets that do not share an index may also be joined (an outer product) when they meet a
+//! common neighbour no smaller than their product, which is when an outer product can pay.
 //! Disconnected parts are solved apart and joined smallest first.
+//!
+//! The space searched, exactly: a set of operands of one component is built either as a single
+//! operand or from two disjoint built sets that share a summed index (or, not sharing one, meet
+//! as above), and its result must fit the memory limit; the search returns the cheapest tree of
+//! the component in that space whose cost is within the cap. Every pruning below is sound for
+//! that minimum (costs are non-negative, and a built-in step costs at least its iteration
+//! space); `reference` (tests only) is the earlier implementation it is checked against.
+//!
+//! Each component is solved in its own numbering of operands (bit `i` is its `i`-th operand),
+//! so a component of up to [`FLAT_MAX`] operands finds its subsets in a flat table.
 
 use super::PairPath;
 use crate::bits::Bits;
 use crate::bits::FastMap;
 use crate::net::Net;
+use crate::BuiltinCost;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 /// Largest operand count (operand sets are 128-bit masks).
 pub(crate) const MAX_OPERANDS: usize = 128;
 
-/// Cap raises tried before the cap is lifted altogether.
-const MAX_ROUNDS: usize = 1024;
+/// Largest component whose subsets are looked up in a flat table of 2^n slots (64K x 4 bytes);
+/// larger ones use a hash map.
+const FLAT_MAX: usize = 16;
 
+/// A built set of a component, its result and its cheapest tree so far.
+#[derive(Clone, Copy)]
 struct Entry<const W: usize> {
+    /// Operands, in the component's numbering.
     set: u128,
+    /// Result indices.
     ind: Bits<W>,
+    /// Elements of the result.
+    size: f64,
+    /// Cost of the cheapest tree found.
     cost: f64,
+    /// Operands outside `set` that share a summed index with it.
     nbr: u128,
+    /// The first part of that tree's last step (0 for a single operand).
     left: u128,
+    /// For a single operand, its summed indices that no other operand holds (its first step
+    /// sums them); empty for a larger set, whose result holds no such index.
+    own: Bits<W>,
+    /// Whether `cost` is final (the set has left the queue).
+    done: bool,
 }
 
-struct Level<const W: usize> {
-    entries: Vec<Entry<W>>,
-    pos: FastMap<u128, usize>,
-    /// Per operand, (set, cost + size, cost, entry) of the entries holding it, by increasing
-    /// cost + size: a compact copy taken once the level is complete, so partner scans are
-    /// sequential and stop early (a step costs at least the size of either operand).
-    by_tensor: Vec<Vec<(u128, f64, f64, u32)>>,
+/// A copy of a finished entry, as the partner scans read it.
+#[derive(Clone, Copy)]
+struct Scan<const W: usize> {
+    /// `cost + size` with a built-in model (a step costs at least either operand's size),
+    /// else `cost`: the least a tree using this entry costs.
+    key: f64,
+    e: Entry<W>,
+    /// Largest operand among the neighbours (an outer product with this entry can pay only
+    /// if its result is no larger than a common neighbour).
+    widest: f64,
+    /// Operands two hops away (neighbours of neighbours, outside the set and its neighbours).
+    hops: u128,
 }
 
-impl<const W: usize> Level<W> {
-    fn new(n: usize) -> Self {
-        Level {
-            entries: Vec::new(),
-            pos: FastMap::default(),
-            by_tensor: vec![Vec::new(); n],
+/// The finished entries over sets of one size, in the order they finished (by cost).
+#[derive(Default)]
+struct Done<const W: usize> {
+    scans: Vec<Scan<W>>,
+    /// `holds[w * c + t]` bit `i`: `scans[64 w + i]` holds operand `t` (of the `c`); so the
+    /// partners of a set are found a word of 64 entries at a time, without reading those that
+    /// overlap.
+    holds: Vec<u64>,
+}
+
+impl<const W: usize> Done<W> {
+    fn push(&mut self, scan: Scan<W>, c: usize) {
+        let i = self.scans.len();
+        if self.holds.len() < (i / 64 + 1) * c {
+            // A new word of 64 entries for each operand.
+            self.holds.resize((i / 64 + 1) * c, 0);
+            self.scans.reserve(64);
+        }
+        for t in ones(scan.e.set) {
+            self.holds[(i / 64) * c + t] |= 1u64 << (i % 64);
+        }
+        self.scans.push(scan);
+    }
+}
+
+/// Where a component's entries are found by set.
+enum Table {
+    /// Indexed by the set itself (components of up to [`FLAT_MAX`] operands): the entry id
+    /// plus one, 0 for none (so the table starts as zeroed memory).
+    Flat(Vec<u32>),
+    Map(FastMap<u128, u32>),
+}
+
+impl Table {
+    fn new(c: usize) -> Self {
+        if c <= FLAT_MAX {
+            Table::Flat(vec![0; 1 << c])
+        } else {
+            Table::Map(FastMap::default())
         }
     }
 
-    /// Rebuilds `by_tensor` from the entries; `size` gives an entry's result size (or 0).
-    fn freeze(&mut self, size: impl Fn(Bits<W>) -> f64) {
-        for l in self.by_tensor.iter_mut() {
-            l.clear();
+    fn get(&self, s: u128) -> Option<u32> {
+        match self {
+            Table::Flat(v) => v[s as usize].checked_sub(1),
+            Table::Map(m) => m.get(&s).copied(),
         }
-        for (i, e) in self.entries.iter().enumerate() {
-            let key = e.cost + size(e.ind);
-            for t in ones(e.set) {
-                self.by_tensor[t].push((e.set, key, e.cost, i as u32));
+    }
+
+    fn insert(&mut self, s: u128, id: u32) {
+        match self {
+            Table::Flat(v) => v[s as usize] = id + 1,
+            Table::Map(m) => {
+                m.insert(s, id);
             }
         }
-        for l in self.by_tensor.iter_mut() {
-            l.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.3.cmp(&b.3)));
+    }
+}
+
+/// Tensor sizes from per-byte product tables when every index id fits one word (three
+/// lookups instead of a loop over the indices, for the usual two dozen indices). Products of
+/// extents are exact below 2^53 in any order, so these equal [`Net::size`] there.
+struct Sizes {
+    /// `bytes[j][v]`: product of the extents of the ids `8j + b` for the bits `b` of `v`.
+    bytes: Vec<[f64; 256]>,
+}
+
+impl Sizes {
+    fn new<const W: usize>(net: &Net<'_, '_, W>) -> Self {
+        let ids = net.ext.len();
+        if W != 1 || ids > 64 {
+            return Sizes { bytes: Vec::new() };
+        }
+        let bytes = (0..ids.div_ceil(8))
+            .map(|j| {
+                let mut t = [1.0; 256];
+                for v in 1..256usize {
+                    let low = v.trailing_zeros() as usize;
+                    let e = net.ext.get(8 * j + low).copied().unwrap_or(1.0);
+                    t[v] = t[v & (v - 1)] * e;
+                }
+                t
+            })
+            .collect();
+        Sizes { bytes }
+    }
+
+    fn size<const W: usize>(&self, net: &Net<'_, '_, W>, s: Bits<W>) -> f64 {
+        if self.bytes.is_empty() {
+            return net.size(s);
+        }
+        let w = s.0[0];
+        let b = |j: usize| (w >> (8 * j)) as usize & 255;
+        match self.bytes.as_slice() {
+            // Unrolled for up to 32 index ids, which most networks have.
+            [t0] => t0[b(0)],
+            [t0, t1] => t0[b(0)] * t1[b(1)],
+            [t0, t1, t2] => t0[b(0)] * t1[b(1)] * t2[b(2)],
+            [t0, t1, t2, t3] => t0[b(0)] * t1[b(1)] * t2[b(2)] * t3[b(3)],
+            more => more.iter().enumerate().fold(1.0, |p, (j, t)| p * t[b(j)]),
         }
     }
 }
 
-fn ones(mut m: u128) -> impl Iterator<Item = usize> {
-    std::iter::from_fn(move || {
-        if m == 0 {
-            None
-        } else {
-            let t = m.trailing_zeros() as usize;
-            m &= m - 1;
-            Some(t)
-        }
-    })
+/// The operands of a set, in increasing order (by 64-bit halves: most components fit the
+/// lower one, and a 64-bit step is half the work of a 128-bit one).
+fn ones(m: u128) -> Ones {
+    Ones {
+        lo: m as u64,
+        hi: (m >> 64) as u64,
+    }
 }
 
+struct Ones {
+    lo: u64,
+    hi: u64,
+}
+
+impl Iterator for Ones {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        if self.lo != 0 {
+            let t = self.lo.trailing_zeros() as usize;
+            self.lo &= self.lo - 1;
+            Some(t)
+        } else if self.hi != 0 {
+            let t = self.hi.trailing_zeros() as usize;
+            self.hi &= self.hi - 1;
+            Some(64 + t)
+        } else {
+            None
+        }
+    }
+}
+
+/// What the whole network shares: its net, each operand's neighbours and own indices.
 struct Dp<'n, 'p, 'a, const W: usize> {
     net: &'n Net<'p, 'a, W>,
-    /// Operands holding each index.
-    holders: Vec<u128>,
+    builtin: Option<BuiltinCost>,
+    sizes: Sizes,
     /// Operands sharing a non-output index with each operand.
     nbr_leaf: Vec<u128>,
+    /// Per operand, its non-output indices that no other operand holds (summed by its first
+    /// step, which is the only step they can be candidates of while in no other operand).
+    own: Vec<Bits<W>>,
+}
+
+/// One connected component being solved, in its own numbering of operands.
+struct Comp<'d, 'n, 'p, 'a, const W: usize> {
+    d: &'d Dp<'n, 'p, 'a, W>,
+    /// Global operand of each local one.
+    ops: Vec<usize>,
+    /// All local operands.
+    full: u128,
+    /// Local neighbours and sizes of each local operand.
+    nbr: Vec<u128>,
     leaf_size: Vec<f64>,
+    /// Local holders of each summed index of the component (0 for the other ids).
+    holders: Vec<u128>,
+}
+
+/// The entries found so far and where each set's entry is.
+struct Store<const W: usize> {
+    entries: Vec<Entry<W>>,
+    table: Table,
 }
 
 impl<const W: usize> Dp<'_, '_, '_, W> {
-    /// Indices of the result over operand set `s`, from the union of its two parts.
-    fn result(&self, s: u128, u: Bits<W>) -> Bits<W> {
-        let mut r = u;
-        for d in u.minus(self.net.output).ones() {
-            if self.holders[d] & !s == 0 {
-                r = r.minus(single(d));
+    fn size(&self, s: Bits<W>) -> f64 {
+        self.sizes.size(self.net, s)
+    }
+}
+
+impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
+    fn new(d: &'d Dp<'n, 'p, 'a, W>, g: u128) -> Self {
+        let ops: Vec<usize> = ones(g).collect();
+        let c = ops.len();
+        let mut local = vec![0u128; d.net.n()];
+        for (i, &t) in ops.iter().enumerate() {
+            local[t] = 1u128 << i;
+        }
+        let to_local = |m: u128| ones(m).fold(0u128, |a, t| a | local[t]);
+        let mut holders = vec![0u128; d.net.ext.len()];
+        for (i, &t) in ops.iter().enumerate() {
+            for x in d.net.inputs[t].minus(d.net.output).ones() {
+                holders[x] |= 1u128 << i;
             }
         }
-        r
+        Comp {
+            d,
+            full: if c == 128 {
+                u128::MAX
+            } else {
+                (1u128 << c) - 1
+            },
+            nbr: ops.iter().map(|&t| to_local(d.nbr_leaf[t])).collect(),
+            leaf_size: ops.iter().map(|&t| d.size(d.net.inputs[t])).collect(),
+            holders,
+            ops,
+        }
     }
 
-    /// Solves one connected component; returns its levels (for rebuilding the tree).
-    ///
-    /// Rounds with a rising cost cap: the first round whose cap reaches the optimum finds it.
-    /// `limit`, when the caller knows a feasible path's cost, is the highest cap: the rounds
-    /// stop there (`None` if none reached the whole component), and the first round is at the
-    /// limit itself rather than at the trivial floor: the rounds below the optimum, which a
-    /// rising cap spends, are skipped (rand14: 2.3x opt_einsum's auto instead of 1.1x).
-    fn component(&self, g: u128, limit: Option<f64>) -> Option<Vec<Level<W>>> {
-        let builtin = self.net.builtin().is_some();
-        let n = self.net.n();
-        let size = g.count_ones() as usize;
-        let mut levels: Vec<Level<W>> = (0..=size).map(|_| Level::new(n)).collect();
-        for t in ones(g) {
-            let l = &mut levels[1];
-            l.pos.insert(1u128 << t, l.entries.len());
-            l.entries.push(Entry {
-                set: 1u128 << t,
-                ind: self.net.inputs[t],
+    /// An entry as the partner scans read it.
+    fn scan(&self, e: &Entry<W>) -> Scan<W> {
+        let mut widest = 0.0;
+        let mut hops = 0u128;
+        for u in ones(e.nbr) {
+            widest = f64::max(widest, self.leaf_size[u]);
+            hops |= self.nbr[u];
+        }
+        Scan {
+            key: if self.d.builtin.is_some() {
+                e.cost + e.size
+            } else {
+                e.cost
+            },
+            e: *e,
+            widest,
+            hops: hops & !(e.set | e.nbr) & self.full,
+        }
+    }
+
+    /// The cheapest tree of the component within `limit`, best first: sets leave a queue by
+    /// increasing cost, and each set leaving it is joined with every finished set it may join.
+    /// A set's cost is final when it leaves (a step costs nothing negative, so no tree formed
+    /// later is cheaper: Knuth's generalisation of Dijkstra's search), so the search stops when
+    /// the whole component leaves, having expanded only sets no costlier than the optimum.
+    /// `None` if no tree within `limit` exists; else the entries found.
+    fn solve(&self, limit: Option<f64>) -> Option<Store<W>> {
+        let c = self.ops.len();
+        let mut store = Store {
+            entries: Vec::with_capacity(8 * c),
+            table: Table::new(c),
+        };
+        // By (cost, entry id); costs are non-negative, so their bits order as they do.
+        let mut queue: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::with_capacity(4 * c);
+        for (i, &t) in self.ops.iter().enumerate() {
+            let id = store.entries.len() as u32;
+            store.entries.push(Entry {
+                set: 1u128 << i,
+                ind: self.d.net.inputs[t],
+                size: self.leaf_size[i],
                 cost: 0.0,
-                nbr: self.nbr_leaf[t],
+                nbr: self.nbr[i],
                 left: 0,
+                own: self.d.own[t],
+                done: false,
             });
+            store.table.insert(1u128 << i, id);
+            queue.push(Reverse((0.0f64.to_bits(), id)));
         }
-        levels[1].freeze(|b| if builtin { self.net.size(b) } else { 0.0 });
-        if size == 1 {
-            return Some(levels);
+        let mut done: Vec<Done<W>> = (0..=c).map(|_| Done::default()).collect();
+        // No tree above the limit, nor above the cheapest whole tree found so far, is of use.
+        let mut cap = limit.unwrap_or(f64::INFINITY);
+        while let Some(Reverse((bits, id))) = queue.pop() {
+            let e = store.entries[id as usize];
+            if e.done || e.cost.to_bits() != bits {
+                continue; // a cheaper tree of this set was queued later
+            }
+            store.entries[id as usize].done = true;
+            if e.set == self.full {
+                return Some(store);
+            }
+            let a = self.scan(&e);
+            let k = e.set.count_ones() as usize;
+            for part in &done[1..=c - k] {
+                self.join(part, &a, &mut store, &mut queue, &mut cap);
+            }
+            done[k].push(a, c);
         }
-        let all = ones(g).fold(Bits::<W>::EMPTY, |b, t| b | self.net.inputs[t]);
-        // Every operand takes part in a step that costs at least its size (built-in models).
-        let widest_leaf = if builtin {
-            ones(g).map(|t| self.leaf_size[t]).fold(0.0, f64::max)
-        } else {
-            0.0
-        };
-        let floor = self
-            .net
-            .size(all & self.net.output)
-            .max(widest_leaf)
-            .max(1.0);
-        let mut cap = limit.unwrap_or(floor);
-        // A fine step keeps the last round (by far the costliest) close to the optimum.
-        let increment = std::f64::consts::SQRT_2;
-        // With a built-in model no tree costs more than 2 * (operands) * size(all indices), so a
-        // cap above that is no cap: one unbounded round settles it.
-        let ceiling = match self.net.builtin() {
-            Some(_) => 2.0 * size as f64 * self.net.size(all),
-            None => f64::INFINITY,
-        };
-        let mut rounds = 0;
-        loop {
-            for total in 2..=size {
-                self.fill(g, &mut levels, total, cap);
-            }
-            if !levels[size].entries.is_empty() {
-                return Some(levels);
-            }
-            if cap == f64::INFINITY || limit == Some(cap) {
-                return None;
-            }
-            rounds += 1;
-            cap *= increment;
-            if rounds >= MAX_ROUNDS || !cap.is_finite() || cap >= ceiling {
-                cap = f64::INFINITY;
-            }
-            if let Some(l) = limit {
-                cap = cap.min(l);
-            }
-        }
+        None
     }
 
-    /// Fills level `total` of component `g` from the smaller levels under cost cap `cap`.
-    fn fill(&self, g: u128, levels: &mut [Level<W>], total: usize, cap: f64) {
-        let builtin = self.net.builtin().is_some();
-        let (lower, upper) = levels.split_at_mut(total);
-        // Entries of earlier rounds stay: a higher cap only lowers their costs.
-        let target = &mut upper[0];
-        for m in 1..=total / 2 {
-            let k = total - m;
-            // Scan the larger part's entries and look its partners up in the smaller part's
-            // per-operand lists: fewer of those overlap, so fewer are wasted.
-            for big in &lower[k].entries {
-                let big_size = self.net.size(big.ind);
-                // A built-in step costs at least the size of its larger operand.
-                let floor = if builtin { big_size } else { 0.0 };
-                let budget = cap - big.cost - floor;
-                if budget < 0.0 {
-                    continue;
-                }
-                let small = &lower[m];
-                let same = m == k;
-                // Connected partners: sets that hold a neighbour of the larger part.
-                self.partners(small, big, big.nbr, same, budget, cap, target, |_| true);
-                // Outer-product partners: sets two hops away that meet a common neighbour at
-                // least as large as the product.
-                let widest = ones(big.nbr).map(|u| self.leaf_size[u]).fold(0.0, f64::max);
-                if big_size > widest {
-                    continue; // any product with this part outgrows every neighbour
-                }
-                let mut two_hops = 0u128;
-                for u in ones(big.nbr) {
-                    two_hops |= self.nbr_leaf[u];
-                }
-                two_hops &= !(big.set | big.nbr) & g;
-                self.partners(small, big, two_hops, same, budget, cap, target, |e| {
-                    let meet = ones(e.nbr & big.nbr)
-                        .map(|c| self.leaf_size[c])
-                        .fold(0.0, f64::max);
-                    e.set & big.nbr == 0 && self.net.size(e.ind | big.ind) <= meet
-                });
-            }
-        }
-        target.freeze(|b| if builtin { self.net.size(b) } else { 0.0 });
-    }
-
-    /// Combines `big` with every entry of `small` that holds an operand of `via` (counted under
-    /// the lowest such operand), is disjoint from `big`, fits the budgets and passes `accept`.
-    #[allow(clippy::too_many_arguments)]
-    fn partners(
+    /// Joins the finished entry `a` with every finished entry of `part` that is disjoint from
+    /// it, shares a summed index with it (or meets it at a large enough common neighbour), and
+    /// fits the cap; queues each set whose cost that lowers.
+    fn join(
         &self,
-        small: &Level<W>,
-        big: &Entry<W>,
-        via: u128,
-        same: bool,
-        budget: f64,
-        cap: f64,
-        target: &mut Level<W>,
-        accept: impl Fn(&Entry<W>) -> bool,
+        part: &Done<W>,
+        a: &Scan<W>,
+        store: &mut Store<W>,
+        queue: &mut BinaryHeap<Reverse<(u64, u32)>>,
+        cap: &mut f64,
     ) {
-        let key_budget = cap - big.cost;
-        for t in ones(via) {
-            for &(ss, key, cs, is) in &small.by_tensor[t] {
-                if key > key_budget {
-                    break;
-                }
-                if cs > budget || ss & big.set != 0 || (same && ss > big.set) {
+        let builtin = self.d.builtin.is_some();
+        let big = &a.e;
+        let c = self.ops.len();
+        // A built-in step costs at least the size of either operand.
+        let budget = *cap - big.cost - if builtin { big.size } else { 0.0 };
+        if budget < 0.0 {
+            return;
+        }
+        // Partners by increasing cost.
+        let lim = part.scans.partition_point(|p| p.e.cost <= budget);
+        // Any product with a part larger than all its neighbours outgrows each of them.
+        let outer = big.size <= a.widest;
+        for w in 0..lim.div_ceil(64) {
+            let holds = &part.holds[w * c..(w + 1) * c];
+            let word = |set: u128| ones(set).fold(0u64, |acc, t| acc | holds[t]);
+            // Connected partners hold a neighbour; outer-product ones a set two hops away;
+            // neither may overlap.
+            let conn = word(big.nbr);
+            let hops = if outer { word(a.hops) } else { 0 };
+            let mut cand = (conn | hops) & !word(big.set);
+            if lim - 64 * w < 64 {
+                cand &= (1u64 << (lim - 64 * w)) - 1;
+            }
+            while cand != 0 {
+                let bit = cand.trailing_zeros() as usize;
+                cand &= cand - 1;
+                let p = &part.scans[64 * w + bit];
+                if p.key > *cap - big.cost {
                     continue;
                 }
-                if (ss & via).trailing_zeros() as usize != t {
-                    continue; // counted under its lowest operand of `via`
+                let e = &p.e;
+                let u = e.ind | big.ind;
+                // The step's iteration space (built-in models only: 0 otherwise).
+                let space = if builtin { self.d.size(u) } else { 0.0 };
+                if conn >> bit & 1 == 0 {
+                    if p.e.size > p.widest {
+                        continue; // as `outer`, for the partner
+                    }
+                    // An outer product pays only below a common neighbour's size.
+                    let meet = ones(e.nbr & big.nbr)
+                        .map(|u| self.leaf_size[u])
+                        .fold(0.0, f64::max);
+                    let product = if builtin { space } else { self.d.size(u) };
+                    if product > meet {
+                        continue;
+                    }
                 }
-                let e = &small.entries[is as usize];
-                if accept(e) {
-                    self.combine(e, big, cap, target);
+                // A built-in step costs at least its iteration space.
+                if e.cost + big.cost + space > *cap {
+                    continue;
+                }
+                if let Some((id, cost)) = self.combine(store, e, big, space, *cap) {
+                    if store.entries[id as usize].set == self.full {
+                        *cap = cost;
+                    }
+                    queue.push(Reverse((cost.to_bits(), id)));
                 }
             }
         }
     }
 
-    fn combine(&self, e1: &Entry<W>, e2: &Entry<W>, cap: f64, target: &mut Level<W>) {
+    /// Records the tree joining `e1` and `e2` if it costs at most `cap` and is the cheapest of
+    /// its set so far, returning the set's entry and new cost; `space` is the size of the
+    /// step's iteration space (built-in models).
+    fn combine(
+        &self,
+        store: &mut Store<W>,
+        e1: &Entry<W>,
+        e2: &Entry<W>,
+        space: f64,
+        cap: f64,
+    ) -> Option<(u32, f64)> {
+        let net = self.d.net;
         let s = e1.set | e2.set;
         let base = e1.cost + e2.cost;
-        if self.net.builtin().is_some() && base + self.net.size(e1.ind | e2.ind) > cap {
-            return; // every built-in step costs at least the size of its iteration space
-        }
-        let ind = self.result(s, e1.ind | e2.ind);
-        let cost = base + self.net.step_cost(e1.ind, e2.ind, ind);
-        if cost > cap {
-            return;
-        }
-        if let Some(&p) = target.pos.get(&s) {
-            let e = &mut target.entries[p];
-            if cost < e.cost {
-                e.cost = cost;
-                e.left = e1.set;
+        let u = e1.ind | e2.ind;
+        // The step sums an index that no operand outside `s` and not the output holds: an index
+        // a leaf alone holds, or a shared one that no operand outside holds.
+        let mut ind = u.minus(e1.own | e2.own);
+        for x in (e1.ind & e2.ind).minus(net.output).ones() {
+            if self.holders[x] & !s == 0 {
+                ind.remove(x);
             }
-            return;
         }
-        if !self.net.fits(ind) {
-            return;
+        let step = match self.d.builtin {
+            Some(BuiltinCost::Flops) => space * if u == ind { 1.0 } else { 2.0 },
+            Some(BuiltinCost::MultiplyAdds) => space,
+            None => net.step_cost(e1.ind, e2.ind, ind),
+        };
+        let cost = base + step;
+        if cost > cap {
+            return None;
         }
-        let p = target.entries.len();
-        target.pos.insert(s, p);
-        target.entries.push(Entry {
+        if let Some(p) = store.table.get(s) {
+            let e = &mut store.entries[p as usize];
+            if e.done || cost >= e.cost {
+                return None;
+            }
+            e.cost = cost;
+            e.left = e1.set;
+            return Some((p, cost));
+        }
+        let size = self.d.size(ind);
+        if size > net.limit {
+            return None;
+        }
+        let id = store.entries.len() as u32;
+        store.table.insert(s, id);
+        store.entries.push(Entry {
             set: s,
             ind,
+            size,
             cost,
             nbr: (e1.nbr | e2.nbr) & !s,
             left: e1.set,
+            own: Bits::EMPTY,
+            done: false,
         });
+        Some((id, cost))
     }
-}
 
-fn single<const W: usize>(d: usize) -> Bits<W> {
-    let mut b = Bits::EMPTY;
-    b.insert(d);
-    b
-}
-
-/// Appends the steps of set `s`'s tree; returns its node id.
-fn emit<const W: usize>(s: u128, levels: &[Level<W>], n: usize, path: &mut PairPath) -> usize {
-    if s.count_ones() == 1 {
-        return s.trailing_zeros() as usize;
+    /// Appends the steps of local set `s`'s tree; returns its node id.
+    fn emit(&self, store: &Store<W>, s: u128, n: usize, path: &mut PairPath) -> usize {
+        if s & (s - 1) == 0 {
+            return self.ops[s.trailing_zeros() as usize];
+        }
+        let id = store.table.get(s).expect("a built set");
+        let left = store.entries[id as usize].left;
+        let x = self.emit(store, left, n, path);
+        let y = self.emit(store, s ^ left, n, path);
+        path.push((x, y));
+        n + path.len() - 1
     }
-    let level = &levels[s.count_ones() as usize];
-    let left = level.entries[level.pos[&s]].left;
-    let x = emit(left, levels, n, path);
-    let y = emit(s ^ left, levels, n, path);
-    path.push((x, y));
-    n + path.len() - 1
 }
 
 /// The dp path, or `None` when it finds none within the memory limit. With `upper`, the cost
@@ -303,8 +497,8 @@ pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Op
     assert!(n <= MAX_OPERANDS, "caller checks the operand count");
     let mut holders = vec![0u128; net.ext.len()];
     for (t, k) in net.inputs.iter().enumerate() {
-        for d in k.ones() {
-            holders[d] |= 1u128 << t;
+        for x in k.ones() {
+            holders[x] |= 1u128 << t;
         }
     }
     let nbr_leaf: Vec<u128> = (0..n)
@@ -312,20 +506,34 @@ pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Op
             net.inputs[t]
                 .minus(net.output)
                 .ones()
-                .fold(0u128, |m, d| m | holders[d])
+                .fold(0u128, |m, x| m | holders[x])
                 & !(1u128 << t)
+        })
+        .collect();
+    let own: Vec<Bits<W>> = (0..n)
+        .map(|t| {
+            let mut b = Bits::EMPTY;
+            for x in net.inputs[t].minus(net.output).ones() {
+                if holders[x] == 1u128 << t {
+                    b.insert(x);
+                }
+            }
+            b
         })
         .collect();
     let d = Dp {
         net,
-        holders,
+        builtin: net.builtin(),
+        sizes: Sizes::new(net),
         nbr_leaf,
-        leaf_size: net.inputs.iter().map(|k| net.size(*k)).collect(),
+        own,
     };
     // Connected components, in order of their lowest operand.
     let mut seen = 0u128;
     let mut parts: Vec<(usize, Bits<W>)> = Vec::new();
     let mut path = PairPath::new();
+    // Slack so that rounding in another summation order never prunes the bound's own tree.
+    let limit = upper.map(|u| u * (1.0 + 1e-9) + 1e-9);
     for start in 0..n {
         if seen >> start & 1 == 1 {
             continue;
@@ -341,13 +549,16 @@ pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Op
             comp |= next;
         }
         seen |= comp;
-        // Slack so that rounding in another summation order never prunes the bound's own tree.
-        let limit = upper.map(|u| u * (1.0 + 1e-9) + 1e-9);
-        let levels = d.component(comp, limit)?;
-        let top = &levels[comp.count_ones() as usize];
-        let ind = top.entries[top.pos[&comp]].ind;
-        let id = emit(comp, &levels, n, &mut path);
-        parts.push((id, ind));
+        let part = if comp.count_ones() == 1 {
+            (start, net.inputs[start])
+        } else {
+            let c = Comp::new(&d, comp);
+            let store = c.solve(limit)?;
+            let top = store.table.get(c.full).expect("the whole component");
+            let ind = store.entries[top as usize].ind;
+            (c.emit(&store, c.full, n, &mut path), ind)
+        };
+        parts.push(part);
     }
     // Join the parts pairwise, the two smallest first.
     while parts.len() > 1 {
@@ -363,4 +574,213 @@ pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Op
         parts.push((n + path.len() - 1, k12));
     }
     Some(path)
+}
+
+#[cfg(test)]
+#[path = "dp_reference.rs"]
+mod reference;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::{CostModel, Flops, MultiplyAdds, StepShape};
+    use crate::net::Problem;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    /// opt_einsum's FLOPs through [`StepShape`] only, so the searches take the custom-model path.
+    struct SlowFlops;
+    impl CostModel for SlowFlops {
+        fn name(&self) -> &str {
+            "slow-flops"
+        }
+        fn step_cost(&self, step: &StepShape<'_>) -> f64 {
+            let summed = step.sums();
+            step.size_of(&step.indices()) * if summed { 2.0 } else { 1.0 }
+        }
+    }
+
+    const LETTERS: &[char] = &['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l'];
+
+    /// A random network: `ops` operands of 1..=4 indices over `letters` letters, extents 1..=7,
+    /// a random subset of the used letters as output.
+    #[derive(Debug, Clone)]
+    struct Case {
+        inputs: Vec<Vec<char>>,
+        output: Vec<char>,
+        extents: BTreeMap<char, usize>,
+    }
+
+    fn arb_case(
+        ops: std::ops::RangeInclusive<usize>,
+        letters: usize,
+    ) -> impl Strategy<Value = Case> {
+        (
+            prop::collection::vec(prop::collection::btree_set(0..letters, 1..=4), ops),
+            prop::collection::vec(1..=7usize, letters),
+            any::<u16>(),
+        )
+            .prop_map(move |(ops, ext, outmask)| {
+                let inputs: Vec<Vec<char>> = ops
+                    .iter()
+                    .map(|t| t.iter().map(|&i| LETTERS[i]).collect())
+                    .collect();
+                let used: std::collections::BTreeSet<usize> =
+                    ops.iter().flatten().copied().collect();
+                let output = used
+                    .iter()
+                    .filter(|&&i| outmask >> i & 1 == 1)
+                    .map(|&i| LETTERS[i])
+                    .collect();
+                let extents = LETTERS.iter().copied().zip(ext).collect();
+                Case {
+                    inputs,
+                    output,
+                    extents,
+                }
+            })
+    }
+
+    fn cost_of(net: &Net<'_, '_, 1>, path: &Option<PairPath>) -> Option<f64> {
+        let ssa: Vec<Vec<usize>> = path.as_ref()?.iter().map(|&(a, b)| vec![a, b]).collect();
+        Some(
+            net.path_cost(&ssa)
+                .expect("a dp path replays within the limit"),
+        )
+    }
+
+    /// The new and the reference search agree in cost (and in finding a path) on `c` under
+    /// `model`, `limit` and the bound `upper`.
+    fn agree(c: &Case, model: &dyn CostModel, limit: Option<u128>, upper: Option<f64>) {
+        let p = Problem::new(c.inputs.clone(), c.output.clone(), &c.extents, limit, model);
+        let net = Net::<1>::new(&p);
+        let new = cost_of(&net, &dp(&net, upper));
+        let old = cost_of(&net, &reference::dp(&net, upper));
+        assert_eq!(new, old, "{c:?} limit {limit:?} upper {upper:?}");
+    }
+
+    /// The cheapest tree of the space the module documents, over all subsets of a connected
+    /// network by brute force: `None` if none fits the limit.
+    fn space_optimum(net: &Net<'_, '_, 1>) -> Option<f64> {
+        let n = net.n();
+        let full = (1usize << n) - 1;
+        let holders = |x: usize| (0..n).filter(move |&t| net.inputs[t].0[0] >> x & 1 == 1);
+        let union = |s: usize| {
+            (0..n)
+                .filter(|t| s >> t & 1 == 1)
+                .fold(Bits::<1>::EMPTY, |b, t| b | net.inputs[t])
+        };
+        // Operands outside `s` sharing a summed index with it.
+        let nbr = |s: usize| {
+            let mut m = 0usize;
+            for x in union(s).minus(net.output).ones() {
+                for t in holders(x) {
+                    m |= 1 << t;
+                }
+            }
+            m & !s
+        };
+        let ind = |s: usize| {
+            if s.count_ones() == 1 {
+                net.inputs[s.trailing_zeros() as usize]
+            } else {
+                union(s) & (net.output | union(full ^ s))
+            }
+        };
+        let leaf_size = |t: usize| net.size(net.inputs[t]);
+        let mut best = vec![f64::INFINITY; full + 1];
+        for t in 0..n {
+            best[1 << t] = 0.0;
+        }
+        for s in 1..=full {
+            if s.count_ones() < 2 || !net.fits(ind(s)) {
+                continue;
+            }
+            let mut a = (s - 1) & s;
+            while a > 0 {
+                let b = s ^ a;
+                if a < b && best[a].is_finite() && best[b].is_finite() {
+                    let joined = nbr(a) & b != 0 || {
+                        let meet = (0..n)
+                            .filter(|u| (nbr(a) & nbr(b)) >> u & 1 == 1)
+                            .map(leaf_size)
+                            .fold(0.0, f64::max);
+                        net.size(ind(a) | ind(b)) <= meet
+                    };
+                    if joined {
+                        let c = best[a] + best[b] + net.step_cost(ind(a), ind(b), ind(s));
+                        best[s] = best[s].min(c);
+                    }
+                }
+                a = (a - 1) & s;
+            }
+        }
+        best[full].is_finite().then_some(best[full])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+        #[test]
+        fn same_cost_as_the_reference(
+            c in arb_case(2..=11, 12),
+            model in 0..3usize,
+            limit in prop::option::weighted(0.3, 1u128..=400),
+            scale in prop::option::weighted(0.5, 0.3f64..1.5),
+        ) {
+            let models: [&dyn CostModel; 3] = [&Flops, &MultiplyAdds, &SlowFlops];
+            let m = models[model];
+            // A bound near the unbounded answer, so that both finding and missing occur.
+            let p = Problem::new(c.inputs.clone(), c.output.clone(), &c.extents, limit, m);
+            let net = Net::<1>::new(&p);
+            let free = cost_of(&net, &reference::dp(&net, None));
+            let upper = scale.zip(free).map(|(k, f)| (f * k).round());
+            agree(&c, m, limit, upper);
+            agree(&c, m, limit, None);
+        }
+
+        #[test]
+        fn optimal_over_its_space_on_connected_networks(
+            c in arb_case(2..=8, 6),
+            bonds in prop::collection::vec(1..=4usize, 7),
+            limit in prop::option::weighted(0.3, 1u128..=300),
+        ) {
+            // Connected: a summed bond index between each operand and the next.
+            let mut c = c;
+            for (i, &extent) in bonds.iter().enumerate().take(c.inputs.len() - 1) {
+                let bond = char::from(b'M' + i as u8);
+                c.inputs[i].push(bond);
+                c.inputs[i + 1].push(bond);
+                c.extents.insert(bond, extent);
+            }
+            let p = Problem::new(c.inputs.clone(), c.output.clone(), &c.extents, limit, &Flops);
+            let net = Net::<1>::new(&p);
+            prop_assert_eq!(cost_of(&net, &dp(&net, None)), space_optimum(&net));
+        }
+    }
+
+    /// Larger networks than the proptests reach, through the hash-map table (components of
+    /// more than `FLAT_MAX` operands): rings and grids of 17 to 24 matrices.
+    #[test]
+    fn same_cost_as_the_reference_beyond_the_flat_table() {
+        for n in [17usize, 20, 24] {
+            let letter = |i: usize| char::from_u32(0x100 + i as u32).expect("a char");
+            let ring = Case {
+                inputs: (0..n)
+                    .map(|i| vec![letter(i), letter((i + 1) % n)])
+                    .collect(),
+                output: vec![],
+                extents: (0..n).map(|i| (letter(i), 2 + i % 5)).collect(),
+            };
+            agree(&ring, &Flops, None, None);
+            let mut ladder = ring.clone();
+            for i in (0..n).step_by(4) {
+                let rung = letter(n + i);
+                ladder.inputs[i].push(rung);
+                ladder.inputs[(i + n / 2) % n].push(rung);
+                ladder.extents.insert(rung, 3);
+            }
+            agree(&ladder, &Flops, None, None);
+        }
+    }
 }

@@ -72,8 +72,8 @@ pub struct Branch {
     /// Registry name.
     pub name: &'static str,
 }
-/// Dynamic programming over connected subgraphs with a rising cost cap, plus outer products
-/// where they pay.
+/// Dynamic programming over connected subgraphs, cheapest first, plus outer products where
+/// they pay.
 pub struct Dp;
 /// Chooses by operand count as opt_einsum's `auto` does, and keeps greedy's path if cheaper.
 pub struct Auto;
@@ -135,7 +135,7 @@ impl PathStrategy for Dp {
             });
         }
         // opt_einsum's dp sums out every input's own indices first; both ways are tried.
-        with_singles(p, |q| capped_dp(q, false))
+        with_singles(p, |q, bound| capped_dp(q, false, bound))
     }
 }
 
@@ -167,29 +167,63 @@ impl PathStrategy for Auto {
             // Exact, single-input reductions included.
             StrategyKind::Optimal => chosen.build().search(p),
             // Greedy's pairwise path, or the same after summing out each input's own indices.
-            StrategyKind::Greedy => with_singles(p, |q| Greedy.search(q)),
+            StrategyKind::Greedy => with_singles(p, |q, _| Greedy.search(q).map(Some)),
             // The cheaper of dp's and greedy's paths, each way of with_singles.
-            StrategyKind::Dp => with_singles(p, |q| capped_dp(q, true)),
+            StrategyKind::Dp => with_singles(p, |q, bound| capped_dp(q, true, bound)),
             _ => chosen.build().search(p),
         }
     }
 }
 
 /// dp's search capped by greedy's path (opt_einsum's `cost_cap` idea): greedy runs first, and
-/// no cap of dp's rounds rises above its cost, so dp spends few rounds and stops once it has
-/// shown that no tree of its space is cheaper. Then `or_greedy` returns greedy's path (the
-/// cheaper of the two, as `auto` wants); otherwise dp goes on raising its cap, so the result
-/// is dp's path whatever greedy's cost.
-fn capped_dp(p: &Problem<'_>, or_greedy: bool) -> Result<SsaPath, PathError> {
-    let greedy = Greedy.search(p);
-    let upper = greedy.as_ref().ok().and_then(|g| path_cost(p, g));
-    let Some(upper) = upper else {
-        return with_width!(p, run_dp, None).map(from_pairs);
+/// dp joins no sets into a tree costlier than its path, so it stops once it has shown that no
+/// tree of its space is cheaper. Then `or_greedy` returns greedy's path (the cheaper of the
+/// two, as `auto` wants); otherwise dp searches again without the cap, so the result is dp's
+/// path whatever greedy's cost.
+///
+/// With `bound`, the cost of a path the caller already has, only a path costing at most that
+/// is of use: the cap is at most the bound, and `Ok(None)` says that this search's path (dp's,
+/// or greedy's with `or_greedy`) would cost more.
+fn capped_dp(
+    p: &Problem<'_>,
+    or_greedy: bool,
+    bound: Option<f64>,
+) -> Result<Option<SsaPath>, PathError> {
+    with_width!(p, capped_dp_on, or_greedy, bound)
+}
+
+/// [`capped_dp`] on one bit-set form of the problem, shared by its searches.
+fn capped_dp_on<const W: usize>(
+    net: &Net<'_, '_, W>,
+    or_greedy: bool,
+    bound: Option<f64>,
+) -> Result<Option<SsaPath>, PathError> {
+    let dp = |cap: Option<f64>| run_dp(net, cap).map(from_pairs);
+    if let (false, Some(b)) = (or_greedy, bound) {
+        // dp's own path whatever greedy's: above the bound it is of no use.
+        return Ok(dp(Some(b)).ok());
+    }
+    // Greedy's path, as `Greedy` finds it (branch-1 under a memory limit).
+    let greedy = if net.p.memory_limit.is_some() {
+        run_branch(net, Some(1), StrategyKind::Greedy.name()).map(from_pairs)
+    } else {
+        run_greedy(net).map(from_pairs)
     };
-    match with_width!(p, run_dp, Some(upper)) {
-        Ok(pairs) => Ok(from_pairs(pairs)),
-        Err(_) if or_greedy => greedy,
-        Err(_) => with_width!(p, run_dp, None).map(from_pairs),
+    let upper = greedy.as_ref().ok().and_then(|g| net.path_cost(g));
+    let Some(upper) = upper else {
+        return match bound {
+            Some(b) => Ok(dp(Some(b)).ok()),
+            None => dp(None).map(Some),
+        };
+    };
+    if let Some(b) = bound.filter(|&b| b < upper) {
+        // Greedy's path is of no use either: dp's, if at most the bound, is the answer.
+        return Ok(dp(Some(b)).ok());
+    }
+    match dp(Some(upper)) {
+        Ok(path) => Ok(Some(path)),
+        Err(_) if or_greedy => greedy.map(Some),
+        Err(_) => dp(None).map(Some),
     }
 }
 
@@ -349,12 +383,21 @@ pub fn strategy(name: &str) -> Result<Box<dyn PathStrategy>, PathError> {
 }
 
 /// Runs `search` on `p` and on `p` with every input's own indices (in no other input and not
-/// in the output) summed out first by a single-operand step, and keeps the cheaper path.
+/// in the output) summed out first by a single-operand step, and keeps the cheaper path (`p`'s
+/// on a tie).
+///
+/// The reduced problem goes first (summing out early usually pays), and its path's cost bounds
+/// the search on `p`: `search(problem, Some(b))` may return `Ok(None)` when its path would cost
+/// more than `b`, which lets a bounded search stop early (without a bound it returns a path or
+/// an error). The answer is the same as running both unbounded.
 fn with_singles(
     p: &Problem<'_>,
-    search: impl Fn(&Problem<'_>) -> Result<SsaPath, PathError>,
+    search: impl Fn(&Problem<'_>, Option<f64>) -> Result<Option<SsaPath>, PathError>,
 ) -> Result<SsaPath, PathError> {
     let n = p.num_inputs();
+    let unbounded = |q: &Problem<'_>| {
+        search(q, None).map(|found| found.expect("an unbounded search returns a path"))
+    };
     // How many inputs hold each index (an input's index list is distinct), the output counting
     // as one more: an index held once is the input's own.
     let mut holders: crate::bits::FastMap<crate::Index, usize> = Default::default();
@@ -369,13 +412,12 @@ fn with_singles(
     let reducible: Vec<usize> = (0..n)
         .filter(|&t| inputs[t].len() < p.inputs[t].len())
         .collect();
-    let plain = search(p);
     if reducible.is_empty() || n < 2 {
-        return plain;
+        return unbounded(p);
     }
     let q = Problem::new(inputs, p.output.clone(), p.extents, p.memory_limit, p.cost);
-    let Ok(pairs) = search(&q) else {
-        return plain;
+    let Ok(pairs) = unbounded(&q) else {
+        return unbounded(p);
     };
     // Node ids after the k unary steps: reduced input r is n + its rank, later steps shift by k.
     let k = reducible.len();
@@ -386,13 +428,17 @@ fn with_singles(
     };
     let mut reduced: SsaPath = reducible.iter().map(|&t| vec![t]).collect();
     reduced.extend(pairs.iter().map(|st| st.iter().map(|&x| id(x)).collect()));
-    let Ok(plain) = plain else {
-        return Ok(reduced);
+    let Some(b) = path_cost(p, &reduced) else {
+        // A reduced input breaks the memory limit: `p`'s path, if any.
+        return Ok(unbounded(p).unwrap_or(reduced));
     };
-    match (path_cost(p, &plain), path_cost(p, &reduced)) {
-        (Some(a), Some(b)) if b < a => Ok(reduced),
-        (None, Some(_)) => Ok(reduced),
-        _ => Ok(plain),
+    match search(p, Some(b)) {
+        Ok(Some(plain)) => match path_cost(p, &plain) {
+            Some(a) if a <= b => Ok(plain),
+            _ => Ok(reduced),
+        },
+        // Nothing at most `b`, or nothing at all.
+        _ => Ok(reduced),
     }
 }
 
@@ -426,4 +472,106 @@ fn run_optimal<const W: usize>(
 
 fn run_dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Result<PairPath, PathError> {
     dp::dp(net, upper).ok_or_else(|| memory_error(net.p, StrategyKind::Dp.name(), false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::{CostModel, Flops};
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    /// [`with_singles`] as it was: both problems searched without a bound, the cheaper path
+    /// kept (`p`'s on a tie).
+    fn both_unbounded(
+        p: &Problem<'_>,
+        search: impl Fn(&Problem<'_>, Option<f64>) -> Result<Option<SsaPath>, PathError>,
+    ) -> Option<f64> {
+        let plain = search(p, None).ok().flatten();
+        let mut holders: BTreeMap<char, usize> = BTreeMap::new();
+        for c in p.inputs.iter().flatten().chain(p.output.iter()) {
+            *holders.entry(*c).or_insert(0) += 1;
+        }
+        let inputs: Vec<Vec<char>> = p
+            .inputs
+            .iter()
+            .map(|t| t.iter().copied().filter(|c| holders[c] > 1).collect())
+            .collect();
+        let size = |t: &[char]| -> f64 { t.iter().map(|c| p.extents[c] as f64).product() };
+        let reducible = || (0..p.num_inputs()).filter(|&t| inputs[t].len() < p.inputs[t].len());
+        // A single-operand step costs twice its input and must fit the limit with its result.
+        let unary: f64 = reducible().map(|t| 2.0 * size(&p.inputs[t])).sum();
+        let fits = reducible().all(|t| p.memory_limit.is_none_or(|l| size(&inputs[t]) <= l as f64));
+        let q = Problem::new(inputs, p.output.clone(), p.extents, p.memory_limit, p.cost);
+        let reduced = search(&q, None)
+            .ok()
+            .flatten()
+            .and_then(|r| path_cost(&q, &r))
+            .filter(|_| fits)
+            .map(|c| c + unary);
+        let plain = plain.and_then(|x| path_cost(p, &x));
+        match (plain, reduced) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Networks whose operands may carry indices of their own (summing them out first can pay).
+    fn arb_problem() -> impl Strategy<Value = (Vec<Vec<char>>, Vec<char>, BTreeMap<char, usize>)> {
+        const SHARED: &[char] = &['a', 'b', 'c', 'd', 'e', 'f'];
+        const OWN: &[char] = &['s', 't', 'u', 'v', 'w', 'x', 'y', 'z', 'S', 'T', 'U', 'V'];
+        (
+            prop::collection::vec(
+                (
+                    prop::collection::btree_set(0..SHARED.len(), 1..=3),
+                    any::<bool>(),
+                ),
+                2..=12,
+            ),
+            prop::collection::vec(1..=6usize, SHARED.len() + OWN.len()),
+            any::<u8>(),
+        )
+            .prop_map(|(ops, ext, outmask)| {
+                let inputs: Vec<Vec<char>> = ops
+                    .iter()
+                    .enumerate()
+                    .map(|(k, (t, own))| {
+                        let mut v: Vec<char> = t.iter().map(|&i| SHARED[i]).collect();
+                        if *own {
+                            v.push(OWN[k]);
+                        }
+                        v
+                    })
+                    .collect();
+                let output: Vec<char> = SHARED
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, c)| {
+                        outmask >> i & 1 == 1 && inputs.iter().flatten().any(|x| x == c)
+                    })
+                    .map(|(_, c)| *c)
+                    .collect();
+                let extents = SHARED.iter().chain(OWN).copied().zip(ext).collect();
+                (inputs, output, extents)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        /// Searching the reduced problem first and bounding the other by it changes no cost.
+        #[test]
+        fn bounded_singles_cost_as_both_unbounded(
+            (inputs, output, extents) in arb_problem(),
+            limit in prop::option::weighted(0.2, 8u128..=500),
+        ) {
+            let model: &dyn CostModel = &Flops;
+            let p = Problem::new(inputs, output, &extents, limit, model);
+            for or_greedy in [false, true] {
+                let search = |q: &Problem<'_>, b: Option<f64>| capped_dp(q, or_greedy, b);
+                let new = with_singles(&p, search).ok().and_then(|x| path_cost(&p, &x));
+                prop_assert_eq!(new, both_unbounded(&p, search), "or_greedy {}", or_greedy);
+            }
+        }
+    }
 }
