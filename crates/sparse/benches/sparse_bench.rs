@@ -63,7 +63,7 @@ fn halo_time(a: &Csr<f64>, b: &[f64], k: usize, procs: usize, reps: usize) -> (f
             let r = comm.rank();
             let a_local = a.rows(plan.a_cuts[r], plan.a_cuts[r + 1]);
             let local = halo::localize(&plan, r, &a_local)?;
-            let b_local = &b[plan.b_cuts[r] * k..plan.b_cuts[r + 1] * k];
+            let b_local = &b[plan.b_cuts()[r] * k..plan.b_cuts()[r + 1] * k];
             // One thread per rank: P=2 means two ranks of one thread each.
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(1)

@@ -176,9 +176,149 @@ pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>, SparseError> 
     })
 }
 
+/// A sparse tensor's nonzeros grouped by the coordinate of one mode (the first level of a
+/// CSF tree): the MTTKRP kernel's layout, where each thread owns a run of output rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModeGroups<T> {
+    /// Rows of the grouped mode (the output rows).
+    pub rows: usize,
+    /// Row `i`'s entries are `ptr[i]..ptr[i + 1]`.
+    pub ptr: Vec<usize>,
+    /// Per entry, the coordinates of the other modes (in mode order), `order - 1` each.
+    pub others: Vec<usize>,
+    /// Per entry, its value.
+    pub vals: Vec<T>,
+}
+
+impl<T: Scalar> ModeGroups<T> {
+    /// Groups the entries of `x` for which `row(coord of mode)` is `Some` (a row `< rows`),
+    /// with the other modes' coordinates mapped by `other(m, coord)`; entries keep their
+    /// sorted order within a row. A counting sort: O(nnz + rows).
+    pub fn build(
+        x: &SparseTensor<T>,
+        mode: usize,
+        rows: usize,
+        row: impl Fn(usize) -> Option<usize>,
+        other: impl Fn(usize, usize) -> usize,
+    ) -> Result<ModeGroups<T>, SparseError> {
+        let order = x.order();
+        if mode >= order {
+            return Err(SparseError::Shape(format!(
+                "mode {mode} of an order-{order} tensor"
+            )));
+        }
+        let mut ptr = vec![0usize; rows + 1];
+        let rows_of: Vec<Option<usize>> = (0..x.nnz()).map(|e| row(x.coord(e)[mode])).collect();
+        for &i in rows_of.iter().flatten() {
+            if i >= rows {
+                return Err(SparseError::Shape(format!("row {i} of {rows}")));
+            }
+            ptr[i + 1] += 1;
+        }
+        for i in 0..rows {
+            ptr[i + 1] += ptr[i];
+        }
+        let n = ptr[rows];
+        let w = order - 1;
+        let mut others = vec![0usize; n * w];
+        let mut vals = vec![T::default(); n];
+        let mut next = ptr.clone();
+        for (e, i) in rows_of.iter().enumerate() {
+            let Some(i) = *i else { continue };
+            let at = next[i];
+            next[i] += 1;
+            let c = x.coord(e);
+            let mut o = at * w;
+            for (m, &cm) in c.iter().enumerate() {
+                if m != mode {
+                    others[o] = other(m, cm);
+                    o += 1;
+                }
+            }
+            vals[at] = x.values()[e];
+        }
+        Ok(ModeGroups {
+            rows,
+            ptr,
+            others,
+            vals,
+        })
+    }
+
+    /// Stored entries.
+    pub fn nnz(&self) -> usize {
+        self.vals.len()
+    }
+}
+
+/// MTTKRP over grouped entries: `M (rows x R)`, row i the sum over its entries of the value
+/// times the elementwise product of the other modes' factor rows. `factors` are the other
+/// modes' row-major factors in mode order, each `R` wide and indexed by the grouped
+/// coordinates. Rows are split over the calling rayon pool.
+pub fn mttkrp_grouped<T: Scalar>(
+    g: &ModeGroups<T>,
+    factors: &[&[T]],
+    r: usize,
+) -> Result<Vec<T>, SparseError> {
+    let w = factors.len();
+    if g.others.len() != g.nnz() * w {
+        return Err(SparseError::Shape(format!(
+            "{} factors for entries with {} other coordinates",
+            w,
+            g.others.len() / g.nnz().max(1)
+        )));
+    }
+    for (m, f) in factors.iter().enumerate() {
+        if let Some(&c) = g.others.iter().skip(m).step_by(w.max(1)).max() {
+            if (c + 1) * r > f.len() {
+                return Err(SparseError::Shape(format!(
+                    "factor {m} has {} elements, an entry reads row {c} of width {r}",
+                    f.len()
+                )));
+            }
+        }
+    }
+    let mut out = vec![T::default(); g.rows * r];
+    if r == 0 || g.rows == 0 {
+        return Ok(out);
+    }
+    let rows = chunk_rows(g.rows, g.nnz() * r * w.max(1));
+    out.par_chunks_mut(rows * r)
+        .enumerate()
+        .for_each(|(ch, block)| {
+            let mut t = vec![T::default(); r];
+            for (ri, orow) in block.chunks_mut(r).enumerate() {
+                let i = ch * rows + ri;
+                for e in g.ptr[i]..g.ptr[i + 1] {
+                    let c = &g.others[e * w..(e + 1) * w];
+                    let v = g.vals[e];
+                    match factors {
+                        [] => t.iter_mut().for_each(|x| *x = v),
+                        [f0, rest @ ..] => {
+                            let row0 = &f0[c[0] * r..(c[0] + 1) * r];
+                            for (x, &y) in t.iter_mut().zip(row0) {
+                                *x = v * y;
+                            }
+                            for (f, &cm) in rest.iter().zip(&c[1..]) {
+                                for (x, &y) in t.iter_mut().zip(&f[cm * r..(cm + 1) * r]) {
+                                    *x = *x * y;
+                                }
+                            }
+                        }
+                    }
+                    for (o, &x) in orow.iter_mut().zip(&t) {
+                        *o += x;
+                    }
+                }
+            }
+        });
+    Ok(out)
+}
+
 /// MTTKRP of a sparse tensor `x` in mode `mode`: `M (I_mode x R) = X_(mode) (⊙ of the other
 /// factors)`, with `factors[m]` the row-major `I_m x R` factor of mode `m` (the mode's own entry
-/// is ignored). The einsum `ijk,ja,ka->ia` for mode 0 of an order-3 tensor. Costs nnz × R × N.
+/// is ignored). The einsum `ijk,ja,ka->ia` for mode 0 of an order-3 tensor. Costs nnz × R × N;
+/// the entries are grouped by the mode ([`ModeGroups`]) and the rows split over the threads.
 pub fn mttkrp<T: Scalar>(
     x: &SparseTensor<T>,
     factors: &[&[T]],
@@ -201,22 +341,10 @@ pub fn mttkrp<T: Scalar>(
             )));
         }
     }
-    let mut out = vec![T::default(); x.shape()[mode] * r];
-    let mut row = vec![T::default(); r];
-    // One pass over the nonzeros: X is read once (the sorted order only helps locality).
-    for e in 0..x.nnz() {
-        let c = x.coord(e);
-        row.iter_mut().for_each(|v| *v = x.values()[e]);
-        for (m, f) in factors.iter().enumerate() {
-            if m != mode {
-                for (v, &y) in row.iter_mut().zip(&f[c[m] * r..(c[m] + 1) * r]) {
-                    *v = *v * y;
-                }
-            }
-        }
-        for (o, &v) in out[c[mode] * r..(c[mode] + 1) * r].iter_mut().zip(&row) {
-            *o += v;
-        }
-    }
-    Ok(out)
+    let g = ModeGroups::build(x, mode, x.shape()[mode], Some, |_, c| c)?;
+    let others: Vec<&[T]> = (0..order)
+        .filter(|&m| m != mode)
+        .map(|m| factors[m])
+        .collect();
+    mttkrp_grouped(&g, &others, r)
 }

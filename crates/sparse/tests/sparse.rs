@@ -281,7 +281,7 @@ fn check_halo(a: &Csr<f64>, k: usize, procs: usize) -> HaloPlan {
         .run(|comm| {
             let r = comm.rank();
             let a_local = a.rows(plan.a_cuts[r], plan.a_cuts[r + 1]);
-            let b_local = &b[plan.b_cuts[r] * k..plan.b_cuts[r + 1] * k];
+            let b_local = &b[plan.b_cuts()[r] * k..plan.b_cuts()[r + 1] * k];
             let before = comm.traffic();
             let c = dist_spmm(comm, &plan, &a_local, b_local)?;
             let after = comm.traffic();

@@ -214,7 +214,7 @@ fn run_ranks(plan: &HaloPlan, csr: &Csr<f64>, b: &[f64], args: &Args) -> anyhow:
         .run(|comm| {
             let r = comm.rank();
             let a_local = csr.rows(plan.a_cuts[r], plan.a_cuts[r + 1]);
-            let b_local = &b[plan.b_cuts[r] * k..plan.b_cuts[r + 1] * k];
+            let b_local = &b[plan.b_cuts()[r] * k..plan.b_cuts()[r + 1] * k];
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()
