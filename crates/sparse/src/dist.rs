@@ -317,13 +317,27 @@ impl MttkrpPlan {
 /// Rank `comm.rank()`'s rows of the MTTKRP under `plan`: `local` its nonzeros
 /// ([`MttkrpPlan::local_part`]), `factors_local[m]` its rows of mode m's factor
 /// (`plan.cuts[m]`, `plan.r` wide; the output mode's entry is not read). Each other factor's
-/// halo arrives in one exchange; the rows are split over the calling rayon pool.
+/// halo arrives in one exchange ([`fetch_factors`]); the rows are split over the calling
+/// rayon pool.
 pub fn mttkrp<T: Scalar, C: Communicator>(
     comm: &C,
     plan: &MttkrpPlan,
     local: &ModeGroups<T>,
     factors_local: &[&[T]],
 ) -> Result<Vec<T>, SparseError> {
+    let fetched = fetch_factors(comm, plan, factors_local)?;
+    let views: Vec<&[T]> = fetched.iter().map(Vec::as_slice).collect();
+    kernels::mttkrp_grouped(local, &views, plan.r)
+}
+
+/// The other modes' factors as rank `comm.rank()` reads them (own rows, then the halo rows),
+/// in mode order: one exchange per mode. Communication only, so a caller can keep it on the
+/// rank's thread and run [`kernels::mttkrp_grouped`] on a pool.
+pub fn fetch_factors<T: Scalar, C: Communicator>(
+    comm: &C,
+    plan: &MttkrpPlan,
+    factors_local: &[&[T]],
+) -> Result<Vec<Vec<T>>, SparseError> {
     let order = plan.shape.len();
     if factors_local.len() != order {
         return Err(SparseError::Shape(format!(
@@ -337,6 +351,5 @@ pub fn mttkrp<T: Scalar, C: Communicator>(
             fetched.push(plan.fetch[m].exchange(comm, f)?);
         }
     }
-    let views: Vec<&[T]> = fetched.iter().map(Vec::as_slice).collect();
-    kernels::mttkrp_grouped(local, &views, plan.r)
+    Ok(fetched)
 }
