@@ -265,6 +265,8 @@ struct Job {
     form: Form,
     einsum: ParsedEinsum,
     sparse: Vec<SparseTensor<f64>>,
+    /// The CSR form of each sparse operand that is a matrix.
+    csr: Vec<Option<Csr<f64>>>,
     seed: u64,
 }
 
@@ -327,17 +329,20 @@ impl Job {
         rest.iter().map(|&c| self.ext(c)).product()
     }
 
-    fn csr(&self, k: usize) -> anyhow::Result<Csr<f64>> {
-        self.sparse[k].to_csr().map_err(input_err)
+    /// Sparse operand `k` in CSR (converted once, shared by the in-process ranks).
+    fn csr(&self, k: usize) -> anyhow::Result<&Csr<f64>> {
+        self.csr[k]
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("operand {k} is not a sparse matrix"))
     }
 
     fn plan(&self, procs: usize) -> anyhow::Result<Plan> {
         Ok(match &self.form {
             Form::Spmm { rest, .. } | Form::Sddmm { rest, .. } => Plan::Halo(
-                HaloPlan::build(&self.csr(0)?, self.width(rest), procs).map_err(input_err)?,
+                HaloPlan::build(self.csr(0)?, self.width(rest), procs).map_err(input_err)?,
             ),
             Form::Spgemm => Plan::Spgemm(
-                SpgemmPlan::build(&self.csr(0)?, &self.csr(1)?, procs).map_err(input_err)?,
+                SpgemmPlan::build(self.csr(0)?, self.csr(1)?, procs).map_err(input_err)?,
             ),
             Form::Mttkrp { mode, a, .. } => Plan::Mttkrp(
                 MttkrpPlan::build(&self.sparse[0], *mode, self.ext(*a), procs)
@@ -410,7 +415,7 @@ fn rank_body<C: Communicator>(
     }
     let local = match (&job.form, plan) {
         (Form::Spmm { rest, .. }, Plan::Halo(p)) => {
-            let a = job.sparse[0].to_csr()?;
+            let a = job.csr(0).map_err(|e| SparseError::Shape(e.to_string()))?;
             let (lo, hi) = (p.b_cuts()[me], p.b_cuts()[me + 1]);
             let w = job.width(rest);
             Local::Spmm(
@@ -419,7 +424,7 @@ fn rank_body<C: Communicator>(
             )
         }
         (Form::Sddmm { rest, .. }, Plan::Halo(p)) => {
-            let s = job.sparse[0].to_csr()?;
+            let s = job.csr(0).map_err(|e| SparseError::Shape(e.to_string()))?;
             let w = job.width(rest);
             let (lo, hi) = (p.a_cuts[me], p.a_cuts[me + 1]);
             let (vlo, vhi) = (p.b_cuts()[me], p.b_cuts()[me + 1]);
@@ -430,7 +435,8 @@ fn rank_body<C: Communicator>(
             )
         }
         (Form::Spgemm, Plan::Spgemm(p)) => {
-            let (a, b) = (job.sparse[0].to_csr()?, job.sparse[1].to_csr()?);
+            let csr = |k| job.csr(k).map_err(|e| SparseError::Shape(e.to_string()));
+            let (a, b) = (csr(0)?, csr(1)?);
             let f = &p.fetch;
             Local::Spgemm(
                 a.rows(p.a_cuts[me], p.a_cuts[me + 1]),
@@ -673,10 +679,16 @@ fn job_of(expr: &str, args: &Args) -> anyhow::Result<Job> {
             .collect();
         sparse.push(sparse_operand(args, k, &shape, read[k].take())?);
     }
+    let csr = sparse
+        .iter()
+        .map(|t| (t.order() == 2).then(|| t.to_csr()).transpose())
+        .collect::<Result<_, _>>()
+        .map_err(input_err)?;
     Ok(Job {
         form,
         einsum,
         sparse,
+        csr,
         seed: args.seed,
     })
 }
@@ -717,7 +729,7 @@ fn reference(job: &Job) -> anyhow::Result<(Vec<f64>, &'static str)> {
             }
             Form::Spgemm => {
                 // The serial product's pattern, its values read from the dense result.
-                let c = kernels::spgemm(&job.csr(0)?, &job.csr(1)?)?;
+                let c = kernels::spgemm(job.csr(0)?, job.csr(1)?)?;
                 let mut t = Vec::with_capacity(3 * c.nnz());
                 for i in 0..c.nrows {
                     for q in c.indptr[i]..c.indptr[i + 1] {
@@ -739,19 +751,19 @@ fn reference(job: &Job) -> anyhow::Result<(Vec<f64>, &'static str)> {
     let out = match &job.form {
         Form::Spmm { j, rest, .. } => {
             let w = job.width(rest);
-            kernels::spmm(&job.csr(0)?, &gen(1, job.ext(*j) * w), w)?
+            kernels::spmm(job.csr(0)?, &gen(1, job.ext(*j) * w), w)?
         }
         Form::Sddmm { i, j, rest } => {
             let w = job.width(rest);
             kernels::sddmm(
-                &job.csr(0)?,
+                job.csr(0)?,
                 &gen(1, job.ext(*i) * w),
                 &gen(2, job.ext(*j) * w),
                 w,
             )?
         }
         Form::Spgemm => {
-            let c = kernels::spgemm(&job.csr(0)?, &job.csr(1)?)?;
+            let c = kernels::spgemm(job.csr(0)?, job.csr(1)?)?;
             let mut t = Vec::with_capacity(3 * c.nnz());
             for i in 0..c.nrows {
                 for q in c.indptr[i]..c.indptr[i + 1] {
