@@ -3,7 +3,7 @@
 //! side, then prints one JSON line per measurement (median seconds over `--reps`).
 //!
 //! `cargo bench -p deinsum-sparse --bench sparse_bench -- --dir D [--scale 18] [--gemm-scale 16]
-//! [--reps 5] [--k 16]`
+//! [--reps 5] [--k 16] [--only-spmm]`
 
 use deinsum_exec::{Communicator, InProcess, LocalComm};
 use deinsum_sparse::dist::{self, MttkrpPlan, SpgemmPlan};
@@ -177,6 +177,8 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let (mut dir, mut scale, mut gemm_scale, mut reps, mut k) =
         (PathBuf::from("."), 18u32, 16u32, 5usize, 16usize);
+    // --only-spmm: SpMV and SpMM only (for quick A/B runs of those kernels).
+    let mut only_spmm = false;
     while let Some(a) = args.next() {
         let mut val = || args.next().expect("flag value");
         match a.as_str() {
@@ -185,6 +187,7 @@ fn main() {
             "--gemm-scale" => gemm_scale = val().parse().unwrap(),
             "--reps" => reps = val().parse().unwrap(),
             "--k" => k = val().parse().unwrap(),
+            "--only-spmm" => only_spmm = true,
             "--bench" => {}
             other => panic!("unknown flag {other}"),
         }
@@ -211,6 +214,9 @@ fn main() {
             share(4),
             share(8)
         );
+    }
+    if only_spmm {
+        return;
     }
     let r = 32;
     let (u, v) = (dense(n * r, 3), dense(n * r, 4));

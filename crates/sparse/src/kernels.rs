@@ -36,10 +36,7 @@ pub fn spmm<T: Scalar>(a: &Csr<T>, b: &[T], k: usize) -> Result<Vec<T>, SparseEr
             for (ri, ci) in out.iter_mut().enumerate() {
                 let i = ch * rows + ri;
                 let (lo, hi) = (a.indptr[i], a.indptr[i + 1]);
-                *ci = a.indices[lo..hi]
-                    .iter()
-                    .zip(&a.vals[lo..hi])
-                    .fold(T::default(), |acc, (&j, &v)| acc + v * b[j]);
+                *ci = row_dot(&a.indices[lo..hi], &a.vals[lo..hi], b);
             }
         });
         return Ok(c);
@@ -50,16 +47,53 @@ pub fn spmm<T: Scalar>(a: &Csr<T>, b: &[T], k: usize) -> Result<Vec<T>, SparseEr
             let r0 = ch * rows;
             for (ri, crow) in out.chunks_mut(k).enumerate() {
                 let i = r0 + ri;
-                for p in a.indptr[i]..a.indptr[i + 1] {
-                    let v = a.vals[p];
-                    let brow = &b[a.indices[p] * k..(a.indices[p] + 1) * k];
-                    for (x, &y) in crow.iter_mut().zip(brow) {
-                        *x += v * y;
+                let (lo, hi) = (a.indptr[i], a.indptr[i + 1]);
+                let (idx, vals) = (&a.indices[lo..hi], &a.vals[lo..hi]);
+                // Column blocks of 8 accumulate in registers across the row's nonzeros; the
+                // remainder (k mod 8) goes through the output row.
+                let mut c0 = 0;
+                while c0 + 8 <= k {
+                    let mut acc = [T::default(); 8];
+                    for (&j, &v) in idx.iter().zip(vals) {
+                        let brow: &[T; 8] = b[j * k + c0..j * k + c0 + 8]
+                            .try_into()
+                            .expect("a block of 8");
+                        for (x, &y) in acc.iter_mut().zip(brow) {
+                            *x += v * y;
+                        }
+                    }
+                    crow[c0..c0 + 8].copy_from_slice(&acc);
+                    c0 += 8;
+                }
+                if c0 < k {
+                    for (&j, &v) in idx.iter().zip(vals) {
+                        let brow = &b[j * k + c0..(j + 1) * k];
+                        for (x, &y) in crow[c0..].iter_mut().zip(brow) {
+                            *x += v * y;
+                        }
                     }
                 }
             }
         });
     Ok(c)
+}
+
+/// `sum_p vals[p] * b[idx[p]]` with four partial sums, so consecutive multiply-adds do not
+/// wait on each other (the gathers of `b` are the cost; the sums overlap them).
+fn row_dot<T: Scalar>(idx: &[usize], vals: &[T], b: &[T]) -> T {
+    let mut s = [T::default(); 4];
+    let (ic, ir) = (idx.chunks_exact(4), idx.chunks_exact(4).remainder());
+    let vc = vals.chunks_exact(4);
+    let vr = vc.remainder();
+    for (i4, v4) in ic.zip(vc) {
+        for q in 0..4 {
+            s[q] += v4[q] * b[i4[q]];
+        }
+    }
+    for (&j, &v) in ir.iter().zip(vr) {
+        s[0] += v * b[j];
+    }
+    (s[0] + s[1]) + (s[2] + s[3])
 }
 
 /// SDDMM `C_ij = S_ij * sum_r U_ir V_jr` on the pattern of `s` (`ij,ir,jr->ij` with the

@@ -213,7 +213,7 @@ fn kernels_equal_dense_products() {
     let a = gen::uniform::<f64>(&[37, 29], 0.2, 3).unwrap();
     let csr = a.to_csr().unwrap();
     let ad = a.to_dense();
-    for k in [1, 5] {
+    for k in [1, 5, 8, 13, 16] {
         let b = dense_b(29, k);
         close(
             &kernels::spmm(&csr, &b, k).unwrap(),
