@@ -55,7 +55,8 @@ def main():
             s = med(lambda: a @ b)
             note = (f"k={r['k']}; halo at P=2 {r['halo_words']:,} words = "
                     f"{100 * r['halo_words'] / r['replication_words']:.1f}% of replicating B "
-                    f"(P=4: {100 * r['share_p4']:.1f}%, P=8: {100 * r['share_p8']:.1f}%); "
+                    f"(P=4: {100 * r['share_p4']:.1f}%, P=8: {100 * r['share_p8']:.1f}%; the fewest any "
+                    f"distribution of B could move under the P=2 row cut: {100 * r['free_p2']:.1f}%); "
                     f"imbalance {r['imbalance']:.3f}")
         elif k == "sddmm":
             u = rng.random((a.shape[0], r["k"]))

@@ -179,6 +179,8 @@ fn main() {
         (PathBuf::from("."), 18u32, 16u32, 5usize, 16usize);
     // --only-spmm: SpMV and SpMM only (for quick A/B runs of those kernels).
     let mut only_spmm = false;
+    // --only-spgemm: SpGEMM only.
+    let mut only_spgemm = false;
     while let Some(a) = args.next() {
         let mut val = || args.next().expect("flag value");
         match a.as_str() {
@@ -188,14 +190,35 @@ fn main() {
             "--reps" => reps = val().parse().unwrap(),
             "--k" => k = val().parse().unwrap(),
             "--only-spmm" => only_spmm = true,
+            "--only-spgemm" => only_spgemm = true,
             "--bench" => {}
             other => panic!("unknown flag {other}"),
         }
     }
-    let a = gen::rmat::<f64>(scale, 16, 1).unwrap().to_csr().unwrap();
+    let a = gen::rmat::<f64>(if only_spgemm { 1 } else { scale }, 16, 1)
+        .unwrap()
+        .to_csr()
+        .unwrap();
     write_csr(&dir.join(format!("rmat{scale}.npz")), &a);
     let n = a.nrows;
-    for (name, kk) in [("spmv", 1), ("spmm", k)] {
+    // The fewest words any distribution of the vector could move under the P=2 row cut: one
+    // per column both ranks touch (a column one rank alone touches could be its own), as a
+    // share of replicating the vector.
+    let free_p2 = {
+        let plan = HaloPlan::build(&a, 1, 2).unwrap();
+        let mut touched = vec![0u8; a.ncols];
+        for r in 0..2 {
+            let (lo, hi) = (a.indptr[plan.a_cuts[r]], a.indptr[plan.a_cuts[r + 1]]);
+            for &j in &a.indices[lo..hi] {
+                touched[j] |= 1 << r;
+            }
+        }
+        touched.iter().filter(|&&t| t == 3).count() as f64 / a.ncols as f64
+    };
+    for (name, kk) in [("spmv", 1), ("spmm", k)]
+        .into_iter()
+        .filter(|_| !only_spgemm)
+    {
         let b = dense(n * kk, 2);
         let (t1, _) = spmm_time(&a, &b, kk, 1, reps);
         let (t2, plan) = spmm_time(&a, &b, kk, 2, reps);
@@ -207,7 +230,7 @@ fn main() {
             pl.total_received() as f64 / rp as f64
         };
         println!(
-            "{{\"kernel\":\"{name}\",\"scale\":{scale},\"nnz\":{},\"k\":{kk},\"p1\":{t1},\"p2\":{t2},\"halo_words\":{},\"replication_words\":{repl},\"imbalance\":{},\"share_p4\":{},\"share_p8\":{}}}",
+            "{{\"kernel\":\"{name}\",\"scale\":{scale},\"nnz\":{},\"k\":{kk},\"p1\":{t1},\"p2\":{t2},\"halo_words\":{},\"replication_words\":{repl},\"imbalance\":{},\"share_p4\":{},\"share_p8\":{},\"free_p2\":{free_p2}}}",
             a.nnz(),
             plan.total_received(),
             plan.imbalance(),
@@ -218,14 +241,16 @@ fn main() {
     if only_spmm {
         return;
     }
-    let r = 32;
-    let (u, v) = (dense(n * r, 3), dense(n * r, 4));
-    let t1 = sddmm_time(&a, &u, &v, r, 1, reps);
-    let t2 = sddmm_time(&a, &u, &v, r, 2, reps);
-    println!(
-        "{{\"kernel\":\"sddmm\",\"scale\":{scale},\"nnz\":{},\"k\":{r},\"p1\":{t1},\"p2\":{t2}}}",
-        a.nnz()
-    );
+    if !only_spgemm {
+        let r = 32;
+        let (u, v) = (dense(n * r, 3), dense(n * r, 4));
+        let t1 = sddmm_time(&a, &u, &v, r, 1, reps);
+        let t2 = sddmm_time(&a, &u, &v, r, 2, reps);
+        println!(
+            "{{\"kernel\":\"sddmm\",\"scale\":{scale},\"nnz\":{},\"k\":{r},\"p1\":{t1},\"p2\":{t2}}}",
+            a.nnz()
+        );
+    }
     drop(a);
     let g = gen::rmat::<f64>(gemm_scale, 16, 5)
         .unwrap()
@@ -240,6 +265,9 @@ fn main() {
     let halo: u64 = (0..2).map(|r| plan.received_words(r)).sum();
     println!("{{\"kernel\":\"spgemm\",\"scale\":{gemm_scale},\"nnz\":{},\"madds\":{madds},\"p1\":{t1},\"p2\":{t2},\"halo_words\":{halo},\"replication_words\":{repl},\"imbalance\":{},\"work_imbalance\":{}}}", g.nnz(), plan.imbalance(), plan.work_imbalance());
     drop(g);
+    if only_spgemm {
+        return;
+    }
     // Sparse MTTKRP at density 1e-3; sparse.sh times the dense MTTKRP of the same shape.
     let (ni, rr) = (256usize, 32usize);
     let x = gen::uniform::<f64>(&[ni, ni, ni], 1e-3, 6).unwrap();

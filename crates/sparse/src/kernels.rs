@@ -12,7 +12,12 @@ const MIN_WORK_PER_THREAD: usize = 1 << 15;
 /// Rows per parallel chunk for `work` multiply-adds over `rows` rows.
 fn chunk_rows(rows: usize, work: usize) -> usize {
     let t = rayon::current_num_threads().max(1);
-    let parts = (work / MIN_WORK_PER_THREAD).clamp(1, 4 * t);
+    // Several parts per thread even out uneven rows; one thread gains nothing from them.
+    let parts = if t == 1 {
+        1
+    } else {
+        (work / MIN_WORK_PER_THREAD).clamp(1, 4 * t)
+    };
     rows.div_ceil(parts).max(1)
 }
 
@@ -162,6 +167,9 @@ pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>, SparseError> 
             let r1 = (r0 + rows).min(a.nrows);
             let mut acc = vec![T::default(); b.ncols];
             let mut mark = vec![usize::MAX; b.ncols];
+            // The row's columns as bits: read back in order in ncols / 64 words, which beats
+            // sorting a row of more than ncols / 1024 entries.
+            let mut bits = vec![0u64; b.ncols.div_ceil(64)];
             let (mut lens, mut cols, mut vals) = (Vec::new(), Vec::new(), Vec::new());
             for i in r0..r1 {
                 let row_start = cols.len();
@@ -172,21 +180,30 @@ pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>, SparseError> 
                         if mark[c] != i {
                             mark[c] = i;
                             acc[c] = T::default();
+                            bits[c >> 6] |= 1 << (c & 63);
                             cols.push(c);
                         }
                         acc[c] += av * b.vals[q];
                     }
                 }
                 let len = cols.len() - row_start;
-                if len * 16 > b.ncols {
-                    // A dense-ish row: reading the marks in column order beats sorting.
+                if len * 1024 >= b.ncols {
                     cols.truncate(row_start);
-                    cols.extend((0..b.ncols).filter(|&c| mark[c] == i));
+                    for (w, word) in bits.iter_mut().enumerate() {
+                        let mut x = std::mem::take(word);
+                        while x != 0 {
+                            cols.push(w * 64 + x.trailing_zeros() as usize);
+                            x &= x - 1;
+                        }
+                    }
                 } else {
                     cols[row_start..].sort_unstable();
+                    for &c in &cols[row_start..] {
+                        bits[c >> 6] = 0;
+                    }
                 }
                 vals.extend(cols[row_start..].iter().map(|&c| acc[c]));
-                lens.push(cols.len() - row_start);
+                lens.push(len);
             }
             (lens, cols, vals)
         })
@@ -198,8 +215,14 @@ pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>, SparseError> 
         for l in lens {
             indptr.push(indptr.last().copied().unwrap_or(0) + l);
         }
-        indices.extend(cols);
-        vals.extend(v);
+        // The first part's buffers become the output's (no copy: one part on one thread).
+        if indices.is_empty() {
+            indices = cols;
+            vals = v;
+        } else {
+            indices.extend(cols);
+            vals.extend(v);
+        }
     }
     Ok(Csr {
         nrows: a.nrows,
