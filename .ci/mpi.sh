@@ -47,7 +47,7 @@ TIMEOUT="${DEINSUM_MPI_TIMEOUT:-300}"
 
 # --- build -------------------------------------------------------------------------------
 build_log=$(mktemp)
-if cargo test -p deinsum --features mpi --test mpi_collectives --test mpi_kernels --no-run \
+if cargo test -p deinsum --features mpi --test mpi_collectives --test mpi_kernels --test mpi_sparse --no-run \
     --message-format=json >"$build_log" 2>"$build_log.err" \
     && cargo build -p deinsum --features mpi --examples --bin deinsum 2>>"$build_log.err"; then
     ok "build --features mpi"
@@ -75,7 +75,7 @@ run() {
 }
 
 # --- MPI test programs -------------------------------------------------------------------
-for t in mpi_collectives mpi_kernels; do
+for t in mpi_collectives mpi_kernels mpi_sparse; do
     exe=$(exe_of "$t")
     if [ -z "$exe" ]; then
         bad "$t: executable not found"
@@ -119,6 +119,26 @@ DEINSUM_EXAMPLE_PERTURB=1 run "example mttkrp with a wrong reference fails" nonz
 for n in $NPS; do
     run "deinsum run --backend mpi --check -n $n" 0 -- -n "$n" "$target_dir/debug/deinsum" run \
         "ijk,ja,ka,al->il" --sizes i=7,j=6,k=8,a=5,l=9 --procs "$n" --backend mpi --check
+done
+
+# Sparse operands under mpirun: each kernel checked against the dense serial einsum, every
+# rank's words exactly as planned, one report (rank 0's).
+for n in $NPS; do
+    for args in "ij,jk->ik --sparse 0 --density 0.1 --sizes i=37,j=29,k=3" \
+        "ij,ik,jk->ij --sparse 0 --density 0.1 --sizes i=31,j=23,k=4" \
+        "ij,jk->ik --sparse 0,1 --density 0.1 --sizes i=29,j=31,k=17" \
+        "ijk,ia,ka->ja --density 0.05 --sizes i=11,j=9,k=7,a=4"; do
+        # shellcheck disable=SC2086
+        out=$(timeout "$TIMEOUT" "$MPIRUN" -n "$n" "$target_dir/debug/deinsum" run $args --check 2>&1)
+        st=$?
+        if [ $st -eq 0 ] && [ "$(echo "$out" | grep -c "(MPI)")" -eq 1 ] \
+            && echo "$out" | grep -q "exactly the planned words" && echo "$out" | grep -q ": ok"; then
+            ok "sparse run $args -n $n"
+        else
+            echo "$out" | tail -20
+            bad "sparse run $args -n $n (exit $st)"
+        fi
+    done
 done
 
 # An overlapped plan (pipelined phases: the next phase's windows in flight while one computes)

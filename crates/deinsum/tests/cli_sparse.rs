@@ -109,10 +109,11 @@ fn matrix_market_input_gives_the_extents() {
 #[test]
 fn sparse_einsums_not_built_yet_exit_2_saying_so() {
     for args in [
-        &["run", "ijk,ja,ka->ia", "--sparse", "0"][..],
+        &["run", "ijk,jk->i", "--sparse", "0"][..],
         &["run", "ij,jk->ik", "--sparse", "1"][..],
         &["run", "ij,jk->ik", "--sparse", "0", "--dtype", "f32"][..],
-        &["run", "ij,ik,jk->ij", "--sparse", "0"][..],
+        &["run", "ij,ik,jk->ji", "--sparse", "0"][..],
+        &["run", "ijk,ja,ka->ia", "--sparse", "0,1"][..],
     ] {
         let (code, out, err) = deinsum(args);
         assert_eq!(code, 2, "{args:?}: {out}{err}");
@@ -121,4 +122,142 @@ fn sparse_einsums_not_built_yet_exit_2_saying_so() {
     let (code, _, err) = deinsum(&["run", "ij,j->i", "--density", "2"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("density 2 is not in (0, 1]"), "{err}");
+    let (code, _, err) = deinsum(&["run", "ij,j->i", "--sparse", "2"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--sparse 2: the einsum has 2 operands"),
+        "{err}"
+    );
+}
+
+/// Runs `args` with `--check --format json` on each of `procs` and asserts the distributed
+/// result equals the reference and every rank moved exactly the planned words.
+fn check_runs(args: &[&str], procs: &[usize]) -> Vec<serde_json::Value> {
+    procs
+        .iter()
+        .map(|p| {
+            let p = p.to_string();
+            let mut a: Vec<&str> = args.to_vec();
+            a.extend(["--procs", &p, "--check", "--format", "json"]);
+            let (code, out, err) = deinsum(&a);
+            assert_eq!(code, 0, "{a:?}: {out}{err}");
+            let v = json(&out);
+            assert_eq!(v["measured"]["exact"], true, "{a:?}: {out}");
+            assert_eq!(v["measured"]["total"], v["predicted"]["total"], "{out}");
+            assert!(
+                v["check"]["max_rel_error"].as_f64().unwrap() <= 1e-12,
+                "{a:?}: {out}"
+            );
+            assert!(
+                v["check"]["reference"]
+                    .as_str()
+                    .unwrap()
+                    .contains("dense serial"),
+                "{out}"
+            );
+            assert!(
+                v["predicted"]["total"].as_u64() <= v["replication"]["total"].as_u64(),
+                "{out}"
+            );
+            v
+        })
+        .collect()
+}
+
+const PROCS: &[usize] = &[1, 2, 3, 5, 7, 13, 16];
+
+#[test]
+fn sddmm_spgemm_and_mttkrp_equal_the_dense_reference_with_exact_words() {
+    let v = check_runs(
+        &[
+            "run",
+            "ij,ik,jk->ij",
+            "--sparse",
+            "0",
+            "--density",
+            "0.08",
+            "--sizes",
+            "i=37,j=29,k=5",
+        ],
+        PROCS,
+    );
+    assert_eq!(v[0]["kernel"], "SDDMM");
+    assert_eq!(v[0]["output_nnz"], v[0]["nnz"]);
+    let v = check_runs(
+        &[
+            "run",
+            "ij,jk->ik",
+            "--sparse",
+            "0,1",
+            "--density",
+            "0.1",
+            "--sizes",
+            "i=31,j=23,k=19",
+        ],
+        PROCS,
+    );
+    assert_eq!(v[0]["kernel"], "SpGEMM");
+    assert_eq!(v[0]["sparse_operands"], serde_json::json!([0, 1]));
+    for (expr, sizes) in [
+        ("ijk,ja,ka->ia", "i=11,j=9,k=7,a=4"),
+        ("ijk,ia,ka->ja", "i=11,j=9,k=7,a=4"),
+        ("ijk,ia,ja->ka", "i=11,j=9,k=7,a=4"),
+        ("ijkl,ja,ka,la->ia", "i=11,j=9,k=7,l=3,a=4"),
+    ] {
+        let v = check_runs(&["run", expr, "--density", "0.05", "--sizes", sizes], PROCS);
+        assert_eq!(v[0]["kernel"], "MTTKRP");
+        // Costs from the nonzeros: terms = nnz x R, flops = terms x operands.
+        let nnz = v[0]["nnz"].as_u64().unwrap();
+        let ops = expr.split(',').count() as u64;
+        assert_eq!(v[0]["cost"]["flops_total"].as_u64().unwrap(), nnz * 4 * ops);
+    }
+}
+
+#[test]
+fn sparse_files_for_spgemm_and_mttkrp() {
+    let dir = std::env::temp_dir().join(format!("deinsum-cli-sparse2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Symmetric with an explicit zero; general with a duplicate (summed) and an empty row.
+    let a = dir.join("A.mtx");
+    std::fs::write(
+        &a,
+        "%%MatrixMarket matrix coordinate real symmetric\n5 5 5\n1 1 2\n3 1 -1\n4 2 0\n5 5 1\n5 3 2\n",
+    )
+    .unwrap();
+    let b = dir.join("B.mtx");
+    std::fs::write(
+        &b,
+        "%%MatrixMarket matrix coordinate real general\n5 4 5\n1 1 2\n3 4 -1\n1 1 0.5\n5 2 3\n4 3 1\n",
+    )
+    .unwrap();
+    let inputs = format!("{},{}", a.display(), b.display());
+    let v = check_runs(&["run", "ij,jk->ik", "--inputs", &inputs], &[1, 2, 3, 4, 7]);
+    assert_eq!(v[0]["operands"][1]["nnz"], 4);
+    assert_eq!(v[0]["operands"][0]["nnz"], 8);
+    check_runs(
+        &[
+            "run",
+            "ij,ik,jk->ij",
+            "--inputs",
+            a.to_str().unwrap(),
+            "--sizes",
+            "k=3",
+        ],
+        &[1, 3, 6],
+    );
+    let x = dir.join("X.tns");
+    std::fs::write(&x, "1 1 1 1.5\n2 3 4 -2\n1 1 1 0.5\n3 2 2 0\n2 1 4 1\n").unwrap();
+    let v = check_runs(
+        &[
+            "run",
+            "ijk,ia,ja->ka",
+            "--inputs",
+            x.to_str().unwrap(),
+            "--sizes",
+            "a=3",
+        ],
+        &[1, 2, 5],
+    );
+    assert_eq!(v[0]["shape"], serde_json::json!([3, 3, 4]));
+    assert_eq!(v[0]["nnz"], 4);
 }

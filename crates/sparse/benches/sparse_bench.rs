@@ -3,11 +3,12 @@
 //! side, then prints one JSON line per measurement (median seconds over `--reps`).
 //!
 //! `cargo bench -p deinsum-sparse --bench sparse_bench -- --dir D [--scale 18] [--gemm-scale 16]
-//! [--reps 5] [--k 16]`
+//! [--reps 5] [--k 16] [--only-spmm]`
 
-use deinsum_exec::{Communicator, InProcess};
+use deinsum_exec::{Communicator, InProcess, LocalComm};
+use deinsum_sparse::dist::{self, MttkrpPlan, SpgemmPlan};
 use deinsum_sparse::halo::{self, HaloPlan};
-use deinsum_sparse::{gen, kernels, Csr, SparseError};
+use deinsum_sparse::{gen, kernels, Csr, SparseError, SparseTensor};
 use ndarray::Array1;
 use ndarray_npy::NpzWriter;
 use std::path::{Path, PathBuf};
@@ -16,19 +17,6 @@ use std::time::Instant;
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
-}
-
-fn time<R>(reps: usize, mut f: impl FnMut() -> R) -> f64 {
-    let _ = f();
-    median(
-        (0..reps)
-            .map(|_| {
-                let t = Instant::now();
-                std::hint::black_box(f());
-                t.elapsed().as_secs_f64()
-            })
-            .collect(),
-    )
 }
 
 fn write_csr(path: &Path, a: &Csr<f64>) {
@@ -53,18 +41,19 @@ fn dense(n: usize, seed: u64) -> Vec<f64> {
         .collect()
 }
 
-/// Median seconds of the halo SpMM on `procs` in-process ranks of one thread each (the
-/// inspector — partition and localized columns — is built once, before timing), and the plan.
-fn halo_time(a: &Csr<f64>, b: &[f64], k: usize, procs: usize, reps: usize) -> (f64, HaloPlan) {
-    let plan = HaloPlan::build(a, k, procs).unwrap();
+/// Median over `reps` of the slowest rank's seconds for `step` on `procs` in-process ranks of
+/// one thread each (communication on the rank's thread, the kernel on its one-thread pool);
+/// `prepare` builds each rank's inspector state (its blocks, localized columns) before timing.
+fn ranks_time<S>(
+    procs: usize,
+    reps: usize,
+    prepare: impl Fn(&LocalComm) -> Result<S, SparseError> + Sync,
+    step: impl Fn(&LocalComm, &S, &rayon::ThreadPool) -> Result<(), SparseError> + Sync,
+) -> f64 {
     let world = InProcess::new(procs).unwrap();
     let times = world
         .run(|comm| {
-            let r = comm.rank();
-            let a_local = a.rows(plan.a_cuts[r], plan.a_cuts[r + 1]);
-            let local = halo::localize(&plan, r, &a_local)?;
-            let b_local = &b[plan.b_cuts[r] * k..plan.b_cuts[r + 1] * k];
-            // One thread per rank: P=2 means two ranks of one thread each.
+            let state = prepare(comm)?;
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(1)
                 .build()
@@ -73,9 +62,7 @@ fn halo_time(a: &Csr<f64>, b: &[f64], k: usize, procs: usize, reps: usize) -> (f
             for rep in 0..=reps {
                 comm.barrier()?;
                 let t = Instant::now();
-                let bx = halo::exchange_halo(comm, &plan, &a_local, b_local)?;
-                let c = pool.install(|| kernels::spmm(&local, &bx, k))?;
-                std::hint::black_box(c);
+                step(comm, &state, &pool)?;
                 let mut s = [t.elapsed().as_nanos() as u64];
                 comm.all_reduce_max_u64(&mut s)?;
                 if rep > 0 {
@@ -85,13 +72,115 @@ fn halo_time(a: &Csr<f64>, b: &[f64], k: usize, procs: usize, reps: usize) -> (f
             Ok::<_, SparseError>(median(ts))
         })
         .unwrap();
-    (times[0], plan)
+    times[0]
+}
+
+/// The halo SpMM (or SpMV) of `a` and `b` (k wide) on `procs` ranks, and its plan.
+fn spmm_time(a: &Csr<f64>, b: &[f64], k: usize, procs: usize, reps: usize) -> (f64, HaloPlan) {
+    let plan = HaloPlan::build(a, k, procs).unwrap();
+    let t = ranks_time(
+        procs,
+        reps,
+        |comm| {
+            let r = comm.rank();
+            let a_local = a.rows(plan.a_cuts[r], plan.a_cuts[r + 1]);
+            let b_local = b[plan.b_cuts()[r] * k..plan.b_cuts()[r + 1] * k].to_vec();
+            Ok((halo::localize(&plan, r, &a_local)?, a_local, b_local))
+        },
+        |comm, (local, a_local, b_local), pool| {
+            let bx = halo::exchange_halo(comm, &plan, a_local, b_local)?;
+            std::hint::black_box(pool.install(|| kernels::spmm(local, &bx, k))?);
+            Ok(())
+        },
+    );
+    (t, plan)
+}
+
+/// The distributed SDDMM of `s` with U, V (r wide) on `procs` ranks.
+fn sddmm_time(s: &Csr<f64>, u: &[f64], v: &[f64], r: usize, procs: usize, reps: usize) -> f64 {
+    let plan = HaloPlan::build(s, r, procs).unwrap();
+    ranks_time(
+        procs,
+        reps,
+        |comm| {
+            let q = comm.rank();
+            let (lo, hi) = (plan.a_cuts[q], plan.a_cuts[q + 1]);
+            let s_local = s.rows(lo, hi);
+            let (blo, bhi) = (plan.b_cuts()[q], plan.b_cuts()[q + 1]);
+            Ok((
+                halo::localize(&plan, q, &s_local)?,
+                s_local,
+                u[lo * r..hi * r].to_vec(),
+                v[blo * r..bhi * r].to_vec(),
+            ))
+        },
+        |comm, (local, s_local, u_local, v_local), pool| {
+            let vx = halo::exchange_halo(comm, &plan, s_local, v_local)?;
+            std::hint::black_box(pool.install(|| kernels::sddmm(local, u_local, &vx, r))?);
+            Ok(())
+        },
+    )
+}
+
+/// The distributed SpGEMM `g * g` on `procs` ranks, and its plan.
+fn spgemm_time(g: &Csr<f64>, procs: usize, reps: usize) -> (f64, SpgemmPlan) {
+    let plan = SpgemmPlan::build(g, g, procs).unwrap();
+    let t = ranks_time(
+        procs,
+        reps,
+        |comm| {
+            let q = comm.rank();
+            let f = &plan.fetch;
+            let a_local = g.rows(plan.a_cuts[q], plan.a_cuts[q + 1]);
+            Ok((f.localize(q, &a_local)?, g.rows(f.cuts[q], f.cuts[q + 1])))
+        },
+        |comm, (local, b_local), pool| {
+            let bx = plan.fetch.exchange_csr(comm, b_local)?;
+            std::hint::black_box(pool.install(|| kernels::spgemm(local, &bx))?);
+            Ok(())
+        },
+    );
+    (t, plan)
+}
+
+/// The distributed sparse MTTKRP of `x` in mode 0 on `procs` ranks, and its plan.
+fn mttkrp_time(
+    x: &SparseTensor<f64>,
+    fs: &[Vec<f64>],
+    r: usize,
+    procs: usize,
+    reps: usize,
+) -> (f64, MttkrpPlan) {
+    let plan = MttkrpPlan::build(x, 0, r, procs).unwrap();
+    let t = ranks_time(
+        procs,
+        reps,
+        |comm| {
+            let q = comm.rank();
+            let blocks: Vec<Vec<f64>> = (0..x.order())
+                .map(|m| fs[m][plan.cuts[m][q] * r..plan.cuts[m][q + 1] * r].to_vec())
+                .collect();
+            Ok((plan.local_part(x, q)?, blocks))
+        },
+        |comm, (local, blocks), pool| {
+            let views: Vec<&[f64]> = blocks.iter().map(Vec::as_slice).collect();
+            let fetched = dist::fetch_factors(comm, &plan, &views)?;
+            let fv: Vec<&[f64]> = fetched.iter().map(Vec::as_slice).collect();
+            std::hint::black_box(pool.install(|| kernels::mttkrp_grouped(local, &fv, r))?);
+            Ok(())
+        },
+    );
+    (t, plan)
 }
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut dir, mut scale, mut gemm_scale, mut reps, mut k) =
         (PathBuf::from("."), 18u32, 16u32, 5usize, 16usize);
+    // --only-spmm: SpMV and SpMM only (for quick A/B runs of those kernels).
+    let mut only_spmm = false;
+    // --only-spgemm: SpGEMM only.
+    let mut only_spgemm = false;
     while let Some(a) = args.next() {
         let mut val = || args.next().expect("flag value");
         match a.as_str() {
@@ -100,67 +189,96 @@ fn main() {
             "--gemm-scale" => gemm_scale = val().parse().unwrap(),
             "--reps" => reps = val().parse().unwrap(),
             "--k" => k = val().parse().unwrap(),
+            "--only-spmm" => only_spmm = true,
+            "--only-spgemm" => only_spgemm = true,
             "--bench" => {}
             other => panic!("unknown flag {other}"),
         }
     }
-    let pool1 = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
+    let a = gen::rmat::<f64>(if only_spgemm { 1 } else { scale }, 16, 1)
+        .unwrap()
+        .to_csr()
         .unwrap();
-    let a = gen::rmat::<f64>(scale, 16, 1).unwrap().to_csr().unwrap();
     write_csr(&dir.join(format!("rmat{scale}.npz")), &a);
     let n = a.nrows;
-    for (name, kk) in [("spmv", 1), ("spmm", k)] {
+    // The fewest words any distribution of the vector could move under the P=2 row cut: one
+    // per column both ranks touch (a column one rank alone touches could be its own), as a
+    // share of replicating the vector.
+    let free_p2 = {
+        let plan = HaloPlan::build(&a, 1, 2).unwrap();
+        let mut touched = vec![0u8; a.ncols];
+        for r in 0..2 {
+            let (lo, hi) = (a.indptr[plan.a_cuts[r]], a.indptr[plan.a_cuts[r + 1]]);
+            for &j in &a.indices[lo..hi] {
+                touched[j] |= 1 << r;
+            }
+        }
+        touched.iter().filter(|&&t| t == 3).count() as f64 / a.ncols as f64
+    };
+    for (name, kk) in [("spmv", 1), ("spmm", k)]
+        .into_iter()
+        .filter(|_| !only_spgemm)
+    {
         let b = dense(n * kk, 2);
-        let t1 = pool1.install(|| time(reps, || kernels::spmm(&a, &b, kk).unwrap()));
-        let (t2, plan) = halo_time(&a, &b, kk, 2, reps);
+        let (t1, _) = spmm_time(&a, &b, kk, 1, reps);
+        let (t2, plan) = spmm_time(&a, &b, kk, 2, reps);
         let repl: u64 = (0..2).map(|r| plan.replication_words(r)).sum();
+        // The halo's share of replication at more ranks (plans only, not timed).
+        let share = |p: usize| {
+            let pl = HaloPlan::build(&a, kk, p).unwrap();
+            let rp: u64 = (0..p).map(|r| pl.replication_words(r)).sum();
+            pl.total_received() as f64 / rp as f64
+        };
         println!(
-            "{{\"kernel\":\"{name}\",\"scale\":{scale},\"nnz\":{},\"k\":{kk},\"p1\":{t1},\"p2\":{t2},\"halo_words\":{},\"replication_words\":{repl},\"imbalance\":{}}}",
+            "{{\"kernel\":\"{name}\",\"scale\":{scale},\"nnz\":{},\"k\":{kk},\"p1\":{t1},\"p2\":{t2},\"halo_words\":{},\"replication_words\":{repl},\"imbalance\":{},\"share_p4\":{},\"share_p8\":{},\"free_p2\":{free_p2}}}",
             a.nnz(),
             plan.total_received(),
-            plan.imbalance()
+            plan.imbalance(),
+            share(4),
+            share(8)
         );
     }
-    let r = 32;
-    let (u, v) = (dense(n * r, 3), dense(n * r, 4));
-    let t1 = pool1.install(|| time(reps, || kernels::sddmm(&a, &u, &v, r).unwrap()));
-    let t2 = time(reps, || {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap()
-            .install(|| kernels::sddmm(&a, &u, &v, r).unwrap())
-    });
-    println!(
-        "{{\"kernel\":\"sddmm\",\"scale\":{scale},\"nnz\":{},\"k\":{r},\"p1\":{t1},\"p2\":{t2}}}",
-        a.nnz()
-    );
+    if only_spmm {
+        return;
+    }
+    if !only_spgemm {
+        let r = 32;
+        let (u, v) = (dense(n * r, 3), dense(n * r, 4));
+        let t1 = sddmm_time(&a, &u, &v, r, 1, reps);
+        let t2 = sddmm_time(&a, &u, &v, r, 2, reps);
+        println!(
+            "{{\"kernel\":\"sddmm\",\"scale\":{scale},\"nnz\":{},\"k\":{r},\"p1\":{t1},\"p2\":{t2}}}",
+            a.nnz()
+        );
+    }
+    drop(a);
     let g = gen::rmat::<f64>(gemm_scale, 16, 5)
         .unwrap()
         .to_csr()
         .unwrap();
     write_csr(&dir.join(format!("rmat{gemm_scale}.npz")), &g);
-    let t1 = pool1.install(|| time(reps.min(3), || kernels::spgemm(&g, &g).unwrap()));
-    let pool2 = rayon::ThreadPoolBuilder::new()
-        .num_threads(2)
-        .build()
-        .unwrap();
-    let t2 = pool2.install(|| time(reps.min(3), || kernels::spgemm(&g, &g).unwrap()));
-    let out_nnz = kernels::spgemm(&g, &g).unwrap().nnz();
-    println!("{{\"kernel\":\"spgemm\",\"scale\":{gemm_scale},\"nnz\":{},\"out_nnz\":{out_nnz},\"p1\":{t1},\"p2\":{t2}}}", g.nnz());
-    // Sparse MTTKRP at density 1e-3 against the dense product's flops-equivalent shape.
+    let greps = reps.min(3);
+    let (t1, _) = spgemm_time(&g, 1, greps);
+    let (t2, plan) = spgemm_time(&g, 2, greps);
+    let madds = plan.madds.iter().sum::<usize>();
+    let repl: u64 = (0..2).map(|r| plan.replication_words(r)).sum();
+    let halo: u64 = (0..2).map(|r| plan.received_words(r)).sum();
+    println!("{{\"kernel\":\"spgemm\",\"scale\":{gemm_scale},\"nnz\":{},\"madds\":{madds},\"p1\":{t1},\"p2\":{t2},\"halo_words\":{halo},\"replication_words\":{repl},\"imbalance\":{},\"work_imbalance\":{}}}", g.nnz(), plan.imbalance(), plan.work_imbalance());
+    drop(g);
+    if only_spgemm {
+        return;
+    }
+    // Sparse MTTKRP at density 1e-3; sparse.sh times the dense MTTKRP of the same shape.
     let (ni, rr) = (256usize, 32usize);
     let x = gen::uniform::<f64>(&[ni, ni, ni], 1e-3, 6).unwrap();
-    let (fj, fk) = (dense(ni * rr, 8), dense(ni * rr, 9));
-    let t1 = pool1.install(|| {
-        time(reps, || {
-            kernels::mttkrp(&x, &[&[], &fj, &fk], 0, rr).unwrap()
-        })
-    });
+    let fs: Vec<Vec<f64>> = (0..3).map(|m| dense(ni * rr, 8 + m as u64)).collect();
+    let (t1, _) = mttkrp_time(&x, &fs, rr, 1, reps);
+    let (t2, plan) = mttkrp_time(&x, &fs, rr, 2, reps);
+    let repl: u64 = (0..2).map(|r| plan.replication_words(r)).sum();
+    let halo: u64 = (0..2).map(|r| plan.received_words(r)).sum();
     println!(
-        "{{\"kernel\":\"mttkrp\",\"shape\":[{ni},{ni},{ni}],\"r\":{rr},\"nnz\":{},\"p1\":{t1}}}",
-        x.nnz()
+        "{{\"kernel\":\"mttkrp\",\"shape\":[{ni},{ni},{ni}],\"r\":{rr},\"nnz\":{},\"p1\":{t1},\"p2\":{t2},\"halo_words\":{halo},\"replication_words\":{repl},\"imbalance\":{}}}",
+        x.nnz(),
+        plan.imbalance()
     );
 }

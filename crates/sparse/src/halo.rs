@@ -1,4 +1,5 @@
-//! The distributed SpMM `C = A B` (`ij,jk->ik`, A sparse, B and C dense; SpMV for k = 1),
+//! The distributed SpMM `C = A B` (`ij,jk->ik`, A sparse, B and C dense; SpMV for k = 1) and
+//! SDDMM (`ij,ik,jk->ij`, whose dense V is fetched as B is),
 //! planned from A's pattern (seed 003's ghost exchange):
 //!
 //! - A's rows (and C's) are cut into P contiguous parts balanced by nonzeros, not by rows;
@@ -9,46 +10,26 @@
 //!   exact (the communicator's count is held against them in the tests), beside what
 //!   replicating B (an all-gather) would move.
 
+use crate::fetch::{self, RowFetch};
 use crate::{Csr, SparseError};
 use deinsum_exec::{Communicator, Scalar};
 
-/// Cut points `0 = c_0 <= ... <= c_P = rows` of contiguous row parts with nonzero counts as
-/// even as whole rows allow: part r ends at the first row boundary where the prefix count
-/// reaches `(r + 1) * nnz / P`.
-pub fn balance_rows(indptr: &[usize], parts: usize) -> Vec<usize> {
-    let rows = indptr.len().saturating_sub(1);
-    let nnz = indptr.last().copied().unwrap_or(0) as u128;
-    let mut cuts = Vec::with_capacity(parts + 1);
-    cuts.push(0);
-    for r in 1..parts {
-        let target = (nnz * r as u128 / parts as u128) as usize;
-        let prev = *cuts.last().unwrap_or(&0);
-        // The first row boundary at or past the target, never before the previous cut.
-        let at = indptr[prev..].partition_point(|&p| p < target) + prev;
-        cuts.push(at.min(rows));
-    }
-    cuts.push(rows);
-    cuts
-}
+pub use crate::fetch::balance_rows;
 
-/// The plan of one distributed SpMM: the row parts, and for every rank the rows of B it
-/// receives. Size O(P + halo rows).
+/// The plan of one distributed SpMM (or SDDMM, whose dense operand V is fetched the same
+/// way): the row parts of A, and the fetch of B's rows. Size O(P + halo rows).
 #[derive(Clone, Debug, PartialEq)]
 pub struct HaloPlan {
     /// Number of ranks.
     pub procs: usize,
     /// Columns of B and C.
     pub k: usize,
-    /// Rows of B.
-    pub b_rows: usize,
     /// Rank r holds rows `a_cuts[r]..a_cuts[r + 1]` of A and C.
     pub a_cuts: Vec<usize>,
-    /// Rank r holds rows `b_cuts[r]..b_cuts[r + 1]` of B.
-    pub b_cuts: Vec<usize>,
     /// Nonzeros of A per rank.
     pub nnz: Vec<usize>,
-    /// Per rank, the rows of B it receives (sorted, none of its own).
-    pub need: Vec<Vec<usize>>,
+    /// B's rows: who owns which (`fetch.cuts`), who receives which (`fetch.need`).
+    pub fetch: RowFetch,
 }
 
 impl HaloPlan {
@@ -64,54 +45,38 @@ impl HaloPlan {
         let b_cuts = if a.nrows == a.ncols {
             a_cuts.clone()
         } else {
-            (0..=procs).map(|r| r * a.ncols / procs).collect()
+            fetch::even_cuts(a.ncols, procs)
         };
-        let mut need = Vec::with_capacity(procs);
-        let mut nnz = Vec::with_capacity(procs);
-        let mut seen = vec![usize::MAX; a.ncols];
-        for r in 0..procs {
-            let (lo, hi) = (a.indptr[a_cuts[r]], a.indptr[a_cuts[r + 1]]);
-            nnz.push(hi - lo);
-            let own = b_cuts[r]..b_cuts[r + 1];
-            let mut rows: Vec<usize> = Vec::new();
-            for &j in &a.indices[lo..hi] {
-                if !own.contains(&j) && seen[j] != r {
-                    seen[j] = r;
-                    rows.push(j);
-                }
-            }
-            rows.sort_unstable();
-            need.push(rows);
-        }
+        let fetch = RowFetch::build(a.ncols, k, b_cuts, |r| {
+            a.indices[a.indptr[a_cuts[r]]..a.indptr[a_cuts[r + 1]]]
+                .iter()
+                .copied()
+        })?;
+        let nnz = (0..procs)
+            .map(|r| a.indptr[a_cuts[r + 1]] - a.indptr[a_cuts[r]])
+            .collect();
         Ok(HaloPlan {
             procs,
             k,
-            b_rows: a.ncols,
             a_cuts,
-            b_cuts,
             nnz,
-            need,
+            fetch,
         })
     }
 
-    /// The rank that owns row `j` of B.
-    pub fn owner(&self, j: usize) -> usize {
-        self.b_cuts.partition_point(|&c| c <= j) - 1
+    /// Rank r holds rows `b_cuts()[r]..b_cuts()[r + 1]` of B.
+    pub fn b_cuts(&self) -> &[usize] {
+        &self.fetch.cuts
     }
 
     /// Words rank `r` receives: its halo rows times k.
     pub fn received_words(&self, r: usize) -> u64 {
-        (self.need[r].len() * self.k) as u64
+        self.fetch.received_words(r)
     }
 
     /// Words rank `r` sends: the rows of its block that other ranks need, times k.
     pub fn sent_words(&self, r: usize) -> u64 {
-        let own = self.b_cuts[r]..self.b_cuts[r + 1];
-        let rows: usize = (0..self.procs)
-            .filter(|&q| q != r)
-            .map(|q| self.need[q].iter().filter(|j| own.contains(j)).count())
-            .sum();
-        (rows * self.k) as u64
+        self.fetch.sent_words(r)
     }
 
     /// Max over ranks of words received.
@@ -129,47 +94,19 @@ impl HaloPlan {
 
     /// Words rank `r` would receive if B were replicated (an all-gather of the other blocks).
     pub fn replication_words(&self, r: usize) -> u64 {
-        ((self.b_rows - (self.b_cuts[r + 1] - self.b_cuts[r])) * self.k) as u64
+        self.fetch.replication_words(r)
     }
 
     /// Max nonzeros per rank over the mean (1 is perfect balance).
     pub fn imbalance(&self) -> f64 {
-        let total: usize = self.nnz.iter().sum();
-        if total == 0 {
-            return 1.0;
-        }
-        let max = self.nnz.iter().copied().max().unwrap_or(0);
-        max as f64 * self.procs as f64 / total as f64
-    }
-
-    /// Per destination, the rows of rank `r`'s block of B that it sends there (ascending
-    /// destinations, rows sorted).
-    fn sends_of(&self, r: usize) -> Vec<(usize, Vec<usize>)> {
-        let own = self.b_cuts[r]..self.b_cuts[r + 1];
-        (0..self.procs)
-            .filter(|&q| q != r)
-            .filter_map(|q| {
-                let rows: Vec<usize> = self.need[q]
-                    .iter()
-                    .copied()
-                    .filter(|j| own.contains(j))
-                    .collect();
-                (!rows.is_empty()).then_some((q, rows))
-            })
-            .collect()
-    }
-
-    /// The ranks that rank `r` receives from (ascending).
-    fn sources_of(&self, r: usize) -> Vec<usize> {
-        let mut from: Vec<usize> = self.need[r].iter().map(|&j| self.owner(j)).collect();
-        from.dedup();
-        from
+        fetch::imbalance(&self.nnz)
     }
 }
 
 /// Rank `comm.rank()`'s part of `C = A B` under `plan`: `a_local` holds its rows of A
-/// (`plan.a_cuts`), `b_local` its rows of B (`plan.b_cuts`, row-major, `plan.k` wide); returns
-/// its rows of C. The halo rows arrive in one exchange ([`exchange_halo`]); nothing else moves.
+/// (`plan.a_cuts`), `b_local` its rows of B (`plan.b_cuts()`, row-major, `plan.k` wide);
+/// returns its rows of C. The halo rows arrive in one exchange ([`exchange_halo`]); nothing
+/// else moves.
 pub fn spmm<T: Scalar, C: Communicator>(
     comm: &C,
     plan: &HaloPlan,
@@ -181,61 +118,41 @@ pub fn spmm<T: Scalar, C: Communicator>(
     crate::kernels::spmm(&local, &bx, plan.k)
 }
 
+/// Rank `comm.rank()`'s part of the SDDMM `C_ij = S_ij sum_r U_ir V_jr` (`ij,ir,jr->ij`,
+/// the output sparse in S's pattern) under `plan` (built from S with `k = r`): `s_local` its
+/// rows of S, `u_local` the same rows of U (`r` wide), `v_local` its rows of V
+/// (`plan.b_cuts()`); returns the values of its entries of C, in S's entry order. Only V's
+/// halo rows move.
+pub fn sddmm<T: Scalar, C: Communicator>(
+    comm: &C,
+    plan: &HaloPlan,
+    s_local: &Csr<T>,
+    u_local: &[T],
+    v_local: &[T],
+) -> Result<Vec<T>, SparseError> {
+    let vx = exchange_halo(comm, plan, s_local, v_local)?;
+    let local = localize(plan, comm.rank(), s_local)?;
+    crate::kernels::sddmm(&local, u_local, &vx, plan.k)
+}
+
 /// Sends the rows of this rank's block of B that others need and receives its own halo:
-/// returns B' = its own rows, then the halo rows in `plan.need` order (the rows
-/// [`localize`]'s columns refer to).
+/// returns B' = its own rows, then the halo rows in `need` order (the rows [`localize`]'s
+/// columns refer to).
 pub fn exchange_halo<T: Scalar, C: Communicator>(
     comm: &C,
     plan: &HaloPlan,
     a_local: &Csr<T>,
     b_local: &[T],
 ) -> Result<Vec<T>, SparseError> {
-    let (me, k) = (comm.rank(), plan.k);
-    if comm.size() != plan.procs {
+    let me = comm.rank();
+    if me < plan.procs && a_local.nrows != plan.a_cuts[me + 1] - plan.a_cuts[me] {
         return Err(SparseError::Shape(format!(
-            "plan for {} ranks run on {}",
-            plan.procs,
-            comm.size()
-        )));
-    }
-    let b_lo = plan.b_cuts[me];
-    let own_rows = plan.b_cuts[me + 1] - b_lo;
-    if a_local.nrows != plan.a_cuts[me + 1] - plan.a_cuts[me] || b_local.len() != own_rows * k {
-        return Err(SparseError::Shape(format!(
-            "rank {me} holds {} rows of A and {} elements of B; the plan gives it {} rows and {} x {k}",
+            "rank {me} holds {} rows of A; the plan gives it {}",
             a_local.nrows,
-            b_local.len(),
-            plan.a_cuts[me + 1] - plan.a_cuts[me],
-            own_rows
+            plan.a_cuts[me + 1] - plan.a_cuts[me]
         )));
     }
-    let sends: Vec<(usize, Vec<T>)> = plan
-        .sends_of(me)
-        .into_iter()
-        .map(|(q, rows)| {
-            let mut buf = Vec::with_capacity(rows.len() * k);
-            for j in rows {
-                buf.extend_from_slice(&b_local[(j - b_lo) * k..(j - b_lo + 1) * k]);
-            }
-            (q, buf)
-        })
-        .collect();
-    let from = plan.sources_of(me);
-    let recv = comm.exchange(sends, &from)?;
-    // Owners ascending hold ascending rows, so the messages concatenate in `need` order.
-    let mut bx = Vec::with_capacity((own_rows + plan.need[me].len()) * k);
-    bx.extend_from_slice(b_local);
-    for v in recv {
-        bx.extend(v);
-    }
-    if bx.len() != (own_rows + plan.need[me].len()) * k {
-        return Err(SparseError::Shape(format!(
-            "rank {me} received {} halo elements, the plan says {}",
-            bx.len() - b_local.len(),
-            plan.need[me].len() * k
-        )));
-    }
-    Ok(bx)
+    plan.fetch.exchange(comm, b_local)
 }
 
 /// Rank `me`'s rows of A with columns renumbered into B' (own rows first, then the halo).
@@ -244,27 +161,5 @@ pub fn localize<T: Scalar>(
     me: usize,
     a_local: &Csr<T>,
 ) -> Result<Csr<T>, SparseError> {
-    let b_lo = plan.b_cuts[me];
-    let own_rows = plan.b_cuts[me + 1] - b_lo;
-    let need = &plan.need[me];
-    let indices = a_local
-        .indices
-        .iter()
-        .map(|&j| {
-            if (b_lo..b_lo + own_rows).contains(&j) {
-                Ok(j - b_lo)
-            } else {
-                need.binary_search(&j)
-                    .map(|p| own_rows + p)
-                    .map_err(|_| SparseError::Shape(format!("rank {me}: column {j} is in no halo")))
-            }
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(Csr {
-        nrows: a_local.nrows,
-        ncols: own_rows + need.len(),
-        indptr: a_local.indptr.clone(),
-        indices,
-        vals: a_local.vals.clone(),
-    })
+    plan.fetch.localize(me, a_local)
 }

@@ -12,7 +12,12 @@ const MIN_WORK_PER_THREAD: usize = 1 << 15;
 /// Rows per parallel chunk for `work` multiply-adds over `rows` rows.
 fn chunk_rows(rows: usize, work: usize) -> usize {
     let t = rayon::current_num_threads().max(1);
-    let parts = (work / MIN_WORK_PER_THREAD).clamp(1, 4 * t);
+    // Several parts per thread even out uneven rows; one thread gains nothing from them.
+    let parts = if t == 1 {
+        1
+    } else {
+        (work / MIN_WORK_PER_THREAD).clamp(1, 4 * t)
+    };
     rows.div_ceil(parts).max(1)
 }
 
@@ -36,10 +41,7 @@ pub fn spmm<T: Scalar>(a: &Csr<T>, b: &[T], k: usize) -> Result<Vec<T>, SparseEr
             for (ri, ci) in out.iter_mut().enumerate() {
                 let i = ch * rows + ri;
                 let (lo, hi) = (a.indptr[i], a.indptr[i + 1]);
-                *ci = a.indices[lo..hi]
-                    .iter()
-                    .zip(&a.vals[lo..hi])
-                    .fold(T::default(), |acc, (&j, &v)| acc + v * b[j]);
+                *ci = row_dot(&a.indices[lo..hi], &a.vals[lo..hi], b);
             }
         });
         return Ok(c);
@@ -50,16 +52,53 @@ pub fn spmm<T: Scalar>(a: &Csr<T>, b: &[T], k: usize) -> Result<Vec<T>, SparseEr
             let r0 = ch * rows;
             for (ri, crow) in out.chunks_mut(k).enumerate() {
                 let i = r0 + ri;
-                for p in a.indptr[i]..a.indptr[i + 1] {
-                    let v = a.vals[p];
-                    let brow = &b[a.indices[p] * k..(a.indices[p] + 1) * k];
-                    for (x, &y) in crow.iter_mut().zip(brow) {
-                        *x += v * y;
+                let (lo, hi) = (a.indptr[i], a.indptr[i + 1]);
+                let (idx, vals) = (&a.indices[lo..hi], &a.vals[lo..hi]);
+                // Column blocks of 8 accumulate in registers across the row's nonzeros; the
+                // remainder (k mod 8) goes through the output row.
+                let mut c0 = 0;
+                while c0 + 8 <= k {
+                    let mut acc = [T::default(); 8];
+                    for (&j, &v) in idx.iter().zip(vals) {
+                        let brow: &[T; 8] = b[j * k + c0..j * k + c0 + 8]
+                            .try_into()
+                            .expect("a block of 8");
+                        for (x, &y) in acc.iter_mut().zip(brow) {
+                            *x += v * y;
+                        }
+                    }
+                    crow[c0..c0 + 8].copy_from_slice(&acc);
+                    c0 += 8;
+                }
+                if c0 < k {
+                    for (&j, &v) in idx.iter().zip(vals) {
+                        let brow = &b[j * k + c0..(j + 1) * k];
+                        for (x, &y) in crow[c0..].iter_mut().zip(brow) {
+                            *x += v * y;
+                        }
                     }
                 }
             }
         });
     Ok(c)
+}
+
+/// `sum_p vals[p] * b[idx[p]]` with four partial sums, so consecutive multiply-adds do not
+/// wait on each other (the gathers of `b` are the cost; the sums overlap them).
+fn row_dot<T: Scalar>(idx: &[usize], vals: &[T], b: &[T]) -> T {
+    let mut s = [T::default(); 4];
+    let (ic, ir) = (idx.chunks_exact(4), idx.chunks_exact(4).remainder());
+    let vc = vals.chunks_exact(4);
+    let vr = vc.remainder();
+    for (i4, v4) in ic.zip(vc) {
+        for q in 0..4 {
+            s[q] += v4[q] * b[i4[q]];
+        }
+    }
+    for (&j, &v) in ir.iter().zip(vr) {
+        s[0] += v * b[j];
+    }
+    (s[0] + s[1]) + (s[2] + s[3])
 }
 
 /// SDDMM `C_ij = S_ij * sum_r U_ir V_jr` on the pattern of `s` (`ij,ir,jr->ij` with the
@@ -128,6 +167,9 @@ pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>, SparseError> 
             let r1 = (r0 + rows).min(a.nrows);
             let mut acc = vec![T::default(); b.ncols];
             let mut mark = vec![usize::MAX; b.ncols];
+            // The row's columns as bits: read back in order in ncols / 64 words, which beats
+            // sorting a row of more than ncols / 1024 entries.
+            let mut bits = vec![0u64; b.ncols.div_ceil(64)];
             let (mut lens, mut cols, mut vals) = (Vec::new(), Vec::new(), Vec::new());
             for i in r0..r1 {
                 let row_start = cols.len();
@@ -138,21 +180,30 @@ pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>, SparseError> 
                         if mark[c] != i {
                             mark[c] = i;
                             acc[c] = T::default();
+                            bits[c >> 6] |= 1 << (c & 63);
                             cols.push(c);
                         }
                         acc[c] += av * b.vals[q];
                     }
                 }
                 let len = cols.len() - row_start;
-                if len * 16 > b.ncols {
-                    // A dense-ish row: reading the marks in column order beats sorting.
+                if len * 1024 >= b.ncols {
                     cols.truncate(row_start);
-                    cols.extend((0..b.ncols).filter(|&c| mark[c] == i));
+                    for (w, word) in bits.iter_mut().enumerate() {
+                        let mut x = std::mem::take(word);
+                        while x != 0 {
+                            cols.push(w * 64 + x.trailing_zeros() as usize);
+                            x &= x - 1;
+                        }
+                    }
                 } else {
                     cols[row_start..].sort_unstable();
+                    for &c in &cols[row_start..] {
+                        bits[c >> 6] = 0;
+                    }
                 }
                 vals.extend(cols[row_start..].iter().map(|&c| acc[c]));
-                lens.push(cols.len() - row_start);
+                lens.push(len);
             }
             (lens, cols, vals)
         })
@@ -164,8 +215,14 @@ pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>, SparseError> 
         for l in lens {
             indptr.push(indptr.last().copied().unwrap_or(0) + l);
         }
-        indices.extend(cols);
-        vals.extend(v);
+        // The first part's buffers become the output's (no copy: one part on one thread).
+        if indices.is_empty() {
+            indices = cols;
+            vals = v;
+        } else {
+            indices.extend(cols);
+            vals.extend(v);
+        }
     }
     Ok(Csr {
         nrows: a.nrows,
@@ -176,9 +233,149 @@ pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>, SparseError> 
     })
 }
 
+/// A sparse tensor's nonzeros grouped by the coordinate of one mode (the first level of a
+/// CSF tree): the MTTKRP kernel's layout, where each thread owns a run of output rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModeGroups<T> {
+    /// Rows of the grouped mode (the output rows).
+    pub rows: usize,
+    /// Row `i`'s entries are `ptr[i]..ptr[i + 1]`.
+    pub ptr: Vec<usize>,
+    /// Per entry, the coordinates of the other modes (in mode order), `order - 1` each.
+    pub others: Vec<usize>,
+    /// Per entry, its value.
+    pub vals: Vec<T>,
+}
+
+impl<T: Scalar> ModeGroups<T> {
+    /// Groups the entries of `x` for which `row(coord of mode)` is `Some` (a row `< rows`),
+    /// with the other modes' coordinates mapped by `other(m, coord)`; entries keep their
+    /// sorted order within a row. A counting sort: O(nnz + rows).
+    pub fn build(
+        x: &SparseTensor<T>,
+        mode: usize,
+        rows: usize,
+        row: impl Fn(usize) -> Option<usize>,
+        other: impl Fn(usize, usize) -> usize,
+    ) -> Result<ModeGroups<T>, SparseError> {
+        let order = x.order();
+        if mode >= order {
+            return Err(SparseError::Shape(format!(
+                "mode {mode} of an order-{order} tensor"
+            )));
+        }
+        let mut ptr = vec![0usize; rows + 1];
+        let rows_of: Vec<Option<usize>> = (0..x.nnz()).map(|e| row(x.coord(e)[mode])).collect();
+        for &i in rows_of.iter().flatten() {
+            if i >= rows {
+                return Err(SparseError::Shape(format!("row {i} of {rows}")));
+            }
+            ptr[i + 1] += 1;
+        }
+        for i in 0..rows {
+            ptr[i + 1] += ptr[i];
+        }
+        let n = ptr[rows];
+        let w = order - 1;
+        let mut others = vec![0usize; n * w];
+        let mut vals = vec![T::default(); n];
+        let mut next = ptr.clone();
+        for (e, i) in rows_of.iter().enumerate() {
+            let Some(i) = *i else { continue };
+            let at = next[i];
+            next[i] += 1;
+            let c = x.coord(e);
+            let mut o = at * w;
+            for (m, &cm) in c.iter().enumerate() {
+                if m != mode {
+                    others[o] = other(m, cm);
+                    o += 1;
+                }
+            }
+            vals[at] = x.values()[e];
+        }
+        Ok(ModeGroups {
+            rows,
+            ptr,
+            others,
+            vals,
+        })
+    }
+
+    /// Stored entries.
+    pub fn nnz(&self) -> usize {
+        self.vals.len()
+    }
+}
+
+/// MTTKRP over grouped entries: `M (rows x R)`, row i the sum over its entries of the value
+/// times the elementwise product of the other modes' factor rows. `factors` are the other
+/// modes' row-major factors in mode order, each `R` wide and indexed by the grouped
+/// coordinates. Rows are split over the calling rayon pool.
+pub fn mttkrp_grouped<T: Scalar>(
+    g: &ModeGroups<T>,
+    factors: &[&[T]],
+    r: usize,
+) -> Result<Vec<T>, SparseError> {
+    let w = factors.len();
+    if g.others.len() != g.nnz() * w {
+        return Err(SparseError::Shape(format!(
+            "{} factors for entries with {} other coordinates",
+            w,
+            g.others.len() / g.nnz().max(1)
+        )));
+    }
+    for (m, f) in factors.iter().enumerate() {
+        if let Some(&c) = g.others.iter().skip(m).step_by(w.max(1)).max() {
+            if (c + 1) * r > f.len() {
+                return Err(SparseError::Shape(format!(
+                    "factor {m} has {} elements, an entry reads row {c} of width {r}",
+                    f.len()
+                )));
+            }
+        }
+    }
+    let mut out = vec![T::default(); g.rows * r];
+    if r == 0 || g.rows == 0 {
+        return Ok(out);
+    }
+    let rows = chunk_rows(g.rows, g.nnz() * r * w.max(1));
+    out.par_chunks_mut(rows * r)
+        .enumerate()
+        .for_each(|(ch, block)| {
+            let mut t = vec![T::default(); r];
+            for (ri, orow) in block.chunks_mut(r).enumerate() {
+                let i = ch * rows + ri;
+                for e in g.ptr[i]..g.ptr[i + 1] {
+                    let c = &g.others[e * w..(e + 1) * w];
+                    let v = g.vals[e];
+                    match factors {
+                        [] => t.iter_mut().for_each(|x| *x = v),
+                        [f0, rest @ ..] => {
+                            let row0 = &f0[c[0] * r..(c[0] + 1) * r];
+                            for (x, &y) in t.iter_mut().zip(row0) {
+                                *x = v * y;
+                            }
+                            for (f, &cm) in rest.iter().zip(&c[1..]) {
+                                for (x, &y) in t.iter_mut().zip(&f[cm * r..(cm + 1) * r]) {
+                                    *x = *x * y;
+                                }
+                            }
+                        }
+                    }
+                    for (o, &x) in orow.iter_mut().zip(&t) {
+                        *o += x;
+                    }
+                }
+            }
+        });
+    Ok(out)
+}
+
 /// MTTKRP of a sparse tensor `x` in mode `mode`: `M (I_mode x R) = X_(mode) (⊙ of the other
 /// factors)`, with `factors[m]` the row-major `I_m x R` factor of mode `m` (the mode's own entry
-/// is ignored). The einsum `ijk,ja,ka->ia` for mode 0 of an order-3 tensor. Costs nnz × R × N.
+/// is ignored). The einsum `ijk,ja,ka->ia` for mode 0 of an order-3 tensor. Costs nnz × R × N;
+/// the entries are grouped by the mode ([`ModeGroups`]) and the rows split over the threads.
 pub fn mttkrp<T: Scalar>(
     x: &SparseTensor<T>,
     factors: &[&[T]],
@@ -201,22 +398,10 @@ pub fn mttkrp<T: Scalar>(
             )));
         }
     }
-    let mut out = vec![T::default(); x.shape()[mode] * r];
-    let mut row = vec![T::default(); r];
-    // One pass over the nonzeros: X is read once (the sorted order only helps locality).
-    for e in 0..x.nnz() {
-        let c = x.coord(e);
-        row.iter_mut().for_each(|v| *v = x.values()[e]);
-        for (m, f) in factors.iter().enumerate() {
-            if m != mode {
-                for (v, &y) in row.iter_mut().zip(&f[c[m] * r..(c[m] + 1) * r]) {
-                    *v = *v * y;
-                }
-            }
-        }
-        for (o, &v) in out[c[mode] * r..(c[mode] + 1) * r].iter_mut().zip(&row) {
-            *o += v;
-        }
-    }
-    Ok(out)
+    let g = ModeGroups::build(x, mode, x.shape()[mode], Some, |_, c| c)?;
+    let others: Vec<&[T]> = (0..order)
+        .filter(|&m| m != mode)
+        .map(|m| factors[m])
+        .collect();
+    mttkrp_grouped(&g, &others, r)
 }

@@ -6,11 +6,16 @@
 //!   name the file, line and field;
 //! - [`gen`]: seeded generators (uniform density, Graph500's R-MAT);
 //! - [`kernels`]: local CSR SpMV/SpMM, SDDMM, Gustavson SpGEMM and COO MTTKRP;
-//! - [`halo`]: the distributed SpMM `ij,jk->ik` with A sparse: rows partitioned by nonzeros,
-//!   and an exchange planned from the pattern so that every rank receives exactly the rows of
-//!   B its nonzeros touch (the predicted words are exact and held against the communicator's
-//!   count).
+//! - [`fetch`]: row fetches planned from a pattern: a row-distributed matrix (dense or CSR)
+//!   of which every rank receives exactly the rows its nonzeros touch;
+//! - [`halo`]: the distributed SpMM `ij,jk->ik` and SDDMM `ij,ik,jk->ij` with the first
+//!   operand sparse: rows partitioned by nonzeros, the dense operand's halo fetched;
+//! - [`dist`]: the distributed SpGEMM (both sparse) and sparse MTTKRP (any mode);
+//!
+//! every plan's predicted words are exact, held against the communicator's count in the tests.
 
+pub mod dist;
+pub mod fetch;
 pub mod gen;
 pub mod halo;
 pub mod io;

@@ -213,7 +213,7 @@ fn kernels_equal_dense_products() {
     let a = gen::uniform::<f64>(&[37, 29], 0.2, 3).unwrap();
     let csr = a.to_csr().unwrap();
     let ad = a.to_dense();
-    for k in [1, 5] {
+    for k in [1, 5, 8, 13, 16] {
         let b = dense_b(29, k);
         close(
             &kernels::spmm(&csr, &b, k).unwrap(),
@@ -235,6 +235,32 @@ fn kernels_equal_dense_products() {
     close(
         &c.to_tensor().to_dense(),
         &dense_mm(&ad, &b.to_dense(), 37, 29, 31),
+    );
+    // Wide and sparse: short output rows are sorted, a full row of A (row 3) gives a long
+    // one read back from the column bits; both must come out in column order.
+    let a = gen::uniform::<f64>(&[20, 50], 0.1, 7).unwrap();
+    let mut coords: Vec<usize> = (0..a.nnz()).flat_map(|e| a.coord(e).to_vec()).collect();
+    let mut vals = a.values().to_vec();
+    for j in 0..50 {
+        coords.extend([3, j]);
+        vals.push(0.5);
+    }
+    let a = SparseTensor::from_entries(vec![20, 50], coords, vals).unwrap();
+    let b = gen::uniform::<f64>(&[50, 40_000], 1e-4, 8).unwrap();
+    let c = kernels::spgemm(&a.to_csr().unwrap(), &b.to_csr().unwrap()).unwrap();
+    for i in 0..c.nrows {
+        let cols = &c.indices[c.indptr[i]..c.indptr[i + 1]];
+        assert!(cols.windows(2).all(|w| w[0] < w[1]), "row {i} out of order");
+    }
+    let long = c.indptr[4] - c.indptr[3];
+    let short = c.indptr[1] - c.indptr[0];
+    assert!(
+        long * 1024 >= 40_000 && short * 1024 < 40_000,
+        "{long} {short}"
+    );
+    close(
+        &c.to_tensor().to_dense(),
+        &dense_mm(&a.to_dense(), &b.to_dense(), 20, 50, 40_000),
     );
 }
 
@@ -281,7 +307,7 @@ fn check_halo(a: &Csr<f64>, k: usize, procs: usize) -> HaloPlan {
         .run(|comm| {
             let r = comm.rank();
             let a_local = a.rows(plan.a_cuts[r], plan.a_cuts[r + 1]);
-            let b_local = &b[plan.b_cuts[r] * k..plan.b_cuts[r + 1] * k];
+            let b_local = &b[plan.b_cuts()[r] * k..plan.b_cuts()[r + 1] * k];
             let before = comm.traffic();
             let c = dist_spmm(comm, &plan, &a_local, b_local)?;
             let after = comm.traffic();

@@ -91,10 +91,10 @@ pub struct Args {
     /// OMP_NUM_THREADS, else 1).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Operand K is sparse (generated with --density or --rmat unless --inputs gives a .mtx,
-    /// .tns or .npz file); planned from its pattern with a halo exchange.
-    #[arg(long, value_name = "K")]
-    pub sparse: Option<usize>,
+    /// Operands K,.. are sparse (generated with --density or --rmat unless --inputs gives a
+    /// .mtx, .tns or .npz file); planned from their pattern with a halo exchange.
+    #[arg(long, value_name = "K", value_delimiter = ',')]
+    pub sparse: Vec<usize>,
     /// Density of the generated sparse operand (each entry nonzero with this probability).
     #[arg(long, value_name = "D")]
     pub density: Option<f64>,

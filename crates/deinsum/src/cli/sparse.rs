@@ -1,29 +1,42 @@
-//! `deinsum run` with a sparse operand (`--sparse K`, `--density`, `--rmat`, or a `.mtx`,
-//! `.tns` or `.npz` input): the SpMM family `ij,jk->ik` / SpMV `ij,j->i` with the sparse
-//! operand first, planned from its pattern ([`deinsum_sparse::halo`]) and run on in-process
-//! ranks. Other einsums with a sparse operand, and MPI, are refused as not built yet.
+//! `deinsum run` with sparse operands (`--sparse K[,K..]`, `--density`, `--rmat`, or `.mtx`,
+//! `.tns` or `.npz` inputs), planned from the pattern and run on in-process ranks or, under an
+//! MPI launcher in a build with `mpi`, on the MPI world:
+//!
+//! - SpMM `ij,jk->ik` / SpMV `ij,j->i` (operand 0 sparse) and SDDMM `ij,ik,jk->ij` (operand 0
+//!   sparse; the output sparse in its pattern): [`deinsum_sparse::halo`];
+//! - SpGEMM `ij,jk->ik` (operands 0 and 1 sparse; sparse output) and MTTKRP `ijk,ja,ka->ia` in
+//!   any mode and order (operand 0 sparse): [`deinsum_sparse::dist`].
+//!
+//! Other einsums with a sparse operand are refused as not built yet. The report states the
+//! partition's imbalance, the predicted words of every rank against the measured ones and
+//! against replication, and the costs counted from the nonzeros.
 
 use super::run::{Args, Backend, Dtype};
 use super::{Format, InputError};
 use anyhow::Context;
 use deinsum_exec::data::seeded_value;
 use deinsum_exec::{Communicator, InProcess};
-use deinsum_expr::{Dim, ParsedEinsum};
+use deinsum_expr::{Dim, Index, ParsedEinsum};
+use deinsum_sparse::dist::{self, MttkrpPlan, SpgemmPlan};
 use deinsum_sparse::halo::{self, HaloPlan};
 use deinsum_sparse::{gen, io, kernels, Csr, SparseError, SparseTensor};
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// The dense reference of `--check` evaluates the einsum naively when its iteration space has
+/// at most this many points; above, the serial sparse kernel is the reference.
+const DENSE_CHECK_POINTS: f64 = 2e7;
+
 /// Whether `args` ask for a sparse run: `--sparse`, `--density`, `--rmat`, or a sparse input file.
 pub fn wanted(args: &Args) -> bool {
-    args.sparse.is_some()
+    !args.sparse.is_empty()
         || args.density.is_some()
         || args.rmat.is_some()
-        || sparse_files(args).iter().any(|p| io::is_sparse_file(p))
+        || input_files(args).iter().any(|p| io::is_sparse_file(p))
 }
 
-fn sparse_files(args: &Args) -> Vec<PathBuf> {
+fn input_files(args: &Args) -> Vec<PathBuf> {
     args.inputs
         .as_deref()
         .map(|raw| {
@@ -39,268 +52,922 @@ fn not_built(what: &str) -> anyhow::Error {
     InputError(format!("sparse operands: {what} is not built yet")).into()
 }
 
-/// The SpMM shape of `e` with operand 0 sparse: (i, j, the dense operand's other indices).
-fn spmm_form(e: &ParsedEinsum) -> Result<(char, char, Vec<char>), anyhow::Error> {
-    let why = "only the SpMM family (ij,jk->ik, ij,j->i, ij,jkl->ikl: operand 0 sparse with \
-               two indices, its second summed with the first index of a dense operand 1)";
-    if e.num_inputs() != 2 {
-        return Err(not_built(&format!("{} ({} operands)", why, e.num_inputs())));
+fn input_err(e: SparseError) -> anyhow::Error {
+    InputError(e.to_string()).into()
+}
+
+/// What the built sparse einsums are, for the refusal of any other.
+const BUILT: &str = "the built forms are SpMM ij,jk->ik / SpMV ij,j->i and SDDMM ij,ik,jk->ij \
+                     with operand 0 sparse, SpGEMM ij,jk->ik with operands 0 and 1 sparse, and \
+                     MTTKRP ijk,ja,ka->ia (any mode and order) with operand 0 sparse";
+
+/// The sparse kernel an einsum is, with its index roles.
+#[derive(Clone, Debug)]
+enum Form {
+    /// `ij,j<rest>->i<rest>`: A sparse.
+    Spmm { j: Index, rest: Vec<Index> },
+    /// `ij,i<rest>,j<rest>->ij`: S sparse, the output in its pattern.
+    Sddmm {
+        i: Index,
+        j: Index,
+        rest: Vec<Index>,
+    },
+    /// `ij,jk->ik`: both sparse.
+    Spgemm,
+    /// `<modes>,<m a>..->o a`: X sparse; `factor[m]` is the operand of mode m (None for the
+    /// output mode).
+    Mttkrp {
+        modes: Vec<Index>,
+        a: Index,
+        mode: usize,
+        factor: Vec<Option<usize>>,
+    },
+}
+
+impl Form {
+    fn name(&self) -> &'static str {
+        match self {
+            Form::Spmm { rest, .. } if rest.is_empty() => "SpMV",
+            Form::Spmm { .. } => "SpMM",
+            Form::Sddmm { .. } => "SDDMM",
+            Form::Spgemm => "SpGEMM",
+            Form::Mttkrp { .. } => "MTTKRP",
+        }
     }
-    let a = &e.inputs()[0];
-    let b = &e.inputs()[1];
-    let (i, j) = match a.dims[..] {
-        [Dim::Index(i), Dim::Index(j)] if i != j => (i, j),
-        _ => return Err(not_built(why)),
-    };
-    let b_idx: Vec<char> = b
+}
+
+/// Operand `k`'s plain indices (no broadcast, no repeated index), else `None`.
+fn plain(e: &ParsedEinsum, k: usize) -> Option<Vec<Index>> {
+    let op = &e.inputs()[k];
+    let idx: Vec<Index> = op
         .dims
         .iter()
         .map(|d| match d {
-            Dim::Index(c) => Ok(*c),
-            Dim::Broadcast => Err(not_built(why)),
+            Dim::Index(c) => Some(*c),
+            Dim::Broadcast => None,
         })
-        .collect::<Result<_, _>>()?;
-    let ok = b_idx.first() == Some(&j)
-        && !b_idx.contains(&i)
-        && b_idx[1..].iter().all(|c| *c != j)
-        && e.output().first() == Some(&i)
-        && e.output()[1..] == b_idx[1..];
-    if !ok {
-        return Err(not_built(why));
-    }
-    Ok((i, j, b_idx[1..].to_vec()))
+        .collect::<Option<_>>()?;
+    (idx.len() == op.indices.len()).then_some(idx)
 }
 
-/// The sparse operand: read from its file or generated.
+/// The sparse kernel `e` is with the operands `sparse` sparse, or the refusal naming the forms
+/// that are built.
+fn form_of(e: &ParsedEinsum, sparse: &[usize]) -> anyhow::Result<Form> {
+    let refuse = || {
+        not_built(&format!(
+            "this einsum with sparse operand(s) {sparse:?} ({BUILT})"
+        ))
+    };
+    let ops: Vec<Vec<Index>> = (0..e.num_inputs())
+        .map(|k| plain(e, k))
+        .collect::<Option<_>>()
+        .ok_or_else(refuse)?;
+    let out = e.output();
+    match (sparse, ops.as_slice()) {
+        ([0], [a, b]) if a.len() == 2 && a[0] != a[1] => {
+            let (i, j) = (a[0], a[1]);
+            let ok = b.first() == Some(&j)
+                && !b.contains(&i)
+                && out.first() == Some(&i)
+                && out[1..] == b[1..];
+            ok.then(|| Form::Spmm {
+                j,
+                rest: b[1..].to_vec(),
+            })
+            .ok_or_else(refuse)
+        }
+        ([0, 1], [a, b]) if a.len() == 2 && b.len() == 2 => {
+            let (i, j, k) = (a[0], a[1], b[1]);
+            let ok = i != j && b[0] == j && k != i && k != j && out == [i, k];
+            ok.then_some(Form::Spgemm).ok_or_else(refuse)
+        }
+        ([0], [s, u, v]) if s.len() == 2 && s[0] != s[1] => {
+            let (i, j) = (s[0], s[1]);
+            let ok = u.first() == Some(&i)
+                && v.first() == Some(&j)
+                && u[1..] == v[1..]
+                && !u[1..].contains(&i)
+                && !u[1..].contains(&j)
+                && out == [i, j];
+            ok.then(|| Form::Sddmm {
+                i,
+                j,
+                rest: u[1..].to_vec(),
+            })
+            .ok_or_else(refuse)
+        }
+        ([0], [x, fs @ ..]) if x.len() >= 2 && fs.len() == x.len() - 1 => {
+            let a = fs[0].get(1).copied().ok_or_else(refuse)?;
+            let mut factor = vec![None; x.len()];
+            for (f, op) in fs.iter().enumerate() {
+                let m = match op.as_slice() {
+                    [c, b] if *b == a => x.iter().position(|d| d == c).ok_or_else(refuse)?,
+                    _ => return Err(refuse()),
+                };
+                if factor[m].replace(f + 1).is_some() {
+                    return Err(refuse());
+                }
+            }
+            let mode = factor.iter().position(Option::is_none).ok_or_else(refuse)?;
+            let ok = !x.contains(&a) && out == [x[mode], a];
+            ok.then(|| Form::Mttkrp {
+                modes: x.clone(),
+                a,
+                mode,
+                factor,
+            })
+            .ok_or_else(refuse)
+        }
+        _ => Err(refuse()),
+    }
+}
+
 /// A sparse input file and the tensor read from it (with the file's own shape).
 type ReadFile = (PathBuf, SparseTensor<f64>);
 
-/// The sparse operand of `shape`: the file already read (a FROSTT file whose shape the einsum
-/// gives is read again within that shape, since the file carries none), or generated.
+/// Sparse operand `k` of `shape`: its file already read (a FROSTT file whose shape the einsum
+/// gives is read again within that shape, since the file carries none), or generated from
+/// `--density` / `--rmat` with the seed plus `k` (so two generated operands differ).
 fn sparse_operand(
     args: &Args,
+    k: usize,
     shape: &[usize],
     read: Option<ReadFile>,
 ) -> anyhow::Result<SparseTensor<f64>> {
-    let input = |e: SparseError| anyhow::Error::new(InputError(e.to_string()));
     if let Some((p, t)) = read {
         if t.shape() != shape && p.extension().is_some_and(|e| e == "tns") {
-            return io::read::<f64>(&p, Some(shape)).map_err(input);
+            return io::read::<f64>(&p, Some(shape)).map_err(input_err);
         }
-        return io::check_shape(&p, t, shape).map_err(input);
+        return io::check_shape(&p, t, shape).map_err(input_err);
     }
+    let seed = args.seed.wrapping_add(k as u64);
     let t = match (args.density, args.rmat) {
         (Some(_), Some(_)) => {
             return Err(InputError("give --density or --rmat, not both".into()).into())
         }
-        (Some(d), None) => gen::uniform::<f64>(shape, d, args.seed),
+        (Some(d), None) => gen::uniform::<f64>(shape, d, seed),
         (None, Some(s)) => {
             let n = 1usize.checked_shl(s).unwrap_or(0);
             if shape != [n, n] {
                 return Err(InputError(format!(
-                    "--rmat {s} makes a {n} x {n} matrix; the einsum gives the operand shape {shape:?} (try --size {n})"
+                    "--rmat {s} makes a {n} x {n} matrix; the einsum gives operand {k} the shape {shape:?} (try --size {n})"
                 ))
                 .into());
             }
-            gen::rmat::<f64>(s, 16, args.seed)
+            gen::rmat::<f64>(s, 16, seed)
         }
-        (None, None) => gen::uniform::<f64>(shape, 0.01, args.seed),
+        (None, None) => gen::uniform::<f64>(shape, 0.01, seed),
     };
-    t.map_err(|e: SparseError| InputError(e.to_string()).into())
+    t.map_err(input_err)
+}
+
+/// The sparse operands: `--sparse`, the operands whose input file is sparse, else operand 0.
+fn sparse_set(args: &Args, n_inputs: usize) -> anyhow::Result<Vec<usize>> {
+    let files = input_files(args);
+    let mut set: Vec<usize> = args.sparse.clone();
+    set.extend(
+        files
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| io::is_sparse_file(p))
+            .map(|(k, _)| k),
+    );
+    if set.is_empty() {
+        set.push(0);
+    }
+    set.sort_unstable();
+    set.dedup();
+    if let Some(&k) = set.iter().find(|&&k| k >= n_inputs) {
+        return Err(InputError(format!("--sparse {k}: the einsum has {n_inputs} operands")).into());
+    }
+    if let Some((k, p)) = files
+        .iter()
+        .enumerate()
+        .find(|(k, p)| !io::is_sparse_file(p) && set.contains(k))
+    {
+        return Err(InputError(format!(
+            "operand {k} is sparse but its input {} is not a .mtx, .tns or .npz file",
+            p.display()
+        ))
+        .into());
+    }
+    if let Some(p) = files.iter().find(|p| !io::is_sparse_file(p)) {
+        return Err(not_built(&format!(
+            "a dense input file ({}) beside a sparse operand (dense operands are generated)",
+            p.display()
+        )));
+    }
+    Ok(set)
+}
+
+/// The data of a run: the form, the sparse operands, the dense operands' seed.
+struct Job {
+    form: Form,
+    einsum: ParsedEinsum,
+    sparse: Vec<SparseTensor<f64>>,
+    /// The CSR form of each sparse operand that is a matrix.
+    csr: Vec<Option<Csr<f64>>>,
+    seed: u64,
+}
+
+/// The plan of a run.
+enum Plan {
+    Halo(HaloPlan),
+    Spgemm(SpgemmPlan),
+    Mttkrp(MttkrpPlan),
+}
+
+impl Plan {
+    fn procs(&self) -> usize {
+        match self {
+            Plan::Halo(p) => p.procs,
+            Plan::Spgemm(p) => p.procs,
+            Plan::Mttkrp(p) => p.procs,
+        }
+    }
+
+    /// Predicted (received, sent) bytes of rank `r`.
+    fn bytes(&self, r: usize) -> (u64, u64) {
+        match self {
+            Plan::Halo(p) => (8 * p.received_words(r), 8 * p.sent_words(r)),
+            Plan::Spgemm(p) => (p.received_bytes(r, 8), p.sent_bytes(r, 8)),
+            Plan::Mttkrp(p) => (8 * p.received_words(r), 8 * p.sent_words(r)),
+        }
+    }
+
+    /// Words rank `r` would receive with the fetched operand replicated.
+    fn replication_words(&self, r: usize) -> u64 {
+        match self {
+            Plan::Halo(p) => p.replication_words(r),
+            Plan::Spgemm(p) => p.replication_words(r),
+            Plan::Mttkrp(p) => p.replication_words(r),
+        }
+    }
+
+    /// Nonzeros of the sparse operand per rank.
+    fn nnz(&self) -> &[usize] {
+        match self {
+            Plan::Halo(p) => &p.nnz,
+            Plan::Spgemm(p) => &p.nnz,
+            Plan::Mttkrp(p) => &p.nnz,
+        }
+    }
+
+    fn imbalance(&self) -> f64 {
+        deinsum_sparse::fetch::imbalance(self.nnz())
+    }
+}
+
+impl Job {
+    /// Extent of index `c`.
+    fn ext(&self, c: Index) -> usize {
+        self.einsum.extent(c)
+    }
+
+    /// Width of the dense operands' rows (the product of the extents of `rest`).
+    fn width(&self, rest: &[Index]) -> usize {
+        rest.iter().map(|&c| self.ext(c)).product()
+    }
+
+    /// Sparse operand `k` in CSR (converted once, shared by the in-process ranks).
+    fn csr(&self, k: usize) -> anyhow::Result<&Csr<f64>> {
+        self.csr[k]
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("operand {k} is not a sparse matrix"))
+    }
+
+    fn plan(&self, procs: usize) -> anyhow::Result<Plan> {
+        Ok(match &self.form {
+            Form::Spmm { rest, .. } | Form::Sddmm { rest, .. } => Plan::Halo(
+                HaloPlan::build(self.csr(0)?, self.width(rest), procs).map_err(input_err)?,
+            ),
+            Form::Spgemm => Plan::Spgemm(
+                SpgemmPlan::build(self.csr(0)?, self.csr(1)?, procs).map_err(input_err)?,
+            ),
+            Form::Mttkrp { mode, a, .. } => Plan::Mttkrp(
+                MttkrpPlan::build(&self.sparse[0], *mode, self.ext(*a), procs)
+                    .map_err(input_err)?,
+            ),
+        })
+    }
+
+    /// Rows `lo..hi` of dense operand `k` (its first index cut into rows of `width`): the dense
+    /// generator's values at those storage indices, so a dense run of the same einsum and seed
+    /// sees the same operand.
+    fn dense_rows(&self, k: usize, lo: usize, hi: usize, width: usize) -> Vec<f64> {
+        (lo * width..hi * width)
+            .map(|x| seeded_value(self.seed, k, x as u64))
+            .collect()
+    }
+
+    /// Multiply-adds (terms) counted from the nonzeros: nonzeros times the extents of the
+    /// indices outside the sparse operand (SpGEMM: per nonzero of A, the nonzeros of its row
+    /// of B); per rank, and the dense evaluation's for comparison.
+    fn terms(&self, plan: &Plan) -> (Vec<u64>, f64) {
+        let dense = deinsum_exec::reference::iteration_space(&self.einsum);
+        let per_rank = match (plan, &self.form) {
+            (Plan::Spgemm(p), _) => p.madds.iter().map(|&m| m as u64).collect(),
+            (_, Form::Mttkrp { a, .. }) => plan
+                .nnz()
+                .iter()
+                .map(|&n| (n * self.ext(*a)) as u64)
+                .collect(),
+            (_, Form::Spmm { rest, .. } | Form::Sddmm { rest, .. }) => {
+                let w = self.width(rest);
+                plan.nnz().iter().map(|&n| (n * w) as u64).collect()
+            }
+            _ => Vec::new(),
+        };
+        (per_rank, dense)
+    }
+}
+
+/// What one rank returns: its output payload (dense rows, pattern values, or (row, column,
+/// value) triples for SpGEMM), its measured (received, sent) bytes in the first run, and its
+/// seconds per run.
+struct RankOut {
+    payload: Vec<f64>,
+    received: u64,
+    sent: u64,
+    secs: Vec<f64>,
+}
+
+/// One rank's part of the run, on any backend: cuts its blocks, then runs the distributed
+/// kernel `repeat` times (communication on the rank's thread, the kernel on its pool).
+fn rank_body<C: Communicator>(
+    comm: &C,
+    job: &Job,
+    plan: &Plan,
+    threads: usize,
+    repeat: usize,
+) -> Result<RankOut, SparseError> {
+    let me = comm.rank();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| SparseError::Shape(format!("thread pool: {e}")))?;
+    // The inspector's local part, built before the clock starts.
+    enum Local {
+        Spmm(Csr<f64>, Vec<f64>),
+        Sddmm(Csr<f64>, Vec<f64>, Vec<f64>),
+        Spgemm(Csr<f64>, Csr<f64>),
+        Mttkrp(deinsum_sparse::kernels::ModeGroups<f64>, Vec<Vec<f64>>),
+    }
+    let local = match (&job.form, plan) {
+        (Form::Spmm { rest, .. }, Plan::Halo(p)) => {
+            let a = job.csr(0).map_err(|e| SparseError::Shape(e.to_string()))?;
+            let (lo, hi) = (p.b_cuts()[me], p.b_cuts()[me + 1]);
+            let w = job.width(rest);
+            Local::Spmm(
+                a.rows(p.a_cuts[me], p.a_cuts[me + 1]),
+                job.dense_rows(1, lo, hi, w),
+            )
+        }
+        (Form::Sddmm { rest, .. }, Plan::Halo(p)) => {
+            let s = job.csr(0).map_err(|e| SparseError::Shape(e.to_string()))?;
+            let w = job.width(rest);
+            let (lo, hi) = (p.a_cuts[me], p.a_cuts[me + 1]);
+            let (vlo, vhi) = (p.b_cuts()[me], p.b_cuts()[me + 1]);
+            Local::Sddmm(
+                s.rows(lo, hi),
+                job.dense_rows(1, lo, hi, w),
+                job.dense_rows(2, vlo, vhi, w),
+            )
+        }
+        (Form::Spgemm, Plan::Spgemm(p)) => {
+            let csr = |k| job.csr(k).map_err(|e| SparseError::Shape(e.to_string()));
+            let (a, b) = (csr(0)?, csr(1)?);
+            let f = &p.fetch;
+            Local::Spgemm(
+                a.rows(p.a_cuts[me], p.a_cuts[me + 1]),
+                b.rows(f.cuts[me], f.cuts[me + 1]),
+            )
+        }
+        (Form::Mttkrp { factor, .. }, Plan::Mttkrp(p)) => {
+            let groups = p.local_part(&job.sparse[0], me)?;
+            let fs = factor
+                .iter()
+                .enumerate()
+                .map(|(m, op)| match op {
+                    Some(k) => job.dense_rows(*k, p.cuts[m][me], p.cuts[m][me + 1], p.r),
+                    None => Vec::new(),
+                })
+                .collect();
+            Local::Mttkrp(groups, fs)
+        }
+        _ => return Err(SparseError::Shape("plan and einsum disagree".into())),
+    };
+    let mut secs = Vec::with_capacity(repeat);
+    let (mut received, mut sent, mut payload) = (0, 0, Vec::new());
+    for rep in 0..repeat {
+        comm.barrier()?;
+        let before = comm.traffic();
+        let t0 = std::time::Instant::now();
+        let out = match (&local, plan) {
+            (Local::Spmm(a, b), Plan::Halo(p)) => {
+                let bx = halo::exchange_halo(comm, p, a, b)?;
+                let l = halo::localize(p, me, a)?;
+                pool.install(|| kernels::spmm(&l, &bx, p.k))?
+            }
+            (Local::Sddmm(s, u, v), Plan::Halo(p)) => {
+                let vx = halo::exchange_halo(comm, p, s, v)?;
+                let l = halo::localize(p, me, s)?;
+                pool.install(|| kernels::sddmm(&l, u, &vx, p.k))?
+            }
+            (Local::Spgemm(a, b), Plan::Spgemm(p)) => {
+                let bx = p.fetch.exchange_csr(comm, b)?;
+                let l = p.fetch.localize(me, a)?;
+                let c = pool.install(|| kernels::spgemm(&l, &bx))?;
+                let row0 = p.a_cuts[me];
+                let mut t = Vec::with_capacity(3 * c.nnz());
+                for i in 0..c.nrows {
+                    for q in c.indptr[i]..c.indptr[i + 1] {
+                        t.extend([(row0 + i) as f64, c.indices[q] as f64, c.vals[q]]);
+                    }
+                }
+                t
+            }
+            (Local::Mttkrp(g, fs), Plan::Mttkrp(p)) => {
+                let views: Vec<&[f64]> = fs.iter().map(Vec::as_slice).collect();
+                let fetched = dist::fetch_factors(comm, p, &views)?;
+                let fv: Vec<&[f64]> = fetched.iter().map(Vec::as_slice).collect();
+                pool.install(|| kernels::mttkrp_grouped(g, &fv, p.r))?
+            }
+            _ => return Err(SparseError::Shape("plan and einsum disagree".into())),
+        };
+        secs.push(t0.elapsed().as_secs_f64());
+        if rep == 0 {
+            let after = comm.traffic();
+            received = after.received - before.received;
+            sent = after.sent - before.sent;
+            payload = out;
+        }
+    }
+    Ok(RankOut {
+        payload,
+        received,
+        sent,
+        secs,
+    })
 }
 
 /// Runs a sparse einsum; see the module doc.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    if args.sparse.is_some_and(|k| k != 0) {
-        return Err(not_built("a sparse operand other than operand 0"));
-    }
     if args.plan.is_some() || args.output.is_some() || args.mem.is_some() {
         return Err(not_built("--plan, --output or --mem with a sparse operand"));
-    }
-    if matches!(args.backend, Some(Backend::Mpi)) || super::launch_size().is_some_and(|n| n > 1) {
-        return Err(not_built("running under MPI"));
     }
     if args.dtype == Dtype::F32 {
         return Err(not_built("--dtype f32"));
     }
+    if args.repeat == 0 {
+        return Err(InputError("--repeat must be at least 1".into()).into());
+    }
+    if args.threads == Some(0) {
+        return Err(InputError("--threads must be at least 1".into()).into());
+    }
     let expr = args.expr.as_deref().context("an einsum is required")?;
-    let (einsum, read) = einsum_of(expr, args)?;
-    let (i, j, rest) = spmm_form(&einsum)?;
-    let (m, n) = (einsum.extent(i), einsum.extent(j));
-    let k: usize = rest.iter().map(|&c| einsum.extent(c)).product();
-    let a = sparse_operand(args, &[m, n], read)?;
-    let csr = a.to_csr().map_err(|e| InputError(e.to_string()))?;
+    let job = job_of(expr, args)?;
+    let mpi = match args.backend {
+        Some(Backend::Mpi) => true,
+        Some(_) => false,
+        None => super::launch_size().is_some(),
+    };
+    if mpi {
+        return run_mpi(&job, args, expr);
+    }
     let procs = args.procs.unwrap_or(1);
     if procs == 0 {
         return Err(InputError("--procs must be at least 1".into()).into());
     }
     deinsum_exec::preflight::check_in_process_ranks(procs)
         .map_err(|e| InputError(e.to_string()))?;
-    let plan = HaloPlan::build(&csr, k, procs).map_err(|e| InputError(e.to_string()))?;
-    // B element (j, rest) is the dense generator's value of operand 1 at that storage index,
-    // so a dense run of the same einsum and seed sees the same B.
-    let b: Vec<f64> = (0..n * k)
-        .map(|x| seeded_value(args.seed, 1, x as u64))
-        .collect();
-    let (c, measured, secs) = run_ranks(&plan, &csr, &b, args)?;
-    let check = if args.check {
-        let want = kernels::spmm(&csr, &b, k)?;
-        Some(deinsum_exec::reference::max_error(&c, &want))
-    } else {
-        None
-    };
-    report(args, expr, &a, &plan, &measured, secs, check)
+    let plan = job.plan(procs)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = args.threads.unwrap_or((cores / procs).max(1));
+    let world = InProcess::new(procs).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let outs = world
+        .run(|comm| rank_body(comm, &job, &plan, threads, args.repeat))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    finish(args, expr, &job, &plan, outs, "in-process")
 }
 
-/// The einsum. A sparse file's shape gives the extents of operand 0's indices that no
-/// `--sizes` entry names; the dense operand's other extents come from the flags (default 10,
-/// as for `run`). `--rmat S` without extent flags makes every extent 2^S. The sparse file,
-/// read once here, comes back with the einsum.
-fn einsum_of(expr: &str, args: &Args) -> anyhow::Result<(ParsedEinsum, Option<ReadFile>)> {
+#[cfg(feature = "mpi")]
+fn run_mpi(job: &Job, args: &Args, expr: &str) -> anyhow::Result<ExitCode> {
+    let universe = mpi::initialize().context("MPI initialization failed")?;
+    let comm = deinsum_exec::mpi::MpiComm::world(&universe);
+    let procs = args.procs.unwrap_or(comm.size());
+    if procs != comm.size() {
+        return Err(InputError(format!(
+            "--procs {procs} but the MPI world has {} ranks",
+            comm.size()
+        ))
+        .into());
+    }
+    // Every rank read or generated the same pattern, so every rank builds the same plan.
+    let plan = job.plan(procs)?;
+    let threads = args.threads.or_else(omp_threads).unwrap_or(1);
+    let mine = comm.or_abort(rank_body(&comm, job, &plan, threads, args.repeat));
+    // Gather every rank's figures and payload on rank 0 (after the measured runs).
+    let p = comm.size();
+    let me = comm.rank();
+    let mut sizes = vec![0u64; 3 * p];
+    sizes[3 * me] = mine.payload.len() as u64;
+    sizes[3 * me + 1] = mine.received;
+    sizes[3 * me + 2] = mine.sent;
+    comm.or_abort(comm.all_reduce_max_u64(&mut sizes));
+    let counts: Vec<usize> = (0..p).map(|r| sizes[3 * r] as usize).collect();
+    let payloads = comm.or_abort(comm.gather_v(&mine.payload, &counts, 0));
+    let secs_counts = vec![args.repeat; p];
+    let secs = comm.or_abort(comm.gather_v(&mine.secs, &secs_counts, 0));
+    let (Some(payloads), Some(secs)) = (payloads, secs) else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let mut outs = Vec::with_capacity(p);
+    let (mut off, mut soff) = (0, 0);
+    for r in 0..p {
+        outs.push(RankOut {
+            payload: payloads[off..off + counts[r]].to_vec(),
+            received: sizes[3 * r + 1],
+            sent: sizes[3 * r + 2],
+            secs: secs[soff..soff + args.repeat].to_vec(),
+        });
+        off += counts[r];
+        soff += args.repeat;
+    }
+    finish(args, expr, job, &plan, outs, "MPI")
+}
+
+/// Threads per rank under MPI: OMP_NUM_THREADS, as the dense run reads it.
+#[cfg(feature = "mpi")]
+fn omp_threads() -> Option<usize> {
+    std::env::var("OMP_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&n| n > 0)
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_job: &Job, _args: &Args, _expr: &str) -> anyhow::Result<ExitCode> {
+    Err(InputError(
+        "a sparse run under MPI needs a build with the `mpi` feature (cargo build --features mpi)"
+            .into(),
+    )
+    .into())
+}
+
+/// The einsum and the sparse operands. A sparse file's shape gives the extents of its
+/// operand's indices that no `--sizes` entry names; the other extents come from the flags
+/// (default 10, as for `run`). `--rmat S` without extent flags makes every extent 2^S.
+fn job_of(expr: &str, args: &Args) -> anyhow::Result<Job> {
     let x = &args.extents;
     let no_flags = x.sizes.is_none() && x.size.is_none() && x.shapes.is_none();
+    let probe = super::einsum_from_args(expr, &super::ExtentArgs::default())?;
+    let set = sparse_set(args, probe.num_inputs())?;
+    let files = input_files(args);
     let mut ext = x.clone();
-    let files = sparse_files(args);
-    let mut read = None;
-    if let Some(p) = files.iter().find(|p| io::is_sparse_file(p)) {
-        let t = io::read::<f64>(p, None).map_err(|e| InputError(e.to_string()))?;
-        let probe = super::einsum_from_args(expr, &super::ExtentArgs::default())?;
-        let idx: Vec<char> = probe.inputs()[0].indices.clone();
+    let mut read: Vec<Option<ReadFile>> = vec![None; probe.num_inputs()];
+    let named = |c: Index| {
+        x.sizes.as_deref().is_some_and(|s| {
+            s.split(',')
+                .any(|kv| kv.trim().starts_with(&format!("{c}=")))
+        })
+    };
+    let mut sizes: Vec<String> = x.sizes.iter().cloned().collect();
+    for (k, p) in files.iter().enumerate() {
+        if !io::is_sparse_file(p) || k >= probe.num_inputs() {
+            continue;
+        }
+        let t = io::read::<f64>(p, None).map_err(input_err)?;
+        let idx: Vec<Index> = probe.inputs()[k].indices.clone();
         if idx.len() != t.order() {
             return Err(InputError(format!(
-                "{} has {} modes but operand 0 has {} indices",
+                "{} has {} modes but operand {k} has {} indices",
                 p.display(),
                 t.order(),
                 idx.len()
             ))
             .into());
         }
-        let named = |c: char| {
-            x.sizes.as_deref().is_some_and(|s| {
-                s.split(',')
-                    .any(|kv| kv.trim().starts_with(&format!("{c}=")))
-            })
-        };
-        let mut sizes: Vec<String> = x.sizes.iter().cloned().collect();
-        sizes.extend(
-            idx.iter()
-                .zip(t.shape())
-                .filter(|(c, _)| !named(**c))
-                .map(|(c, n)| format!("{c}={n}")),
-        );
+        for (c, n) in idx.iter().zip(t.shape()) {
+            let given = format!("{c}=");
+            if !named(*c)
+                && !sizes
+                    .iter()
+                    .any(|s| s.split(',').any(|kv| kv.starts_with(&given)))
+            {
+                sizes.push(format!("{c}={n}"));
+            }
+        }
+        read[k] = Some((p.clone(), t));
+    }
+    if read.iter().any(Option::is_some) {
         ext.sizes = Some(sizes.join(","));
         if ext.size.is_none() && ext.shapes.is_none() {
             ext.size = Some(super::DEFAULT_SIZE.to_string());
         }
-        read = Some((p.clone(), t));
     } else if let (Some(s), true) = (args.rmat, no_flags) {
         ext.size = Some(1usize.checked_shl(s).unwrap_or(0).to_string());
     }
-    Ok((super::einsum_from_args(expr, &ext)?, read))
+    let einsum = super::einsum_from_args(expr, &ext)?;
+    let form = form_of(&einsum, &set)?;
+    let mut sparse = Vec::with_capacity(set.len());
+    for &k in &set {
+        let shape: Vec<usize> = einsum.inputs()[k]
+            .indices
+            .iter()
+            .map(|&c| einsum.extent(c))
+            .collect();
+        sparse.push(sparse_operand(args, k, &shape, read[k].take())?);
+    }
+    let csr = sparse
+        .iter()
+        .map(|t| (t.order() == 2).then(|| t.to_csr()).transpose())
+        .collect::<Result<_, _>>()
+        .map_err(input_err)?;
+    Ok(Job {
+        form,
+        einsum,
+        sparse,
+        csr,
+        seed: args.seed,
+    })
 }
 
-/// Each rank's rows of C with its measured (received, sent) words, and the slowest rank's time.
-type RankOut = (Vec<f64>, u64, u64, f64);
-
-/// C's rows in rank order, every rank's measured (received, sent) words, the slowest time.
-type RunOut = (Vec<f64>, Vec<(u64, u64)>, f64);
-
-fn run_ranks(plan: &HaloPlan, csr: &Csr<f64>, b: &[f64], args: &Args) -> anyhow::Result<RunOut> {
-    let k = plan.k;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = args.threads.unwrap_or((cores / plan.procs).max(1));
-    let world = InProcess::new(plan.procs).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let outs: Vec<RankOut> = world
-        .run(|comm| {
-            let r = comm.rank();
-            let a_local = csr.rows(plan.a_cuts[r], plan.a_cuts[r + 1]);
-            let b_local = &b[plan.b_cuts[r] * k..plan.b_cuts[r + 1] * k];
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .map_err(|e| SparseError::Shape(format!("thread pool: {e}")))?;
-            comm.barrier()?;
-            let before = comm.traffic();
-            let t0 = std::time::Instant::now();
-            // Communication stays on the rank's thread; the product runs on its pool.
-            let bx = halo::exchange_halo(comm, plan, &a_local, b_local)?;
-            let local = halo::localize(plan, r, &a_local)?;
-            let c = pool.install(|| kernels::spmm(&local, &bx, k))?;
-            let secs = t0.elapsed().as_secs_f64();
-            let after = comm.traffic();
-            Ok::<_, SparseError>((
-                c,
-                (after.received - before.received) / 8,
-                (after.sent - before.sent) / 8,
-                secs,
-            ))
-        })
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let secs = outs.iter().map(|o| o.3).fold(0.0, f64::max);
-    let measured = outs.iter().map(|o| (o.1, o.2)).collect();
-    let c = outs.into_iter().flat_map(|o| o.0).collect();
-    Ok((c, measured, secs))
+/// The output of the run, in the form the check compares: dense for SpMM and MTTKRP, the
+/// values at the pattern for SDDMM, (row, column, value) triples in row-major order for SpGEMM.
+fn assemble(outs: &[RankOut]) -> Vec<f64> {
+    outs.iter()
+        .flat_map(|o| o.payload.iter().copied())
+        .collect()
 }
 
-fn report(
+/// The reference of `--check` in the same form as [`assemble`], and what it is.
+fn reference(job: &Job) -> anyhow::Result<(Vec<f64>, &'static str)> {
+    let small = deinsum_exec::reference::iteration_space(&job.einsum) <= DENSE_CHECK_POINTS;
+    if small {
+        // The sparse operands densified, the dense ones generated: the naive einsum.
+        let dense: Vec<Vec<f64>> = job.sparse.iter().map(SparseTensor::to_dense).collect();
+        let sparse_k: Vec<usize> = match job.form {
+            Form::Spgemm => vec![0, 1],
+            _ => vec![0],
+        };
+        let seed = job.seed;
+        let full = deinsum_exec::reference::naive(&job.einsum, &|k, x| match sparse_k
+            .iter()
+            .position(|&s| s == k)
+        {
+            Some(p) => dense[p][x as usize],
+            None => seeded_value(seed, k, x),
+        });
+        let out = match &job.form {
+            Form::Sddmm { j, .. } => {
+                let s = &job.sparse[0];
+                let n = job.ext(*j);
+                (0..s.nnz())
+                    .map(|e| full[s.coord(e)[0] * n + s.coord(e)[1]])
+                    .collect()
+            }
+            Form::Spgemm => {
+                // The serial product's pattern, its values read from the dense result.
+                let c = kernels::spgemm(job.csr(0)?, job.csr(1)?)?;
+                let mut t = Vec::with_capacity(3 * c.nnz());
+                for i in 0..c.nrows {
+                    for q in c.indptr[i]..c.indptr[i + 1] {
+                        let col = c.indices[q];
+                        t.extend([i as f64, col as f64, full[i * c.ncols + col]]);
+                    }
+                }
+                t
+            }
+            _ => full,
+        };
+        return Ok((out, "the dense serial einsum (sparse operands densified)"));
+    }
+    let what = "the serial sparse kernel (the dense reference is too large)";
+    let seed = job.seed;
+    let gen = |k: usize, n: usize| -> Vec<f64> {
+        (0..n).map(|x| seeded_value(seed, k, x as u64)).collect()
+    };
+    let out = match &job.form {
+        Form::Spmm { j, rest, .. } => {
+            let w = job.width(rest);
+            kernels::spmm(job.csr(0)?, &gen(1, job.ext(*j) * w), w)?
+        }
+        Form::Sddmm { i, j, rest } => {
+            let w = job.width(rest);
+            kernels::sddmm(
+                job.csr(0)?,
+                &gen(1, job.ext(*i) * w),
+                &gen(2, job.ext(*j) * w),
+                w,
+            )?
+        }
+        Form::Spgemm => {
+            let c = kernels::spgemm(job.csr(0)?, job.csr(1)?)?;
+            let mut t = Vec::with_capacity(3 * c.nnz());
+            for i in 0..c.nrows {
+                for q in c.indptr[i]..c.indptr[i + 1] {
+                    t.extend([i as f64, c.indices[q] as f64, c.vals[q]]);
+                }
+            }
+            t
+        }
+        Form::Mttkrp {
+            modes,
+            a,
+            mode,
+            factor,
+        } => {
+            let r = job.ext(*a);
+            let fs: Vec<Vec<f64>> = factor
+                .iter()
+                .enumerate()
+                .map(|(m, op)| op.map_or(Vec::new(), |k| gen(k, job.ext(modes[m]) * r)))
+                .collect();
+            let views: Vec<&[f64]> = fs.iter().map(Vec::as_slice).collect();
+            kernels::mttkrp(&job.sparse[0], &views, *mode, r)?
+        }
+    };
+    Ok((out, what))
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs.get(xs.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Checks, then prints the report; exit 1 when a rank moved other words than planned or the
+/// check failed.
+fn finish(
     args: &Args,
     expr: &str,
-    a: &SparseTensor<f64>,
-    plan: &HaloPlan,
-    measured: &[(u64, u64)],
-    secs: f64,
-    check: Option<(f64, f64)>,
+    job: &Job,
+    plan: &Plan,
+    outs: Vec<RankOut>,
+    backend: &str,
 ) -> anyhow::Result<ExitCode> {
-    let exact =
-        (0..plan.procs).all(|r| measured[r] == (plan.received_words(r), plan.sent_words(r)));
-    let repl_max = (0..plan.procs)
-        .map(|r| plan.replication_words(r))
-        .max()
-        .unwrap_or(0);
-    let repl_total: u64 = (0..plan.procs).map(|r| plan.replication_words(r)).sum();
-    let measured_total: u64 = measured.iter().map(|m| m.0).sum();
-    let ok = exact && check.is_none_or(|(_, rel)| rel <= 1e-10);
-    let (m, n) = (a.shape()[0], a.shape()[1]);
-    let density = a.nnz() as f64 / (m as f64 * n as f64);
+    let procs = plan.procs();
+    let predicted: Vec<(u64, u64)> = (0..procs).map(|r| plan.bytes(r)).collect();
+    let measured: Vec<(u64, u64)> = outs.iter().map(|o| (o.received, o.sent)).collect();
+    let exact = predicted == measured;
+    let words = |b: u64| b / 8;
+    let pred_max = predicted.iter().map(|p| words(p.0)).max().unwrap_or(0);
+    let pred_total: u64 = predicted.iter().map(|p| words(p.0)).sum();
+    let meas_total: u64 = measured.iter().map(|m| words(m.0)).sum();
+    let repl: Vec<u64> = (0..procs).map(|r| plan.replication_words(r)).collect();
+    let (repl_max, repl_total) = (
+        repl.iter().copied().max().unwrap_or(0),
+        repl.iter().sum::<u64>(),
+    );
+    // Per repetition, the slowest rank; the median over repetitions.
+    let secs = median(
+        (0..args.repeat)
+            .map(|x| outs.iter().map(|o| o.secs[x]).fold(0.0, f64::max))
+            .collect(),
+    );
+    let check = if args.check {
+        let got = assemble(&outs);
+        let (want, what) = reference(job)?;
+        let same_pattern = match job.form {
+            // Triples: the row and column entries must agree exactly.
+            Form::Spgemm => {
+                got.len() == want.len()
+                    && got
+                        .chunks(3)
+                        .zip(want.chunks(3))
+                        .all(|(g, w)| g[0] == w[0] && g[1] == w[1])
+            }
+            _ => got.len() == want.len(),
+        };
+        let (abs, rel) = if same_pattern {
+            deinsum_exec::reference::max_error(&got, &want)
+        } else {
+            (f64::INFINITY, f64::INFINITY)
+        };
+        Some((abs, rel, what))
+    } else {
+        None
+    };
+    let ok = exact && check.is_none_or(|(_, rel, _)| rel <= 1e-10);
+    let (terms, dense_terms) = job.terms(plan);
+    let n_ops = job.einsum.num_inputs() as u64;
+    let flops_total: u64 = terms.iter().sum::<u64>() * n_ops;
+    let flops_max = terms.iter().copied().max().unwrap_or(0) * n_ops;
+    let dense_flops = dense_terms * n_ops as f64;
+    let out_nnz = match job.form {
+        Form::Sddmm { .. } => Some(job.sparse[0].nnz()),
+        Form::Spgemm => Some(outs.iter().map(|o| o.payload.len() / 3).sum()),
+        _ => None,
+    };
+    let operands: Vec<serde_json::Value> = job
+        .sparse
+        .iter()
+        .map(|t| {
+            let size: f64 = t.shape().iter().map(|&n| n as f64).product();
+            json!({"shape": t.shape(), "nnz": t.nnz(), "density": t.nnz() as f64 / size})
+        })
+        .collect();
+    let sparse_k: Vec<usize> = match job.form {
+        Form::Spgemm => vec![0, 1],
+        _ => vec![0],
+    };
+    let work_imbalance = match plan {
+        Plan::Spgemm(p) => Some(p.work_imbalance()),
+        _ => None,
+    };
+    let fetched = match job.form {
+        Form::Spmm { .. } => "the rows of B its nonzeros touch",
+        Form::Sddmm { .. } => "the rows of V its nonzeros touch (U's rows are its own)",
+        Form::Spgemm => "the rows of B its columns touch (length, columns and values)",
+        Form::Mttkrp { .. } => "the factor rows its nonzeros touch, per mode",
+    };
+    let partition = match job.form {
+        Form::Mttkrp { mode, .. } => format!(
+            "the tensor cut along mode {mode} (the output mode) at nnz-balanced points, each factor at its mode's points"
+        ),
+        Form::Spgemm => "rows of A cut by multiply-adds".into(),
+        _ => "rows cut by nonzeros".into(),
+    };
     match args.format {
         Format::Json => {
             let v = json!({
-                "expression": expr, "procs": plan.procs, "sparse_operand": 0,
-                "shape": [m, n], "nnz": a.nnz(), "density": density,
-                "imbalance": plan.imbalance(),
-                "predicted": {"max_per_rank": plan.max_received(), "total": plan.total_received()},
+                "expression": expr, "kernel": job.form.name(), "procs": procs,
+                "backend": backend, "sparse_operands": sparse_k, "operands": operands,
+                "shape": job.sparse[0].shape(), "nnz": job.sparse[0].nnz(),
+                "output_nnz": out_nnz,
+                "partition": partition,
+                "imbalance": plan.imbalance(), "work_imbalance": work_imbalance,
+                "nnz_per_rank": plan.nnz(),
+                "predicted": {"max_per_rank": pred_max, "total": pred_total,
+                              "received": predicted.iter().map(|p| words(p.0)).collect::<Vec<_>>()},
                 "replication": {"max_per_rank": repl_max, "total": repl_total},
-                "measured": {"total": measured_total, "exact": exact,
-                             "received": measured.iter().map(|m| m.0).collect::<Vec<_>>()},
+                "measured": {"total": meas_total, "exact": exact,
+                             "received": measured.iter().map(|m| words(m.0)).collect::<Vec<_>>()},
+                "cost": {"terms_per_rank": terms, "flops_total": flops_total,
+                         "flops_max_per_rank": flops_max, "dense_flops": dense_flops},
                 "seconds": secs,
-                "check": check.map(|(abs, rel)| json!({"max_abs_error": abs, "max_rel_error": rel})),
+                "check": check.map(|(abs, rel, what)| json!({"max_abs_error": abs, "max_rel_error": rel, "reference": what})),
             });
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
         Format::Text => {
-            println!("sparse {expr}: operand 0 is {m} x {n} sparse ({} nonzeros, density {density:.2e}), B is {} x {}, P = {}", a.nnz(), n, plan.k, plan.procs);
+            let ops: Vec<String> = job
+                .sparse
+                .iter()
+                .zip(&sparse_k)
+                .map(|(t, k)| {
+                    let size: f64 = t.shape().iter().map(|&n| n as f64).product();
+                    let dims: Vec<String> = t.shape().iter().map(usize::to_string).collect();
+                    format!(
+                        "operand {k} is {} sparse ({} nonzeros, density {:.2e})",
+                        dims.join(" x "),
+                        t.nnz(),
+                        t.nnz() as f64 / size
+                    )
+                })
+                .collect();
+            let dense_desc = match &job.form {
+                Form::Spmm { j, rest, .. } => {
+                    format!(", B is {} x {}", job.ext(*j), job.width(rest))
+                }
+                _ => String::new(),
+            };
             println!(
-                "rows cut by nonzeros: imbalance {:.3} (max nonzeros per rank over the mean)",
+                "sparse {expr} ({}): {}{dense_desc}, P = {procs} ({backend})",
+                job.form.name(),
+                ops.join(", ")
+            );
+            let wi = work_imbalance.map_or(String::new(), |w| format!(", multiply-adds {w:.3}"));
+            println!(
+                "{partition}: imbalance {:.3} (max nonzeros per rank over the mean){wi}",
                 plan.imbalance()
             );
+            if let Some(n) = out_nnz {
+                println!("output: sparse, {n} stored entries");
+            }
+            println!(
+                "cost from nonzeros: {flops_total} flops in all, {flops_max} on the busiest rank; the dense einsum would do {dense_flops:.3e}"
+            );
             let pct = if repl_total > 0 {
-                100.0 * plan.total_received() as f64 / repl_total as f64
+                100.0 * pred_total as f64 / repl_total as f64
             } else {
                 0.0
             };
             println!(
-                "halo exchange: busiest rank receives {} words, {} in all; replicating B would move {} per rank, {} in all ({pct:.1}% of it)",
-                plan.max_received(), plan.total_received(), repl_max, repl_total
+                "fetch ({fetched}): busiest rank receives {pred_max} words, {pred_total} in all; replicating would move {repl_max} per rank, {repl_total} in all ({pct:.1}% of it)"
             );
             if exact {
-                println!("measured: every rank received and sent exactly the planned words ({measured_total} in all)");
+                println!("measured: every rank received and sent exactly the planned words ({meas_total} in all)");
             } else {
-                println!("measured: MISMATCH against the plan: {measured:?}");
+                println!("measured: MISMATCH against the plan: {measured:?} (bytes received, sent), planned {predicted:?}");
             }
-            println!("time: {secs:.6} s (slowest rank)");
-            if let Some((abs, rel)) = check {
+            println!(
+                "time: {secs:.6} s (slowest rank, median of {})",
+                args.repeat
+            );
+            if let Some((abs, rel, what)) = check {
                 let verdict = if rel <= 1e-10 { "ok" } else { "FAILED" };
-                println!("check against the serial CSR product: {verdict} (max abs error {abs:.3e}, max rel error {rel:.3e})");
+                println!("check against {what}: {verdict} (max abs error {abs:.3e}, max rel error {rel:.3e})");
             }
         }
     }

@@ -1,0 +1,364 @@
+//! The distributed SDDMM, SpGEMM and sparse MTTKRP against dense serial references (the
+//! sparse operands densified), for P = 1..16, with every rank's measured bytes equal to its
+//! plan's prediction; empty rows, empty ranks, duplicate coordinates, explicit zeros and a
+//! symmetric Matrix Market file among the inputs.
+
+use deinsum_exec::{Communicator, InProcess, LocalComm};
+use deinsum_sparse::dist::{self, MttkrpPlan, SpgemmPlan};
+use deinsum_sparse::halo::{self, HaloPlan};
+use deinsum_sparse::io::read_mtx;
+use deinsum_sparse::{gen, Csr, SparseError, SparseTensor};
+use proptest::prelude::*;
+
+fn close(got: &[f64], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (x, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-12 * (1.0 + w.abs()),
+            "{what}: element {x}: {g} vs {w}"
+        );
+    }
+}
+
+fn dense(n: usize, salt: usize) -> Vec<f64> {
+    (0..n)
+        .map(|x| ((x * 7919 + salt * 104_729) % 113) as f64 / 113.0 - 0.5)
+        .collect()
+}
+
+/// Each rank's result with the bytes it received and sent while `f` ran.
+fn on_ranks<R: Send>(
+    procs: usize,
+    f: impl Fn(&LocalComm) -> Result<R, SparseError> + Sync,
+) -> Vec<(R, u64, u64)> {
+    InProcess::new(procs)
+        .unwrap()
+        .run(|comm| {
+            let before = comm.traffic();
+            let out = f(comm)?;
+            let after = comm.traffic();
+            Ok::<_, SparseError>((
+                out,
+                after.received - before.received,
+                after.sent - before.sent,
+            ))
+        })
+        .unwrap()
+}
+
+/// The test matrices: square, rectangular, with empty rows, with duplicates and an explicit
+/// zero, symmetric from Matrix Market, and tiny (more ranks than rows).
+fn matrices() -> Vec<(&'static str, SparseTensor<f64>)> {
+    let mut coords = Vec::new();
+    let mut vals = Vec::new();
+    for i in (0..30).step_by(3) {
+        coords.extend([i, (i * 7) % 30]);
+        vals.push(1.0 + i as f64);
+    }
+    let empty_rows = SparseTensor::from_entries(vec![30, 30], coords, vals).unwrap();
+    // (2,1) three times (summed), (0,3) an explicit zero, (4,4) twice.
+    let dups = SparseTensor::from_entries(
+        vec![6, 6],
+        vec![2, 1, 0, 3, 2, 1, 4, 4, 2, 1, 4, 4, 5, 0],
+        vec![1.0, 0.0, 2.0, -1.5, 0.25, 2.0, 3.0],
+    )
+    .unwrap();
+    assert_eq!(dups.nnz(), 4);
+    let dir = std::env::temp_dir().join(format!("deinsum-sparse-dist-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("sym.mtx");
+    std::fs::write(
+        &p,
+        "%%MatrixMarket matrix coordinate real symmetric\n7 7 6\n1 1 2\n3 1 -1\n5 2 0.5\n7 4 1\n6 6 3\n7 1 0\n",
+    )
+    .unwrap();
+    let sym = read_mtx::<f64>(&p).unwrap();
+    vec![
+        ("square", gen::uniform(&[41, 41], 0.08, 11).unwrap()),
+        ("rect", gen::uniform(&[23, 37], 0.1, 12).unwrap()),
+        ("empty rows", empty_rows),
+        ("duplicates", dups),
+        ("symmetric mtx", sym),
+        ("tiny", gen::uniform(&[3, 3], 0.6, 13).unwrap()),
+        ("rmat", gen::rmat(6, 4, 14).unwrap()),
+    ]
+}
+
+fn dense_mm(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * k];
+    for i in 0..m {
+        for j in 0..n {
+            for l in 0..k {
+                c[i * k + l] += a[i * n + j] * b[j * k + l];
+            }
+        }
+    }
+    c
+}
+
+fn check_sddmm(name: &str, s: &SparseTensor<f64>, r: usize, procs: usize) {
+    let (m, n) = (s.shape()[0], s.shape()[1]);
+    let csr = s.to_csr().unwrap();
+    let (u, v) = (dense(m * r, 1), dense(n * r, 2));
+    let plan = HaloPlan::build(&csr, r, procs).unwrap();
+    let outs = on_ranks(procs, |comm| {
+        let me = comm.rank();
+        let (lo, hi) = (plan.a_cuts[me], plan.a_cuts[me + 1]);
+        let (blo, bhi) = (plan.b_cuts()[me], plan.b_cuts()[me + 1]);
+        halo::sddmm(
+            comm,
+            &plan,
+            &csr.rows(lo, hi),
+            &u[lo * r..hi * r],
+            &v[blo * r..bhi * r],
+        )
+    });
+    let mut got = Vec::new();
+    for (q, (vals, recv, sent)) in outs.into_iter().enumerate() {
+        assert_eq!(
+            recv,
+            8 * plan.received_words(q),
+            "{name} P={procs} rank {q}"
+        );
+        assert_eq!(sent, 8 * plan.sent_words(q), "{name} P={procs} rank {q}");
+        assert!(plan.received_words(q) <= plan.replication_words(q));
+        got.extend(vals);
+    }
+    // Dense reference: S .* (U V^T), read back at S's pattern (the output's pattern).
+    let sd = s.to_dense();
+    let uv = dense_mm(&u, &transpose(&v, n, r), m, r, n);
+    let out = SparseTensor::from_entries(
+        vec![m, n],
+        (0..s.nnz()).flat_map(|e| s.coord(e).to_vec()).collect(),
+        got,
+    )
+    .unwrap()
+    .to_dense();
+    let want: Vec<f64> = sd.iter().zip(&uv).map(|(a, b)| a * b).collect();
+    close(&out, &want, &format!("sddmm {name} P={procs}"));
+}
+
+fn transpose(x: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+    let mut t = vec![0.0; rows * cols];
+    for i in 0..rows {
+        for j in 0..cols {
+            t[j * rows + i] = x[i * cols + j];
+        }
+    }
+    t
+}
+
+#[test]
+fn sddmm_equals_the_dense_reference_for_1_to_16_ranks() {
+    for (name, s) in matrices() {
+        for procs in 1..=16 {
+            check_sddmm(name, &s, 3, procs);
+        }
+    }
+}
+
+fn check_spgemm(name: &str, a: &SparseTensor<f64>, b: &SparseTensor<f64>, procs: usize) {
+    let (ac, bc) = (a.to_csr().unwrap(), b.to_csr().unwrap());
+    let plan = SpgemmPlan::build(&ac, &bc, procs).unwrap();
+    let outs = on_ranks(procs, |comm| {
+        let me = comm.rank();
+        let f = &plan.fetch;
+        dist::spgemm(
+            comm,
+            &plan,
+            &ac.rows(plan.a_cuts[me], plan.a_cuts[me + 1]),
+            &bc.rows(f.cuts[me], f.cuts[me + 1]),
+        )
+    });
+    let (m, n, k) = (ac.nrows, ac.ncols, bc.ncols);
+    let mut got = Vec::new();
+    for (q, (c, recv, sent)) in outs.into_iter().enumerate() {
+        assert_eq!(recv, plan.received_bytes(q, 8), "{name} P={procs} rank {q}");
+        assert_eq!(sent, plan.sent_bytes(q, 8), "{name} P={procs} rank {q}");
+        assert!(plan.received_words(q) <= plan.replication_words(q));
+        assert_eq!(c.nrows, plan.a_cuts[q + 1] - plan.a_cuts[q]);
+        assert!(c.indptr.windows(2).all(|w| w[0] <= w[1]));
+        for i in 0..c.nrows {
+            let cols = &c.indices[c.indptr[i]..c.indptr[i + 1]];
+            assert!(cols.windows(2).all(|w| w[0] < w[1]), "{name}: row order");
+        }
+        got.push(c);
+    }
+    let mut dense_c = Vec::new();
+    for c in &got {
+        dense_c.extend(c.to_tensor().to_dense());
+    }
+    let want = dense_mm(&a.to_dense(), &b.to_dense(), m, n, k);
+    close(&dense_c, &want, &format!("spgemm {name} P={procs}"));
+}
+
+#[test]
+fn spgemm_equals_the_dense_reference_for_1_to_16_ranks() {
+    let b_rect = gen::uniform::<f64>(&[37, 19], 0.15, 21).unwrap();
+    for (name, a) in matrices() {
+        for procs in 1..=16 {
+            if name == "rect" {
+                check_spgemm(name, &a, &b_rect, procs);
+            } else {
+                check_spgemm(name, &a, &a, procs);
+            }
+        }
+    }
+}
+
+/// The dense MTTKRP of `x` (densified) in `mode` with the factors `fs`.
+fn dense_mttkrp(x: &SparseTensor<f64>, fs: &[Vec<f64>], mode: usize, r: usize) -> Vec<f64> {
+    let shape = x.shape();
+    let xd = x.to_dense();
+    let mut out = vec![0.0; shape[mode] * r];
+    let mut c = vec![0usize; shape.len()];
+    for &v in &xd {
+        for q in 0..r {
+            let mut t = v;
+            for (m, f) in fs.iter().enumerate() {
+                if m != mode {
+                    t *= f[c[m] * r + q];
+                }
+            }
+            out[c[mode] * r + q] += t;
+        }
+        for d in (0..shape.len()).rev() {
+            c[d] += 1;
+            if c[d] < shape[d] {
+                break;
+            }
+            c[d] = 0;
+        }
+    }
+    out
+}
+
+fn check_mttkrp(name: &str, x: &SparseTensor<f64>, mode: usize, r: usize, procs: usize) {
+    let plan = MttkrpPlan::build(x, mode, r, procs).unwrap();
+    let fs: Vec<Vec<f64>> = (0..x.order())
+        .map(|m| dense(x.shape()[m] * r, m + 3))
+        .collect();
+    let outs = on_ranks(procs, |comm| {
+        let me = comm.rank();
+        let local = plan.local_part(x, me)?;
+        let views: Vec<&[f64]> = (0..x.order())
+            .map(|m| &fs[m][plan.cuts[m][me] * r..plan.cuts[m][me + 1] * r])
+            .collect();
+        dist::mttkrp(comm, &plan, &local, &views)
+    });
+    let mut got = Vec::new();
+    for (q, (rows, recv, sent)) in outs.into_iter().enumerate() {
+        assert_eq!(
+            recv,
+            8 * plan.received_words(q),
+            "{name} mode {mode} P={procs} rank {q}"
+        );
+        assert_eq!(
+            sent,
+            8 * plan.sent_words(q),
+            "{name} mode {mode} P={procs} rank {q}"
+        );
+        assert!(plan.received_words(q) <= plan.replication_words(q));
+        got.extend(rows);
+    }
+    let want = dense_mttkrp(x, &fs, mode, r);
+    close(&got, &want, &format!("mttkrp {name} mode {mode} P={procs}"));
+}
+
+#[test]
+fn sparse_mttkrp_equals_the_dense_reference_in_every_mode_for_1_to_16_ranks() {
+    // Duplicates summed, an explicit zero, an empty slice (i = 2) in every mode.
+    let dups = SparseTensor::from_entries(
+        vec![5, 4, 3],
+        vec![0, 1, 2, 4, 3, 0, 0, 1, 2, 1, 0, 0, 3, 3, 2, 1, 0, 0],
+        vec![1.0, 2.0, 0.5, 0.0, -1.0, 0.0],
+    )
+    .unwrap();
+    assert_eq!(dups.nnz(), 4);
+    assert!(dups.values().contains(&0.0));
+    let tensors = [
+        ("uniform", gen::uniform::<f64>(&[9, 7, 6], 0.1, 5).unwrap()),
+        ("duplicates", dups),
+        (
+            "order 4",
+            gen::uniform::<f64>(&[5, 4, 6, 3], 0.15, 6).unwrap(),
+        ),
+        ("tiny", gen::uniform::<f64>(&[2, 3, 2], 0.5, 7).unwrap()),
+    ];
+    for (name, x) in &tensors {
+        for mode in 0..x.order() {
+            for procs in 1..=16 {
+                check_mttkrp(name, x, mode, 3, procs);
+            }
+        }
+    }
+}
+
+#[test]
+fn plans_state_balance_and_move_less_than_replication_on_rmat() {
+    let a = gen::rmat::<f64>(10, 8, 21).unwrap();
+    let csr = a.to_csr().unwrap();
+    let g = SpgemmPlan::build(&csr, &csr, 4).unwrap();
+    let total: u64 = (0..4).map(|r| g.received_words(r)).sum();
+    let repl: u64 = (0..4).map(|r| g.replication_words(r)).sum();
+    assert!(total < repl, "{total} vs {repl}");
+    assert!(g.work_imbalance() < 1.5, "{}", g.work_imbalance());
+    assert_eq!(
+        g.madds.iter().sum::<usize>(),
+        csr.indices.iter().map(|&j| g.b_row_len[j]).sum::<usize>()
+    );
+    let x = gen::uniform::<f64>(&[64, 64, 64], 0.01, 3).unwrap();
+    let p = MttkrpPlan::build(&x, 1, 8, 4).unwrap();
+    assert!(p.imbalance() < 1.2, "{}", p.imbalance());
+    assert_eq!(p.nnz.iter().sum::<usize>(), x.nnz());
+    let c = &p.cuts[1];
+    assert!(c[0] == 0 && c[4] == 64 && c.windows(2).all(|w| w[0] <= w[1]));
+    // Zero ranks and mismatched shapes are errors, not panics.
+    assert!(SpgemmPlan::build(&csr, &csr, 0).is_err());
+    assert!(MttkrpPlan::build(&x, 3, 8, 2).is_err());
+    let b = gen::uniform::<f64>(&[5, 5], 0.5, 1)
+        .unwrap()
+        .to_csr()
+        .unwrap();
+    assert!(SpgemmPlan::build(&csr, &b, 2).is_err());
+}
+
+/// A CSR matrix of `rows x cols` from proptest's entries.
+fn csr_of(rows: usize, cols: usize, entries: &[(usize, usize, i8)]) -> Csr<f64> {
+    let mut coords = Vec::new();
+    let mut vals = Vec::new();
+    for &(i, j, v) in entries {
+        coords.extend([i % rows, j % cols]);
+        vals.push(f64::from(v) / 8.0);
+    }
+    SparseTensor::from_entries(vec![rows, cols], coords, vals)
+        .unwrap()
+        .to_csr()
+        .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn spgemm_and_mttkrp_hold_on_random_patterns(
+        m in 1usize..12, n in 1usize..12, k in 1usize..12, procs in 1usize..9,
+        ea in proptest::collection::vec((0usize..64, 0usize..64, -8i8..8), 0..40),
+        eb in proptest::collection::vec((0usize..64, 0usize..64, -8i8..8), 0..40),
+        mode in 0usize..3,
+    ) {
+        let a = csr_of(m, n, &ea).to_tensor();
+        let b = csr_of(n, k, &eb).to_tensor();
+        check_spgemm("random", &a, &b, procs);
+        // The same entries as an order-3 tensor m x n x k.
+        let mut coords = Vec::new();
+        let mut vals = Vec::new();
+        for (x, &(i, j, v)) in ea.iter().enumerate() {
+            coords.extend([i % m, j % n, (x + usize::from(v as u8)) % k]);
+            vals.push(f64::from(v));
+        }
+        let x = SparseTensor::from_entries(vec![m, n, k], coords, vals).unwrap();
+        check_mttkrp("random", &x, mode, 2, procs);
+        check_sddmm("random", &a, 2, procs);
+    }
+}
