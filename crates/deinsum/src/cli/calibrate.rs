@@ -151,7 +151,9 @@ fn gemm_rates(cores: usize, quick: bool) -> anyhow::Result<Vec<(RateClass, Vec<G
     if cores > 1 {
         threads.push(cores);
     }
-    let reps = if quick { 3 } else { 7 };
+    // Medians of 25: a 2-thread product of a few ms varied 52-62 (once 31) GFLOP/s per thread
+    // between calibrations taken as medians of 7 on a quiet 2-core host.
+    let reps = if quick { 3 } else { 25 };
     let mut out = Vec::new();
     for class in RateClass::ALL {
         let (expr, sizes, madds) = class_kernel(class, quick);
