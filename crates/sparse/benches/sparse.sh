@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Sparse kernels against SciPy in one run; writes crates/sparse/benches/RESULTS.md.
-# PYTHON: a Python with numpy and scipy (default: /work/venv's, else python3).
+# PYTHON: a Python with numpy and scipy (default: python3).
 # SCALE, GEMM_SCALE: R-MAT scales (default 18 and 16); REPS (default 5).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-PY="${PYTHON:-$( [ -x /work/venv/bin/python ] && echo /work/venv/bin/python || echo python3 )}"
+PY="${PYTHON:-python3}"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
