@@ -12,7 +12,7 @@ use deinsum::exec::reference::naive_seeded;
 use deinsum::expr::ExtentSpec;
 use deinsum::plan::Distribution;
 use deinsum::{Communicator, Einsum, ExecOptions, Inputs, Options};
-use mpi_support::Checks;
+use mpi_support::{rel_err, Checks};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -65,17 +65,6 @@ const PHASED: &[Kernel] = &[
         &[('i', 9), ('j', 11), ('k', 7), ('a', 5)],
     ),
 ];
-
-fn rel_err(got: &[f64], want: &[f64]) -> f64 {
-    if got.len() != want.len() {
-        return f64::INFINITY;
-    }
-    let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-    got.iter()
-        .zip(want)
-        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()))
-        / scale
-}
 
 /// A directory every rank sees (same node) and that rank 0 cleans up.
 fn scratch_dir(world: &MpiComm) -> PathBuf {

@@ -12,24 +12,13 @@ use deinsum::Communicator;
 use deinsum_sparse::dist::{self, MttkrpPlan, SpgemmPlan};
 use deinsum_sparse::halo::{self, HaloPlan};
 use deinsum_sparse::{gen, SparseTensor};
-use mpi_support::Checks;
+use mpi_support::{rel_err, Checks};
 use std::process::ExitCode;
 
 fn dense(n: usize, salt: usize) -> Vec<f64> {
     (0..n)
         .map(|x| ((x * 7919 + salt * 104_729) % 113) as f64 / 113.0 - 0.5)
         .collect()
-}
-
-fn rel_err(got: &[f64], want: &[f64]) -> f64 {
-    if got.len() != want.len() {
-        return f64::INFINITY;
-    }
-    let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-    got.iter()
-        .zip(want)
-        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()))
-        / scale
 }
 
 fn dense_mm(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {

@@ -10,21 +10,8 @@ use deinsum_sparse::io::read_mtx;
 use deinsum_sparse::{gen, Csr, SparseError, SparseTensor};
 use proptest::prelude::*;
 
-fn close(got: &[f64], want: &[f64], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    for (x, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= 1e-12 * (1.0 + w.abs()),
-            "{what}: element {x}: {g} vs {w}"
-        );
-    }
-}
-
-fn dense(n: usize, salt: usize) -> Vec<f64> {
-    (0..n)
-        .map(|x| ((x * 7919 + salt * 104_729) % 113) as f64 / 113.0 - 0.5)
-        .collect()
-}
+mod common;
+use common::{close, dense, dense_mm};
 
 /// Each rank's result with the bytes it received and sent while `f` ran.
 fn on_ranks<R: Send>(
@@ -82,18 +69,6 @@ fn matrices() -> Vec<(&'static str, SparseTensor<f64>)> {
         ("tiny", gen::uniform(&[3, 3], 0.6, 13).unwrap()),
         ("rmat", gen::rmat(6, 4, 14).unwrap()),
     ]
-}
-
-fn dense_mm(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
-    let mut c = vec![0.0; m * k];
-    for i in 0..m {
-        for j in 0..n {
-            for l in 0..k {
-                c[i * k + l] += a[i * n + j] * b[j * k + l];
-            }
-        }
-    }
-    c
 }
 
 fn check_sddmm(name: &str, s: &SparseTensor<f64>, r: usize, procs: usize) {

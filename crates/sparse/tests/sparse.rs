@@ -7,6 +7,9 @@ use deinsum_sparse::io::{read_mtx, read_npz, read_tns};
 use deinsum_sparse::{gen, kernels, Csr, SparseError, SparseTensor};
 use std::path::PathBuf;
 
+mod common;
+use common::{close, dense, dense_mm};
+
 fn data(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
@@ -19,35 +22,6 @@ fn tmp(name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p
-}
-
-/// Dense row-major product of `a` (m x n) and `b` (n x k).
-fn dense_mm(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
-    let mut c = vec![0.0; m * k];
-    for i in 0..m {
-        for j in 0..n {
-            for l in 0..k {
-                c[i * k + l] += a[i * n + j] * b[j * k + l];
-            }
-        }
-    }
-    c
-}
-
-fn close(got: &[f64], want: &[f64]) {
-    assert_eq!(got.len(), want.len());
-    for (x, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= 1e-12 * (1.0 + w.abs()),
-            "element {x}: {g} vs {w}"
-        );
-    }
-}
-
-fn dense_b(n: usize, k: usize) -> Vec<f64> {
-    (0..n * k)
-        .map(|x| ((x * 7919) % 113) as f64 / 113.0 - 0.5)
-        .collect()
 }
 
 #[test]
@@ -200,7 +174,7 @@ fn scipy_npz_archives_read_as_scipy_wrote_them() {
     ] {
         let t = read_npz::<f64>(&data(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(t.shape(), &[4, 5], "{name}");
-        close(&t.to_dense(), &want);
+        close(&t.to_dense(), &want, name);
     }
     let e = read_npz::<f64>(&data("npz_dense.txt"))
         .unwrap_err()
@@ -214,14 +188,15 @@ fn kernels_equal_dense_products() {
     let csr = a.to_csr().unwrap();
     let ad = a.to_dense();
     for k in [1, 5, 8, 13, 16] {
-        let b = dense_b(29, k);
+        let b = dense(29 * k, 0);
         close(
             &kernels::spmm(&csr, &b, k).unwrap(),
             &dense_mm(&ad, &b, 37, 29, k),
+            &format!("spmm k={k}"),
         );
     }
     // SDDMM on A's pattern: (U V^T) .* A at the stored entries.
-    let (u, v) = (dense_b(37, 4), dense_b(29, 4));
+    let (u, v) = (dense(37 * 4, 0), dense(29 * 4, 0));
     let got = kernels::sddmm(&csr, &u, &v, 4).unwrap();
     let t = csr.to_tensor();
     for (e, g) in got.iter().enumerate() {
@@ -235,6 +210,7 @@ fn kernels_equal_dense_products() {
     close(
         &c.to_tensor().to_dense(),
         &dense_mm(&ad, &b.to_dense(), 37, 29, 31),
+        "spgemm",
     );
     // Wide and sparse: short output rows are sorted, a full row of A (row 3) gives a long
     // one read back from the column bits; both must come out in column order.
@@ -261,6 +237,7 @@ fn kernels_equal_dense_products() {
     close(
         &c.to_tensor().to_dense(),
         &dense_mm(&a.to_dense(), &b.to_dense(), 20, 50, 40_000),
+        "spgemm wide",
     );
 }
 
@@ -269,8 +246,8 @@ fn sparse_mttkrp_equals_the_dense_one() {
     let (i, j, k, r) = (9, 7, 6, 3);
     let x = gen::uniform::<f64>(&[i, j, k], 0.1, 5).unwrap();
     let xd = x.to_dense();
-    let fj = dense_b(j, r);
-    let fk = dense_b(k, r);
+    let fj = dense(j * r, 0);
+    let fk = dense(k * r, 0);
     let got = kernels::mttkrp(&x, &[&[], &fj, &fk], 0, r).unwrap();
     let mut want = vec![0.0; i * r];
     for a in 0..i {
@@ -282,7 +259,7 @@ fn sparse_mttkrp_equals_the_dense_one() {
             }
         }
     }
-    close(&got, &want);
+    close(&got, &want, "mttkrp");
 }
 
 #[test]
@@ -300,7 +277,7 @@ fn row_cuts_balance_nonzeros() {
 /// that every rank received exactly the plan's words.
 fn check_halo(a: &Csr<f64>, k: usize, procs: usize) -> HaloPlan {
     let plan = HaloPlan::build(a, k, procs).unwrap();
-    let b = dense_b(a.ncols, k);
+    let b = dense(a.ncols * k, 0);
     let want = dense_mm(&a.to_tensor().to_dense(), &b, a.nrows, a.ncols, k);
     let parts = InProcess::new(procs)
         .unwrap()
@@ -325,7 +302,7 @@ fn check_halo(a: &Csr<f64>, k: usize, procs: usize) -> HaloPlan {
         assert!(plan.received_words(r) <= plan.replication_words(r));
         got.extend(c);
     }
-    close(&got, &want);
+    close(&got, &want, "halo spmm");
     plan
 }
 

@@ -39,6 +39,19 @@ impl Checks {
     }
 }
 
+/// Largest absolute difference over the largest magnitude of `want` (at least 1); infinite
+/// when the lengths differ.
+pub fn rel_err(got: &[f64], want: &[f64]) -> f64 {
+    if got.len() != want.len() {
+        return f64::INFINITY;
+    }
+    let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    got.iter()
+        .zip(want)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()))
+        / scale
+}
+
 /// Seconds one mpirun may take before the launcher kills it (a hang is a failure).
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
