@@ -209,7 +209,7 @@ pub fn plain_ranges(
 }
 
 /// Row-major strides of `shape`.
-fn strides_of(shape: &[usize]) -> Vec<usize> {
+pub(crate) fn strides_of(shape: &[usize]) -> Vec<usize> {
     let mut st = vec![1usize; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {
         st[d] = st[d + 1] * shape[d + 1];

@@ -407,13 +407,7 @@ pub fn assemble<T: Scalar>(
 ) -> Result<Vec<T>, OutOfMemory> {
     let shape = &tensor.shape[..];
     let total: usize = shape.iter().product();
-    let strides = {
-        let mut st = vec![1usize; shape.len()];
-        for d in (0..shape.len().saturating_sub(1)).rev() {
-            st[d] = st[d + 1] * shape[d + 1];
-        }
-        st
-    };
+    let strides = crate::data::strides_of(shape);
     let (owners, blocks): (Vec<usize>, Vec<LocalTensor<T>>) = blocks
         .into_iter()
         .filter(|(_, b)| !b.data.is_empty())

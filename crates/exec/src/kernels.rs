@@ -111,7 +111,7 @@ impl<T: Scalar> LocalTensor<T> {
     fn permute_owned(&self, order: &[Index]) -> Result<Self, OutOfMemory> {
         let perm: Vec<usize> = order.iter().map(|&c| self.pos(c)).collect();
         let shape = self.shape();
-        let st = row_major_strides(&shape);
+        let st = crate::data::strides_of(&shape);
         let pshape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
         let pst: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
         Ok(LocalTensor {
@@ -147,7 +147,7 @@ impl<T: Scalar> LocalTensor<T> {
         let mut out =
             LocalTensor::zeros(kept.iter().map(|&ax| self.indices[ax]).collect(), ranges)?;
         let shape = self.shape();
-        let ost = row_major_strides(&out.shape());
+        let ost = crate::data::strides_of(&out.shape());
         // Per axis of the block, its stride in the result (0 for a summed axis).
         let mut os = vec![0usize; shape.len()];
         for (j, &ax) in kept.iter().enumerate() {
@@ -195,7 +195,7 @@ impl<T: Scalar> LocalTensor<T> {
         sub_indices: &[Index],
         sub: &[(usize, usize)],
     ) -> Result<Self, OutOfMemory> {
-        let st = row_major_strides(&self.shape());
+        let st = crate::data::strides_of(&self.shape());
         let mut ranges = self.ranges.clone();
         for (c, &r) in sub_indices.iter().zip(sub) {
             if let Some(ax) = self.indices.iter().position(|d| d == c) {
@@ -243,15 +243,6 @@ const PAR_MIN_MADDS: usize = 1 << 18;
 pub(crate) fn gemm_threads(m: usize, n: usize, k: usize) -> usize {
     let work = m.saturating_mul(n).saturating_mul(k);
     threads().min(work / PAR_MIN_MADDS).max(1)
-}
-
-/// Row-major strides of `shape`.
-fn row_major_strides(shape: &[usize]) -> Vec<usize> {
-    let mut st = vec![1usize; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        st[d] = st[d + 1] * shape[d + 1];
-    }
-    st
 }
 
 /// Copies the strided view (`shape`, `strides`, offset `base`) of `src` into a row-major vector;
@@ -342,7 +333,7 @@ fn permuted<T: bytemuck::Zeroable + Copy + Default + Send + Sync + 'static>(
 /// square tiles of axis `q` (contiguous in `src`) and the innermost axis.
 fn permute_tiles<T: Copy>(src: &[T], shape: &[usize], strides: &[usize], q: usize, out: &mut [T]) {
     let nd = shape.len();
-    let ost = row_major_strides(shape);
+    let ost = crate::data::strides_of(shape);
     let (nq, nl, sl, oq) = (shape[q], shape[nd - 1], strides[nd - 1], ost[q]);
     // Every combination of the other axes is one 2-D transpose.
     let rest: Vec<usize> = (0..nd - 1).filter(|&d| d != q).collect();
@@ -514,7 +505,7 @@ fn range_in<T: Scalar>(a: &LocalTensor<T>, b: &LocalTensor<T>, c: Index) -> (usi
 /// Per index of `out`, its stride in `t`'s storage (0 for an index `t` lacks).
 fn strides_along<T>(t: &LocalTensor<T>, out: &[Index]) -> Vec<usize> {
     let shape: Vec<usize> = t.ranges.iter().map(|&(s, e)| e - s).collect();
-    let st = row_major_strides(&shape);
+    let st = crate::data::strides_of(&shape);
     out.iter()
         .map(|c| t.indices.iter().position(|d| d == c).map_or(0, |p| st[p]))
         .collect()

@@ -29,7 +29,7 @@ type Msg = Box<dyn Any + Send>;
 struct Ack;
 
 /// Locks `m`, recovering from poisoning (no panic happens while these locks are held).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 

@@ -11,6 +11,7 @@
 //! The same context carries the rank's rayon pool, so that box copies on the rank's own thread
 //! ([`crate::data`]) can split over the rank's threads ([`on_rank_pool`]).
 
+use crate::local::lock;
 use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -97,15 +98,13 @@ impl KeptBuffers {
     /// last run's drops what exceeds it).
     fn rank(&self, me: usize, cap_words: usize) -> Arc<Mutex<Free>> {
         let free = self.list(me);
-        free.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .set_cap(cap_words);
+        lock(&free).set_cap(cap_words);
         free
     }
 
     /// The free list of rank `me` (made empty, with no capacity, if it has none yet).
     fn list(&self, me: usize) -> Arc<Mutex<Free>> {
-        let mut ranks = self.ranks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ranks = lock(&self.ranks);
         while ranks.len() <= me {
             ranks.push(Arc::default());
         }
@@ -114,33 +113,27 @@ impl KeptBuffers {
 
     /// Words of free buffers kept, over every rank.
     pub fn words(&self) -> usize {
-        let ranks = self.ranks.lock().unwrap_or_else(|e| e.into_inner());
-        ranks
-            .iter()
-            .map(|f| f.lock().unwrap_or_else(|e| e.into_inner()).words)
-            .sum()
+        let ranks = lock(&self.ranks);
+        ranks.iter().map(|f| lock(f).words).sum()
     }
 
     /// Keeps buffer `v` in rank `me`'s list (within its capacity; dropped otherwise): a buffer
     /// the caller had from that rank's run, such as its part of the output once assembled.
     pub fn give<T: Send + 'static>(&self, me: usize, v: Vec<T>) {
-        let ranks = self.ranks.lock().unwrap_or_else(|e| e.into_inner());
+        let ranks = lock(&self.ranks);
         if let Some(free) = ranks.get(me) {
-            free.lock().unwrap_or_else(|e| e.into_inner()).give(v);
+            lock(free).give(v);
         }
     }
 
     /// Frees the lists of ranks `procs` and above (a run on fewer ranks than the last).
     pub fn keep_ranks(&self, procs: usize) {
-        self.ranks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .truncate(procs);
+        lock(&self.ranks).truncate(procs);
     }
 
     /// Frees every kept buffer.
     pub fn clear(&self) {
-        self.ranks.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        lock(&self.ranks).clear();
     }
 }
 
@@ -245,11 +238,7 @@ impl Drop for ContextGuard {
 }
 
 fn with_free<R>(f: impl FnOnce(&mut Free) -> R) -> Option<R> {
-    CONTEXT.with(|c| {
-        c.borrow()
-            .as_ref()
-            .map(|ctx| f(&mut ctx.free.lock().unwrap_or_else(|e| e.into_inner())))
-    })
+    CONTEXT.with(|c| c.borrow().as_ref().map(|ctx| f(&mut lock(&ctx.free))))
 }
 
 /// The allocator refused a tensor-sized buffer (or its size does not fit the address space).
