@@ -17,7 +17,7 @@ pub(crate) enum Item {
 }
 
 /// A term (one operand's or the output's subscripts) with char positions in the expression.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Term {
     /// The items with the char position where each starts.
     pub items: Vec<(Item, usize)>,
@@ -78,35 +78,17 @@ pub(crate) fn parse(expr: &str) -> Result<Ast, ExprError> {
 pub(crate) fn parse_plain(expr: &str) -> Option<Ast> {
     let index = |c: char| c.is_ascii_alphabetic() || (!c.is_ascii() && !c.is_whitespace());
     let mut inputs = Vec::new();
-    let mut output: Option<Term> = None;
-    let mut cur = Term {
-        items: Vec::new(),
-        text: String::new(),
-    };
+    // The term being read: an input's until the arrow, then the output's.
+    let mut cur = Term::default();
+    let mut arrow = false;
     let mut chars = expr.chars().enumerate().peekable();
     while let Some((at, c)) = chars.next() {
         match c {
-            ',' if output.is_none() => inputs.push(std::mem::replace(
-                &mut cur,
-                Term {
-                    items: Vec::new(),
-                    text: String::new(),
-                },
-            )),
-            '-' if output.is_none() && chars.peek().is_some_and(|&(_, n)| n == '>') => {
+            ',' if !arrow => inputs.push(std::mem::take(&mut cur)),
+            '-' if !arrow && chars.peek().is_some_and(|&(_, n)| n == '>') => {
                 chars.next();
-                inputs.push(std::mem::replace(
-                    &mut cur,
-                    Term {
-                        items: Vec::new(),
-                        text: String::new(),
-                    },
-                ));
-                // The output term collects into `cur`; `output` marks that the arrow was seen.
-                output = Some(Term {
-                    items: Vec::new(),
-                    text: String::new(),
-                });
+                inputs.push(std::mem::take(&mut cur));
+                arrow = true;
             }
             c if index(c) => {
                 cur.items.push((Item::Label(c), at));
@@ -115,18 +97,12 @@ pub(crate) fn parse_plain(expr: &str) -> Option<Ast> {
             _ => return None,
         }
     }
-    Some(match output {
-        Some(_) => Ast {
-            inputs,
-            output: Some(cur),
-        },
-        None => {
-            inputs.push(cur);
-            Ast {
-                inputs,
-                output: None,
-            }
-        }
+    if !arrow {
+        inputs.push(std::mem::take(&mut cur));
+    }
+    Some(Ast {
+        inputs,
+        output: arrow.then_some(cur),
     })
 }
 
