@@ -282,11 +282,7 @@ impl Einsum {
                             },
                             BlockError::OutOfMemory(o) => ExecError::OutOfMemory {
                                 rank: me,
-                                tensor: format!(
-                                    "{} ({})",
-                                    t.name,
-                                    t.indices.iter().collect::<String>()
-                                ),
+                                tensor: t.label(),
                                 bytes: o.bytes,
                                 stage: deinsum_exec::Stage::Step {
                                     step: i,
@@ -323,11 +319,7 @@ impl Einsum {
         let out = deinsum_exec::assemble(out_t, blocks, spare).map_err(|e| {
             Error::Exec(ExecError::OutOfMemory {
                 rank: 0,
-                tensor: format!(
-                    "{} ({})",
-                    out_t.name,
-                    out_t.indices.iter().collect::<String>()
-                ),
+                tensor: out_t.label(),
                 bytes: e.bytes,
                 stage: deinsum_exec::Stage::Gather,
             })

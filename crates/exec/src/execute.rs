@@ -109,7 +109,7 @@ impl std::fmt::Display for Stage {
 /// tensor) by its tree node and indices.
 fn tensor_label(plan: &Plan, id: usize) -> String {
     if let Some(t) = plan.tensor(id) {
-        return format!("{} ({})", t.name, t.indices.iter().collect::<String>());
+        return t.label();
     }
     match plan
         .tree
@@ -337,11 +337,7 @@ impl<T: Scalar> DistTensor<T> {
         let me = comm.rank();
         let oom = |e: OutOfMemory| ExecError::OutOfMemory {
             rank: me,
-            tensor: format!(
-                "{} ({})",
-                self.tensor.name,
-                self.tensor.indices.iter().collect::<String>()
-            ),
+            tensor: self.tensor.label(),
             bytes: e.bytes,
             stage: Stage::Gather,
         };

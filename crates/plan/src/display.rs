@@ -2,7 +2,7 @@
 //! prints, kept here so that every front end (CLI, Python, HTML) says the same thing.
 
 use crate::choose::{Choice, Objective};
-use crate::{Distribution, Fetch, Grid, MoveKind, Plan, PlanStep};
+use crate::{Distribution, Fetch, Grid, MoveKind, Plan, PlanStep, Tensor};
 use std::fmt;
 
 /// A distribution in one line, `[i/2 k/2] rep j2 on 4 ranks`, from [`Distribution::display`].
@@ -132,7 +132,7 @@ impl Plan {
     /// `T0 (ij)`: a tensor's name and indices (`#id` when unknown).
     fn tensor_label(&self, id: usize) -> String {
         self.tensor(id)
-            .map(|t| format!("{} ({})", t.name, t.indices.iter().collect::<String>()))
+            .map(Tensor::label)
             .unwrap_or_else(|| format!("#{id}"))
     }
 

@@ -56,6 +56,17 @@ pub struct Tensor {
     pub kind: TensorKind,
 }
 
+impl Tensor {
+    /// `T0 (ij)`: its name and indices, as reports and errors name it.
+    pub fn label(&self) -> String {
+        format!(
+            "{} ({})",
+            self.name,
+            self.indices.iter().collect::<String>()
+        )
+    }
+}
+
 /// Words moved by one step: the busiest rank's and the total always; the sparse per-rank lists
 /// `(rank, words)` (ascending, nonzero only) only when the plan was built with
 /// [`PlanOptions::per_rank`] (a plan for 2^20 ranks stays small). Any rank's figures are derived
