@@ -301,7 +301,7 @@ fn exec_options(args: &Args, threads: usize) -> ExecOptions {
 
 /// Threads per rank from OMP_NUM_THREADS (the usual way to say it under mpirun), if set.
 #[cfg(feature = "mpi")]
-fn omp_threads() -> Option<usize> {
+pub(super) fn omp_threads() -> Option<usize> {
     std::env::var("OMP_NUM_THREADS")
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok())

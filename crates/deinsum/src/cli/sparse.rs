@@ -565,7 +565,7 @@ fn run_mpi(job: &Job, args: &Args, expr: &str) -> anyhow::Result<ExitCode> {
     }
     // Every rank read or generated the same pattern, so every rank builds the same plan.
     let plan = job.plan(procs)?;
-    let threads = args.threads.or_else(omp_threads).unwrap_or(1);
+    let threads = args.threads.or_else(super::run::omp_threads).unwrap_or(1);
     let mine = comm.or_abort(rank_body(&comm, job, &plan, threads, args.repeat));
     // Gather every rank's figures and payload on rank 0 (after the measured runs).
     let p = comm.size();
@@ -595,15 +595,6 @@ fn run_mpi(job: &Job, args: &Args, expr: &str) -> anyhow::Result<ExitCode> {
         soff += args.repeat;
     }
     finish(args, expr, job, &plan, outs, "MPI")
-}
-
-/// Threads per rank under MPI: OMP_NUM_THREADS, as the dense run reads it.
-#[cfg(feature = "mpi")]
-fn omp_threads() -> Option<usize> {
-    std::env::var("OMP_NUM_THREADS")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&n| n > 0)
 }
 
 #[cfg(not(feature = "mpi"))]
