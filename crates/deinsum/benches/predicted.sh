@@ -19,6 +19,8 @@ kernels=(
   "TTMc|ijk,jb,kc->ibc|--sizes i=128,j=128,k=128,b=16,c=16"
   "chain|ijk,ja,ka,al->il|--sizes i=192,j=192,k=192,a=32,l=192"
   "MTTKRP flops|ijk,ja,ka->ia|--sizes i=256,j=256,k=256,a=32 --objective flops"
+  "TTMc r16/24|ijk,jb,kc->ibc|--sizes i=128,j=128,k=128,b=16,c=24"
+  "TTMc r16/24 flops|ijk,jb,kc->ibc|--sizes i=128,j=128,k=128,b=16,c=24 --objective flops"
 )
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 rows=""
@@ -33,7 +35,8 @@ name, p, d = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 pred = d["predicted_seconds"]
 lo, med = d["contraction_seconds_min"], d["contraction_seconds_median"]
 ok = "yes" if pred > 0 and abs(med / pred - 1) <= 0.30 else "no"
-print(f"| {name} | {p} | {pred*1e3:.3f} | {lo*1e3:.3f} | {med*1e3:.3f} | {med/pred:.2f} | {lo/pred:.2f} | {ok} |")
+path = json.dumps(d["path"], separators=(",", ""))
+print(f"| {name} | {p} | {path} | {pred*1e3:.3f} | {lo*1e3:.3f} | {med*1e3:.3f} | {med/pred:.2f} | {lo/pred:.2f} | {ok} |")
 PY
 )"$'\n'
   done
@@ -51,8 +54,8 @@ load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
   cat "$machine"
   echo '```'
   echo
-  echo "| kernel | P | predicted [ms] | measured min [ms] | measured median [ms] | median/pred | min/pred | within ±30% (median) |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| kernel | P | path | predicted [ms] | measured min [ms] | measured median [ms] | median/pred | min/pred | within ±30% (median) |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   printf '%s' "$rows"
 } >"$here/PREDICTED.md"
 cat "$here/PREDICTED.md"

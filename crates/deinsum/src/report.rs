@@ -296,6 +296,8 @@ pub struct RunSummary {
     pub extents: String,
     /// Number of ranks.
     pub procs: usize,
+    /// The contraction path the plan follows (opt_einsum's linear format).
+    pub path: Vec<Vec<usize>>,
     /// How the run was made.
     pub context: RunContext,
     /// Per plan step.
@@ -451,6 +453,7 @@ impl RunSummary {
             expression: plan.expression.clone(),
             extents: plan.einsum.extent_labels().join(","),
             procs: plan.procs,
+            path: plan.path.clone(),
             context,
             seconds: reports.iter().map(|r| r.seconds).fold(0.0, f64::max),
             contraction,
@@ -500,6 +503,7 @@ impl RunSummary {
         json!({
             "expression": self.expression,
             "procs": self.procs,
+            "path": self.path,
             "backend": self.context.backend.name(),
             "dtype": self.context.dtype.name(),
             "steps": steps,

@@ -177,6 +177,17 @@ impl<'a> TimeModel<'a> {
                 continue;
             }
             let (a, b) = (&step.operand_indices[0], &step.operand_indices[1]);
+            if a.iter().chain(b).all(|c| out.contains(c)) {
+                // A Hadamard or outer product sums nothing: the executor writes it straight in
+                // `out`'s order (no GEMM, no permutation), and the small class's rate is
+                // measured on such a step, its writes included.
+                let madds = size(&step.indices());
+                let rate = self
+                    .m
+                    .gemm_rate_on_node(RateClass::Small, threads, self.procs);
+                t += 2.0 * madds / (rate * share);
+                continue;
+            }
             let prod = |keep: &dyn Fn(Index) -> bool, from: &[Index]| -> u64 {
                 from.iter()
                     .filter(|&&c| keep(c))
