@@ -85,11 +85,10 @@ fn spmm_time(a: &Csr<f64>, b: &[f64], k: usize, procs: usize, reps: usize) -> (f
             let r = comm.rank();
             let a_local = a.rows(plan.a_cuts[r], plan.a_cuts[r + 1]);
             let b_local = b[plan.b_cuts()[r] * k..plan.b_cuts()[r + 1] * k].to_vec();
-            Ok((halo::localize(&plan, r, &a_local)?, a_local, b_local))
+            Ok((halo::LocalRows::build(&plan, r, &a_local)?, b_local))
         },
-        |comm, (local, a_local, b_local), pool| {
-            let bx = halo::exchange_halo(comm, &plan, a_local, b_local)?;
-            std::hint::black_box(pool.install(|| kernels::spmm(local, &bx, k))?);
+        |comm, (local, b_local), pool| {
+            std::hint::black_box(halo::spmm_local(comm, &plan, local, b_local, Some(pool))?);
             Ok(())
         },
     );

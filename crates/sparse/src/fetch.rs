@@ -13,6 +13,9 @@ use deinsum_exec::{Communicator, Scalar};
 /// Bytes of one row length or column index on the wire (a `u64`).
 const INDEX_BYTES: usize = 8;
 
+/// A rank, its messages (destination, rows) and its sources (rank, rows from it).
+type Packed<T> = (usize, Vec<(usize, Vec<T>)>, Vec<(usize, usize)>);
+
 /// The fetch of one row-distributed matrix: which rows each rank owns and which it receives.
 /// Size O(P + halo rows).
 #[derive(Clone, Debug, PartialEq)]
@@ -172,6 +175,39 @@ impl RowFetch {
         comm: &C,
         local: &[T],
     ) -> Result<Vec<T>, SparseError> {
+        let (me, sends, from) = self.pack(comm, local)?;
+        let ranks: Vec<usize> = from.iter().map(|&(s, _)| s).collect();
+        let recv = comm.exchange(sends, &ranks)?;
+        let mut bx = Vec::with_capacity(local.len() + self.need[me].len() * self.width);
+        bx.extend_from_slice(local);
+        self.unpack(me, recv, &from, &mut bx)?;
+        Ok(bx)
+    }
+
+    /// [`RowFetch::exchange`] overlapped with `work` (run while the rows are in flight, on
+    /// backends that overlap): returns the halo rows alone, in `need` order, and what `work`
+    /// returned. The same messages and words as `exchange`.
+    pub fn exchange_while<T: Scalar, C: Communicator, R: Send>(
+        &self,
+        comm: &C,
+        local: &[T],
+        work: impl FnOnce() -> R + Send,
+    ) -> Result<(Vec<T>, R), SparseError> {
+        let (me, sends, from) = self.pack(comm, local)?;
+        let lens: Vec<(usize, usize)> = from.iter().map(|&(s, n)| (s, n * self.width)).collect();
+        let (recv, r) = comm.exchange_while(sends, &lens, work)?;
+        let mut halo = Vec::with_capacity(self.need[me].len() * self.width);
+        self.unpack(me, recv, &from, &mut halo)?;
+        Ok((halo, r))
+    }
+
+    /// This rank, its messages (the rows of `local` each other rank needs) and the ranks it
+    /// receives from with their row counts.
+    fn pack<T: Scalar, C: Communicator>(
+        &self,
+        comm: &C,
+        local: &[T],
+    ) -> Result<Packed<T>, SparseError> {
         let me = self.check_comm(comm)?;
         let (w, lo) = (self.width, self.cuts[me]);
         if local.len() != self.own_rows(me) * w {
@@ -192,13 +228,20 @@ impl RowFetch {
                 (q, buf)
             })
             .collect();
-        let from = self.sources_of(me);
-        let ranks: Vec<usize> = from.iter().map(|&(s, _)| s).collect();
-        let recv = comm.exchange(sends, &ranks)?;
+        Ok((me, sends, self.sources_of(me)))
+    }
+
+    /// Appends the received messages to `out` after checking their lengths against the plan.
+    fn unpack<T: Scalar>(
+        &self,
+        me: usize,
+        recv: Vec<Vec<T>>,
+        from: &[(usize, usize)],
+        out: &mut Vec<T>,
+    ) -> Result<(), SparseError> {
+        let w = self.width;
         // Owners ascending hold ascending rows, so the messages concatenate in `need` order.
-        let mut bx = Vec::with_capacity(local.len() + self.need[me].len() * w);
-        bx.extend_from_slice(local);
-        for (v, &(s, n)) in recv.into_iter().zip(&from) {
+        for (v, &(s, n)) in recv.into_iter().zip(from) {
             if v.len() != n * w {
                 return Err(SparseError::Shape(format!(
                     "rank {me} received {} elements from rank {s}, the plan says {}",
@@ -206,9 +249,9 @@ impl RowFetch {
                     n * w
                 )));
             }
-            bx.extend(v);
+            out.extend(v);
         }
-        Ok(bx)
+        Ok(())
     }
 
     /// Bytes rank `r` receives when the rows are CSR rows of lengths `row_len` (global, from

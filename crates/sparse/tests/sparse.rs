@@ -187,13 +187,28 @@ fn kernels_equal_dense_products() {
     let a = gen::uniform::<f64>(&[37, 29], 0.2, 3).unwrap();
     let csr = a.to_csr().unwrap();
     let ad = a.to_dense();
-    for k in [1, 5, 8, 13, 16] {
+    let narrow = csr.narrow().unwrap();
+    for k in [1, 5, 8, 13, 16, 29, 40] {
         let b = dense(29 * k, 0);
+        let want = dense_mm(&ad, &b, 37, 29, k);
         close(
             &kernels::spmm(&csr, &b, k).unwrap(),
-            &dense_mm(&ad, &b, 37, 29, k),
+            &want,
             &format!("spmm k={k}"),
         );
+        // 4-byte columns, and the accumulating form: C = 1 + A B from a C of ones.
+        close(
+            &kernels::spmm(&narrow, &b, k).unwrap(),
+            &want,
+            &format!("u32 k={k}"),
+        );
+        let mut c = vec![1.0; 37 * k];
+        kernels::spmm_into(&narrow, &b, k, &mut c, true).unwrap();
+        let plus: Vec<f64> = want.iter().map(|x| x + 1.0).collect();
+        close(&c, &plus, &format!("spmm_into add k={k}"));
+        // Overwriting ignores what C held.
+        kernels::spmm_into(&csr, &b, k, &mut c, false).unwrap();
+        close(&c, &want, &format!("spmm_into k={k}"));
     }
     // SDDMM on A's pattern: (U V^T) .* A at the stored entries.
     let (u, v) = (dense(37 * 4, 0), dense(29 * 4, 0));
