@@ -107,28 +107,37 @@ impl RowFetch {
     /// Per destination, the rows of rank `r`'s block it sends there (ascending destinations,
     /// rows sorted).
     pub fn sends_of(&self, r: usize) -> Vec<(usize, Vec<usize>)> {
+        self.sends_slices(r)
+            .into_iter()
+            .map(|(q, rows)| (q, rows.to_vec()))
+            .collect()
+    }
+
+    /// [`RowFetch::sends_of`] as slices of the plan's lists (no copy: the exchange reads
+    /// them on every call).
+    fn sends_slices(&self, r: usize) -> Vec<(usize, &[usize])> {
         let own = self.cuts[r]..self.cuts[r + 1];
         (0..self.procs)
             .filter(|&q| q != r)
             .filter_map(|q| {
                 let lo = self.need[q].partition_point(|&j| j < own.start);
                 let hi = self.need[q].partition_point(|&j| j < own.end);
-                (hi > lo).then(|| (q, self.need[q][lo..hi].to_vec()))
+                (hi > lo).then(|| (q, &self.need[q][lo..hi]))
             })
             .collect()
     }
 
     /// The ranks rank `r` receives from (ascending), with the number of rows from each.
     pub fn sources_of(&self, r: usize) -> Vec<(usize, usize)> {
-        let mut from: Vec<(usize, usize)> = Vec::new();
-        for &j in &self.need[r] {
-            let o = self.owner(j);
-            match from.last_mut() {
-                Some((s, n)) if *s == o => *n += 1,
-                _ => from.push((o, 1)),
-            }
-        }
-        from
+        // `need` is sorted and owners hold ascending blocks: two searches per owner.
+        let need = &self.need[r];
+        (0..self.procs)
+            .filter_map(|s| {
+                let lo = need.partition_point(|&j| j < self.cuts[s]);
+                let hi = need.partition_point(|&j| j < self.cuts[s + 1]);
+                (hi > lo).then_some((s, hi - lo))
+            })
+            .collect()
     }
 
     /// The position of global row `j` in rank `me`'s B' (own rows first, then the halo rows
@@ -218,13 +227,18 @@ impl RowFetch {
             )));
         }
         let sends: Vec<(usize, Vec<T>)> = self
-            .sends_of(me)
+            .sends_slices(me)
             .into_iter()
             .map(|(q, rows)| {
-                let mut buf = Vec::with_capacity(rows.len() * w);
-                for j in rows {
-                    buf.extend_from_slice(&local[(j - lo) * w..(j - lo + 1) * w]);
-                }
+                let buf = if w == 1 {
+                    rows.iter().map(|&j| local[j - lo]).collect()
+                } else {
+                    let mut buf = Vec::with_capacity(rows.len() * w);
+                    for &j in rows {
+                        buf.extend_from_slice(&local[(j - lo) * w..(j - lo + 1) * w]);
+                    }
+                    buf
+                };
                 (q, buf)
             })
             .collect();
@@ -242,6 +256,11 @@ impl RowFetch {
         let w = self.width;
         // Owners ascending hold ascending rows, so the messages concatenate in `need` order.
         for (v, &(s, n)) in recv.into_iter().zip(from) {
+            if v.len() == n * w && out.is_empty() && from.len() == 1 {
+                // One message is the halo as it is: taken, not copied.
+                *out = v;
+                continue;
+            }
             if v.len() != n * w {
                 return Err(SparseError::Shape(format!(
                     "rank {me} received {} elements from rank {s}, the plan says {}",
@@ -301,25 +320,25 @@ impl RowFetch {
         let p = self.procs;
         let mut send: Vec<u8> = Vec::new();
         let mut counts = vec![0usize; p];
-        let mut by_dst = self.sends_of(me).into_iter().peekable();
+        let mut by_dst = self.sends_slices(me).into_iter().peekable();
         for (q, count) in counts.iter_mut().enumerate() {
             let Some((_, rows)) = by_dst.next_if(|(d, _)| *d == q) else {
                 continue;
             };
             let start = send.len();
-            for &j in &rows {
+            for &j in rows {
                 let l = j - lo;
                 send.extend_from_slice(
                     &((local.indptr[l + 1] - local.indptr[l]) as u64).to_le_bytes(),
                 );
             }
-            for &j in &rows {
+            for &j in rows {
                 let l = j - lo;
                 for &c in &local.indices[local.indptr[l]..local.indptr[l + 1]] {
                     send.extend_from_slice(&(c as u64).to_le_bytes());
                 }
             }
-            for &j in &rows {
+            for &j in rows {
                 let l = j - lo;
                 send.extend_from_slice(bytemuck::cast_slice(
                     &local.vals[local.indptr[l]..local.indptr[l + 1]],

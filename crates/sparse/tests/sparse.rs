@@ -2,7 +2,7 @@
 //! reference.
 
 use deinsum_exec::{Communicator, InProcess};
-use deinsum_sparse::halo::{balance_rows, spmm as dist_spmm, HaloPlan};
+use deinsum_sparse::halo::{self, balance_rows, spmm as dist_spmm, HaloPlan};
 use deinsum_sparse::io::{read_mtx, read_npz, read_tns};
 use deinsum_sparse::{gen, kernels, Csr, SparseError, SparseTensor};
 use std::path::PathBuf;
@@ -353,6 +353,53 @@ fn halo_spmm_equals_serial_for_many_rank_counts() {
         .to_csr()
         .unwrap();
     check_halo(&tiny, 2, 11);
+}
+
+#[test]
+fn prepared_rows_on_a_threaded_pool_equal_serial() {
+    // R-MAT rows split over 3 ranks, each kernel on a 3-thread pool (rows in parallel
+    // chunks), k = 1 (SpMV) and k = 21 (blocks of 16, then the remainder).
+    let a = gen::rmat::<f64>(11, 16, 22).unwrap().to_csr().unwrap();
+    let ad = a.to_tensor().to_dense();
+    for k in [1, 21] {
+        let plan = HaloPlan::build(&a, k, 3).unwrap();
+        let b = dense(a.ncols * k, 0);
+        let parts = InProcess::new(3)
+            .unwrap()
+            .run(|comm| {
+                let r = comm.rank();
+                let a_local = a.rows(plan.a_cuts[r], plan.a_cuts[r + 1]);
+                let local = halo::LocalRows::build(&plan, r, &a_local)?;
+                let (own, in_halo) = local.nnz_split();
+                assert_eq!(own + in_halo, a_local.nnz());
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(3)
+                    .build()
+                    .unwrap();
+                let b_local = &b[plan.b_cuts()[r] * k..plan.b_cuts()[r + 1] * k];
+                halo::spmm_local(comm, &plan, &local, b_local, Some(&pool))
+            })
+            .unwrap();
+        close(
+            &parts.concat(),
+            &dense_mm(&ad, &b, a.nrows, a.ncols, k),
+            &format!("threaded k={k}"),
+        );
+    }
+    // Rows prepared for one rank are refused on another.
+    let plan = HaloPlan::build(&a, 1, 2).unwrap();
+    let local = halo::LocalRows::build(&plan, 0, &a.rows(0, plan.a_cuts[1])).unwrap();
+    let b = dense(a.ncols, 0);
+    let errs = InProcess::new(2)
+        .unwrap()
+        .run(|comm| {
+            let r = comm.rank();
+            let b_local = &b[plan.b_cuts()[r]..plan.b_cuts()[r + 1]];
+            Ok::<_, SparseError>(halo::spmm_local(comm, &plan, &local, b_local, None).is_err())
+        })
+        .unwrap();
+    // Rank 1 refuses rank 0's rows (and rank 0, left without its peer, fails too).
+    assert!(errs[1]);
 }
 
 #[test]
