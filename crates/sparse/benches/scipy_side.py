@@ -57,7 +57,10 @@ def main():
                     f"{100 * r['halo_words'] / r['replication_words']:.1f}% of replicating B "
                     f"(P=4: {100 * r['share_p4']:.1f}%, P=8: {100 * r['share_p8']:.1f}%; the fewest any "
                     f"distribution of B could move under the P=2 row cut: {100 * r['free_p2']:.1f}%); "
-                    f"imbalance {r['imbalance']:.3f}")
+                    f"imbalance {r['imbalance']:.3f}; a fine-grain scheme (not built: each nonzero at "
+                    f"its lower-degree endpoint's owner, which fetches x or pushes a partial y) would "
+                    f"move {100 * r['fine_p2']:.1f}% at P=2 (imbalance {r['fine_imbalance_p2']:.3f}), "
+                    f"{100 * r['fine_p4']:.1f}% at P=4, {100 * r['fine_p8']:.1f}% at P=8")
         elif k == "sddmm":
             u = rng.random((a.shape[0], r["k"]))
             v = rng.random((a.shape[1], r["k"]))

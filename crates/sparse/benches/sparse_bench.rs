@@ -85,11 +85,10 @@ fn spmm_time(a: &Csr<f64>, b: &[f64], k: usize, procs: usize, reps: usize) -> (f
             let r = comm.rank();
             let a_local = a.rows(plan.a_cuts[r], plan.a_cuts[r + 1]);
             let b_local = b[plan.b_cuts()[r] * k..plan.b_cuts()[r + 1] * k].to_vec();
-            Ok((halo::localize(&plan, r, &a_local)?, a_local, b_local))
+            Ok((halo::LocalRows::build(&plan, r, &a_local)?, b_local))
         },
-        |comm, (local, a_local, b_local), pool| {
-            let bx = halo::exchange_halo(comm, &plan, a_local, b_local)?;
-            std::hint::black_box(pool.install(|| kernels::spmm(local, &bx, k))?);
+        |comm, (local, b_local), pool| {
+            std::hint::black_box(halo::spmm_local(comm, &plan, local, b_local, Some(pool))?);
             Ok(())
         },
     );
@@ -173,6 +172,52 @@ fn mttkrp_time(
     (t, plan)
 }
 
+/// What a fine-grain SpMV (not built) would move on `procs` ranks, as a share of replicating
+/// the vector, and its nonzero imbalance: each nonzero a_ij is computed by the owner of the
+/// endpoint of lower degree (row plus column nonzeros; a tie goes to the row), which either
+/// fetches x_j (row side) or pushes a partial y_i to i's owner (column side, from its own
+/// x_j: still one exchange); vertices (x_v and y_v together) are cut into contiguous blocks
+/// balanced by the nonzeros they compute. Words: one per distinct (x_j, receiving rank) and
+/// (y_i, sending rank) that crosses ranks.
+fn fine_grain_share(a: &Csr<f64>, procs: usize) -> (f64, f64) {
+    let n = a.nrows;
+    let mut deg: Vec<usize> = a.indptr.windows(2).map(|w| w[1] - w[0]).collect();
+    for &j in &a.indices {
+        deg[j] += 1;
+    }
+    let at_row = |i: usize, j: usize| deg[i] <= deg[j];
+    let mut load = vec![0usize; n + 1];
+    for i in 0..n {
+        for &j in &a.indices[a.indptr[i]..a.indptr[i + 1]] {
+            load[if at_row(i, j) { i } else { j } + 1] += 1;
+        }
+    }
+    for v in 0..n {
+        load[v + 1] += load[v];
+    }
+    let cuts = deinsum_sparse::fetch::balance_rows(&load, procs);
+    let owner = |v: usize| cuts.partition_point(|&c| c <= v) - 1;
+    let (mut x_to, mut y_from) = (vec![false; n * procs], vec![false; n * procs]);
+    let mut work = vec![0usize; procs];
+    for i in 0..n {
+        for &j in &a.indices[a.indptr[i]..a.indptr[i + 1]] {
+            let (oi, oj) = (owner(i), owner(j));
+            if at_row(i, j) {
+                work[oi] += 1;
+                x_to[j * procs + oi] |= oi != oj;
+            } else {
+                work[oj] += 1;
+                y_from[i * procs + oj] |= oi != oj;
+            }
+        }
+    }
+    let words = x_to.iter().chain(&y_from).filter(|&&m| m).count();
+    (
+        words as f64 / ((procs - 1) * n) as f64,
+        deinsum_sparse::fetch::imbalance(&work),
+    )
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut dir, mut scale, mut gemm_scale, mut reps, mut k) =
@@ -215,6 +260,7 @@ fn main() {
         }
         touched.iter().filter(|&&t| t == 3).count() as f64 / a.ncols as f64
     };
+    let fine: Vec<(f64, f64)> = [2, 4, 8].iter().map(|&p| fine_grain_share(&a, p)).collect();
     for (name, kk) in [("spmv", 1), ("spmm", k)]
         .into_iter()
         .filter(|_| !only_spgemm)
@@ -230,12 +276,16 @@ fn main() {
             pl.total_received() as f64 / rp as f64
         };
         println!(
-            "{{\"kernel\":\"{name}\",\"scale\":{scale},\"nnz\":{},\"k\":{kk},\"p1\":{t1},\"p2\":{t2},\"halo_words\":{},\"replication_words\":{repl},\"imbalance\":{},\"share_p4\":{},\"share_p8\":{},\"free_p2\":{free_p2}}}",
+            "{{\"kernel\":\"{name}\",\"scale\":{scale},\"nnz\":{},\"k\":{kk},\"p1\":{t1},\"p2\":{t2},\"halo_words\":{},\"replication_words\":{repl},\"imbalance\":{},\"share_p4\":{},\"share_p8\":{},\"free_p2\":{free_p2},\"fine_p2\":{},\"fine_p4\":{},\"fine_p8\":{},\"fine_imbalance_p2\":{}}}",
             a.nnz(),
             plan.total_received(),
             plan.imbalance(),
             share(4),
-            share(8)
+            share(8),
+            fine[0].0,
+            fine[1].0,
+            fine[2].0,
+            fine[0].1
         );
     }
     if only_spmm {

@@ -13,6 +13,9 @@ use deinsum_exec::{Communicator, Scalar};
 /// Bytes of one row length or column index on the wire (a `u64`).
 const INDEX_BYTES: usize = 8;
 
+/// A rank, its messages (destination, rows) and its sources (rank, rows from it).
+type Packed<T> = (usize, Vec<(usize, Vec<T>)>, Vec<(usize, usize)>);
+
 /// The fetch of one row-distributed matrix: which rows each rank owns and which it receives.
 /// Size O(P + halo rows).
 #[derive(Clone, Debug, PartialEq)]
@@ -104,28 +107,37 @@ impl RowFetch {
     /// Per destination, the rows of rank `r`'s block it sends there (ascending destinations,
     /// rows sorted).
     pub fn sends_of(&self, r: usize) -> Vec<(usize, Vec<usize>)> {
+        self.sends_slices(r)
+            .into_iter()
+            .map(|(q, rows)| (q, rows.to_vec()))
+            .collect()
+    }
+
+    /// [`RowFetch::sends_of`] as slices of the plan's lists (no copy: the exchange reads
+    /// them on every call).
+    fn sends_slices(&self, r: usize) -> Vec<(usize, &[usize])> {
         let own = self.cuts[r]..self.cuts[r + 1];
         (0..self.procs)
             .filter(|&q| q != r)
             .filter_map(|q| {
                 let lo = self.need[q].partition_point(|&j| j < own.start);
                 let hi = self.need[q].partition_point(|&j| j < own.end);
-                (hi > lo).then(|| (q, self.need[q][lo..hi].to_vec()))
+                (hi > lo).then(|| (q, &self.need[q][lo..hi]))
             })
             .collect()
     }
 
     /// The ranks rank `r` receives from (ascending), with the number of rows from each.
     pub fn sources_of(&self, r: usize) -> Vec<(usize, usize)> {
-        let mut from: Vec<(usize, usize)> = Vec::new();
-        for &j in &self.need[r] {
-            let o = self.owner(j);
-            match from.last_mut() {
-                Some((s, n)) if *s == o => *n += 1,
-                _ => from.push((o, 1)),
-            }
-        }
-        from
+        // `need` is sorted and owners hold ascending blocks: two searches per owner.
+        let need = &self.need[r];
+        (0..self.procs)
+            .filter_map(|s| {
+                let lo = need.partition_point(|&j| j < self.cuts[s]);
+                let hi = need.partition_point(|&j| j < self.cuts[s + 1]);
+                (hi > lo).then_some((s, hi - lo))
+            })
+            .collect()
     }
 
     /// The position of global row `j` in rank `me`'s B' (own rows first, then the halo rows
@@ -172,6 +184,39 @@ impl RowFetch {
         comm: &C,
         local: &[T],
     ) -> Result<Vec<T>, SparseError> {
+        let (me, sends, from) = self.pack(comm, local)?;
+        let ranks: Vec<usize> = from.iter().map(|&(s, _)| s).collect();
+        let recv = comm.exchange(sends, &ranks)?;
+        let mut bx = Vec::with_capacity(local.len() + self.need[me].len() * self.width);
+        bx.extend_from_slice(local);
+        self.unpack(me, recv, &from, &mut bx)?;
+        Ok(bx)
+    }
+
+    /// [`RowFetch::exchange`] overlapped with `work` (run while the rows are in flight, on
+    /// backends that overlap): returns the halo rows alone, in `need` order, and what `work`
+    /// returned. The same messages and words as `exchange`.
+    pub fn exchange_while<T: Scalar, C: Communicator, R: Send>(
+        &self,
+        comm: &C,
+        local: &[T],
+        work: impl FnOnce() -> R + Send,
+    ) -> Result<(Vec<T>, R), SparseError> {
+        let (me, sends, from) = self.pack(comm, local)?;
+        let lens: Vec<(usize, usize)> = from.iter().map(|&(s, n)| (s, n * self.width)).collect();
+        let (recv, r) = comm.exchange_while(sends, &lens, work)?;
+        let mut halo = Vec::with_capacity(self.need[me].len() * self.width);
+        self.unpack(me, recv, &from, &mut halo)?;
+        Ok((halo, r))
+    }
+
+    /// This rank, its messages (the rows of `local` each other rank needs) and the ranks it
+    /// receives from with their row counts.
+    fn pack<T: Scalar, C: Communicator>(
+        &self,
+        comm: &C,
+        local: &[T],
+    ) -> Result<Packed<T>, SparseError> {
         let me = self.check_comm(comm)?;
         let (w, lo) = (self.width, self.cuts[me]);
         if local.len() != self.own_rows(me) * w {
@@ -182,23 +227,40 @@ impl RowFetch {
             )));
         }
         let sends: Vec<(usize, Vec<T>)> = self
-            .sends_of(me)
+            .sends_slices(me)
             .into_iter()
             .map(|(q, rows)| {
-                let mut buf = Vec::with_capacity(rows.len() * w);
-                for j in rows {
-                    buf.extend_from_slice(&local[(j - lo) * w..(j - lo + 1) * w]);
-                }
+                let buf = if w == 1 {
+                    rows.iter().map(|&j| local[j - lo]).collect()
+                } else {
+                    let mut buf = Vec::with_capacity(rows.len() * w);
+                    for &j in rows {
+                        buf.extend_from_slice(&local[(j - lo) * w..(j - lo + 1) * w]);
+                    }
+                    buf
+                };
                 (q, buf)
             })
             .collect();
-        let from = self.sources_of(me);
-        let ranks: Vec<usize> = from.iter().map(|&(s, _)| s).collect();
-        let recv = comm.exchange(sends, &ranks)?;
+        Ok((me, sends, self.sources_of(me)))
+    }
+
+    /// Appends the received messages to `out` after checking their lengths against the plan.
+    fn unpack<T: Scalar>(
+        &self,
+        me: usize,
+        recv: Vec<Vec<T>>,
+        from: &[(usize, usize)],
+        out: &mut Vec<T>,
+    ) -> Result<(), SparseError> {
+        let w = self.width;
         // Owners ascending hold ascending rows, so the messages concatenate in `need` order.
-        let mut bx = Vec::with_capacity(local.len() + self.need[me].len() * w);
-        bx.extend_from_slice(local);
-        for (v, &(s, n)) in recv.into_iter().zip(&from) {
+        for (v, &(s, n)) in recv.into_iter().zip(from) {
+            if v.len() == n * w && out.is_empty() && from.len() == 1 {
+                // One message is the halo as it is: taken, not copied.
+                *out = v;
+                continue;
+            }
             if v.len() != n * w {
                 return Err(SparseError::Shape(format!(
                     "rank {me} received {} elements from rank {s}, the plan says {}",
@@ -206,9 +268,9 @@ impl RowFetch {
                     n * w
                 )));
             }
-            bx.extend(v);
+            out.extend(v);
         }
-        Ok(bx)
+        Ok(())
     }
 
     /// Bytes rank `r` receives when the rows are CSR rows of lengths `row_len` (global, from
@@ -258,25 +320,25 @@ impl RowFetch {
         let p = self.procs;
         let mut send: Vec<u8> = Vec::new();
         let mut counts = vec![0usize; p];
-        let mut by_dst = self.sends_of(me).into_iter().peekable();
+        let mut by_dst = self.sends_slices(me).into_iter().peekable();
         for (q, count) in counts.iter_mut().enumerate() {
             let Some((_, rows)) = by_dst.next_if(|(d, _)| *d == q) else {
                 continue;
             };
             let start = send.len();
-            for &j in &rows {
+            for &j in rows {
                 let l = j - lo;
                 send.extend_from_slice(
                     &((local.indptr[l + 1] - local.indptr[l]) as u64).to_le_bytes(),
                 );
             }
-            for &j in &rows {
+            for &j in rows {
                 let l = j - lo;
                 for &c in &local.indices[local.indptr[l]..local.indptr[l + 1]] {
                     send.extend_from_slice(&(c as u64).to_le_bytes());
                 }
             }
-            for &j in &rows {
+            for &j in rows {
                 let l = j - lo;
                 send.extend_from_slice(bytemuck::cast_slice(
                     &local.vals[local.indptr[l]..local.indptr[l + 1]],

@@ -105,17 +105,130 @@ impl HaloPlan {
 
 /// Rank `comm.rank()`'s part of `C = A B` under `plan`: `a_local` holds its rows of A
 /// (`plan.a_cuts`), `b_local` its rows of B (`plan.b_cuts()`, row-major, `plan.k` wide);
-/// returns its rows of C. The halo rows arrive in one exchange ([`exchange_halo`]); nothing
-/// else moves.
+/// returns its rows of C. The halo rows arrive in one exchange, overlapped with the product
+/// of the columns the rank owns ([`spmm_local`]); nothing else moves.
 pub fn spmm<T: Scalar, C: Communicator>(
     comm: &C,
     plan: &HaloPlan,
     a_local: &Csr<T>,
     b_local: &[T],
 ) -> Result<Vec<T>, SparseError> {
-    let bx = exchange_halo(comm, plan, a_local, b_local)?;
-    let local = localize(plan, comm.rank(), a_local)?;
-    crate::kernels::spmm(&local, &bx, plan.k)
+    let local = LocalRows::build(plan, comm.rank(), a_local)?;
+    spmm_local(comm, plan, &local, b_local, None)
+}
+
+/// A column part of a rank's rows: 4-byte columns when its column count fits, else 8.
+#[derive(Clone, Debug, PartialEq)]
+enum Part<T> {
+    Narrow(Csr<T, u32>),
+    Wide(Csr<T>),
+}
+
+impl<T: Scalar> Part<T> {
+    fn of(csr: Csr<T>) -> Part<T> {
+        csr.narrow().map_or(Part::Wide(csr), Part::Narrow)
+    }
+
+    fn spmm_into(&self, b: &[T], k: usize, c: &mut [T], add: bool) -> Result<(), SparseError> {
+        match self {
+            Part::Narrow(a) => crate::kernels::spmm_into(a, b, k, c, add),
+            Part::Wide(a) => crate::kernels::spmm_into(a, b, k, c, add),
+        }
+    }
+
+    fn nnz(&self) -> usize {
+        match self {
+            Part::Narrow(a) => a.nnz(),
+            Part::Wide(a) => a.nnz(),
+        }
+    }
+}
+
+/// A rank's rows of A as the distributed SpMM reads them (the inspector's local part, built
+/// once before any run): split into the entries whose columns are in the rank's own block of
+/// B (numbered within the block) and those in its halo (numbered in `need` order), so the
+/// first part runs while the halo is in flight, on B's block as it is (no copy into a B').
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocalRows<T> {
+    rank: usize,
+    rows: usize,
+    own: Part<T>,
+    halo: Part<T>,
+}
+
+impl<T: Scalar> LocalRows<T> {
+    /// Splits rank `me`'s rows of A (`a_local`, columns global) under `plan`.
+    pub fn build(plan: &HaloPlan, me: usize, a_local: &Csr<T>) -> Result<Self, SparseError> {
+        check_rows(plan, me, a_local)?;
+        let f = &plan.fetch;
+        let (lo, hi) = (f.cuts[me], f.cuts[me + 1]);
+        let empty = |ncols| Csr {
+            nrows: a_local.nrows,
+            ncols,
+            indptr: vec![0],
+            indices: Vec::new(),
+            vals: Vec::new(),
+        };
+        let (mut own, mut halo) = (empty(hi - lo), empty(f.need[me].len()));
+        for i in 0..a_local.nrows {
+            for p in a_local.indptr[i]..a_local.indptr[i + 1] {
+                let (j, v) = (a_local.indices[p], a_local.vals[p]);
+                if (lo..hi).contains(&j) {
+                    own.indices.push(j - lo);
+                    own.vals.push(v);
+                } else {
+                    let at = f.need[me].binary_search(&j).map_err(|_| {
+                        SparseError::Shape(format!("rank {me}: column {j} is in no halo"))
+                    })?;
+                    halo.indices.push(at);
+                    halo.vals.push(v);
+                }
+            }
+            own.indptr.push(own.indices.len());
+            halo.indptr.push(halo.indices.len());
+        }
+        Ok(LocalRows {
+            rank: me,
+            rows: a_local.nrows,
+            own: Part::of(own),
+            halo: Part::of(halo),
+        })
+    }
+
+    /// Nonzeros whose columns the rank owns, and those in its halo.
+    pub fn nnz_split(&self) -> (usize, usize) {
+        (self.own.nnz(), self.halo.nnz())
+    }
+}
+
+/// Rank `comm.rank()`'s rows of `C = A B` from its prepared rows ([`LocalRows::build`]) and
+/// its block of B: sends the rows of its block others need, multiplies its own columns while
+/// its halo is in flight, then adds the halo columns' part. The kernels run on `pool` (the
+/// calling pool when `None`); the communication stays on the calling thread.
+pub fn spmm_local<T: Scalar, C: Communicator>(
+    comm: &C,
+    plan: &HaloPlan,
+    local: &LocalRows<T>,
+    b_local: &[T],
+    pool: Option<&rayon::ThreadPool>,
+) -> Result<Vec<T>, SparseError> {
+    let me = comm.rank();
+    if local.rank != me {
+        return Err(SparseError::Shape(format!(
+            "rows prepared for rank {} used on rank {me}",
+            local.rank
+        )));
+    }
+    let k = plan.k;
+    let (halo, c) = plan.fetch.exchange_while(comm, b_local, || {
+        let mut c = vec![T::default(); local.rows * k];
+        install(pool, || local.own.spmm_into(b_local, k, &mut c, false)).map(|_| c)
+    })?;
+    let mut c = c?;
+    if local.halo.nnz() > 0 {
+        install(pool, || local.halo.spmm_into(&halo, k, &mut c, true))?;
+    }
+    Ok(c)
 }
 
 /// Rank `comm.rank()`'s part of the SDDMM `C_ij = S_ij sum_r U_ir V_jr` (`ij,ir,jr->ij`,
@@ -144,15 +257,33 @@ pub fn exchange_halo<T: Scalar, C: Communicator>(
     a_local: &Csr<T>,
     b_local: &[T],
 ) -> Result<Vec<T>, SparseError> {
-    let me = comm.rank();
-    if me < plan.procs && a_local.nrows != plan.a_cuts[me + 1] - plan.a_cuts[me] {
+    check_rows(plan, comm.rank(), a_local)?;
+    plan.fetch.exchange(comm, b_local)
+}
+
+/// Runs `f` on `pool`, or on the calling thread's pool when `None`.
+fn install<R: Send>(pool: Option<&rayon::ThreadPool>, f: impl FnOnce() -> R + Send) -> R {
+    match pool {
+        Some(p) => p.install(f),
+        None => f(),
+    }
+}
+
+fn check_rows<T>(plan: &HaloPlan, me: usize, a_local: &Csr<T>) -> Result<(), SparseError> {
+    if me >= plan.procs {
+        return Err(SparseError::Shape(format!(
+            "rank {me} in a plan for {} ranks",
+            plan.procs
+        )));
+    }
+    if a_local.nrows != plan.a_cuts[me + 1] - plan.a_cuts[me] {
         return Err(SparseError::Shape(format!(
             "rank {me} holds {} rows of A; the plan gives it {}",
             a_local.nrows,
             plan.a_cuts[me + 1] - plan.a_cuts[me]
         )));
     }
-    plan.fetch.exchange(comm, b_local)
+    Ok(())
 }
 
 /// Rank `me`'s rows of A with columns renumbered into B' (own rows first, then the halo).

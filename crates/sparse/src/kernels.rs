@@ -21,18 +21,58 @@ fn chunk_rows(rows: usize, work: usize) -> usize {
     rows.div_ceil(parts).max(1)
 }
 
+/// A column index as the kernels read it: `usize`, or `u32` in a rank's localized rows (4
+/// bytes a nonzero instead of 8: the index stream is a third of SpMV's traffic).
+pub trait ColIndex: Copy + Send + Sync {
+    /// The column as a `usize`.
+    fn col(self) -> usize;
+}
+
+impl ColIndex for usize {
+    #[inline(always)]
+    fn col(self) -> usize {
+        self
+    }
+}
+
+impl ColIndex for u32 {
+    #[inline(always)]
+    fn col(self) -> usize {
+        self as usize
+    }
+}
+
 /// `C (m x k) = A (m x n, CSR) * B (n x k, row-major)`: SpMM, and SpMV for `k = 1`.
-pub fn spmm<T: Scalar>(a: &Csr<T>, b: &[T], k: usize) -> Result<Vec<T>, SparseError> {
-    if b.len() != a.ncols * k {
+pub fn spmm<T: Scalar, I: ColIndex>(
+    a: &Csr<T, I>,
+    b: &[T],
+    k: usize,
+) -> Result<Vec<T>, SparseError> {
+    let mut c = vec![T::default(); a.nrows * k];
+    spmm_into(a, b, k, &mut c, false)?;
+    Ok(c)
+}
+
+/// `C += A B` (`add`) or `C = A B` into `c` (`a.nrows x k`, row-major): [`spmm`] into a given
+/// output, so a rank can add its halo columns' part to its own columns' part.
+pub fn spmm_into<T: Scalar, I: ColIndex>(
+    a: &Csr<T, I>,
+    b: &[T],
+    k: usize,
+    c: &mut [T],
+    add: bool,
+) -> Result<(), SparseError> {
+    if b.len() != a.ncols * k || c.len() != a.nrows * k {
         return Err(SparseError::Shape(format!(
-            "B has {} elements, expected {} x {k}",
+            "B has {} and C {} elements, expected {} x {k} and {} x {k}",
             b.len(),
-            a.ncols
+            c.len(),
+            a.ncols,
+            a.nrows
         )));
     }
-    let mut c = vec![T::default(); a.nrows * k];
     if k == 0 || a.nrows == 0 {
-        return Ok(c);
+        return Ok(());
     }
     let rows = chunk_rows(a.nrows, a.nnz() * k);
     if k == 1 {
@@ -41,10 +81,14 @@ pub fn spmm<T: Scalar>(a: &Csr<T>, b: &[T], k: usize) -> Result<Vec<T>, SparseEr
             for (ri, ci) in out.iter_mut().enumerate() {
                 let i = ch * rows + ri;
                 let (lo, hi) = (a.indptr[i], a.indptr[i + 1]);
-                *ci = row_dot(&a.indices[lo..hi], &a.vals[lo..hi], b);
+                if add && lo == hi {
+                    continue;
+                }
+                let d = row_dot(&a.indices[lo..hi], &a.vals[lo..hi], b);
+                *ci = if add { *ci + d } else { d };
             }
         });
-        return Ok(c);
+        return Ok(());
     }
     c.par_chunks_mut(rows * k)
         .enumerate()
@@ -53,25 +97,28 @@ pub fn spmm<T: Scalar>(a: &Csr<T>, b: &[T], k: usize) -> Result<Vec<T>, SparseEr
             for (ri, crow) in out.chunks_mut(k).enumerate() {
                 let i = r0 + ri;
                 let (lo, hi) = (a.indptr[i], a.indptr[i + 1]);
+                if add && lo == hi {
+                    continue;
+                }
                 let (idx, vals) = (&a.indices[lo..hi], &a.vals[lo..hi]);
-                // Column blocks of 8 accumulate in registers across the row's nonzeros; the
-                // remainder (k mod 8) goes through the output row.
+                // Column blocks of 16, then 8, accumulate in registers across the row's
+                // nonzeros (one pass over the row per block); the remainder (k mod 8) goes
+                // through the output row.
                 let mut c0 = 0;
-                while c0 + 8 <= k {
-                    let mut acc = [T::default(); 8];
-                    for (&j, &v) in idx.iter().zip(vals) {
-                        let brow: &[T; 8] = b[j * k + c0..j * k + c0 + 8]
-                            .try_into()
-                            .expect("a block of 8");
-                        for (x, &y) in acc.iter_mut().zip(brow) {
-                            *x += v * y;
-                        }
-                    }
-                    crow[c0..c0 + 8].copy_from_slice(&acc);
+                while c0 + 16 <= k {
+                    row_block::<T, I, 16>(idx, vals, b, k, c0, &mut crow[c0..c0 + 16], add);
+                    c0 += 16;
+                }
+                if c0 + 8 <= k {
+                    row_block::<T, I, 8>(idx, vals, b, k, c0, &mut crow[c0..c0 + 8], add);
                     c0 += 8;
                 }
                 if c0 < k {
+                    if !add {
+                        crow[c0..].iter_mut().for_each(|x| *x = T::default());
+                    }
                     for (&j, &v) in idx.iter().zip(vals) {
+                        let j = j.col();
                         let brow = &b[j * k + c0..(j + 1) * k];
                         for (x, &y) in crow[c0..].iter_mut().zip(brow) {
                             *x += v * y;
@@ -80,23 +127,53 @@ pub fn spmm<T: Scalar>(a: &Csr<T>, b: &[T], k: usize) -> Result<Vec<T>, SparseEr
                 }
             }
         });
-    Ok(c)
+    Ok(())
+}
+
+/// Columns `c0..c0 + W` of one output row: `sum_p vals[p] * B[idx[p], c0..c0 + W]` in
+/// registers, then stored into (or added to) `out`.
+#[inline(always)]
+fn row_block<T: Scalar, I: ColIndex, const W: usize>(
+    idx: &[I],
+    vals: &[T],
+    b: &[T],
+    k: usize,
+    c0: usize,
+    out: &mut [T],
+    add: bool,
+) {
+    let mut acc = [T::default(); W];
+    for (&j, &v) in idx.iter().zip(vals) {
+        let at = j.col() * k + c0;
+        let brow: &[T; W] = b[at..at + W].try_into().expect("a block of W");
+        for (x, &y) in acc.iter_mut().zip(brow) {
+            *x += v * y;
+        }
+    }
+    if add {
+        for (o, &x) in out.iter_mut().zip(&acc) {
+            *o += x;
+        }
+    } else {
+        out.copy_from_slice(&acc);
+    }
 }
 
 /// `sum_p vals[p] * b[idx[p]]` with four partial sums, so consecutive multiply-adds do not
 /// wait on each other (the gathers of `b` are the cost; the sums overlap them).
-fn row_dot<T: Scalar>(idx: &[usize], vals: &[T], b: &[T]) -> T {
+#[inline(always)]
+fn row_dot<T: Scalar, I: ColIndex>(idx: &[I], vals: &[T], b: &[T]) -> T {
     let mut s = [T::default(); 4];
     let (ic, ir) = (idx.chunks_exact(4), idx.chunks_exact(4).remainder());
     let vc = vals.chunks_exact(4);
     let vr = vc.remainder();
     for (i4, v4) in ic.zip(vc) {
         for q in 0..4 {
-            s[q] += v4[q] * b[i4[q]];
+            s[q] += v4[q] * b[i4[q].col()];
         }
     }
     for (&j, &v) in ir.iter().zip(vr) {
-        s[0] += v * b[j];
+        s[0] += v * b[j.col()];
     }
     (s[0] + s[1]) + (s[2] + s[3])
 }

@@ -208,8 +208,9 @@ impl<T: Scalar> SparseTensor<T> {
 
 /// A matrix in compressed sparse row form. Invariant: `indptr` has `nrows + 1` nondecreasing
 /// entries from 0 to `nnz`; each row's column indices strictly increase and are `< ncols`.
+/// Columns are `usize` unless a rank's localized rows store them in 4 bytes (`I = u32`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Csr<T> {
+pub struct Csr<T, I = usize> {
     /// Rows.
     pub nrows: usize,
     /// Columns.
@@ -217,15 +218,31 @@ pub struct Csr<T> {
     /// Row `i`'s entries are `indptr[i]..indptr[i + 1]`.
     pub indptr: Vec<usize>,
     /// Column of each entry.
-    pub indices: Vec<usize>,
+    pub indices: Vec<I>,
     /// Value of each entry.
     pub vals: Vec<T>,
 }
 
-impl<T: Scalar> Csr<T> {
+impl<T: Scalar, I> Csr<T, I> {
     /// Stored entries.
     pub fn nnz(&self) -> usize {
         self.vals.len()
+    }
+}
+
+impl<T: Scalar> Csr<T> {
+    /// The same matrix with 4-byte column indices, or `None` when a column does not fit.
+    pub fn narrow(&self) -> Option<Csr<T, u32>> {
+        if u32::try_from(self.ncols).is_err() {
+            return None;
+        }
+        Some(Csr {
+            nrows: self.nrows,
+            ncols: self.ncols,
+            indptr: self.indptr.clone(),
+            indices: self.indices.iter().map(|&j| j as u32).collect(),
+            vals: self.vals.clone(),
+        })
     }
 
     /// Rows `lo..hi` as a CSR matrix of `hi - lo` rows (columns unchanged).

@@ -2,7 +2,7 @@
 //! reference.
 
 use deinsum_exec::{Communicator, InProcess};
-use deinsum_sparse::halo::{balance_rows, spmm as dist_spmm, HaloPlan};
+use deinsum_sparse::halo::{self, balance_rows, spmm as dist_spmm, HaloPlan};
 use deinsum_sparse::io::{read_mtx, read_npz, read_tns};
 use deinsum_sparse::{gen, kernels, Csr, SparseError, SparseTensor};
 use std::path::PathBuf;
@@ -187,13 +187,28 @@ fn kernels_equal_dense_products() {
     let a = gen::uniform::<f64>(&[37, 29], 0.2, 3).unwrap();
     let csr = a.to_csr().unwrap();
     let ad = a.to_dense();
-    for k in [1, 5, 8, 13, 16] {
+    let narrow = csr.narrow().unwrap();
+    for k in [1, 5, 8, 13, 16, 29, 40] {
         let b = dense(29 * k, 0);
+        let want = dense_mm(&ad, &b, 37, 29, k);
         close(
             &kernels::spmm(&csr, &b, k).unwrap(),
-            &dense_mm(&ad, &b, 37, 29, k),
+            &want,
             &format!("spmm k={k}"),
         );
+        // 4-byte columns, and the accumulating form: C = 1 + A B from a C of ones.
+        close(
+            &kernels::spmm(&narrow, &b, k).unwrap(),
+            &want,
+            &format!("u32 k={k}"),
+        );
+        let mut c = vec![1.0; 37 * k];
+        kernels::spmm_into(&narrow, &b, k, &mut c, true).unwrap();
+        let plus: Vec<f64> = want.iter().map(|x| x + 1.0).collect();
+        close(&c, &plus, &format!("spmm_into add k={k}"));
+        // Overwriting ignores what C held.
+        kernels::spmm_into(&csr, &b, k, &mut c, false).unwrap();
+        close(&c, &want, &format!("spmm_into k={k}"));
     }
     // SDDMM on A's pattern: (U V^T) .* A at the stored entries.
     let (u, v) = (dense(37 * 4, 0), dense(29 * 4, 0));
@@ -338,6 +353,53 @@ fn halo_spmm_equals_serial_for_many_rank_counts() {
         .to_csr()
         .unwrap();
     check_halo(&tiny, 2, 11);
+}
+
+#[test]
+fn prepared_rows_on_a_threaded_pool_equal_serial() {
+    // R-MAT rows split over 3 ranks, each kernel on a 3-thread pool (rows in parallel
+    // chunks), k = 1 (SpMV) and k = 21 (blocks of 16, then the remainder).
+    let a = gen::rmat::<f64>(11, 16, 22).unwrap().to_csr().unwrap();
+    let ad = a.to_tensor().to_dense();
+    for k in [1, 21] {
+        let plan = HaloPlan::build(&a, k, 3).unwrap();
+        let b = dense(a.ncols * k, 0);
+        let parts = InProcess::new(3)
+            .unwrap()
+            .run(|comm| {
+                let r = comm.rank();
+                let a_local = a.rows(plan.a_cuts[r], plan.a_cuts[r + 1]);
+                let local = halo::LocalRows::build(&plan, r, &a_local)?;
+                let (own, in_halo) = local.nnz_split();
+                assert_eq!(own + in_halo, a_local.nnz());
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(3)
+                    .build()
+                    .unwrap();
+                let b_local = &b[plan.b_cuts()[r] * k..plan.b_cuts()[r + 1] * k];
+                halo::spmm_local(comm, &plan, &local, b_local, Some(&pool))
+            })
+            .unwrap();
+        close(
+            &parts.concat(),
+            &dense_mm(&ad, &b, a.nrows, a.ncols, k),
+            &format!("threaded k={k}"),
+        );
+    }
+    // Rows prepared for one rank are refused on another.
+    let plan = HaloPlan::build(&a, 1, 2).unwrap();
+    let local = halo::LocalRows::build(&plan, 0, &a.rows(0, plan.a_cuts[1])).unwrap();
+    let b = dense(a.ncols, 0);
+    let errs = InProcess::new(2)
+        .unwrap()
+        .run(|comm| {
+            let r = comm.rank();
+            let b_local = &b[plan.b_cuts()[r]..plan.b_cuts()[r + 1]];
+            Ok::<_, SparseError>(halo::spmm_local(comm, &plan, &local, b_local, None).is_err())
+        })
+        .unwrap();
+    // Rank 1 refuses rank 0's rows (and rank 0, left without its peer, fails too).
+    assert!(errs[1]);
 }
 
 #[test]

@@ -408,7 +408,7 @@ fn rank_body<C: Communicator>(
         .map_err(|e| SparseError::Shape(format!("thread pool: {e}")))?;
     // The inspector's local part, built before the clock starts.
     enum Local {
-        Spmm(Csr<f64>, Vec<f64>),
+        Spmm(halo::LocalRows<f64>, Vec<f64>),
         Sddmm(Csr<f64>, Vec<f64>, Vec<f64>),
         Spgemm(Csr<f64>, Csr<f64>),
         Mttkrp(deinsum_sparse::kernels::ModeGroups<f64>, Vec<Vec<f64>>),
@@ -419,7 +419,7 @@ fn rank_body<C: Communicator>(
             let (lo, hi) = (p.b_cuts()[me], p.b_cuts()[me + 1]);
             let w = job.width(rest);
             Local::Spmm(
-                a.rows(p.a_cuts[me], p.a_cuts[me + 1]),
+                halo::LocalRows::build(p, me, &a.rows(p.a_cuts[me], p.a_cuts[me + 1]))?,
                 job.dense_rows(1, lo, hi, w),
             )
         }
@@ -464,11 +464,7 @@ fn rank_body<C: Communicator>(
         let before = comm.traffic();
         let t0 = std::time::Instant::now();
         let out = match (&local, plan) {
-            (Local::Spmm(a, b), Plan::Halo(p)) => {
-                let bx = halo::exchange_halo(comm, p, a, b)?;
-                let l = halo::localize(p, me, a)?;
-                pool.install(|| kernels::spmm(&l, &bx, p.k))?
-            }
+            (Local::Spmm(a, b), Plan::Halo(p)) => halo::spmm_local(comm, p, a, b, Some(&pool))?,
             (Local::Sddmm(s, u, v), Plan::Halo(p)) => {
                 let vx = halo::exchange_halo(comm, p, s, v)?;
                 let l = halo::localize(p, me, s)?;
