@@ -461,8 +461,9 @@ fn copy_runs_from<T: Scalar>(
 }
 
 /// Runs `jobs` on `tasks` threads: the rank's pool (or the pool the caller runs on) when it
-/// has that many, else the calling thread and `tasks - 1` scoped helpers, each taking an
-/// equal share of consecutive jobs (threads lent by ranks that wait meanwhile).
+/// has that many, else the calling thread and `tasks - 1` scoped helpers (threads lent by
+/// ranks that wait meanwhile), each taking the next job not yet taken (a helper that starts
+/// late, on a busy machine, takes fewer).
 fn run_jobs<J: Send>(jobs: Vec<J>, tasks: usize, f: impl Fn(J) + Sync + Send) {
     if tasks <= crate::pool::rank_threads().max(crate::kernels::threads()) {
         crate::pool::on_rank_pool(|| {
@@ -471,24 +472,25 @@ fn run_jobs<J: Send>(jobs: Vec<J>, tasks: usize, f: impl Fn(J) + Sync + Send) {
         });
         return;
     }
-    let per = jobs.len().div_ceil(tasks).max(1);
-    let mut slots: Vec<std::sync::Mutex<Option<Vec<J>>>> = Vec::with_capacity(tasks);
-    let mut it = jobs.into_iter().peekable();
-    while it.peek().is_some() {
-        slots.push(std::sync::Mutex::new(Some(it.by_ref().take(per).collect())));
-    }
-    let run = |slot: &std::sync::Mutex<Option<Vec<J>>>| {
-        let share = crate::local::lock(slot).take();
-        share.into_iter().flatten().for_each(&f)
+    let slots: Vec<std::sync::Mutex<Option<J>>> = jobs
+        .into_iter()
+        .map(|j| std::sync::Mutex::new(Some(j)))
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        while let Some(slot) = slots.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+            let job = crate::local::lock(slot).take();
+            job.into_iter().for_each(&f);
+        }
     };
     std::thread::scope(|s| {
-        for slot in slots.iter().skip(1) {
+        for _ in 1..tasks.min(slots.len()) {
             let helper = std::thread::Builder::new().stack_size(HELPER_STACK);
-            // A helper the system refuses (no memory for its stack) leaves its share to the
-            // calling thread, which takes every share no helper has taken.
-            let _refused = helper.spawn_scoped(s, move || run(slot));
+            // A helper the system refuses (no memory for its stack) leaves its jobs to the
+            // others.
+            let _refused = helper.spawn_scoped(s, work);
         }
-        slots.iter().for_each(run);
+        work();
     });
 }
 
