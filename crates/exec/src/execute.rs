@@ -891,7 +891,7 @@ struct Interpreter<'a, T: Scalar, C: Communicator> {
 }
 
 /// A phase window: the tensor, its windowed distribution and this rank's block of it.
-type Window<T> = (TensorId, Distribution, Option<LocalTensor<T>>);
+type Window<T> = (TensorId, Distribution, Option<HeldBlock<T>>);
 
 impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
     /// Runs step `i`, filling in what `m` measures besides time and traffic.
@@ -1113,7 +1113,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
                         "window of tensor {tid} is not phase {phase} of the group's distribution"
                     )));
                 }
-                ins.push((*tid, w.as_ref()));
+                ins.push((*tid, w.as_deref()));
                 continue;
             }
             ins.push((*tid, held_input(&self.held, *tid, d).map_err(bad)?));
@@ -1149,10 +1149,10 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         };
         drop(ins);
         for (_, _, w) in windows {
-            self.mem.sub(words(&w));
+            self.mem.sub(held_words(&w));
             // The next phase's windows (or the next run's) are cut into its buffer.
             if let Some(b) = w {
-                crate::pool::give(b.data);
+                b.release();
             }
         }
         // Accumulate into the output block, held from phase 0 on.
@@ -1193,7 +1193,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         &mut self,
         i: usize,
         fetch: &[deinsum_plan::Fetch],
-    ) -> Result<Vec<(usize, Distribution, Option<LocalTensor<T>>)>, ExecError> {
+    ) -> Result<Vec<Window<T>>, ExecError> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
         let fetch_transfers = self.plan.step_transfers(i, self.me);
         let mut windows = Vec::new();
@@ -1204,14 +1204,14 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
                 .ok_or_else(|| bad(format!("unknown tensor {}", f.tensor)))?;
             let (_, cur) = self
                 .held
-                .get(&f.tensor)
+                .get_mut(&f.tensor)
                 .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
             let way = self.routes.way(i, j);
             let w = moves::fetch_window(
                 self.comm,
                 way,
                 t,
-                cur.as_deref(),
+                cur.as_mut(),
                 &f.to,
                 transfers,
                 &mut self.mem,
@@ -1305,7 +1305,7 @@ impl<T: Scalar, C: Communicator> Prefetch<'_, T, C> {
             .prefetch
             .iter()
             .zip(next)
-            .map(|(f, b)| (f.tensor, f.to.clone(), b))
+            .map(|(f, b)| (f.tensor, f.to.clone(), b.map(HeldBlock::Own)))
             .collect();
         Ok((part, next))
     }

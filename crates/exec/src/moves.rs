@@ -266,11 +266,12 @@ pub(crate) fn move_block<T: Scalar, C: Communicator>(
     {
         if let (Some((sub, g)), Some(tb)) = (fibre_of(&way, me)?, &target) {
             if sub.gathers_shared() {
-                let (block, source) = all_gather_shared(sub, g, t, cur, tb, target_words, mem)?;
+                let mut cur = cur;
+                let block = all_gather_shared(sub, g, t, cur.as_mut(), tb, target_words, mem)?;
                 mem.add(target_words);
                 return Ok(Moved {
                     block: Some(block),
-                    source,
+                    source: cur,
                 });
             }
         }
@@ -341,18 +342,35 @@ pub(crate) fn reduce_block<T: Scalar, C: Communicator>(
     exchange_into(comm, way, t, cur, to, transfers, true, mem)
 }
 
-/// Fetches this rank's window `to` of `t` from where it rests (`cur`, which stays) along
-/// `transfers`; returns the window block (a copy).
+/// Fetches this rank's window `to` of `t` from where it rests (`cur`, which stays; lent as it
+/// is while the fetch runs) along `transfers`; returns the window block (a copy, shared by
+/// the fibre's in-process ranks when it is all-gathered).
 pub(crate) fn fetch_window<T: Scalar, C: Communicator>(
     comm: &C,
     way: Way<'_, C>,
     t: &Tensor,
-    cur: Option<&LocalTensor<T>>,
+    cur: Option<&mut HeldBlock<T>>,
     to: &Distribution,
     transfers: &[Transfer],
     mem: &mut Mem,
-) -> Result<Option<LocalTensor<T>>, MoveError> {
-    exchange_into(comm, way, t, cur, to, transfers, false, mem)
+) -> Result<Option<HeldBlock<T>>, MoveError> {
+    let me = comm.rank();
+    if let Route::Collective {
+        op: Op::AllGather, ..
+    } = way.route
+    {
+        if let (Some((sub, g)), Some(tb)) = (fibre_of(&way, me)?, to.block(me, &t.shape)) {
+            if sub.gathers_shared() {
+                let target_words = tb.len();
+                let block = all_gather_shared(sub, g, t, cur, &tb, target_words, mem)?;
+                mem.add(target_words);
+                return Ok(Some(block));
+            }
+        }
+    }
+    let cur = cur.map(|c| &**c);
+    let new = exchange_into(comm, way, t, cur, to, transfers, false, mem)?;
+    Ok(new.map(HeldBlock::Own))
 }
 
 /// The target block of `to`, filled from `cur` (kept) along `way`.
@@ -448,7 +466,7 @@ fn fibre_of<'w, C: Communicator>(
 
 /// Whether this rank's piece `b` is all of its own source block `cur` (which can then be
 /// offered as it is, not packed).
-fn whole_piece<T: Send + 'static>(cur: &Option<HeldBlock<T>>, b: &Option<Block>) -> bool {
+fn whole_piece<T: Send + 'static>(cur: Option<&HeldBlock<T>>, b: &Option<Block>) -> bool {
     match (cur, b) {
         (Some(HeldBlock::Own(c)), Some(b)) => c.ranges[..] == b.ranges[..],
         _ => false,
@@ -470,7 +488,7 @@ fn all_gather_block<T: Scalar, C: Communicator>(
         return Ok(cur);
     };
     let pieces = Pieces::of(g);
-    let whole = whole_piece(&cur, &pieces.boxes[g.me]);
+    let whole = whole_piece(cur.as_ref(), &pieces.boxes[g.me]);
     let back = match cur.as_mut() {
         Some(HeldBlock::Own(c)) if whole => {
             let mine = std::mem::take(&mut c.data);
@@ -485,26 +503,31 @@ fn all_gather_block<T: Scalar, C: Communicator>(
     Ok(cur)
 }
 
-/// The all-gather of a move between ranks that share memory: one member assembles the
-/// (common) target block `target` from every member's piece, read where it lies, and every
-/// member holds it shared. Returns the shared block and the source block (kept).
+/// The all-gather of a move or a phase fetch between ranks that share memory: one member
+/// assembles the (common) target block `target` from every member's piece, read where it
+/// lies, and every member holds it shared. Returns the shared block; the source block `cur`
+/// stays (lent while the builder reads it).
 fn all_gather_shared<T: Scalar, C: Communicator>(
     sub: &C,
     g: &Geometry,
     t: &Tensor,
-    mut cur: Option<HeldBlock<T>>,
+    mut cur: Option<&mut HeldBlock<T>>,
     target: &Block,
     target_words: u64,
     mem: &mut Mem,
-) -> Result<(HeldBlock<T>, Option<HeldBlock<T>>), MoveError> {
+) -> Result<HeldBlock<T>, MoveError> {
     let pieces = Pieces::of(g);
     let k = g.me;
-    let whole = whole_piece(&cur, &pieces.boxes[k]);
-    let (mine, packed) = match cur.as_mut() {
+    let whole = whole_piece(cur.as_deref(), &pieces.boxes[k]);
+    let (mine, packed) = match cur.as_deref_mut() {
         Some(HeldBlock::Own(c)) if whole => (std::mem::take(&mut c.data), 0),
         _ => {
             let mut buf = crate::pool::take_empty(pieces.counts[k])?;
-            pack_piece(cur.as_deref(), pieces.boxes[k].as_ref(), &mut buf)?;
+            pack_piece(
+                cur.as_deref().map(|c| &**c),
+                pieces.boxes[k].as_ref(),
+                &mut buf,
+            )?;
             (buf, pieces.counts[k])
         }
     };
@@ -528,11 +551,11 @@ fn all_gather_shared<T: Scalar, C: Communicator>(
         Ok(SharedBlock::new(new))
     };
     let (shared, back) = sub.all_gather_shared(mine, &pieces.counts, build)?;
-    match cur.as_mut() {
+    match cur {
         Some(HeldBlock::Own(c)) if whole => c.data = back,
         _ => crate::pool::give(back),
     }
-    Ok((HeldBlock::Shared(shared), cur))
+    Ok(HeldBlock::Shared(shared))
 }
 
 /// Every fibre member's piece of this rank's target block (all members' targets are the
