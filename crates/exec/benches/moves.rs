@@ -4,12 +4,14 @@
 //! >= 0.5).
 //!
 //! What each side includes. The move (the step's best time over 7 repeated runs, the slowest
-//! rank): deriving the transfers, packing the 16 MB for the peer, the hand-over, copying the
-//! rank's own 16 MB half into the 32 MB target block and unpacking the peer's 16 MB into it;
-//! after two warm-up runs its message and target buffers come from the rank's pool, already
-//! touched. The memcpy: one 16 MB copy per rank, both ranks at once, into a buffer touched
-//! before (`memcpy_seconds`, the baseline of `ratio`), and into a fresh buffer
-//! (`memcpy_fresh_seconds`, which pays the page faults).
+//! rank): deriving the transfers, the peer lending its 16 MB half (its source block, not
+//! packed), and one rank assembling the 32 MB target block that both ranks then share: its
+//! own half and the peer's copied in, on its thread and a helper standing for the waiting
+//! peer's core (32 MB written over two threads, as the memcpy writes); after two warm-up
+//! runs the target comes from the builder's pool, already touched. The memcpy: one 16 MB
+//! copy per rank, both ranks at once, into a buffer touched before (`memcpy_seconds`, the
+//! baseline of `ratio`), and into a fresh buffer (`memcpy_fresh_seconds`, which pays the page
+//! faults).
 //!
 //! `cargo bench -p deinsum-exec --bench moves [-- --quick]`
 

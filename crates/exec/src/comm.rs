@@ -268,6 +268,36 @@ pub trait Communicator {
         Ok(mine)
     }
 
+    /// Whether [`Communicator::all_gather_shared`] builds one value that every rank shares
+    /// (ranks in one address space). Default: no (each rank builds its own).
+    fn gathers_shared(&self) -> bool {
+        false
+    }
+
+    /// All-gather into one shared result: every rank offers `mine` (`counts[rank()]`
+    /// elements, `counts` the same on every rank); `build` is called with every rank's
+    /// elements in rank order and returns the result, which every rank gets; `mine` is handed
+    /// back. Counted as [`Communicator::all_gather_v`]. In-process, one rank builds the
+    /// result, reading its peers' buffers where they lie, and the others share it (they wait
+    /// meanwhile, so `build` may use their share of the cores: `lent` is the number of ranks
+    /// it builds for); the default gathers into one buffer and builds on every rank.
+    fn all_gather_shared<T: Scalar, S: Send + Sync + 'static, E: From<CommError>>(
+        &self,
+        mine: Vec<T>,
+        counts: &[usize],
+        build: impl FnOnce(&[&[T]], usize) -> Result<S, E>,
+    ) -> Result<(std::sync::Arc<S>, Vec<T>), E> {
+        let all = self.all_gather_v(&mine, counts)?;
+        let mut pieces: Vec<&[T]> = Vec::with_capacity(counts.len());
+        let mut off = 0;
+        for &c in counts {
+            pieces.push(&all[off..off + c]);
+            off += c;
+        }
+        let built = build(&pieces, 1)?;
+        Ok((std::sync::Arc::new(built), mine))
+    }
+
     /// Reduce-scatter (sum) with varying counts: `send` holds, back to back in rank order, this
     /// rank's contribution to every rank's segment (`counts`, the same on every rank); returns
     /// the sum over ranks of this rank's segment. Default: point to point.

@@ -366,25 +366,77 @@ pub fn unpack_box<T: Scalar>(
 /// equal length, each a disjoint part of `dst` for one of the rank's threads.
 fn copy_runs<T: Scalar>(runs: &[(usize, usize, usize)], src: &[T], dst: &mut [T], sum: bool) {
     let total: usize = runs.iter().map(|r| r.2).sum();
-    let tasks = copy_threads(total);
+    let runs = runs.iter().map(|&(so, dof, n)| (0, so, dof, n));
+    copy_runs_from(runs, total, &[src], dst, sum, copy_threads(total));
+}
+
+/// Cores of the machine (the cap on threads lent to one copy).
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Copies the row-major boxes `pieces` (box, its elements) into block `dst`, on the calling
+/// rank's threads and those of the `lent - 1` ranks that wait for the block meanwhile (at
+/// most the machine's cores). The boxes must be disjoint, inside `dst` and as long as their
+/// elements.
+pub(crate) fn place_pieces<T: Scalar>(
+    dst: &mut LocalTensor<T>,
+    pieces: &[(&Block, &[T])],
+    lent: usize,
+) -> Result<(), OutOfMemory> {
+    let mut lists = Vec::with_capacity(pieces.len());
+    for (b, _) in pieces {
+        lists.push(run_list(&b.ranges, &b.ranges, &dst.ranges)?);
+    }
+    let count: usize = lists.iter().map(Vec::len).sum();
+    let mut runs: Vec<(usize, usize, usize, usize)> = try_vec(count)?;
+    for (x, list) in lists.iter().enumerate() {
+        runs.extend(list.iter().map(|&(so, dof, n)| (x, so, dof, n)));
+    }
+    drop(lists);
+    // In target order: the pieces' runs interleave when a box is cut along an inner dim.
+    runs.sort_unstable_by_key(|r| r.2);
+    let total: usize = runs.iter().map(|r| r.3).sum();
+    let per_rank = crate::pool::rank_threads().max(crate::kernels::threads());
+    let tasks = (per_rank * lent.max(1))
+        .min(cores())
+        .min(total / PAR_MIN_WORDS)
+        .max(1);
+    let srcs: Vec<&[T]> = pieces.iter().map(|p| p.1).collect();
+    copy_runs_from(runs.into_iter(), total, &srcs, &mut dst.data, false, tasks);
+    Ok(())
+}
+
+/// Copies (adds) the runs `(source, src offset, dst offset, length)` from `srcs` into `dst`,
+/// `total` words, on `tasks` threads; their target offsets increase, so a large copy is cut
+/// into consecutive pieces of about equal length, each a disjoint part of `dst`.
+fn copy_runs_from<T: Scalar>(
+    runs: impl Iterator<Item = (usize, usize, usize, usize)>,
+    total: usize,
+    srcs: &[&[T]],
+    dst: &mut [T],
+    sum: bool,
+    tasks: usize,
+) {
     if tasks <= 1 {
-        for &(so, dof, n) in runs {
-            add_or_copy(&mut dst[dof..dof + n], &src[so..so + n], sum);
+        for (x, so, dof, n) in runs {
+            add_or_copy(&mut dst[dof..dof + n], &srcs[x][so..so + n], sum);
         }
         return;
     }
     let piece = total.div_ceil(4 * tasks);
     // Pieces of at most `piece` words (long runs cut), grouped until a group has `piece`.
-    let mut groups: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new()];
+    let mut groups: Vec<Vec<(usize, usize, usize, usize)>> = vec![Vec::new()];
     let mut filled = 0;
-    for &(so, dof, n) in runs {
+    for (x, so, dof, n) in runs {
         let mut o = 0;
         while o < n {
             let l = (piece - filled).min(n - o);
             groups
                 .last_mut()
                 .expect("a group")
-                .push((so + o, dof + o, l));
+                .push((x, so + o, dof + o, l));
             (o, filled) = (o + l, filled + l);
             if filled == piece {
                 groups.push(Vec::new());
@@ -395,18 +447,52 @@ fn copy_runs<T: Scalar>(runs: &[(usize, usize, usize)], src: &[T], dst: &mut [T]
     let mut jobs = Vec::new();
     let (mut rest, mut base) = (dst, 0);
     for g in groups.into_iter().filter(|g| !g.is_empty()) {
-        let (lo, last) = (g[0].1, g[g.len() - 1]);
-        let hi = last.1 + last.2;
+        let (lo, last) = (g[0].2, g[g.len() - 1]);
+        let hi = last.2 + last.3;
         let (mine, after) = std::mem::take(&mut rest)[lo - base..].split_at_mut(hi - lo);
         jobs.push((g, mine, lo));
         (rest, base) = (after, hi);
     }
-    crate::pool::on_rank_pool(|| {
-        use rayon::prelude::*;
-        jobs.into_par_iter().for_each(|(g, mine, lo)| {
-            for (so, dof, n) in g {
-                add_or_copy(&mut mine[dof - lo..dof - lo + n], &src[so..so + n], sum);
-            }
-        })
+    run_jobs(jobs, tasks, |(g, mine, lo)| {
+        for (x, so, dof, n) in g {
+            add_or_copy(&mut mine[dof - lo..dof - lo + n], &srcs[x][so..so + n], sum);
+        }
     });
 }
+
+/// Runs `jobs` on `tasks` threads: the rank's pool (or the pool the caller runs on) when it
+/// has that many, else the calling thread and `tasks - 1` scoped helpers (threads lent by
+/// ranks that wait meanwhile), each taking the next job not yet taken (a helper that starts
+/// late, on a busy machine, takes fewer).
+fn run_jobs<J: Send>(jobs: Vec<J>, tasks: usize, f: impl Fn(J) + Sync + Send) {
+    if tasks <= crate::pool::rank_threads().max(crate::kernels::threads()) {
+        crate::pool::on_rank_pool(|| {
+            use rayon::prelude::*;
+            jobs.into_par_iter().for_each(f)
+        });
+        return;
+    }
+    let slots: Vec<std::sync::Mutex<Option<J>>> = jobs
+        .into_iter()
+        .map(|j| std::sync::Mutex::new(Some(j)))
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        while let Some(slot) = slots.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+            let job = crate::local::lock(slot).take();
+            job.into_iter().for_each(&f);
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..tasks.min(slots.len()) {
+            let helper = std::thread::Builder::new().stack_size(HELPER_STACK);
+            // A helper the system refuses (no memory for its stack) leaves its jobs to the
+            // others.
+            let _refused = helper.spawn_scoped(s, work);
+        }
+        work();
+    });
+}
+
+/// Stack of a copy helper thread (it only copies slices).
+const HELPER_STACK: usize = 256 << 10;

@@ -2,6 +2,7 @@
 
 use crate::comm::Calls;
 use crate::data::{block_of_full, seeded_block, unpack_box, Inputs};
+use crate::held::HeldBlock;
 use crate::kernels::{eval_group, GroupStats, GroupSteps, LocalTensor};
 use crate::moves::{self, MoveError};
 use crate::pool::OutOfMemory;
@@ -574,6 +575,10 @@ fn words<T>(t: &Option<LocalTensor<T>>) -> u64 {
     t.as_ref().map_or(0, |l| l.data.len() as u64)
 }
 
+fn held_words<T: Send + 'static>(t: &Option<HeldBlock<T>>) -> u64 {
+    t.as_ref().map_or(0, |l| l.data.len() as u64)
+}
+
 /// Runs `plan` on `comm` and also returns what every step did on this rank.
 pub fn execute_measured<T: Scalar, C: Communicator>(
     plan: &Plan,
@@ -617,6 +622,14 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     }
     .map_err(|e| ExecError::Threads(e.to_string()))?;
     let _in_ctx = ctx.enter();
+    // faer's per-thread buffers before the blocks (where its products are worth measuring).
+    let min = crate::tune::MIN_MADDS as f64;
+    if plan.groups.iter().any(|g| g.max_flops_per_rank >= min) {
+        crate::scalar::warm_gemm();
+        if let Some(p) = ctx.thread_pool() {
+            p.broadcast(|_| crate::scalar::warm_gemm());
+        }
+    }
     // Inputs are read (or generated) before the timed runs: a Load step then only places the
     // block, so repetitions time the contraction, not the input source.
     let mut loaded = preload(plan, me, inputs)?;
@@ -635,7 +648,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
         }
         if let Some((held, _, _)) = last.replace(r) {
             held.into_values()
-                .for_each(|(_, b)| b.into_iter().for_each(|b| crate::pool::give(b.data)));
+                .for_each(|(_, b)| b.into_iter().for_each(HeldBlock::release));
         }
     }
     let (mut held, mem, mut report) = last.expect("at least one run");
@@ -655,10 +668,18 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
         message: "the output is not live at the end".into(),
     })?;
     // What the run no longer needs goes to the pool (kept for the next run, if any).
-    let spare = held.into_values().filter_map(|(_, b)| b);
-    spare
-        .chain(loaded.into_values().filter_map(|s| s.block))
+    held.into_values()
+        .filter_map(|(_, b)| b)
+        .for_each(HeldBlock::release);
+    loaded
+        .into_values()
+        .filter_map(|s| s.block)
         .for_each(|b| crate::pool::give(b.data));
+    // The output as the caller's own (a block shared with other ranks is copied).
+    let local = local
+        .map(HeldBlock::into_owned)
+        .transpose()
+        .map_err(|e| oom(plan, me, Stage::Gather, *out_id, e))?;
     if &d != out_dist {
         return Err(ExecError::InvalidPlan {
             step: plan.steps.len(),
@@ -749,12 +770,13 @@ fn preload<T: Scalar>(plan: &Plan, me: usize, inputs: &Inputs<T>) -> Result<Load
 
 /// Gives an input's block back to its slot (a run is done with it); other blocks go to the
 /// rank's buffer pool.
-fn give_back<T: Send + 'static>(
-    loaded: &mut Loaded<T>,
-    tensor: TensorId,
-    block: Option<LocalTensor<T>>,
-) {
-    let Some(b) = block else { return };
+fn give_back<T: Scalar>(loaded: &mut Loaded<T>, tensor: TensorId, block: Option<HeldBlock<T>>) {
+    let b = match block {
+        Some(HeldBlock::Own(b)) => b,
+        // A shared block is not an input's: it goes when its last holder lets go.
+        Some(b) => return b.release(),
+        None => return,
+    };
     match loaded.get_mut(&tensor) {
         Some(slot) if slot.block.is_none() && slot.ranges.as_ref() == Some(&b.ranges) => {
             slot.block = Some(b);
@@ -764,7 +786,7 @@ fn give_back<T: Send + 'static>(
 }
 
 /// Held blocks by tensor, with their distributions.
-type Held<T> = BTreeMap<TensorId, (Distribution, Option<LocalTensor<T>>)>;
+type Held<T> = BTreeMap<TensorId, (Distribution, Option<HeldBlock<T>>)>;
 
 /// One run of the plan's steps from the preloaded inputs (`inputs` again only for a block a
 /// previous run did not give back); returns the blocks held at the end, the memory tally and
@@ -869,7 +891,7 @@ struct Interpreter<'a, T: Scalar, C: Communicator> {
 }
 
 /// A phase window: the tensor, its windowed distribution and this rank's block of it.
-type Window<T> = (TensorId, Distribution, Option<LocalTensor<T>>);
+type Window<T> = (TensorId, Distribution, Option<HeldBlock<T>>);
 
 impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
     /// Runs step `i`, filling in what `m` measures besides time and traffic.
@@ -914,7 +936,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
             PlanStep::Free { tensor } => {
                 m.tensor = Some(*tensor);
                 if let Some((_, b)) = self.held.remove(tensor) {
-                    self.mem.sub(words(&b));
+                    self.mem.sub(held_words(&b));
                     give_back(self.loaded, *tensor, b);
                 }
                 Ok(())
@@ -940,7 +962,8 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
             (Some(_), None) => read_input(self.plan, self.me, self.inputs, i, tensor, dist)?,
         };
         self.mem.add(words(&local));
-        self.held.insert(tensor, (dist.clone(), local));
+        self.held
+            .insert(tensor, (dist.clone(), local.map(HeldBlock::Own)));
         Ok(())
     }
 
@@ -956,7 +979,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         let (t, cur, transfers) = self.take_source(i, tensor, from)?;
         let way = self.routes.way(i, 0);
         // Counted before the move: a source handed over to a peer comes back empty.
-        let cur_words = words(&cur);
+        let cur_words = held_words(&cur);
         let moved = moves::move_block(self.comm, way, t, cur, to, &transfers, &mut self.mem);
         let moved = moved.map_err(step_move_error(self.plan, self.me, i, tensor))?;
         self.replace(tensor, to, cur_words, moved.source, moved.block);
@@ -978,13 +1001,13 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
             self.comm,
             way,
             t,
-            cur.as_ref(),
+            cur.as_deref(),
             to,
             &transfers,
             &mut self.mem,
         );
         let new = new.map_err(step_move_error(self.plan, self.me, i, tensor))?;
-        self.replace(tensor, to, words(&cur), cur, new);
+        self.replace(tensor, to, held_words(&cur), cur, new.map(HeldBlock::Own));
         Ok(())
     }
 
@@ -996,7 +1019,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         i: usize,
         tensor: TensorId,
         from: &Distribution,
-    ) -> Result<(&'a Tensor, Option<LocalTensor<T>>, Vec<Transfer>), ExecError> {
+    ) -> Result<(&'a Tensor, Option<HeldBlock<T>>, Vec<Transfer>), ExecError> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
         let transfers = self
             .plan
@@ -1027,8 +1050,8 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         tensor: TensorId,
         to: &Distribution,
         source_words: u64,
-        source: Option<LocalTensor<T>>,
-        new: Option<LocalTensor<T>>,
+        source: Option<HeldBlock<T>>,
+        new: Option<HeldBlock<T>>,
     ) {
         self.mem.sub(source_words);
         give_back(self.loaded, tensor, source);
@@ -1049,7 +1072,8 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         let result = run.eval(&ins, None, m, &mut self.mem);
         let result = result.map_err(|e| e.into_exec(self.plan, self.me, i, *out_id))?;
         self.mem.add(words(&result));
-        self.held.insert(*out_id, (out_dist.clone(), result));
+        self.held
+            .insert(*out_id, (out_dist.clone(), result.map(HeldBlock::Own)));
         Ok(())
     }
 
@@ -1089,7 +1113,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
                         "window of tensor {tid} is not phase {phase} of the group's distribution"
                     )));
                 }
-                ins.push((*tid, w.as_ref()));
+                ins.push((*tid, w.as_deref()));
                 continue;
             }
             ins.push((*tid, held_input(&self.held, *tid, d).map_err(bad)?));
@@ -1125,23 +1149,26 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         };
         drop(ins);
         for (_, _, w) in windows {
-            self.mem.sub(words(&w));
+            self.mem.sub(held_words(&w));
             // The next phase's windows (or the next run's) are cut into its buffer.
             if let Some(b) = w {
-                crate::pool::give(b.data);
+                b.release();
             }
         }
         // Accumulate into the output block, held from phase 0 on.
         if phase == 0 {
             self.mem.add(words(&part));
-            self.held.insert(*out_id, (out_dist.clone(), part));
+            self.held
+                .insert(*out_id, (out_dist.clone(), part.map(HeldBlock::Own)));
             return Ok(());
         }
         let (_, acc) = self
             .held
             .get_mut(out_id)
             .ok_or_else(|| bad("the phased output is not live".into()))?;
-        add_into(acc.as_mut(), part).map_err(bad)
+        let acc = acc.as_mut().map(HeldBlock::make_mut).transpose();
+        let acc = acc.map_err(|e| oom(self.plan, self.me, step_stage(self.plan, i), *out_id, e))?;
+        add_into(acc, part).map_err(bad)
     }
 
     /// The evaluation of fused group `group` on this rank, or why the plan has no such group.
@@ -1166,7 +1193,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         &mut self,
         i: usize,
         fetch: &[deinsum_plan::Fetch],
-    ) -> Result<Vec<(usize, Distribution, Option<LocalTensor<T>>)>, ExecError> {
+    ) -> Result<Vec<Window<T>>, ExecError> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
         let fetch_transfers = self.plan.step_transfers(i, self.me);
         let mut windows = Vec::new();
@@ -1177,14 +1204,14 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
                 .ok_or_else(|| bad(format!("unknown tensor {}", f.tensor)))?;
             let (_, cur) = self
                 .held
-                .get(&f.tensor)
+                .get_mut(&f.tensor)
                 .ok_or_else(|| bad(format!("{} is not live", t.name)))?;
             let way = self.routes.way(i, j);
             let w = moves::fetch_window(
                 self.comm,
                 way,
                 t,
-                cur.as_ref(),
+                cur.as_mut(),
                 &f.to,
                 transfers,
                 &mut self.mem,
@@ -1243,7 +1270,7 @@ impl<T: Scalar, C: Communicator> Prefetch<'_, T, C> {
                     t.name
                 )));
             }
-            legs.push((&trs[..], b.as_ref()));
+            legs.push((&trs[..], b.as_deref()));
             tensors.push(t);
         }
         // A message carries every prefetched tensor: a failure names the first.
@@ -1278,7 +1305,7 @@ impl<T: Scalar, C: Communicator> Prefetch<'_, T, C> {
             .prefetch
             .iter()
             .zip(next)
-            .map(|(f, b)| (f.tensor, f.to.clone(), b))
+            .map(|(f, b)| (f.tensor, f.to.clone(), b.map(HeldBlock::Own)))
             .collect();
         Ok((part, next))
     }
@@ -1373,8 +1400,8 @@ fn on_pool<R: Send>(pool: Option<&rayon::ThreadPool>, f: impl FnOnce() -> R + Se
 }
 
 /// The block of input `tid` this rank holds, checked to be in the group's distribution `d`.
-fn held_input<'a, T>(
-    held: &'a BTreeMap<TensorId, (Distribution, Option<LocalTensor<T>>)>,
+fn held_input<'a, T: Scalar>(
+    held: &'a Held<T>,
     tid: TensorId,
     d: &Distribution,
 ) -> Result<Option<&'a LocalTensor<T>>, String> {
@@ -1386,7 +1413,7 @@ fn held_input<'a, T>(
             "input tensor {tid} is not in the group's distribution"
         ));
     }
-    Ok(blk.as_ref())
+    Ok(blk.as_deref())
 }
 
 /// Computes group `g` on rank `me` over its iteration box ([`deinsum_plan::GroupPlan::iteration_box`], cut

@@ -11,6 +11,7 @@
 pub mod comm;
 pub mod data;
 pub mod execute;
+mod held;
 pub mod kernels;
 pub mod local;
 mod moves;

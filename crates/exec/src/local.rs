@@ -645,6 +645,67 @@ impl Communicator for LocalComm {
         })?)
     }
 
+    fn gathers_shared(&self) -> bool {
+        true
+    }
+
+    fn all_gather_shared<T: Scalar, S: Send + Sync + 'static, E: From<CommError>>(
+        &self,
+        mine: Vec<T>,
+        counts: &[usize],
+        build: impl FnOnce(&[&[T]], usize) -> Result<S, E>,
+    ) -> Result<(Arc<S>, Vec<T>), E> {
+        let (me, n) = (self.rank, self.size());
+        check_counts(counts, n, mine.len(), me)?;
+        self.count(Collective::AllGather);
+        // Counted as the all-gather it stands for: this rank's piece to every peer, every
+        // peer's piece to this rank (the messages below carry shared buffers, not bytes).
+        let w = self.world_rank();
+        let size = std::mem::size_of::<T>() as u64;
+        let total: usize = counts.iter().sum();
+        let (out, inc) = (mine.len() * (n - 1), total - mine.len());
+        self.shared.sent[w].fetch_add(out as u64 * size, Ordering::Relaxed);
+        self.shared.received[w].fetch_add(inc as u64 * size, Ordering::Relaxed);
+        // Member 0 builds; the others lend it their buffers and wait for the result.
+        const BUILDER: usize = 0;
+        if me != BUILDER {
+            let lent = Arc::new(mine);
+            self.post(BUILDER, Box::new(Arc::clone(&lent)), 0);
+            let built = self.take_as::<Arc<S>>(BUILDER, |_| 0)?;
+            // The builder dropped its handle before sending the result.
+            let mine = Arc::try_unwrap(lent).map_err(|_| {
+                CommError::Backend("a lent buffer outlived the shared all-gather".into())
+            })?;
+            return Ok((built, mine));
+        }
+        let mut theirs: Vec<Option<Arc<Vec<T>>>> = Vec::with_capacity(n);
+        for (x, &c) in counts.iter().enumerate() {
+            if x == me {
+                theirs.push(None);
+                continue;
+            }
+            let v = self.take_as::<Arc<Vec<T>>>(x, |_| 0)?;
+            if v.len() != c {
+                return Err(CommError::Invalid("counts differ between ranks".into()).into());
+            }
+            theirs.push(Some(v));
+        }
+        let pieces: Vec<&[T]> = theirs
+            .iter()
+            .map(|v| v.as_deref().map_or(&mine[..], |v| &v[..]))
+            .collect();
+        let built = build(&pieces, n);
+        drop(pieces);
+        // Every lent buffer is let go before the result goes out (then each peer's is its
+        // own again when it gets the result).
+        drop(theirs);
+        let built = Arc::new(built?);
+        for r in (0..n).filter(|&r| r != me) {
+            self.post(r, Box::new(Arc::clone(&built)), 0);
+        }
+        Ok((built, mine))
+    }
+
     fn reduce_scatter_v<T: Scalar>(
         &self,
         send: &[T],

@@ -12,8 +12,9 @@
 //! - [`fetch_window`]: a phase window fetched from where an input rests; the source stays.
 
 use crate::comm::{CommError, Communicator};
-use crate::data::{copy_box, pack_box, unpack_box};
+use crate::data::{copy_box, pack_box, place_pieces, unpack_box};
 use crate::execute::Mem;
+use crate::held::{HeldBlock, SharedBlock};
 use crate::kernels::LocalTensor;
 use crate::pool::OutOfMemory;
 use crate::Scalar;
@@ -222,21 +223,23 @@ fn send_and_receive<'a, T: Scalar, C: Communicator>(
 }
 
 /// The source block and target block after a [`move_block`].
-pub(crate) struct Moved<T> {
+pub(crate) struct Moved<T: Send + 'static> {
     /// This rank's block in the target distribution.
-    pub block: Option<LocalTensor<T>>,
+    pub block: Option<HeldBlock<T>>,
     /// The source block, unless it was handed over as the target block.
-    pub source: Option<LocalTensor<T>>,
+    pub source: Option<HeldBlock<T>>,
 }
 
 /// Moves `t` from this rank's source block `cur` into `to` along `transfers` (a plain move:
 /// every target element is received once). A block that stays whole on its rank becomes the
 /// target block without a copy; otherwise the source is returned for the caller to release.
+/// An all-gather between ranks that share memory makes one target block that the fibre's
+/// members share.
 pub(crate) fn move_block<T: Scalar, C: Communicator>(
     comm: &C,
     way: Way<'_, C>,
     t: &Tensor,
-    cur: Option<LocalTensor<T>>,
+    cur: Option<HeldBlock<T>>,
     to: &Distribution,
     transfers: &[Transfer],
     mem: &mut Mem,
@@ -261,6 +264,17 @@ pub(crate) fn move_block<T: Scalar, C: Communicator>(
         op: Op::AllGather, ..
     } = way.route
     {
+        if let (Some((sub, g)), Some(tb)) = (fibre_of(&way, me)?, &target) {
+            if sub.gathers_shared() {
+                let mut cur = cur;
+                let block = all_gather_shared(sub, g, t, cur.as_mut(), tb, target_words, mem)?;
+                mem.add(target_words);
+                return Ok(Moved {
+                    block: Some(block),
+                    source: cur,
+                });
+            }
+        }
         // Every target element arrives once (a plain move): no zeros written first.
         let mut new = to
             .block(me, &t.shape)
@@ -268,14 +282,17 @@ pub(crate) fn move_block<T: Scalar, C: Communicator>(
             .transpose()?;
         let source = all_gather_block(&way, me, cur, new.as_mut(), target_words, mem)?;
         mem.add(target_words);
-        return Ok(Moved { block: new, source });
+        return Ok(Moved {
+            block: new.map(HeldBlock::Own),
+            source,
+        });
     }
     if !matches!(way.route, Route::Exchange | Route::Local) {
         let mut new = target_block(t, to, me)?;
         run_way(
             comm,
             &way,
-            cur.as_ref(),
+            cur.as_deref(),
             new.as_mut(),
             transfers,
             false,
@@ -283,24 +300,29 @@ pub(crate) fn move_block<T: Scalar, C: Communicator>(
         )?;
         mem.add(target_words);
         return Ok(Moved {
-            block: new,
+            block: new.map(HeldBlock::Own),
             source: cur,
         });
     }
     let (incoming, recv) = if *way.route == Route::Local {
         (Incoming::of(transfers, me, comm.size())?, Vec::new())
     } else {
-        send_and_receive(comm, cur.as_ref(), transfers, target_words, mem)?
+        send_and_receive(comm, cur.as_deref(), transfers, target_words, mem)?
     };
     mem.add(target_words);
     let (mut block, source) = if stays {
         (cur, None)
     } else {
         let mut new = target_block(t, to, me)?;
-        copy_local(cur.as_ref(), new.as_mut(), transfers, false, me)?;
-        (new, cur)
+        copy_local(cur.as_deref(), new.as_mut(), transfers, false, me)?;
+        (new.map(HeldBlock::Own), cur)
     };
-    unpack(block.as_mut(), &recv, &incoming, false, me)?;
+    // Only received elements are written (a block that stays is shared only when none are).
+    let dst = match block.as_mut() {
+        Some(b) if !recv.is_empty() => Some(b.make_mut()?),
+        _ => None,
+    };
+    unpack(dst, &recv, &incoming, false, me)?;
     recv.into_iter().for_each(crate::pool::give);
     Ok(Moved { block, source })
 }
@@ -320,18 +342,35 @@ pub(crate) fn reduce_block<T: Scalar, C: Communicator>(
     exchange_into(comm, way, t, cur, to, transfers, true, mem)
 }
 
-/// Fetches this rank's window `to` of `t` from where it rests (`cur`, which stays) along
-/// `transfers`; returns the window block (a copy).
+/// Fetches this rank's window `to` of `t` from where it rests (`cur`, which stays; lent as it
+/// is while the fetch runs) along `transfers`; returns the window block (a copy, shared by
+/// the fibre's in-process ranks when it is all-gathered).
 pub(crate) fn fetch_window<T: Scalar, C: Communicator>(
     comm: &C,
     way: Way<'_, C>,
     t: &Tensor,
-    cur: Option<&LocalTensor<T>>,
+    cur: Option<&mut HeldBlock<T>>,
     to: &Distribution,
     transfers: &[Transfer],
     mem: &mut Mem,
-) -> Result<Option<LocalTensor<T>>, MoveError> {
-    exchange_into(comm, way, t, cur, to, transfers, false, mem)
+) -> Result<Option<HeldBlock<T>>, MoveError> {
+    let me = comm.rank();
+    if let Route::Collective {
+        op: Op::AllGather, ..
+    } = way.route
+    {
+        if let (Some((sub, g)), Some(tb)) = (fibre_of(&way, me)?, to.block(me, &t.shape)) {
+            if sub.gathers_shared() {
+                let target_words = tb.len();
+                let block = all_gather_shared(sub, g, t, cur, &tb, target_words, mem)?;
+                mem.add(target_words);
+                return Ok(Some(block));
+            }
+        }
+    }
+    let cur = cur.map(|c| &**c);
+    let new = exchange_into(comm, way, t, cur, to, transfers, false, mem)?;
+    Ok(new.map(HeldBlock::Own))
 }
 
 /// The target block of `to`, filled from `cur` (kept) along `way`.
@@ -425,37 +464,98 @@ fn fibre_of<'w, C: Communicator>(
     Ok(Some((sub, g)))
 }
 
+/// Whether this rank's piece `b` is all of its own source block `cur` (which can then be
+/// offered as it is, not packed).
+fn whole_piece<T: Send + 'static>(cur: Option<&HeldBlock<T>>, b: &Option<Block>) -> bool {
+    match (cur, b) {
+        (Some(HeldBlock::Own(c)), Some(b)) => c.ranges[..] == b.ranges[..],
+        _ => false,
+    }
+}
+
 /// The all-gather of a move: every member's piece of the (common) target block reaches
 /// `new`. When the piece is this rank's whole source block, the block itself is offered (no
 /// pack) and handed back.
 fn all_gather_block<T: Scalar, C: Communicator>(
     way: &Way<'_, C>,
     me: usize,
-    mut cur: Option<LocalTensor<T>>,
+    mut cur: Option<HeldBlock<T>>,
     new: Option<&mut LocalTensor<T>>,
     target_words: u64,
     mem: &mut Mem,
-) -> Result<Option<LocalTensor<T>>, MoveError> {
+) -> Result<Option<HeldBlock<T>>, MoveError> {
     let Some((sub, g)) = fibre_of(way, me)? else {
         return Ok(cur);
     };
     let pieces = Pieces::of(g);
-    let whole = match (&cur, &pieces.boxes[g.me]) {
-        (Some(c), Some(b)) => c.ranges[..] == b.ranges[..],
-        _ => false,
-    };
+    let whole = whole_piece(cur.as_ref(), &pieces.boxes[g.me]);
     let back = match cur.as_mut() {
-        Some(c) if whole => {
+        Some(HeldBlock::Own(c)) if whole => {
             let mine = std::mem::take(&mut c.data);
             pieces.gather(sub, mine, 0, new, target_words, mem)?
         }
-        _ => pieces.pack_and_gather(sub, cur.as_ref(), new, target_words, mem)?,
+        _ => pieces.pack_and_gather(sub, cur.as_deref(), new, target_words, mem)?,
     };
     match cur.as_mut() {
-        Some(c) if whole => c.data = back,
+        Some(HeldBlock::Own(c)) if whole => c.data = back,
         _ => crate::pool::give(back),
     }
     Ok(cur)
+}
+
+/// The all-gather of a move or a phase fetch between ranks that share memory: one member
+/// assembles the (common) target block `target` from every member's piece, read where it
+/// lies, and every member holds it shared. Returns the shared block; the source block `cur`
+/// stays (lent while the builder reads it).
+fn all_gather_shared<T: Scalar, C: Communicator>(
+    sub: &C,
+    g: &Geometry,
+    t: &Tensor,
+    mut cur: Option<&mut HeldBlock<T>>,
+    target: &Block,
+    target_words: u64,
+    mem: &mut Mem,
+) -> Result<HeldBlock<T>, MoveError> {
+    let pieces = Pieces::of(g);
+    let k = g.me;
+    let whole = whole_piece(cur.as_deref(), &pieces.boxes[k]);
+    let (mine, packed) = match cur.as_deref_mut() {
+        Some(HeldBlock::Own(c)) if whole => (std::mem::take(&mut c.data), 0),
+        _ => {
+            let mut buf = crate::pool::take_empty(pieces.counts[k])?;
+            pack_piece(
+                cur.as_deref().map(|c| &**c),
+                pieces.boxes[k].as_ref(),
+                &mut buf,
+            )?;
+            (buf, pieces.counts[k])
+        }
+    };
+    mem.touch_buffers(packed as u64 + target_words);
+    let build = |data: &[&[T]], lent: usize| -> Result<SharedBlock<T>, MoveError> {
+        // Every target element arrives once (a plain move): no zeros written first.
+        let mut new = LocalTensor::<T>::overwritten(t.indices.clone(), target.ranges.to_vec())?;
+        let mut list = Vec::with_capacity(data.len());
+        for (b, d) in pieces.boxes.iter().zip(data) {
+            match b {
+                Some(b) if !outside(b, &new) && d.len() == b.len() as usize => list.push((b, *d)),
+                None if d.is_empty() => {}
+                _ => {
+                    return Err(MoveError::Plan(
+                        "gathered pieces do not match the target block".into(),
+                    ))
+                }
+            }
+        }
+        place_pieces(&mut new, &list, lent)?;
+        Ok(SharedBlock::new(new))
+    };
+    let (shared, back) = sub.all_gather_shared(mine, &pieces.counts, build)?;
+    match cur {
+        Some(HeldBlock::Own(c)) if whole => c.data = back,
+        _ => crate::pool::give(back),
+    }
+    Ok(HeldBlock::Shared(shared))
 }
 
 /// Every fibre member's piece of this rank's target block (all members' targets are the

@@ -373,3 +373,25 @@ pub fn on_rank_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
         _ => f(),
     }
 }
+
+/// A rank's free list, held by a buffer that may be dropped on another rank's thread: a block
+/// that in-process ranks share goes back to the pool of the rank that allocated it, so that
+/// rank finds it again on the next run.
+#[derive(Clone, Default)]
+pub(crate) struct Home(Option<Arc<Mutex<Free>>>);
+
+impl Home {
+    /// The calling thread's rank pool (none outside a rank context).
+    pub(crate) fn here() -> Self {
+        Home(CONTEXT.with(|c| c.borrow().as_ref().map(|ctx| ctx.free.clone())))
+    }
+
+    /// Hands `v` to this pool, as [`give`] does to the calling rank's.
+    pub(crate) fn give<T: Send + 'static>(&self, v: Vec<T>) {
+        if let Some(free) = &self.0 {
+            if v.capacity() >= MIN_POOLED {
+                lock(free).give(v);
+            }
+        }
+    }
+}

@@ -588,6 +588,28 @@ impl_scalar!(f64, "<f8", "f64", |c: &C, b: &mut [f64]| c
 impl_scalar!(f32, "<f4", "f32", |c: &C, b: &mut [f32]| c
     .all_reduce_sum_f32(b));
 
+/// Makes faer's GEMM take its per-thread packing buffers (a few MiB, allocated by faer
+/// without a way to refuse) on the calling thread now, once per thread, before the run's
+/// blocks are allocated: a run at its memory limit then fails at a block's allocation, with
+/// an error, and not inside faer with an abort.
+pub(crate) fn warm_gemm() {
+    thread_local! {
+        static WARM: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if WARM.get() {
+        return;
+    }
+    // Large enough for faer's packed kernel (smaller products skip the buffers).
+    let n = 64;
+    let a = vec![0.0f64; n * n];
+    let mut c = vec![0.0f64; n * n];
+    let am = faer::MatRef::from_row_major_slice(&a, n, n);
+    let cm = faer::MatMut::from_row_major_slice_mut(&mut c, n, n);
+    faer::linalg::matmul::matmul(cm, faer::Accum::Replace, am, am, 1.0, faer::Par::Seq);
+    std::hint::black_box(&c);
+    WARM.set(true);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,10 +35,28 @@ fn forced() -> Option<bool> {
     }
 }
 
-/// This machine's costs, measured on first use (f64, one thread).
+/// This machine's costs, measured on first use (f64, one thread). When the measurement's
+/// buffers cannot be had (a run at its memory limit), reading in place is taken as free (it
+/// needs no memory), and the next use measures again.
 pub fn transposed_rows() -> TransposedRows {
     static COSTS: OnceLock<TransposedRows> = OnceLock::new();
-    *COSTS.get_or_init(measure)
+    if let Some(c) = COSTS.get() {
+        return *c;
+    }
+    match measure() {
+        Some(c) => *COSTS.get_or_init(|| c),
+        None => TransposedRows {
+            extra_per_madd: 0.0,
+            copy_per_word: 1.0,
+        },
+    }
+}
+
+/// A vector of `len` values `f(x)`, or `None` when the allocator refuses it.
+fn filled(len: usize, f: impl Fn(usize) -> f64) -> Option<Vec<f64>> {
+    let mut v = crate::pool::try_vec(len).ok()?;
+    v.extend((0..len).map(f));
+    Some(v)
 }
 
 /// The costs a product of `madds` multiply-adds weighs its layouts by: `None` below
@@ -72,14 +90,14 @@ fn best(reps: usize, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-fn measure() -> TransposedRows {
+fn measure() -> Option<TransposedRows> {
     // faer itself (not the panelled GEMM, which copies such an operand when it pays) on a
     // product large enough to run at its steady rate, with fewer output columns than the
     // GEMM's own panel copies start at, and a transpose out of the L2 cache.
     let (s, n) = (256, crate::scalar::PACK_LEFT_MIN_COLS / 2);
-    let a: Vec<f64> = (0..s * s).map(|x| (x % 7) as f64).collect();
-    let b: Vec<f64> = (0..s * n).map(|x| (x % 5) as f64).collect();
-    let mut c = vec![0.0f64; s * n];
+    let a = filled(s * s, |x| (x % 7) as f64)?;
+    let b = filled(s * n, |x| (x % 5) as f64)?;
+    let mut c = filled(s * n, |_| 0.0)?;
     let mut gemm = |trans: bool| {
         let a = if trans {
             faer::MatRef::from_row_major_slice(&a, s, s).transpose()
@@ -96,7 +114,7 @@ fn measure() -> TransposedRows {
     let plain = best(3, || gemm(false));
     let trans = best(3, || gemm(true));
     let t = 768;
-    let src: Vec<f64> = (0..t * t).map(|x| x as f64).collect();
+    let src = filled(t * t, |x| x as f64)?;
     // Into a reused buffer, as a step's copies are in repeated runs (the rank's pool): a fresh
     // one faults its pages in, which tripled the time per word on the EPYC of issue 12.
     let scratch = crate::pool::RankContext::new(2 * t * t, 1, 0).ok();
@@ -107,10 +125,11 @@ fn measure() -> TransposedRows {
             crate::pool::give(out);
         }
     });
-    TransposedRows {
+    // Every copy refused (no time measured): not a measurement.
+    copy.is_finite().then(|| TransposedRows {
         extra_per_madd: ((trans - plain) / (s * n * s) as f64).max(0.0),
         copy_per_word: copy / (t * t) as f64,
-    }
+    })
 }
 
 #[cfg(test)]

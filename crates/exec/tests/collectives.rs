@@ -386,3 +386,53 @@ fn balanced_blocks_run_as_their_collectives() {
         assert!(coll > 0, "no {kind} move ran as its collective: {paths:?}");
     }
 }
+
+/// In-process all-gathers build one target block that the fibre's ranks share: here the
+/// output is all-gathered at the end (the run returns a shared block) or all-gathered and
+/// sliced back (a shared block is the source of the next move), on P = 1..7 with extents no
+/// P divides, in runs repeated after a warm-up (the shared block goes back to its builder's
+/// pool between runs): equal to the serial result, with the predicted words on every rank.
+#[test]
+fn shared_all_gather_blocks_are_exact() {
+    let mut gathers = 0;
+    for e in &cases()[..3] {
+        let t = left_tree(e);
+        for p in 1..=7 {
+            for fusion in [fused(&t), unfused(&t)] {
+                let base = plan(e, &t, &fusion, p);
+                let (out, d0) = base.output.clone();
+                let all = Distribution {
+                    split: vec![Vec::new(); d0.split.len()],
+                    ..d0.clone()
+                };
+                let mut ends = base.clone();
+                ends.steps.push(move_step(&ends, out, &d0, &all, false));
+                ends.output = (out, all.clone());
+                let mut back = ends.clone();
+                back.steps.push(move_step(&back, out, &all, &d0, false));
+                back.output = (out, d0.clone());
+                for pl in [ends, back] {
+                    let opts = deinsum_exec::ExecOptions {
+                        repeat: 2,
+                        warmup: 1,
+                        ..Default::default()
+                    };
+                    let (got, reps) = run_with::<f64>(&pl, 5, &opts);
+                    let (abs, rel) = max_error(&got, &naive_seeded(e, 5));
+                    assert!(rel < 1e-12, "P={p}: max abs {abs}, rel {rel}");
+                    assert_volume(&pl, &reps);
+                    let s = base.steps.len();
+                    if matches!(kind_of(&pl.steps[s]), Some(MoveKind::AllGather { .. })) {
+                        let calls: u64 = reps
+                            .iter()
+                            .map(|r| r.steps[s].calls.of(Collective::AllGather))
+                            .sum();
+                        assert!(calls > 0, "P={p}: the output's all-gather");
+                        gathers += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(gathers > 0, "no output was all-gathered");
+}

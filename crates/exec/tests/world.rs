@@ -336,3 +336,62 @@ fn all_gather_each_failing_place_does_not_hang() {
     });
     assert!(r.is_err());
 }
+
+/// `all_gather_shared` builds once from every rank's elements in rank order (zero counts
+/// included) and every rank gets that one result (the same allocation), counts the traffic of
+/// `all_gather_v` and hands each rank's buffer back unchanged; twice in a row, so a lent
+/// buffer is its owner's again before the next call.
+#[test]
+fn all_gather_shared_builds_once_for_every_rank() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    for p in [1usize, 2, 3, 5, 7] {
+        let builds = AtomicUsize::new(0);
+        let addrs = InProcess::new(p)
+            .unwrap()
+            .run(|c| {
+                let me = c.rank();
+                let counts: Vec<usize> = (0..p).map(|r| r % 3).collect();
+                let mine: Vec<f64> = (0..counts[me]).map(|i| (100 * me + i) as f64).collect();
+                let mut addrs = Vec::new();
+                for _ in 0..2 {
+                    let before = c.traffic();
+                    let (all, back) = c.all_gather_shared(mine.clone(), &counts, |d, lent| {
+                        builds.fetch_add(1, Ordering::Relaxed);
+                        assert_eq!(lent, p, "the builder builds for every rank");
+                        Ok::<Vec<f64>, CommError>(d.concat())
+                    })?;
+                    assert_eq!(back, mine, "rank {me}: its buffer comes back as it was");
+                    assert_eq!(*all, c.all_gather_v(&mine, &counts)?, "rank {me}");
+                    let t = c.traffic();
+                    // The check above is a second all-gather: each counted once.
+                    let others: usize = (0..p).filter(|&r| r != me).map(|r| counts[r]).sum();
+                    assert_eq!(t.received - before.received, 2 * 8 * others as u64);
+                    let sent = if p > 1 { 8 * counts[me] * (p - 1) } else { 0 };
+                    assert_eq!(t.sent - before.sent, 2 * sent as u64);
+                    addrs.push(all.as_ptr() as usize);
+                }
+                Ok::<_, CommError>(addrs)
+            })
+            .unwrap();
+        assert_eq!(
+            builds.load(Ordering::Relaxed),
+            2,
+            "P={p}: one build per call"
+        );
+        assert!(addrs.iter().all(|a| a == &addrs[0]), "P={p}: one result");
+    }
+}
+
+/// A builder that fails fails the run; the ranks waiting for its result give up instead of
+/// hanging.
+#[test]
+fn all_gather_shared_failing_build_does_not_hang() {
+    let r = InProcess::new(3).unwrap().run(|c| {
+        let me = c.rank();
+        c.all_gather_shared(vec![me as f64; 4], &[4, 4, 4], |_, _| {
+            Err::<Vec<f64>, CommError>(CommError::Invalid("refused".into()))
+        })
+        .map(|_| ())
+    });
+    assert!(r.is_err());
+}
