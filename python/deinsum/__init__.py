@@ -44,9 +44,16 @@ def _compute_dtype(arrays, dtype):
 
 def _as_operands(operands, dtype):
     """The operands as C-contiguous, aligned arrays of one float type (copied only if needed)."""
-    arrays = [np.asarray(a) for a in operands]
+    arrays = [a if type(a) is np.ndarray else np.asarray(a) for a in operands]
     dt = _compute_dtype(arrays, dtype)
-    return [np.require(a, dtype=dt, requirements=["C", "A"]) for a in arrays], dt
+    # np.require costs a few µs an operand even when it returns its argument: arrays that
+    # already qualify (the usual case) are passed as they are.
+    return [
+        a
+        if a.dtype == dt and a.flags.c_contiguous and a.flags.aligned
+        else np.require(a, dtype=dt, requirements=["C", "A"])
+        for a in arrays
+    ], dt
 
 
 def _shapes(items, shapes):
@@ -115,8 +122,12 @@ class Plan:
     def run(self, *operands, threads=None, dtype=None):
         """Runs the plan on in-process ranks and returns the result as a NumPy array."""
         arrays, dt = _as_operands(operands, dtype)
+        return self._run(arrays, threads, dt)
+
+    def _run(self, arrays, threads, dt):
+        """`run` on operands `_as_operands` has already converted to `dt`."""
         if threads is None:
-            threads = _default_threads(self.procs)
+            threads = _default_threads(self._native.procs())
         if dt == np.float32:
             out = self._native.run_f32(arrays, int(threads))
         else:
@@ -158,12 +169,13 @@ def einsum(expr, *operands, procs=1, threads=None, mem=None, optimize="auto", dt
     are read in place, others copied once. The GIL is released during the run.
     """
     arrays, dt = _as_operands(operands, dtype)
-    shapes = tuple(tuple(a.shape) for a in arrays)
+    shapes = tuple(a.shape for a in arrays)
     if isinstance(expr, str) and isinstance(optimize, (str, bool)):
         plan = _cached_plan(expr, shapes, procs, mem, optimize)
     else:
         plan = compile(expr, *shapes, procs=procs, mem=mem, optimize=optimize, machine="host")
-    return plan.run(*arrays, threads=threads, dtype=dt)
+    # The operands are converted already: `Plan.run` would check them a second time.
+    return plan._run(arrays, threads, dt)
 
 
 @functools.lru_cache(maxsize=128)

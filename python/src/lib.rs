@@ -62,10 +62,12 @@ struct NativePlan {
 /// Runs `job` on a worker thread with the GIL released, while this thread checks for Ctrl-C
 /// every 50 ms: a KeyboardInterrupt sets the executor's cancel flag, so the ranks stop before
 /// their next step, and is raised once the worker has returned (the lent arrays outlive it).
+/// A `short` job runs on this thread instead (see [`is_short`]).
 fn run_interruptible<T: Send>(
     py: Python<'_>,
     job: impl FnOnce(&deinsum::ExecOptions) -> Result<Vec<T>, deinsum::Error> + Send,
     threads: usize,
+    short: bool,
 ) -> PyResult<Vec<T>> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{mpsc, Arc};
@@ -75,6 +77,13 @@ fn run_interruptible<T: Send>(
         cancel: Some(Arc::clone(&cancel)),
         ..deinsum::ExecOptions::default()
     };
+    if short {
+        // Too short to be worth a watcher thread (spawning it and waking this thread again
+        // cost ~0.1 ms); a Ctrl-C meanwhile is raised by the check after the run.
+        let out = py.allow_threads(|| job(&opts)).map_err(to_py)?;
+        py.check_signals()?;
+        return Ok(out);
+    }
     let (result, interrupt) = py.allow_threads(|| {
         std::thread::scope(|s| {
             let (done, finished) = mpsc::channel::<()>();
@@ -107,6 +116,18 @@ fn run_interruptible<T: Send>(
     let out = result.map_err(to_py)?;
     py.check_signals()?;
     Ok(out)
+}
+
+/// Multiply-adds per rank and input elements up to which a run counts as short: a few ms on
+/// one core, so that waiting for its end before raising KeyboardInterrupt is not noticed.
+const SHORT_MADDS: f64 = (1u64 << 25) as f64;
+const SHORT_INPUT_WORDS: usize = 1 << 22;
+
+/// Whether a run of `plan` on inputs of `words` elements is short (`SHORT_MADDS`,
+/// `SHORT_INPUT_WORDS`).
+fn is_short(plan: &deinsum::plan::Plan, words: usize) -> bool {
+    let madds: f64 = plan.groups.iter().map(|g| g.max_flops_per_rank).sum();
+    madds <= SHORT_MADDS && words <= SHORT_INPUT_WORDS
 }
 
 /// Runs `e` on `arrays` of element type `T`: arrays are lent to the executor without a copy
@@ -146,7 +167,13 @@ fn run_typed<'py, T: deinsum::Scalar + Element>(
         .map(|c| einsum.extents()[c])
         .collect();
     py.check_signals()?;
-    let out = run_interruptible(py, |opts| e.run_local_borrowed(&slices, opts), threads)?;
+    let short = is_short(e.plan(), slices.iter().map(|s| s.len()).sum());
+    let out = run_interruptible(
+        py,
+        |opts| e.run_local_borrowed(&slices, opts),
+        threads,
+        short,
+    )?;
     let arr = out.into_pyarray(py);
     arr.reshape(IxDyn(&shape))
 }

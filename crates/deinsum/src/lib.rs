@@ -129,6 +129,9 @@ pub fn release_buffers() -> usize {
 #[derive(Clone, Debug)]
 pub struct Einsum {
     plan: Plan,
+    /// Each rank's predicted peak (`Plan::peak_of`), worked out on the first in-process run
+    /// that needs it: walking the memory model cost about 40 µs a rank on every call.
+    peaks: Vec<std::sync::OnceLock<(u64, u64)>>,
 }
 
 /// Builds the plan: path search, SOAP fusion, then the planner.
@@ -161,14 +164,22 @@ impl Einsum {
         einsum: &deinsum_expr::ParsedEinsum,
         options: &Options,
     ) -> Result<Self, Error> {
-        Ok(Einsum {
-            plan: build_plan(einsum, options)?,
-        })
+        Ok(Self::from_plan(build_plan(einsum, options)?))
     }
 
     /// Wraps an existing plan (one read from JSON, or built by hand).
     pub fn from_plan(plan: Plan) -> Self {
-        Einsum { plan }
+        let peaks = (0..plan.procs)
+            .map(|_| std::sync::OnceLock::new())
+            .collect();
+        Einsum { plan, peaks }
+    }
+
+    /// Rank `me`'s predicted peak, `Plan::peak_of(me)`, computed once per compiled plan.
+    fn peak_of(&self, me: usize) -> Option<(u64, u64)> {
+        self.peaks
+            .get(me)
+            .map(|p| *p.get_or_init(|| self.plan.peak_of(me)))
     }
 
     /// The plan.
@@ -248,9 +259,11 @@ impl Einsum {
             .clone()
             .unwrap_or_else(|| kept_buffers().clone());
         kept.keep_ranks(plan.procs);
+        // The ranks are threads sharing `plan` by reference: no plan-hash agreement is needed.
         let opts = ExecOptions {
             threads: options.threads.max(1),
             kept: Some(kept.clone()),
+            shared_plan: true,
             ..options.clone()
         };
         let blocks = self.on_local_ranks::<T, _>(|comm| {
@@ -299,6 +312,10 @@ impl Einsum {
                 Inputs::Given(std::sync::Mutex::new(blocks))
             } else {
                 Inputs::Blocks(blocks)
+            };
+            let opts = ExecOptions {
+                peak: opts.peak.or_else(|| self.peak_of(me)),
+                ..opts.clone()
             };
             let (t, _) = deinsum_exec::execute_measured(plan, comm, &inputs, &opts)?;
             // Rank 0 takes the output blocks as they are (no messages): see the doc above.

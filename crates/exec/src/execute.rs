@@ -166,6 +166,13 @@ pub struct ExecOptions {
     /// buffers from them and leaves its freed ones there (inputs read ahead included), up to
     /// its plan's predicted peak per rank. `None`: a single run allocates afresh.
     pub kept: Option<crate::pool::KeptBuffers>,
+    /// Every rank runs this very `Plan` value (in-process ranks of one call sharing it by
+    /// reference): the check that the ranks hold the same plan (a hash of its JSON, about
+    /// 50 µs, and an all-reduce) is skipped.
+    pub shared_plan: bool,
+    /// This rank's predicted peak, `Plan::peak_of(rank)`, when the caller has it already (a
+    /// repeated call of one compiled plan): the memory model is then not walked again.
+    pub peak: Option<(u64, u64)>,
 }
 
 impl Default for ExecOptions {
@@ -177,6 +184,8 @@ impl Default for ExecOptions {
             threads: 1,
             cancel: None,
             kept: None,
+            shared_plan: false,
+            peak: None,
         }
     }
 }
@@ -593,11 +602,13 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
             world: comm.size(),
         });
     }
-    let h = plan_hash(plan);
-    let mut agree = [h, !h];
-    comm.all_reduce_max_u64(&mut agree)?;
-    if agree != [h, !h] {
-        return Err(ExecError::PlanMismatch { rank: me, hash: h });
+    if !opts.shared_plan {
+        let h = plan_hash(plan);
+        let mut agree = [h, !h];
+        comm.all_reduce_max_u64(&mut agree)?;
+        if agree != [h, !h] {
+            return Err(ExecError::PlanMismatch { rank: me, hash: h });
+        }
     }
     // Which moves run as collectives, agreed before any step (and the sub-communicators made),
     // so that no step's measured traffic includes it.
@@ -610,7 +621,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     // do runs given buffers kept from earlier ones.
     // The plan's memory model is walked once per run (it costs about as much as a small
     // contraction).
-    let peak = plan.peak_of(me);
+    let peak = opts.peak.unwrap_or_else(|| plan.peak_of(me));
     let cap = if runs > 1 || opts.kept.is_some() {
         peak.1 as usize
     } else {

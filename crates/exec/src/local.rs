@@ -877,8 +877,8 @@ impl InProcess {
         self.procs
     }
 
-    /// Runs `f` on every rank, each on its own thread with its own world communicator, and
-    /// returns the results in rank order. When ranks fail, the first one to fail is reported
+    /// Runs `f` on every rank, each on its own thread with its own world communicator (rank 0
+    /// on the calling thread), and returns the results in rank order. When ranks fail, the first one to fail is reported
     /// with its own error (the others, which then see [`CommError::PeerFailed`], are joined
     /// and their secondary errors dropped).
     pub fn run<R, E, F>(&self, f: F) -> Result<Vec<R>, RankFailure<E>>
@@ -894,38 +894,40 @@ impl InProcess {
             Err(E),
             Panic(String),
         }
+        // One rank's whole life on the thread that runs it.
+        let run_rank = |rank: usize| {
+            let comm = LocalComm {
+                shared: shared.clone(),
+                ctx: Vec::new(),
+                members: (0..p).collect(),
+                rank,
+                splits: std::cell::Cell::new(0),
+                calls: std::cell::Cell::new(0),
+            };
+            let out = match catch_unwind(AssertUnwindSafe(|| f(&comm))) {
+                Ok(Ok(r)) => Outcome::Ok(r),
+                Ok(Err(e)) => {
+                    shared.fail(rank, e.to_string());
+                    Outcome::Err(e)
+                }
+                Err(payload) => {
+                    let m = panic_message(payload.as_ref());
+                    shared.fail(rank, format!("panicked: {m}"));
+                    Outcome::Panic(m)
+                }
+            };
+            shared.finish(rank);
+            out
+        };
         let outcomes: Vec<Outcome<R, E>> = std::thread::scope(|s| {
-            let mut handles = Vec::with_capacity(p);
-            for rank in 0..p {
-                let shared_t = shared.clone();
-                let f = &f;
+            // Ranks 1.. get threads of their own; rank 0 runs on the calling thread, which
+            // would otherwise only wait (one thread fewer to spawn per call).
+            let mut handles = Vec::with_capacity(p - 1);
+            for rank in 1..p {
+                let run_rank = &run_rank;
                 let h = std::thread::Builder::new()
                     .name(format!("deinsum-rank-{rank}"))
-                    .spawn_scoped(s, move || {
-                        let shared = shared_t;
-                        let comm = LocalComm {
-                            shared: shared.clone(),
-                            ctx: Vec::new(),
-                            members: (0..p).collect(),
-                            rank,
-                            splits: std::cell::Cell::new(0),
-                            calls: std::cell::Cell::new(0),
-                        };
-                        let out = match catch_unwind(AssertUnwindSafe(|| f(&comm))) {
-                            Ok(Ok(r)) => Outcome::Ok(r),
-                            Ok(Err(e)) => {
-                                shared.fail(rank, e.to_string());
-                                Outcome::Err(e)
-                            }
-                            Err(payload) => {
-                                let m = panic_message(payload.as_ref());
-                                shared.fail(rank, format!("panicked: {m}"));
-                                Outcome::Panic(m)
-                            }
-                        };
-                        shared.finish(rank);
-                        out
-                    });
+                    .spawn_scoped(s, move || run_rank(rank));
                 match h {
                     Ok(h) => handles.push(h),
                     Err(e) => {
@@ -934,13 +936,17 @@ impl InProcess {
                     }
                 }
             }
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|e| Outcome::Panic(panic_message(e.as_ref())))
-                })
-                .collect()
+            if handles.len() + 1 < p {
+                // A rank is missing: the spawned ones see the failure and return.
+                handles.into_iter().for_each(|h| drop(h.join()));
+                return Vec::new();
+            }
+            let mut outcomes = vec![run_rank(0)];
+            outcomes.extend(handles.into_iter().map(|h| {
+                h.join()
+                    .unwrap_or_else(|e| Outcome::Panic(panic_message(e.as_ref())))
+            }));
+            outcomes
         });
         let first = lock(&shared.failed).clone();
         if outcomes.len() < p {
