@@ -5,8 +5,9 @@
 
 Execution: the end-to-end kernels of crates/exec/benches/numpy_baseline.py (their --quick sizes
 unless --full), timed as `deinsum.einsum(procs=P)` (default 2, one thread per rank),
-`numpy.einsum(optimize=True)` and `opt_einsum.contract`; minimum of N runs after a warm-up,
-operands made beforehand. Planning: `deinsum.contract_path` against `opt_einsum.contract_path`
+`numpy.einsum(optimize=True)` and `opt_einsum.contract`; minimum of N runs after a warm-up and
+a pause that lets the previous contestant's idle BLAS threads stop spinning, operands made
+beforehand. Planning: `deinsum.contract_path` against `opt_einsum.contract_path`
 on the equations of crates/path/benches/cases.json (shapes only), per strategy, with the cost
 each finds. Prints markdown tables with the ratios. Needs numpy and opt_einsum.
 """
@@ -36,8 +37,15 @@ def arg(name, default):
     return default
 
 
+def settle():
+    """Waits for idle BLAS threads to sleep: OpenBLAS's workers spin for about 0.1 s after a call
+    (its thread timeout), and a contestant timed in that window shares the cores with them."""
+    time.sleep(0.3)
+
+
 def best_time(f, reps):
     f()
+    settle()
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
