@@ -261,3 +261,66 @@ fn sparse_files_for_spgemm_and_mttkrp() {
     assert_eq!(v[0]["shape"], serde_json::json!([3, 3, 4]));
     assert_eq!(v[0]["nnz"], 4);
 }
+
+#[test]
+fn spmv_schemes_equal_the_dense_reference_and_auto_takes_the_fewer_words() {
+    let dir = std::env::temp_dir().join(format!("deinsum-cli-fine-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Non-symmetric, rows and columns 5 and 8 empty, a duplicate (summed), an explicit zero.
+    let a = dir.join("ns.mtx");
+    std::fs::write(
+        &a,
+        "%%MatrixMarket matrix coordinate real general\n9 9 12\n1 2 1\n2 1 -2\n1 9 3\n9 1 0.5\n3 3 1\n4 7 2\n7 4 0\n1 2 1\n6 1 4\n1 6 -1\n2 9 1.5\n9 2 2\n",
+    )
+    .unwrap();
+    let mtx = a.to_str().unwrap();
+    for scheme in ["rows", "fine", "auto"] {
+        for args in [
+            &["run", "ij,j->i", "--rmat", "8", "--spmv-scheme", scheme][..],
+            &[
+                "run",
+                "ij,jk->ik",
+                "--rmat",
+                "7",
+                "--sizes",
+                "i=128,j=128,k=3",
+                "--spmv-scheme",
+                scheme,
+            ][..],
+            &["run", "ij,j->i", "--inputs", mtx, "--spmv-scheme", scheme][..],
+        ] {
+            for v in check_runs(args, PROCS) {
+                let s = &v["scheme"];
+                let (rows, fine) = (
+                    s["rows"]["total"].as_u64().unwrap(),
+                    s["fine"]["total"].as_u64().unwrap(),
+                );
+                let in_use = s["in_use"].as_str().unwrap();
+                let want = match scheme {
+                    "auto" if fine < rows => "fine",
+                    "auto" => "rows",
+                    other => other,
+                };
+                assert_eq!(in_use, want, "{args:?}: {v}");
+                let planned = if in_use == "fine" { fine } else { rows };
+                assert_eq!(v["predicted"]["total"].as_u64(), Some(planned), "{v}");
+            }
+        }
+    }
+    // On R-MAT the fine-grain scheme is the one auto takes.
+    let v = &check_runs(&["run", "ij,j->i", "--rmat", "10"], &[4])[0];
+    assert_eq!(v["scheme"]["in_use"], "fine", "{v}");
+    // Not a square SpMV/SpMM: the flag is refused.
+    let (code, _, err) = deinsum(&[
+        "run",
+        "ij,jk->ik",
+        "--sparse",
+        "0",
+        "--sizes",
+        "i=5,j=7,k=2",
+        "--spmv-scheme",
+        "fine",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--spmv-scheme applies to"), "{err}");
+}

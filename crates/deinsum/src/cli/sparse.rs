@@ -18,6 +18,7 @@ use deinsum_exec::data::seeded_value;
 use deinsum_exec::{Communicator, InProcess};
 use deinsum_expr::{Dim, Index, ParsedEinsum};
 use deinsum_sparse::dist::{self, MttkrpPlan, SpgemmPlan};
+use deinsum_sparse::fine::{self, FineLocal, FinePlan};
 use deinsum_sparse::halo::{self, HaloPlan};
 use deinsum_sparse::{gen, io, kernels, Csr, SparseError, SparseTensor};
 use serde_json::json;
@@ -268,11 +269,38 @@ struct Job {
     /// The CSR form of each sparse operand that is a matrix.
     csr: Vec<Option<Csr<f64>>>,
     seed: u64,
+    /// `--spmv-scheme`.
+    scheme: Scheme,
+}
+
+/// How SpMV/SpMM with a square sparse matrix is distributed (`--spmv-scheme`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scheme {
+    /// The one whose plan moves fewer words in all (the row cut on a tie).
+    #[default]
+    Auto,
+    /// Rows cut by nonzeros; each rank fetches the x rows its nonzeros touch.
+    Rows,
+    /// Each nonzero at its lower-degree endpoint's owner, which fetches x or pushes a
+    /// partial y ([`deinsum_sparse::fine`]).
+    Fine,
+}
+
+/// Both SpMV/SpMM schemes' words (in all, max per rank) and nonzero imbalance, and how the
+/// one in use was chosen.
+#[derive(Clone, Debug)]
+struct Choice {
+    rows: (u64, u64, f64),
+    fine: (u64, u64, f64),
+    by: &'static str,
 }
 
 /// The plan of a run.
 enum Plan {
-    Halo(HaloPlan),
+    /// The row cut's halo (SpMM, SpMV, SDDMM), with the scheme choice for a square SpMM/SpMV.
+    Halo(HaloPlan, Option<Choice>),
+    /// The fine-grain SpMV/SpMM, with the scheme choice.
+    Fine(FinePlan, Choice),
     Spgemm(SpgemmPlan),
     Mttkrp(MttkrpPlan),
 }
@@ -280,7 +308,8 @@ enum Plan {
 impl Plan {
     fn procs(&self) -> usize {
         match self {
-            Plan::Halo(p) => p.procs,
+            Plan::Halo(p, _) => p.procs,
+            Plan::Fine(p, _) => p.procs,
             Plan::Spgemm(p) => p.procs,
             Plan::Mttkrp(p) => p.procs,
         }
@@ -289,7 +318,8 @@ impl Plan {
     /// Predicted (received, sent) bytes of rank `r`.
     fn bytes(&self, r: usize) -> (u64, u64) {
         match self {
-            Plan::Halo(p) => (8 * p.received_words(r), 8 * p.sent_words(r)),
+            Plan::Halo(p, _) => (8 * p.received_words(r), 8 * p.sent_words(r)),
+            Plan::Fine(p, _) => (8 * p.received_words(r), 8 * p.sent_words(r)),
             Plan::Spgemm(p) => (p.received_bytes(r, 8), p.sent_bytes(r, 8)),
             Plan::Mttkrp(p) => (8 * p.received_words(r), 8 * p.sent_words(r)),
         }
@@ -298,7 +328,8 @@ impl Plan {
     /// Words rank `r` would receive with the fetched operand replicated.
     fn replication_words(&self, r: usize) -> u64 {
         match self {
-            Plan::Halo(p) => p.replication_words(r),
+            Plan::Halo(p, _) => p.replication_words(r),
+            Plan::Fine(p, _) => p.replication_words(r),
             Plan::Spgemm(p) => p.replication_words(r),
             Plan::Mttkrp(p) => p.replication_words(r),
         }
@@ -307,7 +338,8 @@ impl Plan {
     /// Nonzeros of the sparse operand per rank.
     fn nnz(&self) -> &[usize] {
         match self {
-            Plan::Halo(p) => &p.nnz,
+            Plan::Halo(p, _) => &p.nnz,
+            Plan::Fine(p, _) => &p.nnz,
             Plan::Spgemm(p) => &p.nnz,
             Plan::Mttkrp(p) => &p.nnz,
         }
@@ -315,6 +347,15 @@ impl Plan {
 
     fn imbalance(&self) -> f64 {
         deinsum_sparse::fetch::imbalance(self.nnz())
+    }
+
+    /// The SpMV/SpMM scheme choice, when there was one.
+    fn choice(&self) -> Option<&Choice> {
+        match self {
+            Plan::Halo(_, c) => c.as_ref(),
+            Plan::Fine(_, c) => Some(c),
+            _ => None,
+        }
     }
 }
 
@@ -337,9 +378,41 @@ impl Job {
     }
 
     fn plan(&self, procs: usize) -> anyhow::Result<Plan> {
+        let square = self.csr[0].as_ref().is_some_and(|a| a.nrows == a.ncols);
+        if self.scheme != Scheme::Auto && !(matches!(self.form, Form::Spmm { .. }) && square) {
+            return Err(InputError(
+                "--spmv-scheme applies to SpMV ij,j->i and SpMM ij,jk->ik with a square sparse matrix"
+                    .into(),
+            )
+            .into());
+        }
         Ok(match &self.form {
+            Form::Spmm { rest, .. } if square => {
+                let (a, k) = (self.csr(0)?, self.width(rest));
+                let rows = HaloPlan::build(a, k, procs).map_err(input_err)?;
+                let fine = FinePlan::build(a, k, procs).map_err(input_err)?;
+                let (by, use_fine) = match self.scheme {
+                    Scheme::Auto => (
+                        "--spmv-scheme auto: the fewer words in all (rows on a tie)",
+                        fine.total_received() < rows.total_received(),
+                    ),
+                    Scheme::Rows => ("--spmv-scheme rows", false),
+                    Scheme::Fine => ("--spmv-scheme fine", true),
+                };
+                let choice = Choice {
+                    rows: (rows.total_received(), rows.max_received(), rows.imbalance()),
+                    fine: (fine.total_received(), fine.max_received(), fine.imbalance()),
+                    by,
+                };
+                if use_fine {
+                    Plan::Fine(fine, choice)
+                } else {
+                    Plan::Halo(rows, Some(choice))
+                }
+            }
             Form::Spmm { rest, .. } | Form::Sddmm { rest, .. } => Plan::Halo(
                 HaloPlan::build(self.csr(0)?, self.width(rest), procs).map_err(input_err)?,
+                None,
             ),
             Form::Spgemm => Plan::Spgemm(
                 SpgemmPlan::build(self.csr(0)?, self.csr(1)?, procs).map_err(input_err)?,
@@ -409,12 +482,13 @@ fn rank_body<C: Communicator>(
     // The inspector's local part, built before the clock starts.
     enum Local {
         Spmm(halo::LocalRows<f64>, Vec<f64>),
+        Fine(FineLocal<f64>, Vec<f64>),
         Sddmm(Csr<f64>, Vec<f64>, Vec<f64>),
         Spgemm(Csr<f64>, Csr<f64>),
         Mttkrp(deinsum_sparse::kernels::ModeGroups<f64>, Vec<Vec<f64>>),
     }
     let local = match (&job.form, plan) {
-        (Form::Spmm { rest, .. }, Plan::Halo(p)) => {
+        (Form::Spmm { rest, .. }, Plan::Halo(p, _)) => {
             let a = job.csr(0).map_err(|e| SparseError::Shape(e.to_string()))?;
             let (lo, hi) = (p.b_cuts()[me], p.b_cuts()[me + 1]);
             let w = job.width(rest);
@@ -423,7 +497,15 @@ fn rank_body<C: Communicator>(
                 job.dense_rows(1, lo, hi, w),
             )
         }
-        (Form::Sddmm { rest, .. }, Plan::Halo(p)) => {
+        (Form::Spmm { rest, .. }, Plan::Fine(p, _)) => {
+            let a = job.csr(0).map_err(|e| SparseError::Shape(e.to_string()))?;
+            let (lo, hi) = (p.cuts[me], p.cuts[me + 1]);
+            Local::Fine(
+                FineLocal::build(p, me, a)?,
+                job.dense_rows(1, lo, hi, job.width(rest)),
+            )
+        }
+        (Form::Sddmm { rest, .. }, Plan::Halo(p, _)) => {
             let s = job.csr(0).map_err(|e| SparseError::Shape(e.to_string()))?;
             let w = job.width(rest);
             let (lo, hi) = (p.a_cuts[me], p.a_cuts[me + 1]);
@@ -464,8 +546,9 @@ fn rank_body<C: Communicator>(
         let before = comm.traffic();
         let t0 = std::time::Instant::now();
         let out = match (&local, plan) {
-            (Local::Spmm(a, b), Plan::Halo(p)) => halo::spmm_local(comm, p, a, b, Some(&pool))?,
-            (Local::Sddmm(s, u, v), Plan::Halo(p)) => {
+            (Local::Spmm(a, b), Plan::Halo(p, _)) => halo::spmm_local(comm, p, a, b, Some(&pool))?,
+            (Local::Fine(a, x), Plan::Fine(p, _)) => fine::spmv_local(comm, p, a, x, Some(&pool))?,
+            (Local::Sddmm(s, u, v), Plan::Halo(p, _)) => {
                 let vx = halo::exchange_halo(comm, p, s, v)?;
                 let l = halo::localize(p, me, s)?;
                 pool.install(|| kernels::sddmm(&l, u, &vx, p.k))?
@@ -677,6 +760,7 @@ fn job_of(expr: &str, args: &Args) -> anyhow::Result<Job> {
         sparse,
         csr,
         seed: args.seed,
+        scheme: args.spmv_scheme,
     })
 }
 
@@ -862,7 +946,11 @@ fn finish(
         Plan::Spgemm(p) => Some(p.work_imbalance()),
         _ => None,
     };
+    let fine_grain = matches!(plan, Plan::Fine(..));
     let fetched = match job.form {
+        Form::Spmm { .. } if fine_grain => {
+            "the rows of B its row-side nonzeros touch, and the partial rows of C its column-side nonzeros give other ranks"
+        }
         Form::Spmm { .. } => "the rows of B its nonzeros touch",
         Form::Sddmm { .. } => "the rows of V its nonzeros touch (U's rows are its own)",
         Form::Spgemm => "the rows of B its columns touch (length, columns and values)",
@@ -873,8 +961,17 @@ fn finish(
             "the tensor cut along mode {mode} (the output mode) at nnz-balanced points, each factor at its mode's points"
         ),
         Form::Spgemm => "rows of A cut by multiply-adds".into(),
+        _ if fine_grain => "fine-grain: each nonzero at the owner of its lower-degree endpoint, vertices (rows of B and C) cut by the nonzeros each rank computes".into(),
         _ => "rows cut by nonzeros".into(),
     };
+    let scheme = plan.choice().map(|c| {
+        let side = |(total, max, imb): (u64, u64, f64)| {
+            json!({"total": total, "max_per_rank": max, "imbalance": imb})
+        };
+        json!({"in_use": if fine_grain { "fine" } else { "rows" }, "chosen_by": c.by,
+               "rows": side(c.rows), "fine": side(c.fine),
+               "replication_total": repl_total})
+    });
     match args.format {
         Format::Json => {
             let v = json!({
@@ -885,6 +982,7 @@ fn finish(
                 "partition": partition,
                 "imbalance": plan.imbalance(), "work_imbalance": work_imbalance,
                 "nnz_per_rank": plan.nnz(),
+                "scheme": scheme,
                 "predicted": {"max_per_rank": pred_max, "total": pred_total,
                               "received": predicted.iter().map(|p| words(p.0)).collect::<Vec<_>>()},
                 "replication": {"max_per_rank": repl_max, "total": repl_total},
@@ -931,6 +1029,28 @@ fn finish(
             );
             if let Some(n) = out_nnz {
                 println!("output: sparse, {n} stored entries");
+            }
+            if let Some(c) = plan.choice() {
+                let pct = |w: u64| {
+                    if repl_total > 0 {
+                        100.0 * w as f64 / repl_total as f64
+                    } else {
+                        0.0
+                    }
+                };
+                println!(
+                    "scheme: {} ({}); the row cut moves {} words in all ({:.1}% of replicating B, max {} per rank, imbalance {:.3}), the fine-grain {} ({:.1}%, max {} per rank, imbalance {:.3})",
+                    if fine_grain { "fine-grain" } else { "row cut" },
+                    c.by,
+                    c.rows.0,
+                    pct(c.rows.0),
+                    c.rows.1,
+                    c.rows.2,
+                    c.fine.0,
+                    pct(c.fine.0),
+                    c.fine.1,
+                    c.fine.2
+                );
             }
             println!(
                 "cost from nonzeros: {flops_total} flops in all, {flops_max} on the busiest rank; the dense einsum would do {dense_flops:.3e}"
