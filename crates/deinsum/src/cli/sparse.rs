@@ -3,10 +3,14 @@
 //! MPI launcher in a build with `mpi`, on the MPI world:
 //!
 //! - SpMM `ij,jk->ik` / SpMV `ij,j->i` (operand 0 sparse) and SDDMM `ij,ik,jk->ij` (operand 0
-//!   sparse; the output sparse in its pattern): [`deinsum_sparse::halo`];
+//!   sparse; the output sparse in its pattern): [`deinsum_sparse::halo`]; a square SpMV/SpMM
+//!   may instead run the fine-grain scheme ([`deinsum_sparse::fine`], `--spmv-scheme`);
 //! - SpGEMM `ij,jk->ik` (operands 0 and 1 sparse; sparse output) and MTTKRP `ijk,ja,ka->ia` in
 //!   any mode and order (operand 0 sparse): [`deinsum_sparse::dist`].
 //!
+//! Dense operands are generated from the seed, or read from the `.npy` files `--inputs` lists
+//! beside the sparse ones (shape checked against the extents first; their headers give the
+//! extents no flag or sparse file gives); a dense result can be written with `--output`.
 //! Other einsums with a sparse operand are refused as not built yet. The report states the
 //! partition's imbalance, the predicted words of every rank against the measured ones and
 //! against replication, and the costs counted from the nonzeros.
@@ -252,11 +256,13 @@ fn sparse_set(args: &Args, n_inputs: usize) -> anyhow::Result<Vec<usize>> {
         ))
         .into());
     }
-    if let Some(p) = files.iter().find(|p| !io::is_sparse_file(p)) {
-        return Err(not_built(&format!(
-            "a dense input file ({}) beside a sparse operand (dense operands are generated)",
-            p.display()
-        )));
+    // Operands past the list are generated (so a single sparse file may stand alone).
+    if files.len() > n_inputs {
+        return Err(InputError(format!(
+            "--inputs names {} files for {n_inputs} operands",
+            files.len()
+        ))
+        .into());
     }
     Ok(set)
 }
@@ -271,6 +277,9 @@ struct Job {
     seed: u64,
     /// `--spmv-scheme`.
     scheme: Scheme,
+    /// Per operand, its dense values (row-major over its indices) when an `.npy` file gave
+    /// them; a dense operand without one is generated from the seed.
+    dense: Vec<Option<Vec<f64>>>,
 }
 
 /// How SpMV/SpMM with a square sparse matrix is distributed (`--spmv-scheme`).
@@ -428,9 +437,20 @@ impl Job {
     /// generator's values at those storage indices, so a dense run of the same einsum and seed
     /// sees the same operand.
     fn dense_rows(&self, k: usize, lo: usize, hi: usize, width: usize) -> Vec<f64> {
+        if let Some(Some(d)) = self.dense.get(k) {
+            return d[lo * width..hi * width].to_vec();
+        }
         (lo * width..hi * width)
             .map(|x| seeded_value(self.seed, k, x as u64))
             .collect()
+    }
+
+    /// Element `x` (row-major storage index) of dense operand `k`: from its file, or generated.
+    fn dense_value(&self, k: usize, x: u64) -> f64 {
+        match self.dense.get(k) {
+            Some(Some(d)) => d[x as usize],
+            _ => seeded_value(self.seed, k, x),
+        }
     }
 
     /// Multiply-adds (terms) counted from the nonzeros: nonzeros times the extents of the
@@ -592,8 +612,8 @@ fn rank_body<C: Communicator>(
 
 /// Runs a sparse einsum; see the module doc.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    if args.plan.is_some() || args.output.is_some() || args.mem.is_some() {
-        return Err(not_built("--plan, --output or --mem with a sparse operand"));
+    if args.plan.is_some() || args.mem.is_some() {
+        return Err(not_built("--plan or --mem with a sparse operand"));
     }
     if args.dtype == Dtype::F32 {
         return Err(not_built("--dtype f32"));
@@ -606,6 +626,13 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     let expr = args.expr.as_deref().context("an einsum is required")?;
     let job = job_of(expr, args)?;
+    if let Some(out) = &args.output {
+        if matches!(job.form, Form::Sddmm { .. } | Form::Spgemm) {
+            return Err(not_built("--output of a sparse result (SDDMM, SpGEMM)"));
+        }
+        super::inputs::check_output_path(out)?;
+        super::inputs::check_output(out, &input_files(args))?;
+    }
     let mpi = match args.backend {
         Some(Backend::Mpi) => true,
         Some(_) => false,
@@ -703,22 +730,43 @@ fn job_of(expr: &str, args: &Args) -> anyhow::Result<Job> {
         })
     };
     let mut sizes: Vec<String> = x.sizes.iter().cloned().collect();
-    for (k, p) in files.iter().enumerate() {
-        if !io::is_sparse_file(p) || k >= probe.num_inputs() {
-            continue;
-        }
-        let t = io::read::<f64>(p, None).map_err(input_err)?;
+    let mut npy: Vec<Option<PathBuf>> = vec![None; probe.num_inputs()];
+    // Sparse files first: their shapes give the extents before the dense files' headers do,
+    // so a dense file that disagrees is the one named.
+    let by_kind = files
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| io::is_sparse_file(p))
+        .chain(
+            files
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| !io::is_sparse_file(p)),
+        );
+    for (k, p) in by_kind {
         let idx: Vec<Index> = probe.inputs()[k].indices.clone();
-        if idx.len() != t.order() {
+        let shape = if io::is_sparse_file(p) {
+            let t = io::read::<f64>(p, None).map_err(input_err)?;
+            let shape = t.shape().to_vec();
+            read[k] = Some((p.clone(), t));
+            shape
+        } else {
+            // A dense operand's .npy: its header's shape (checked against the einsum's
+            // extents below, before anything is read).
+            let shape = super::inputs::header_of(p)?.shape;
+            npy[k] = Some(p.clone());
+            shape
+        };
+        if idx.len() != shape.len() || probe.inputs()[k].dims.len() != idx.len() {
             return Err(InputError(format!(
                 "{} has {} modes but operand {k} has {} indices",
                 p.display(),
-                t.order(),
-                idx.len()
+                shape.len(),
+                probe.inputs()[k].dims.len()
             ))
             .into());
         }
-        for (c, n) in idx.iter().zip(t.shape()) {
+        for (c, n) in idx.iter().zip(&shape) {
             let given = format!("{c}=");
             if !named(*c)
                 && !sizes
@@ -728,12 +776,14 @@ fn job_of(expr: &str, args: &Args) -> anyhow::Result<Job> {
                 sizes.push(format!("{c}={n}"));
             }
         }
-        read[k] = Some((p.clone(), t));
     }
-    if read.iter().any(Option::is_some) {
+    if !files.is_empty() {
         ext.sizes = Some(sizes.join(","));
         if ext.size.is_none() && ext.shapes.is_none() {
-            ext.size = Some(super::DEFAULT_SIZE.to_string());
+            ext.size = Some(match args.rmat {
+                Some(s) => 1usize.checked_shl(s).unwrap_or(0).to_string(),
+                None => super::DEFAULT_SIZE.to_string(),
+            });
         }
     } else if let (Some(s), true) = (args.rmat, no_flags) {
         ext.size = Some(1usize.checked_shl(s).unwrap_or(0).to_string());
@@ -749,6 +799,20 @@ fn job_of(expr: &str, args: &Args) -> anyhow::Result<Job> {
             .collect();
         sparse.push(sparse_operand(args, k, &shape, read[k].take())?);
     }
+    // The dense files: shape and dtype checked against the operand (an error names the file,
+    // the shape expected and the one found), then read whole (f64, as numpy's astype).
+    let mut dense = vec![None; einsum.num_inputs()];
+    for (k, p) in npy.iter().enumerate() {
+        let Some(p) = p else { continue };
+        let op = &einsum.inputs()[k];
+        deinsum_exec::npy::check_operand_file::<f64>(p, op, einsum.extents())
+            .map_err(|e| InputError(e.to_string()))?;
+        let shape: Vec<usize> = op.indices.iter().map(|&c| einsum.extent(c)).collect();
+        let full = deinsum_plan::Block::full(&shape);
+        let d = deinsum_exec::npy::read_operand_block::<f64>(p, op, einsum.extents(), &full)
+            .map_err(|e| InputError(e.to_string()))?;
+        dense[k] = Some(d);
+    }
     let csr = sparse
         .iter()
         .map(|t| (t.order() == 2).then(|| t.to_csr()).transpose())
@@ -761,6 +825,7 @@ fn job_of(expr: &str, args: &Args) -> anyhow::Result<Job> {
         csr,
         seed: args.seed,
         scheme: args.spmv_scheme,
+        dense,
     })
 }
 
@@ -782,13 +847,12 @@ fn reference(job: &Job) -> anyhow::Result<(Vec<f64>, &'static str)> {
             Form::Spgemm => vec![0, 1],
             _ => vec![0],
         };
-        let seed = job.seed;
         let full = deinsum_exec::reference::naive(&job.einsum, &|k, x| match sparse_k
             .iter()
             .position(|&s| s == k)
         {
             Some(p) => dense[p][x as usize],
-            None => seeded_value(seed, k, x),
+            None => job.dense_value(k, x),
         });
         let out = match &job.form {
             Form::Sddmm { j, .. } => {
@@ -815,10 +879,7 @@ fn reference(job: &Job) -> anyhow::Result<(Vec<f64>, &'static str)> {
         return Ok((out, "the dense serial einsum (sparse operands densified)"));
     }
     let what = "the serial sparse kernel (the dense reference is too large)";
-    let seed = job.seed;
-    let gen = |k: usize, n: usize| -> Vec<f64> {
-        (0..n).map(|x| seeded_value(seed, k, x as u64)).collect()
-    };
+    let gen = |k: usize, n: usize| -> Vec<f64> { job.dense_rows(k, 0, n, 1) };
     let out = match &job.form {
         Form::Spmm { j, rest, .. } => {
             let w = job.width(rest);
@@ -920,6 +981,19 @@ fn finish(
         None
     };
     let ok = exact && check.is_none_or(|(_, rel, _)| rel <= 1e-10);
+    if let Some(path) = &args.output {
+        // A dense result (SpMM, SpMV, MTTKRP): the ranks' rows concatenate in the output's
+        // row-major order.
+        let shape: Vec<usize> = job.einsum.output().iter().map(|&c| job.ext(c)).collect();
+        let mut bytes = deinsum_exec::npy::header_bytes::<f64>(&shape);
+        for o in &outs {
+            for v in &o.payload {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        std::fs::write(path, bytes)
+            .with_context(|| format!("writing --output {}", path.display()))?;
+    }
     let (terms, dense_terms) = job.terms(plan);
     let n_ops = job.einsum.num_inputs() as u64;
     let flops_total: u64 = terms.iter().sum::<u64>() * n_ops;
