@@ -261,3 +261,205 @@ fn sparse_files_for_spgemm_and_mttkrp() {
     assert_eq!(v[0]["shape"], serde_json::json!([3, 3, 4]));
     assert_eq!(v[0]["nnz"], 4);
 }
+
+#[test]
+fn spmv_schemes_equal_the_dense_reference_and_auto_takes_the_fewer_words() {
+    let dir = std::env::temp_dir().join(format!("deinsum-cli-fine-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Non-symmetric, rows and columns 5 and 8 empty, a duplicate (summed), an explicit zero.
+    let a = dir.join("ns.mtx");
+    std::fs::write(
+        &a,
+        "%%MatrixMarket matrix coordinate real general\n9 9 12\n1 2 1\n2 1 -2\n1 9 3\n9 1 0.5\n3 3 1\n4 7 2\n7 4 0\n1 2 1\n6 1 4\n1 6 -1\n2 9 1.5\n9 2 2\n",
+    )
+    .unwrap();
+    let mtx = a.to_str().unwrap();
+    for scheme in ["rows", "fine", "auto"] {
+        for args in [
+            &["run", "ij,j->i", "--rmat", "8", "--spmv-scheme", scheme][..],
+            &[
+                "run",
+                "ij,jk->ik",
+                "--rmat",
+                "7",
+                "--sizes",
+                "i=128,j=128,k=3",
+                "--spmv-scheme",
+                scheme,
+            ][..],
+            &["run", "ij,j->i", "--inputs", mtx, "--spmv-scheme", scheme][..],
+        ] {
+            for v in check_runs(args, PROCS) {
+                let s = &v["scheme"];
+                let (rows, fine) = (
+                    s["rows"]["total"].as_u64().unwrap(),
+                    s["fine"]["total"].as_u64().unwrap(),
+                );
+                let in_use = s["in_use"].as_str().unwrap();
+                let want = match scheme {
+                    "auto" if fine < rows => "fine",
+                    "auto" => "rows",
+                    other => other,
+                };
+                assert_eq!(in_use, want, "{args:?}: {v}");
+                let planned = if in_use == "fine" { fine } else { rows };
+                assert_eq!(v["predicted"]["total"].as_u64(), Some(planned), "{v}");
+            }
+        }
+    }
+    // On R-MAT the fine-grain scheme is the one auto takes.
+    let v = &check_runs(&["run", "ij,j->i", "--rmat", "10"], &[4])[0];
+    assert_eq!(v["scheme"]["in_use"], "fine", "{v}");
+    // Not a square SpMV/SpMM: the flag is refused.
+    let (code, _, err) = deinsum(&[
+        "run",
+        "ij,jk->ik",
+        "--sparse",
+        "0",
+        "--sizes",
+        "i=5,j=7,k=2",
+        "--spmv-scheme",
+        "fine",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--spmv-scheme applies to"), "{err}");
+}
+
+/// Writes `vals` as a C-ordered .npy of `shape` (f64, or f32 when `f32`).
+fn write_npy(path: &std::path::Path, shape: &[usize], vals: &[f64], f32: bool) {
+    use deinsum::exec::npy::header_bytes;
+    let mut bytes = if f32 {
+        header_bytes::<f32>(shape)
+    } else {
+        header_bytes::<f64>(shape)
+    };
+    for &v in vals {
+        if f32 {
+            bytes.extend_from_slice(&(v as f32).to_le_bytes());
+        } else {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// The f64 values of a C-ordered .npy file and its shape.
+fn read_npy(path: &std::path::Path) -> (Vec<usize>, Vec<f64>) {
+    let h = deinsum::exec::npy::read_header(path).unwrap();
+    assert_eq!(h.descr, "<f8");
+    let bytes = std::fs::read(path).unwrap();
+    let vals = bytes[h.data_offset as usize..]
+        .chunks_exact(8)
+        .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    (h.shape, vals)
+}
+
+#[test]
+fn inputs_mix_a_sparse_file_with_dense_npy_operands() {
+    let dir = std::env::temp_dir().join(format!("deinsum-cli-mix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A 6 x 6 matrix: non-symmetric, row 4 and column 5 empty, (2,1) given twice (summed),
+    // an explicit zero at (3,3).
+    let a = dir.join("A.mtx");
+    std::fs::write(
+        &a,
+        "%%MatrixMarket matrix coordinate real general\n6 6 8\n1 1 2\n2 1 1\n3 2 -1\n2 1 0.5\n4 4 0\n6 1 3\n1 6 -2\n6 3 1.5\n",
+    )
+    .unwrap();
+    let mut ad = [[0.0f64; 6]; 6];
+    for (i, j, v) in [
+        (0, 0, 2.0),
+        (1, 0, 1.5),
+        (2, 1, -1.0),
+        (3, 3, 0.0),
+        (5, 0, 3.0),
+        (0, 5, -2.0),
+        (5, 2, 1.5),
+    ] {
+        ad[i][j] = v;
+    }
+    // B (6 x 4): k's extent comes from its header (no --sizes).
+    let k = 4;
+    let bv: Vec<f64> = (0..6 * k).map(|x| (x as f64 * 0.37).sin()).collect();
+    let b = dir.join("B.npy");
+    write_npy(&b, &[6, k], &bv, false);
+    let want: Vec<f64> = (0..6)
+        .flat_map(|i| {
+            let (ad, bv) = (&ad, &bv);
+            (0..k).map(move |c| (0..6).map(|j| ad[i][j] * bv[j * k + c]).sum::<f64>())
+        })
+        .collect();
+    let inputs = format!("{},{}", a.display(), b.display());
+    for procs in ["1", "2", "3", "5", "8"] {
+        let c = dir.join(format!("C{procs}.npy"));
+        let (code, out, err) = deinsum(&[
+            "run",
+            "ij,jk->ik",
+            "--inputs",
+            &inputs,
+            "--procs",
+            procs,
+            "--check",
+            "--output",
+            c.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("B is 6 x 4") && out.contains(": ok"), "{out}");
+        let (shape, got) = read_npy(&c);
+        assert_eq!(shape, vec![6, k]);
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-12, "P={procs}: {got:?} vs {want:?}");
+        }
+    }
+    // SpMV with x from a float32 file (converted as numpy's astype), both schemes.
+    let xv: Vec<f64> = (0..6).map(|j| j as f64 - 2.5).collect();
+    let x = dir.join("x.npy");
+    write_npy(&x, &[6], &xv, true);
+    let want: Vec<f64> = (0..6)
+        .map(|i| (0..6).map(|j| ad[i][j] * xv[j]).sum())
+        .collect();
+    for scheme in ["rows", "fine"] {
+        let y = dir.join(format!("y-{scheme}.npy"));
+        let (code, out, err) = deinsum(&[
+            "run",
+            "ij,j->i",
+            "--inputs",
+            &format!("{},{}", a.display(), x.display()),
+            "--procs",
+            "4",
+            "--spmv-scheme",
+            scheme,
+            "--output",
+            y.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert_eq!(read_npy(&y), (vec![6], want.clone()), "{scheme}");
+    }
+    // A dense file whose shape disagrees with the sparse file's: exit 2 naming it and both
+    // shapes.
+    let bad = dir.join("bad.npy");
+    write_npy(&bad, &[5, 3], &[0.0; 15], false);
+    let (code, _, err) = deinsum(&[
+        "run",
+        "ij,jk->ik",
+        "--inputs",
+        &format!("{},{}", a.display(), bad.display()),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("bad.npy: expected shape (6, 3), found (5, 3)"),
+        "{err}"
+    );
+    // A sparse result is not written.
+    let (code, _, err) = deinsum(&[
+        "run",
+        "ij,ik,jk->ij",
+        "--inputs",
+        a.to_str().unwrap(),
+        "--output",
+        dir.join("s.npy").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--output of a sparse result"), "{err}");
+}

@@ -1,5 +1,5 @@
 //! The distributed sparse kernels on MPI (the same code as in process, over `MpiComm`): SpMM,
-//! SDDMM, SpGEMM and MTTKRP in every mode equal to dense serial references with the sparse
+//! the fine-grain SpMV/SpMM, SDDMM, SpGEMM and MTTKRP in every mode equal to dense serial references with the sparse
 //! operands densified, and every rank's measured bytes equal to its plan's prediction; inputs
 //! with empty rows, empty ranks (more ranks than rows), duplicates and explicit zeros.
 //!
@@ -10,6 +10,7 @@ mod mpi_support;
 use deinsum::exec::mpi::MpiComm;
 use deinsum::Communicator;
 use deinsum_sparse::dist::{self, MttkrpPlan, SpgemmPlan};
+use deinsum_sparse::fine::{self, FinePlan};
 use deinsum_sparse::halo::{self, HaloPlan};
 use deinsum_sparse::{gen, SparseTensor};
 use mpi_support::{rel_err, Checks};
@@ -55,7 +56,8 @@ fn measured<R>(w: &MpiComm, f: impl FnOnce() -> R) -> (R, u64, u64) {
 }
 
 /// The test matrices: square, rectangular, empty rows with duplicates and an explicit zero,
-/// and tiny (more ranks than rows at -n 8).
+/// tiny (more ranks than rows at -n 8), and R-MAT (non-symmetric, hubs: the fine-grain
+/// SpMV both fetches and pushes).
 fn matrices() -> Vec<(&'static str, SparseTensor<f64>)> {
     let mut coords = Vec::new();
     let mut vals = Vec::new();
@@ -73,6 +75,7 @@ fn matrices() -> Vec<(&'static str, SparseTensor<f64>)> {
             SparseTensor::from_entries(vec![24, 24], coords, vals).unwrap(),
         ),
         ("tiny", gen::uniform(&[3, 3], 0.7, 5).unwrap()),
+        ("rmat", gen::rmat(6, 4, 7).unwrap()),
     ]
 }
 
@@ -101,6 +104,28 @@ fn body(w: &MpiComm, c: &mut Checks) {
         let all = gather_all(w, &got);
         let e = rel_err(&all, &dense_mm(&ad, &b, m, n, k));
         c.check(e <= 1e-12, || format!("{name} SpMM error {e}"));
+        if m == n {
+            // The fine-grain SpMV (k = 1) and SpMM (k = 3): fetched x rows and pushed partial
+            // y rows in one exchange, the words as planned.
+            for kk in [1, 3] {
+                let fp = FinePlan::build(&csr, kk, p).unwrap();
+                let x = dense(n * kk, 4);
+                let (got, recv, sent) = measured(w, || {
+                    w.or_abort(fine::spmv(
+                        w,
+                        &fp,
+                        &csr,
+                        &x[fp.cuts[me] * kk..fp.cuts[me + 1] * kk],
+                    ))
+                });
+                let what = format!("{name} fine-grain k={kk}");
+                c.eq(recv, 8 * fp.received_words(me), &format!("{what} received"));
+                c.eq(sent, 8 * fp.sent_words(me), &format!("{what} sent"));
+                let all = gather_all(w, &got);
+                let e = rel_err(&all, &dense_mm(&ad, &x, m, n, kk));
+                c.check(e <= 1e-12, || format!("{what} error {e}"));
+            }
+        }
         let u = dense(m * k, 2);
         let (got, recv, _) = measured(w, || {
             w.or_abort(halo::sddmm(

@@ -7,6 +7,7 @@
 
 use deinsum_exec::{Communicator, InProcess, LocalComm};
 use deinsum_sparse::dist::{self, MttkrpPlan, SpgemmPlan};
+use deinsum_sparse::fine::{self, FineLocal, FinePlan};
 use deinsum_sparse::halo::{self, HaloPlan};
 use deinsum_sparse::{gen, kernels, Csr, SparseError, SparseTensor};
 use ndarray::Array1;
@@ -172,50 +173,32 @@ fn mttkrp_time(
     (t, plan)
 }
 
-/// What a fine-grain SpMV (not built) would move on `procs` ranks, as a share of replicating
-/// the vector, and its nonzero imbalance: each nonzero a_ij is computed by the owner of the
-/// endpoint of lower degree (row plus column nonzeros; a tie goes to the row), which either
-/// fetches x_j (row side) or pushes a partial y_i to i's owner (column side, from its own
-/// x_j: still one exchange); vertices (x_v and y_v together) are cut into contiguous blocks
-/// balanced by the nonzeros they compute. Words: one per distinct (x_j, receiving rank) and
-/// (y_i, sending rank) that crosses ranks.
-fn fine_grain_share(a: &Csr<f64>, procs: usize) -> (f64, f64) {
-    let n = a.nrows;
-    let mut deg: Vec<usize> = a.indptr.windows(2).map(|w| w[1] - w[0]).collect();
-    for &j in &a.indices {
-        deg[j] += 1;
-    }
-    let at_row = |i: usize, j: usize| deg[i] <= deg[j];
-    let mut load = vec![0usize; n + 1];
-    for i in 0..n {
-        for &j in &a.indices[a.indptr[i]..a.indptr[i + 1]] {
-            load[if at_row(i, j) { i } else { j } + 1] += 1;
-        }
-    }
-    for v in 0..n {
-        load[v + 1] += load[v];
-    }
-    let cuts = deinsum_sparse::fetch::balance_rows(&load, procs);
-    let owner = |v: usize| cuts.partition_point(|&c| c <= v) - 1;
-    let (mut x_to, mut y_from) = (vec![false; n * procs], vec![false; n * procs]);
-    let mut work = vec![0usize; procs];
-    for i in 0..n {
-        for &j in &a.indices[a.indptr[i]..a.indptr[i + 1]] {
-            let (oi, oj) = (owner(i), owner(j));
-            if at_row(i, j) {
-                work[oi] += 1;
-                x_to[j * procs + oi] |= oi != oj;
-            } else {
-                work[oj] += 1;
-                y_from[i * procs + oj] |= oi != oj;
-            }
-        }
-    }
-    let words = x_to.iter().chain(&y_from).filter(|&&m| m).count();
-    (
-        words as f64 / ((procs - 1) * n) as f64,
-        deinsum_sparse::fetch::imbalance(&work),
-    )
+/// The fine-grain SpMV/SpMM of `a` and `b` (k wide) on `procs` ranks, and its plan.
+fn fine_time(a: &Csr<f64>, b: &[f64], k: usize, procs: usize, reps: usize) -> (f64, FinePlan) {
+    let plan = FinePlan::build(a, k, procs).unwrap();
+    let t = ranks_time(
+        procs,
+        reps,
+        |comm| {
+            let r = comm.rank();
+            let x_local = b[plan.cuts[r] * k..plan.cuts[r + 1] * k].to_vec();
+            Ok((FineLocal::build(&plan, r, a)?, x_local))
+        },
+        |comm, (local, x_local), pool| {
+            std::hint::black_box(fine::spmv_local(comm, &plan, local, x_local, Some(pool))?);
+            Ok(())
+        },
+    );
+    (t, plan)
+}
+
+/// Words in all of the row cut and of the fine-grain scheme on `procs` ranks, and the words
+/// of replicating the vector (k = 1).
+fn scheme_words(a: &Csr<f64>, procs: usize) -> (u64, u64, u64) {
+    let rows = HaloPlan::build(a, 1, procs).unwrap();
+    let fine = FinePlan::build(a, 1, procs).unwrap();
+    let repl = (0..procs).map(|r| rows.replication_words(r)).sum();
+    (rows.total_received(), fine.total_received(), repl)
 }
 
 fn main() {
@@ -260,32 +243,40 @@ fn main() {
         }
         touched.iter().filter(|&&t| t == 3).count() as f64 / a.ncols as f64
     };
-    let fine: Vec<(f64, f64)> = [2, 4, 8].iter().map(|&p| fine_grain_share(&a, p)).collect();
+    // Both schemes' words at P = 2, 4, 8 (k = 1; k columns multiply every figure by k); the
+    // scheme in use is the one with fewer words in all at P = 2, as `deinsum run` picks it.
+    let words: Vec<(u64, u64, u64)> = [2, 4, 8].iter().map(|&p| scheme_words(&a, p)).collect();
+    let use_fine = words[0].1 < words[0].0;
+    let fine_imbalance_p2 = FinePlan::build(&a, 1, 2).unwrap().imbalance();
     for (name, kk) in [("spmv", 1), ("spmm", k)]
         .into_iter()
         .filter(|_| !only_spgemm)
     {
         let b = dense(n * kk, 2);
         let (t1, _) = spmm_time(&a, &b, kk, 1, reps);
-        let (t2, plan) = spmm_time(&a, &b, kk, 2, reps);
-        let repl: u64 = (0..2).map(|r| plan.replication_words(r)).sum();
-        // The halo's share of replication at more ranks (plans only, not timed).
-        let share = |p: usize| {
-            let pl = HaloPlan::build(&a, kk, p).unwrap();
-            let rp: u64 = (0..p).map(|r| pl.replication_words(r)).sum();
-            pl.total_received() as f64 / rp as f64
+        let (t2, imbalance) = if use_fine {
+            let (t, plan) = fine_time(&a, &b, kk, 2, reps);
+            (t, plan.imbalance())
+        } else {
+            let (t, plan) = spmm_time(&a, &b, kk, 2, reps);
+            (t, plan.imbalance())
         };
+        let share = |(rows, fine, repl): (u64, u64, u64)| {
+            (rows as f64 / repl as f64, fine as f64 / repl as f64)
+        };
+        let (rows2, fine2) = share(words[0]);
+        let (rows4, fine4) = share(words[1]);
+        let (rows8, fine8) = share(words[2]);
+        let in_use = |w: (u64, u64, u64)| if use_fine { w.1 } else { w.0 } * kk as u64;
         println!(
-            "{{\"kernel\":\"{name}\",\"scale\":{scale},\"nnz\":{},\"k\":{kk},\"p1\":{t1},\"p2\":{t2},\"halo_words\":{},\"replication_words\":{repl},\"imbalance\":{},\"share_p4\":{},\"share_p8\":{},\"free_p2\":{free_p2},\"fine_p2\":{},\"fine_p4\":{},\"fine_p8\":{},\"fine_imbalance_p2\":{}}}",
+            "{{\"kernel\":\"{name}\",\"scale\":{scale},\"nnz\":{},\"k\":{kk},\"p1\":{t1},\"p2\":{t2},\"scheme\":\"{}\",\"words_p2\":{},\"words_p4\":{},\"words_p8\":{},\"replication_p2\":{},\"replication_p4\":{},\"imbalance\":{imbalance},\"rows_p2\":{rows2},\"rows_p4\":{rows4},\"rows_p8\":{rows8},\"fine_p2\":{fine2},\"fine_p4\":{fine4},\"fine_p8\":{fine8},\"fine_imbalance_p2\":{fine_imbalance_p2},\"free_p2\":{free_p2}}}",
             a.nnz(),
-            plan.total_received(),
-            plan.imbalance(),
-            share(4),
-            share(8),
-            fine[0].0,
-            fine[1].0,
-            fine[2].0,
-            fine[0].1
+            if use_fine { "fine" } else { "rows" },
+            in_use(words[0]),
+            in_use(words[1]),
+            in_use(words[2]),
+            words[0].2 * kk as u64,
+            words[1].2 * kk as u64,
         );
     }
     if only_spmm {

@@ -119,24 +119,30 @@ pub fn spmm<T: Scalar, C: Communicator>(
 
 /// A column part of a rank's rows: 4-byte columns when its column count fits, else 8.
 #[derive(Clone, Debug, PartialEq)]
-enum Part<T> {
+pub(crate) enum Part<T> {
     Narrow(Csr<T, u32>),
     Wide(Csr<T>),
 }
 
 impl<T: Scalar> Part<T> {
-    fn of(csr: Csr<T>) -> Part<T> {
+    pub(crate) fn of(csr: Csr<T>) -> Part<T> {
         csr.narrow().map_or(Part::Wide(csr), Part::Narrow)
     }
 
-    fn spmm_into(&self, b: &[T], k: usize, c: &mut [T], add: bool) -> Result<(), SparseError> {
+    pub(crate) fn spmm_into(
+        &self,
+        b: &[T],
+        k: usize,
+        c: &mut [T],
+        add: bool,
+    ) -> Result<(), SparseError> {
         match self {
             Part::Narrow(a) => crate::kernels::spmm_into(a, b, k, c, add),
             Part::Wide(a) => crate::kernels::spmm_into(a, b, k, c, add),
         }
     }
 
-    fn nnz(&self) -> usize {
+    pub(crate) fn nnz(&self) -> usize {
         match self {
             Part::Narrow(a) => a.nnz(),
             Part::Wide(a) => a.nnz(),
@@ -262,7 +268,10 @@ pub fn exchange_halo<T: Scalar, C: Communicator>(
 }
 
 /// Runs `f` on `pool`, or on the calling thread's pool when `None`.
-fn install<R: Send>(pool: Option<&rayon::ThreadPool>, f: impl FnOnce() -> R + Send) -> R {
+pub(crate) fn install<R: Send>(
+    pool: Option<&rayon::ThreadPool>,
+    f: impl FnOnce() -> R + Send,
+) -> R {
     match pool {
         Some(p) => p.install(f),
         None => f(),

@@ -10,12 +10,15 @@
 //!   of which every rank receives exactly the rows its nonzeros touch;
 //! - [`halo`]: the distributed SpMM `ij,jk->ik` and SDDMM `ij,ik,jk->ij` with the first
 //!   operand sparse: rows partitioned by nonzeros, the dense operand's halo fetched;
+//! - [`fine`]: the fine-grain SpMV (each nonzero computed at its lower-degree endpoint's
+//!   owner, which fetches an x entry or pushes a partial y entry, in one exchange);
 //! - [`dist`]: the distributed SpGEMM (both sparse) and sparse MTTKRP (any mode);
 //!
 //! every plan's predicted words are exact, held against the communicator's count in the tests.
 
 pub mod dist;
 pub mod fetch;
+pub mod fine;
 pub mod gen;
 pub mod halo;
 pub mod io;

@@ -101,6 +101,12 @@ pub struct Args {
     /// Generate the sparse operand as Graph500's R-MAT graph of 2^SCALE vertices.
     #[arg(long, value_name = "SCALE")]
     pub rmat: Option<u32>,
+    /// How a square sparse matrix times a dense operand (SpMV `ij,j->i`, SpMM) is
+    /// distributed: `rows` (rows cut by nonzeros, x's halo fetched), `fine` (each nonzero at
+    /// its lower-degree endpoint's owner, which fetches x or pushes a partial y), or `auto`
+    /// (the one whose plan moves fewer words in all; rows on a tie).
+    #[arg(long, value_enum, default_value_t = super::sparse::Scheme::Auto)]
+    pub spmv_scheme: super::sparse::Scheme,
     /// Machine model file the predicted seconds are for (docs/machine.md) [default: the
     /// built-in model, or with --plan the plan's own prediction].
     #[arg(long, value_name = "FILE")]

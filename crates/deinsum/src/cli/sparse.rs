@@ -3,10 +3,14 @@
 //! MPI launcher in a build with `mpi`, on the MPI world:
 //!
 //! - SpMM `ij,jk->ik` / SpMV `ij,j->i` (operand 0 sparse) and SDDMM `ij,ik,jk->ij` (operand 0
-//!   sparse; the output sparse in its pattern): [`deinsum_sparse::halo`];
+//!   sparse; the output sparse in its pattern): [`deinsum_sparse::halo`]; a square SpMV/SpMM
+//!   may instead run the fine-grain scheme ([`deinsum_sparse::fine`], `--spmv-scheme`);
 //! - SpGEMM `ij,jk->ik` (operands 0 and 1 sparse; sparse output) and MTTKRP `ijk,ja,ka->ia` in
 //!   any mode and order (operand 0 sparse): [`deinsum_sparse::dist`].
 //!
+//! Dense operands are generated from the seed, or read from the `.npy` files `--inputs` lists
+//! beside the sparse ones (shape checked against the extents first; their headers give the
+//! extents no flag or sparse file gives); a dense result can be written with `--output`.
 //! Other einsums with a sparse operand are refused as not built yet. The report states the
 //! partition's imbalance, the predicted words of every rank against the measured ones and
 //! against replication, and the costs counted from the nonzeros.
@@ -18,6 +22,7 @@ use deinsum_exec::data::seeded_value;
 use deinsum_exec::{Communicator, InProcess};
 use deinsum_expr::{Dim, Index, ParsedEinsum};
 use deinsum_sparse::dist::{self, MttkrpPlan, SpgemmPlan};
+use deinsum_sparse::fine::{self, FineLocal, FinePlan};
 use deinsum_sparse::halo::{self, HaloPlan};
 use deinsum_sparse::{gen, io, kernels, Csr, SparseError, SparseTensor};
 use serde_json::json;
@@ -251,11 +256,13 @@ fn sparse_set(args: &Args, n_inputs: usize) -> anyhow::Result<Vec<usize>> {
         ))
         .into());
     }
-    if let Some(p) = files.iter().find(|p| !io::is_sparse_file(p)) {
-        return Err(not_built(&format!(
-            "a dense input file ({}) beside a sparse operand (dense operands are generated)",
-            p.display()
-        )));
+    // Operands past the list are generated (so a single sparse file may stand alone).
+    if files.len() > n_inputs {
+        return Err(InputError(format!(
+            "--inputs names {} files for {n_inputs} operands",
+            files.len()
+        ))
+        .into());
     }
     Ok(set)
 }
@@ -268,11 +275,41 @@ struct Job {
     /// The CSR form of each sparse operand that is a matrix.
     csr: Vec<Option<Csr<f64>>>,
     seed: u64,
+    /// `--spmv-scheme`.
+    scheme: Scheme,
+    /// Per operand, its dense values (row-major over its indices) when an `.npy` file gave
+    /// them; a dense operand without one is generated from the seed.
+    dense: Vec<Option<Vec<f64>>>,
+}
+
+/// How SpMV/SpMM with a square sparse matrix is distributed (`--spmv-scheme`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scheme {
+    /// The one whose plan moves fewer words in all (the row cut on a tie).
+    #[default]
+    Auto,
+    /// Rows cut by nonzeros; each rank fetches the x rows its nonzeros touch.
+    Rows,
+    /// Each nonzero at its lower-degree endpoint's owner, which fetches x or pushes a
+    /// partial y ([`deinsum_sparse::fine`]).
+    Fine,
+}
+
+/// Both SpMV/SpMM schemes' words (in all, max per rank) and nonzero imbalance, and how the
+/// one in use was chosen.
+#[derive(Clone, Debug)]
+struct Choice {
+    rows: (u64, u64, f64),
+    fine: (u64, u64, f64),
+    by: &'static str,
 }
 
 /// The plan of a run.
 enum Plan {
-    Halo(HaloPlan),
+    /// The row cut's halo (SpMM, SpMV, SDDMM), with the scheme choice for a square SpMM/SpMV.
+    Halo(HaloPlan, Option<Choice>),
+    /// The fine-grain SpMV/SpMM, with the scheme choice.
+    Fine(FinePlan, Choice),
     Spgemm(SpgemmPlan),
     Mttkrp(MttkrpPlan),
 }
@@ -280,7 +317,8 @@ enum Plan {
 impl Plan {
     fn procs(&self) -> usize {
         match self {
-            Plan::Halo(p) => p.procs,
+            Plan::Halo(p, _) => p.procs,
+            Plan::Fine(p, _) => p.procs,
             Plan::Spgemm(p) => p.procs,
             Plan::Mttkrp(p) => p.procs,
         }
@@ -289,7 +327,8 @@ impl Plan {
     /// Predicted (received, sent) bytes of rank `r`.
     fn bytes(&self, r: usize) -> (u64, u64) {
         match self {
-            Plan::Halo(p) => (8 * p.received_words(r), 8 * p.sent_words(r)),
+            Plan::Halo(p, _) => (8 * p.received_words(r), 8 * p.sent_words(r)),
+            Plan::Fine(p, _) => (8 * p.received_words(r), 8 * p.sent_words(r)),
             Plan::Spgemm(p) => (p.received_bytes(r, 8), p.sent_bytes(r, 8)),
             Plan::Mttkrp(p) => (8 * p.received_words(r), 8 * p.sent_words(r)),
         }
@@ -298,7 +337,8 @@ impl Plan {
     /// Words rank `r` would receive with the fetched operand replicated.
     fn replication_words(&self, r: usize) -> u64 {
         match self {
-            Plan::Halo(p) => p.replication_words(r),
+            Plan::Halo(p, _) => p.replication_words(r),
+            Plan::Fine(p, _) => p.replication_words(r),
             Plan::Spgemm(p) => p.replication_words(r),
             Plan::Mttkrp(p) => p.replication_words(r),
         }
@@ -307,7 +347,8 @@ impl Plan {
     /// Nonzeros of the sparse operand per rank.
     fn nnz(&self) -> &[usize] {
         match self {
-            Plan::Halo(p) => &p.nnz,
+            Plan::Halo(p, _) => &p.nnz,
+            Plan::Fine(p, _) => &p.nnz,
             Plan::Spgemm(p) => &p.nnz,
             Plan::Mttkrp(p) => &p.nnz,
         }
@@ -315,6 +356,15 @@ impl Plan {
 
     fn imbalance(&self) -> f64 {
         deinsum_sparse::fetch::imbalance(self.nnz())
+    }
+
+    /// The SpMV/SpMM scheme choice, when there was one.
+    fn choice(&self) -> Option<&Choice> {
+        match self {
+            Plan::Halo(_, c) => c.as_ref(),
+            Plan::Fine(_, c) => Some(c),
+            _ => None,
+        }
     }
 }
 
@@ -337,9 +387,41 @@ impl Job {
     }
 
     fn plan(&self, procs: usize) -> anyhow::Result<Plan> {
+        let square = self.csr[0].as_ref().is_some_and(|a| a.nrows == a.ncols);
+        if self.scheme != Scheme::Auto && !(matches!(self.form, Form::Spmm { .. }) && square) {
+            return Err(InputError(
+                "--spmv-scheme applies to SpMV ij,j->i and SpMM ij,jk->ik with a square sparse matrix"
+                    .into(),
+            )
+            .into());
+        }
         Ok(match &self.form {
+            Form::Spmm { rest, .. } if square => {
+                let (a, k) = (self.csr(0)?, self.width(rest));
+                let rows = HaloPlan::build(a, k, procs).map_err(input_err)?;
+                let fine = FinePlan::build(a, k, procs).map_err(input_err)?;
+                let (by, use_fine) = match self.scheme {
+                    Scheme::Auto => (
+                        "--spmv-scheme auto: the fewer words in all (rows on a tie)",
+                        fine.total_received() < rows.total_received(),
+                    ),
+                    Scheme::Rows => ("--spmv-scheme rows", false),
+                    Scheme::Fine => ("--spmv-scheme fine", true),
+                };
+                let choice = Choice {
+                    rows: (rows.total_received(), rows.max_received(), rows.imbalance()),
+                    fine: (fine.total_received(), fine.max_received(), fine.imbalance()),
+                    by,
+                };
+                if use_fine {
+                    Plan::Fine(fine, choice)
+                } else {
+                    Plan::Halo(rows, Some(choice))
+                }
+            }
             Form::Spmm { rest, .. } | Form::Sddmm { rest, .. } => Plan::Halo(
                 HaloPlan::build(self.csr(0)?, self.width(rest), procs).map_err(input_err)?,
+                None,
             ),
             Form::Spgemm => Plan::Spgemm(
                 SpgemmPlan::build(self.csr(0)?, self.csr(1)?, procs).map_err(input_err)?,
@@ -355,9 +437,20 @@ impl Job {
     /// generator's values at those storage indices, so a dense run of the same einsum and seed
     /// sees the same operand.
     fn dense_rows(&self, k: usize, lo: usize, hi: usize, width: usize) -> Vec<f64> {
+        if let Some(Some(d)) = self.dense.get(k) {
+            return d[lo * width..hi * width].to_vec();
+        }
         (lo * width..hi * width)
             .map(|x| seeded_value(self.seed, k, x as u64))
             .collect()
+    }
+
+    /// Element `x` (row-major storage index) of dense operand `k`: from its file, or generated.
+    fn dense_value(&self, k: usize, x: u64) -> f64 {
+        match self.dense.get(k) {
+            Some(Some(d)) => d[x as usize],
+            _ => seeded_value(self.seed, k, x),
+        }
     }
 
     /// Multiply-adds (terms) counted from the nonzeros: nonzeros times the extents of the
@@ -409,12 +502,13 @@ fn rank_body<C: Communicator>(
     // The inspector's local part, built before the clock starts.
     enum Local {
         Spmm(halo::LocalRows<f64>, Vec<f64>),
+        Fine(FineLocal<f64>, Vec<f64>),
         Sddmm(Csr<f64>, Vec<f64>, Vec<f64>),
         Spgemm(Csr<f64>, Csr<f64>),
         Mttkrp(deinsum_sparse::kernels::ModeGroups<f64>, Vec<Vec<f64>>),
     }
     let local = match (&job.form, plan) {
-        (Form::Spmm { rest, .. }, Plan::Halo(p)) => {
+        (Form::Spmm { rest, .. }, Plan::Halo(p, _)) => {
             let a = job.csr(0).map_err(|e| SparseError::Shape(e.to_string()))?;
             let (lo, hi) = (p.b_cuts()[me], p.b_cuts()[me + 1]);
             let w = job.width(rest);
@@ -423,7 +517,15 @@ fn rank_body<C: Communicator>(
                 job.dense_rows(1, lo, hi, w),
             )
         }
-        (Form::Sddmm { rest, .. }, Plan::Halo(p)) => {
+        (Form::Spmm { rest, .. }, Plan::Fine(p, _)) => {
+            let a = job.csr(0).map_err(|e| SparseError::Shape(e.to_string()))?;
+            let (lo, hi) = (p.cuts[me], p.cuts[me + 1]);
+            Local::Fine(
+                FineLocal::build(p, me, a)?,
+                job.dense_rows(1, lo, hi, job.width(rest)),
+            )
+        }
+        (Form::Sddmm { rest, .. }, Plan::Halo(p, _)) => {
             let s = job.csr(0).map_err(|e| SparseError::Shape(e.to_string()))?;
             let w = job.width(rest);
             let (lo, hi) = (p.a_cuts[me], p.a_cuts[me + 1]);
@@ -464,8 +566,9 @@ fn rank_body<C: Communicator>(
         let before = comm.traffic();
         let t0 = std::time::Instant::now();
         let out = match (&local, plan) {
-            (Local::Spmm(a, b), Plan::Halo(p)) => halo::spmm_local(comm, p, a, b, Some(&pool))?,
-            (Local::Sddmm(s, u, v), Plan::Halo(p)) => {
+            (Local::Spmm(a, b), Plan::Halo(p, _)) => halo::spmm_local(comm, p, a, b, Some(&pool))?,
+            (Local::Fine(a, x), Plan::Fine(p, _)) => fine::spmv_local(comm, p, a, x, Some(&pool))?,
+            (Local::Sddmm(s, u, v), Plan::Halo(p, _)) => {
                 let vx = halo::exchange_halo(comm, p, s, v)?;
                 let l = halo::localize(p, me, s)?;
                 pool.install(|| kernels::sddmm(&l, u, &vx, p.k))?
@@ -509,8 +612,8 @@ fn rank_body<C: Communicator>(
 
 /// Runs a sparse einsum; see the module doc.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    if args.plan.is_some() || args.output.is_some() || args.mem.is_some() {
-        return Err(not_built("--plan, --output or --mem with a sparse operand"));
+    if args.plan.is_some() || args.mem.is_some() {
+        return Err(not_built("--plan or --mem with a sparse operand"));
     }
     if args.dtype == Dtype::F32 {
         return Err(not_built("--dtype f32"));
@@ -523,6 +626,13 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     let expr = args.expr.as_deref().context("an einsum is required")?;
     let job = job_of(expr, args)?;
+    if let Some(out) = &args.output {
+        if matches!(job.form, Form::Sddmm { .. } | Form::Spgemm) {
+            return Err(not_built("--output of a sparse result (SDDMM, SpGEMM)"));
+        }
+        super::inputs::check_output_path(out)?;
+        super::inputs::check_output(out, &input_files(args))?;
+    }
     let mpi = match args.backend {
         Some(Backend::Mpi) => true,
         Some(_) => false,
@@ -620,22 +730,43 @@ fn job_of(expr: &str, args: &Args) -> anyhow::Result<Job> {
         })
     };
     let mut sizes: Vec<String> = x.sizes.iter().cloned().collect();
-    for (k, p) in files.iter().enumerate() {
-        if !io::is_sparse_file(p) || k >= probe.num_inputs() {
-            continue;
-        }
-        let t = io::read::<f64>(p, None).map_err(input_err)?;
+    let mut npy: Vec<Option<PathBuf>> = vec![None; probe.num_inputs()];
+    // Sparse files first: their shapes give the extents before the dense files' headers do,
+    // so a dense file that disagrees is the one named.
+    let by_kind = files
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| io::is_sparse_file(p))
+        .chain(
+            files
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| !io::is_sparse_file(p)),
+        );
+    for (k, p) in by_kind {
         let idx: Vec<Index> = probe.inputs()[k].indices.clone();
-        if idx.len() != t.order() {
+        let shape = if io::is_sparse_file(p) {
+            let t = io::read::<f64>(p, None).map_err(input_err)?;
+            let shape = t.shape().to_vec();
+            read[k] = Some((p.clone(), t));
+            shape
+        } else {
+            // A dense operand's .npy: its header's shape (checked against the einsum's
+            // extents below, before anything is read).
+            let shape = super::inputs::header_of(p)?.shape;
+            npy[k] = Some(p.clone());
+            shape
+        };
+        if idx.len() != shape.len() || probe.inputs()[k].dims.len() != idx.len() {
             return Err(InputError(format!(
                 "{} has {} modes but operand {k} has {} indices",
                 p.display(),
-                t.order(),
-                idx.len()
+                shape.len(),
+                probe.inputs()[k].dims.len()
             ))
             .into());
         }
-        for (c, n) in idx.iter().zip(t.shape()) {
+        for (c, n) in idx.iter().zip(&shape) {
             let given = format!("{c}=");
             if !named(*c)
                 && !sizes
@@ -645,12 +776,14 @@ fn job_of(expr: &str, args: &Args) -> anyhow::Result<Job> {
                 sizes.push(format!("{c}={n}"));
             }
         }
-        read[k] = Some((p.clone(), t));
     }
-    if read.iter().any(Option::is_some) {
+    if !files.is_empty() {
         ext.sizes = Some(sizes.join(","));
         if ext.size.is_none() && ext.shapes.is_none() {
-            ext.size = Some(super::DEFAULT_SIZE.to_string());
+            ext.size = Some(match args.rmat {
+                Some(s) => 1usize.checked_shl(s).unwrap_or(0).to_string(),
+                None => super::DEFAULT_SIZE.to_string(),
+            });
         }
     } else if let (Some(s), true) = (args.rmat, no_flags) {
         ext.size = Some(1usize.checked_shl(s).unwrap_or(0).to_string());
@@ -666,6 +799,20 @@ fn job_of(expr: &str, args: &Args) -> anyhow::Result<Job> {
             .collect();
         sparse.push(sparse_operand(args, k, &shape, read[k].take())?);
     }
+    // The dense files: shape and dtype checked against the operand (an error names the file,
+    // the shape expected and the one found), then read whole (f64, as numpy's astype).
+    let mut dense = vec![None; einsum.num_inputs()];
+    for (k, p) in npy.iter().enumerate() {
+        let Some(p) = p else { continue };
+        let op = &einsum.inputs()[k];
+        deinsum_exec::npy::check_operand_file::<f64>(p, op, einsum.extents())
+            .map_err(|e| InputError(e.to_string()))?;
+        let shape: Vec<usize> = op.indices.iter().map(|&c| einsum.extent(c)).collect();
+        let full = deinsum_plan::Block::full(&shape);
+        let d = deinsum_exec::npy::read_operand_block::<f64>(p, op, einsum.extents(), &full)
+            .map_err(|e| InputError(e.to_string()))?;
+        dense[k] = Some(d);
+    }
     let csr = sparse
         .iter()
         .map(|t| (t.order() == 2).then(|| t.to_csr()).transpose())
@@ -677,6 +824,8 @@ fn job_of(expr: &str, args: &Args) -> anyhow::Result<Job> {
         sparse,
         csr,
         seed: args.seed,
+        scheme: args.spmv_scheme,
+        dense,
     })
 }
 
@@ -698,13 +847,12 @@ fn reference(job: &Job) -> anyhow::Result<(Vec<f64>, &'static str)> {
             Form::Spgemm => vec![0, 1],
             _ => vec![0],
         };
-        let seed = job.seed;
         let full = deinsum_exec::reference::naive(&job.einsum, &|k, x| match sparse_k
             .iter()
             .position(|&s| s == k)
         {
             Some(p) => dense[p][x as usize],
-            None => seeded_value(seed, k, x),
+            None => job.dense_value(k, x),
         });
         let out = match &job.form {
             Form::Sddmm { j, .. } => {
@@ -731,10 +879,7 @@ fn reference(job: &Job) -> anyhow::Result<(Vec<f64>, &'static str)> {
         return Ok((out, "the dense serial einsum (sparse operands densified)"));
     }
     let what = "the serial sparse kernel (the dense reference is too large)";
-    let seed = job.seed;
-    let gen = |k: usize, n: usize| -> Vec<f64> {
-        (0..n).map(|x| seeded_value(seed, k, x as u64)).collect()
-    };
+    let gen = |k: usize, n: usize| -> Vec<f64> { job.dense_rows(k, 0, n, 1) };
     let out = match &job.form {
         Form::Spmm { j, rest, .. } => {
             let w = job.width(rest);
@@ -836,6 +981,19 @@ fn finish(
         None
     };
     let ok = exact && check.is_none_or(|(_, rel, _)| rel <= 1e-10);
+    if let Some(path) = &args.output {
+        // A dense result (SpMM, SpMV, MTTKRP): the ranks' rows concatenate in the output's
+        // row-major order.
+        let shape: Vec<usize> = job.einsum.output().iter().map(|&c| job.ext(c)).collect();
+        let mut bytes = deinsum_exec::npy::header_bytes::<f64>(&shape);
+        for o in &outs {
+            for v in &o.payload {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        std::fs::write(path, bytes)
+            .with_context(|| format!("writing --output {}", path.display()))?;
+    }
     let (terms, dense_terms) = job.terms(plan);
     let n_ops = job.einsum.num_inputs() as u64;
     let flops_total: u64 = terms.iter().sum::<u64>() * n_ops;
@@ -862,7 +1020,11 @@ fn finish(
         Plan::Spgemm(p) => Some(p.work_imbalance()),
         _ => None,
     };
+    let fine_grain = matches!(plan, Plan::Fine(..));
     let fetched = match job.form {
+        Form::Spmm { .. } if fine_grain => {
+            "the rows of B its row-side nonzeros touch, and the partial rows of C its column-side nonzeros give other ranks"
+        }
         Form::Spmm { .. } => "the rows of B its nonzeros touch",
         Form::Sddmm { .. } => "the rows of V its nonzeros touch (U's rows are its own)",
         Form::Spgemm => "the rows of B its columns touch (length, columns and values)",
@@ -873,8 +1035,17 @@ fn finish(
             "the tensor cut along mode {mode} (the output mode) at nnz-balanced points, each factor at its mode's points"
         ),
         Form::Spgemm => "rows of A cut by multiply-adds".into(),
+        _ if fine_grain => "fine-grain: each nonzero at the owner of its lower-degree endpoint, vertices (rows of B and C) cut by the nonzeros each rank computes".into(),
         _ => "rows cut by nonzeros".into(),
     };
+    let scheme = plan.choice().map(|c| {
+        let side = |(total, max, imb): (u64, u64, f64)| {
+            json!({"total": total, "max_per_rank": max, "imbalance": imb})
+        };
+        json!({"in_use": if fine_grain { "fine" } else { "rows" }, "chosen_by": c.by,
+               "rows": side(c.rows), "fine": side(c.fine),
+               "replication_total": repl_total})
+    });
     match args.format {
         Format::Json => {
             let v = json!({
@@ -885,6 +1056,7 @@ fn finish(
                 "partition": partition,
                 "imbalance": plan.imbalance(), "work_imbalance": work_imbalance,
                 "nnz_per_rank": plan.nnz(),
+                "scheme": scheme,
                 "predicted": {"max_per_rank": pred_max, "total": pred_total,
                               "received": predicted.iter().map(|p| words(p.0)).collect::<Vec<_>>()},
                 "replication": {"max_per_rank": repl_max, "total": repl_total},
@@ -931,6 +1103,28 @@ fn finish(
             );
             if let Some(n) = out_nnz {
                 println!("output: sparse, {n} stored entries");
+            }
+            if let Some(c) = plan.choice() {
+                let pct = |w: u64| {
+                    if repl_total > 0 {
+                        100.0 * w as f64 / repl_total as f64
+                    } else {
+                        0.0
+                    }
+                };
+                println!(
+                    "scheme: {} ({}); the row cut moves {} words in all ({:.1}% of replicating B, max {} per rank, imbalance {:.3}), the fine-grain {} ({:.1}%, max {} per rank, imbalance {:.3})",
+                    if fine_grain { "fine-grain" } else { "row cut" },
+                    c.by,
+                    c.rows.0,
+                    pct(c.rows.0),
+                    c.rows.1,
+                    c.rows.2,
+                    c.fine.0,
+                    pct(c.fine.0),
+                    c.fine.1,
+                    c.fine.2
+                );
             }
             println!(
                 "cost from nonzeros: {flops_total} flops in all, {flops_max} on the busiest rank; the dense einsum would do {dense_flops:.3e}"
