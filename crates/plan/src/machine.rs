@@ -97,6 +97,11 @@ pub struct Machine {
     pub intra_node: Link,
     /// Ranks on different nodes.
     pub inter_node: Link,
+    /// Per class, the node's GEMM throughput when its ranks' threads outnumber its cores (each
+    /// thread gets a time share of a core), over its throughput when they do not: 1 is no
+    /// loss; below 1, time-sliced products evict each other's cached panels. The file's
+    /// optional `oversubscribed` object (`{"medium": 0.8}`); a class it omits counts as 1.
+    pub oversubscribed: Vec<(RateClass, f64)>,
 }
 
 /// A machine file that cannot be used, naming the field.
@@ -150,6 +155,7 @@ impl Default for Machine {
                 alpha: 2.0e-6,
                 beta: 1.0 / 1.0e10,
             },
+            oversubscribed: Vec::new(),
         }
     }
 }
@@ -299,6 +305,16 @@ impl Machine {
             .collect::<Result<Vec<_>, _>>()?;
         let mem = object(&v, "memory")?;
         let net = object(&v, "network")?;
+        let mut oversubscribed = Vec::new();
+        if v.get("oversubscribed").is_some() {
+            let o = object(&v, "oversubscribed")?;
+            for c in RateClass::ALL {
+                if o.get(c.key()).is_some() {
+                    let f = positive(o, &format!("oversubscribed.{}", c.key()))?;
+                    oversubscribed.push((c, f));
+                }
+            }
+        }
         Ok(Machine {
             name,
             cores_per_node: count(&v, "cores_per_node")?,
@@ -311,6 +327,7 @@ impl Machine {
             },
             intra_node: link(net, "network.intra_node")?,
             inter_node: link(net, "network.inter_node")?,
+            oversubscribed,
         })
     }
 
@@ -326,7 +343,12 @@ impl Machine {
                 )
             })
             .collect();
-        let v = serde_json::json!({
+        let over: serde_json::Map<String, Value> = self
+            .oversubscribed
+            .iter()
+            .map(|(c, f)| (c.key().to_string(), Value::from(*f)))
+            .collect();
+        let mut v = serde_json::json!({
             "name": self.name,
             "cores_per_node": self.cores_per_node,
             "ranks_per_node": self.ranks_per_node,
@@ -335,6 +357,9 @@ impl Machine {
             "memory": self.memory,
             "network": { "intra_node": self.intra_node, "inter_node": self.inter_node },
         });
+        if !over.is_empty() {
+            v["oversubscribed"] = Value::Object(over);
+        }
         serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
     }
 
@@ -362,13 +387,27 @@ impl Machine {
     /// node's other ranks compute too: the per-thread rate measured at the number of threads
     /// busy on the node (at most its cores), since GEMMs running side by side share caches,
     /// memory bandwidth and clock (two 1-thread ranks on two cores each ran at the 2-thread
-    /// per-thread rate here, 61 against 80 GFLOP/s alone), times `threads`.
+    /// per-thread rate here, 61 against 80 GFLOP/s alone), times `threads`; times the class's
+    /// [`Machine::oversubscribed_share`] when the node's threads outnumber its cores.
     pub fn gemm_rate_on_node(&self, class: RateClass, threads: usize, procs: usize) -> f64 {
         let t = threads.max(1);
-        let busy = (self.ranks_on_node(procs) * t)
-            .min(self.cores_per_node.max(1))
-            .max(t);
-        self.gemm_rate(class, busy) / busy as f64 * t as f64
+        let want = self.ranks_on_node(procs) * t;
+        let busy = want.min(self.cores_per_node.max(1)).max(t);
+        let rate = self.gemm_rate(class, busy) / busy as f64 * t as f64;
+        if want > self.cores_per_node.max(1) {
+            rate * self.oversubscribed_share(class)
+        } else {
+            rate
+        }
+    }
+
+    /// The throughput kept by `class` when a node's threads outnumber its cores (1 when the
+    /// file does not say).
+    pub fn oversubscribed_share(&self, class: RateClass) -> f64 {
+        self.oversubscribed
+            .iter()
+            .find(|(c, _)| *c == class)
+            .map_or(1.0, |(_, f)| *f)
     }
 
     /// Ranks of a `procs`-rank job that share a node.

@@ -16,15 +16,43 @@ fn einsum(expr: &str, size: usize) -> ParsedEinsum {
 
 #[test]
 fn machine_file_round_trips() {
-    let m = Machine::default();
+    let mut m = Machine::default();
     assert_eq!(Machine::from_json(&m.to_json()).unwrap(), m);
+    m.oversubscribed = vec![(RateClass::Medium, 0.8)];
+    assert_eq!(Machine::from_json(&m.to_json()).unwrap(), m);
+}
+
+/// The oversubscribed share slows a class only when the node's threads outnumber its cores.
+#[test]
+fn oversubscribed_share_applies_beyond_the_cores() {
+    let mut m = Machine {
+        cores_per_node: 2,
+        ranks_per_node: 4,
+        ..Machine::default()
+    };
+    let before = (
+        m.gemm_rate_on_node(RateClass::Medium, 1, 2),
+        m.gemm_rate_on_node(RateClass::Medium, 1, 4),
+    );
+    m.oversubscribed = vec![(RateClass::Medium, 0.5)];
+    assert_eq!(m.gemm_rate_on_node(RateClass::Medium, 1, 2), before.0);
+    assert_eq!(m.gemm_rate_on_node(RateClass::Medium, 1, 4), 0.5 * before.1);
+    assert_eq!(
+        m.gemm_rate_on_node(RateClass::Large, 1, 4),
+        m.gemm_rate(RateClass::Large, 2) / 2.0
+    );
 }
 
 #[test]
 fn machine_file_errors_name_the_field() {
     let good: serde_json::Value = serde_json::from_str(&Machine::default().to_json()).unwrap();
     type Edit = fn(&mut serde_json::Value);
-    let cases: [(&str, Edit, &str); 5] = [
+    let cases: [(&str, Edit, &str); 6] = [
+        (
+            "negative oversubscribed share",
+            |v| v["oversubscribed"] = serde_json::json!({"medium": -0.5}),
+            "oversubscribed.medium",
+        ),
         (
             "missing alpha",
             |v| {

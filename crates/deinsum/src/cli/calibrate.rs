@@ -64,6 +64,13 @@ fn median_time(reps: usize, mut f: impl FnMut()) -> f64 {
     v[v.len() / 2]
 }
 
+/// Waits for the previous measurement's thread pools to wind down: their workers, still
+/// spinning, shared the cores with the next one's (a 2-thread product then ran at one core's
+/// speed in about a third of the calibrations).
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(50));
+}
+
 /// Seconds of the compute step of `expr` at extent `n` on one rank with `threads` threads,
 /// run through the planner and executor as `deinsum run` runs it (median of `reps`).
 fn compute_seconds(expr: &str, sizes: &str, threads: usize, reps: usize) -> anyhow::Result<f64> {
@@ -126,7 +133,7 @@ fn class_kernel(class: RateClass, quick: bool) -> (&'static str, String, f64) {
         ),
         // Sides of 48 with a batch: below the large class, as tensor-network steps often are.
         RateClass::Medium => {
-            let b = if quick { 16 } else { 64 };
+            let b = if quick { 64 } else { 256 };
             (
                 "bij,bjk->bik",
                 format!("b={b},i=48,j=48,k=48"),
@@ -154,25 +161,105 @@ fn gemm_rates(cores: usize, quick: bool) -> anyhow::Result<Vec<(RateClass, Vec<G
     // Medians of 25: a 2-thread product of a few ms varied 52-62 (once 31) GFLOP/s per thread
     // between calibrations taken as medians of 7 on a quiet 2-core host.
     let reps = if quick { 3 } else { 25 };
+    // Every class and thread count is measured in each of `rounds` sweeps and the median sweep
+    // kept: one sweep's 2-thread medium product ran at half its speed now and then (20-24
+    // against 35-45 GFLOP/s per thread, depending on what ran just before it in the process).
+    let rounds = if quick { 1 } else { 3 };
+    let kernels: Vec<_> = RateClass::ALL
+        .iter()
+        .map(|&c| (c, class_kernel(c, quick)))
+        .collect();
+    let mut seconds = vec![vec![Vec::with_capacity(rounds); threads.len()]; kernels.len()];
+    for _ in 0..rounds {
+        for (ci, (class, (expr, sizes, madds))) in kernels.iter().enumerate() {
+            for (ti, &t) in threads.iter().enumerate() {
+                settle();
+                let s = compute_seconds(expr, sizes, t, reps)?.max(1e-9);
+                eprintln!(
+                    "gemm {:<6} {expr} {sizes}, {t} thread(s): {:.3} ms, {:.2} GFLOP/s per thread",
+                    class.key(),
+                    s * 1e3,
+                    2.0 * madds / s / t as f64 / 1e9
+                );
+                seconds[ci][ti].push(s);
+            }
+        }
+    }
+    Ok(kernels
+        .iter()
+        .zip(seconds)
+        .map(|((class, (_, _, madds)), per_thread)| {
+            let rates = threads
+                .iter()
+                .zip(per_thread)
+                .map(|(&t, mut v)| {
+                    v.sort_by(f64::total_cmp);
+                    GemmRate {
+                        threads: t,
+                        flops_per_thread: 2.0 * madds / v[v.len() / 2] / t as f64,
+                    }
+                })
+                .collect();
+            (*class, rates)
+        })
+        .collect())
+}
+
+/// Per class, the node's throughput with two 1-thread ranks per core computing side by side
+/// over its throughput with one per core: each rank its own product on its own thread, all
+/// started together, each the median of its runs (the median of `rounds` sweeps).
+fn oversubscription(cores: usize, quick: bool) -> anyhow::Result<Vec<(RateClass, f64)>> {
+    let reps = if quick { 3 } else { 25 };
+    let rounds = if quick { 1 } else { 3 };
+    // Total flop/s of `n` ranks side by side, over the wall time from their common start to
+    // the last one's end (a rank's own step times would miss the time it waits descheduled).
+    let side_by_side = |expr: &str, sizes: &str, madds: f64, n: usize| -> anyhow::Result<f64> {
+        settle();
+        let start = std::sync::Barrier::new(n + 1);
+        let (results, wall) = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|_| {
+                    s.spawn(|| {
+                        start.wait();
+                        compute_seconds(expr, sizes, 1, reps)
+                    })
+                })
+                .collect();
+            start.wait();
+            let t0 = Instant::now();
+            let results: Vec<anyhow::Result<f64>> = handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a calibration thread panicked")))
+                })
+                .collect();
+            (results, t0.elapsed().as_secs_f64())
+        });
+        for r in results {
+            r?;
+        }
+        // Each rank runs its product reps + 1 times (one warm-up).
+        Ok(n as f64 * (reps + 1) as f64 * 2.0 * madds / wall.max(1e-9))
+    };
     let mut out = Vec::new();
     for class in RateClass::ALL {
         let (expr, sizes, madds) = class_kernel(class, quick);
-        let mut rates = Vec::new();
-        for &t in &threads {
-            let s = compute_seconds(expr, &sizes, t, reps)?.max(1e-9);
-            let per = 2.0 * madds / s / t as f64;
-            eprintln!(
-                "gemm {:<6} {expr} {sizes}, {t} thread(s): {:.3} ms, {:.2} GFLOP/s per thread",
-                class.key(),
-                s * 1e3,
-                per / 1e9
-            );
-            rates.push(GemmRate {
-                threads: t,
-                flops_per_thread: per,
-            });
+        let mut shares = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            let full = side_by_side(expr, &sizes, madds, cores)?;
+            let over = side_by_side(expr, &sizes, madds, 2 * cores)?;
+            shares.push(over / full);
         }
-        out.push((class, rates));
+        shares.sort_by(f64::total_cmp);
+        let share = shares[shares.len() / 2];
+        eprintln!(
+            "gemm {:<6} {expr} {sizes}, {} 1-thread ranks against {cores}: {:.2} of the throughput",
+            class.key(),
+            2 * cores,
+            share
+        );
+        out.push((class, share));
     }
     Ok(out)
 }
@@ -341,6 +428,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let gemm = gemm_rates(usable, args.quick)?;
+    let oversubscribed = if usable > 1 {
+        oversubscription(usable, args.quick)?
+    } else {
+        Vec::new()
+    };
     let memory = stream_copy(usable, args.quick);
     // Under MPI the ranks the launcher placed on this node, else one per core.
     let ranks_per_node = args.ranks_per_node.unwrap_or_else(|| {
@@ -362,6 +454,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // One node was measured: between nodes the same figures stand until measured.
         inter_node: link.clone(),
         intra_node: link,
+        oversubscribed,
     };
     std::fs::write(&args.output, m.to_json())
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", args.output.display()))?;
