@@ -5,11 +5,14 @@
 //!   parts balanced by multiply-adds (the nonzeros of B each row of A reaches: what Gustavson's
 //!   kernel does), B's rows like A's when A is square, else balanced by B's nonzeros; each rank
 //!   receives exactly the rows of B its columns touch (lengths, columns and values);
-//! - MTTKRP (`ijk,ja,ka->ia` and every other mode and order): the tensor is cut along the
-//!   output mode at nnz-balanced cut points, so each rank owns whole output rows and nothing is
-//!   reduced; each other mode's factor is cut at that mode's own nnz-balanced points (where its
-//!   MTTKRP would produce it, as in CP-ALS), and each rank receives exactly the factor rows its
-//!   nonzeros touch.
+//! - MTTKRP (`ijk,ja,ka->ia` and every other mode and order) over a grid of ranks: the output
+//!   mode is cut into slabs at nnz-balanced points, and each slab along one other mode into
+//!   boxes at points balanced by that slab's nonzeros; each rank receives exactly the factor
+//!   rows its box's nonzeros touch, computes partial output rows, and sends the rows it does
+//!   not own to their owners in its slab (exact words too). Each other mode's factor is cut
+//!   at that mode's own nnz-balanced points (where its MTTKRP would produce it, as in CP-ALS).
+//!   The grid moving the fewest words is chosen among every factorization of P; the 1D cut
+//!   along the output mode (one box per slab: nothing reduced) is one of them.
 //!
 //! Every plan states its imbalance and predicts each rank's words exactly, beside what
 //! replicating the fetched operand would move.
@@ -160,7 +163,17 @@ pub fn spgemm<T: Scalar, C: Communicator>(
     kernels::spgemm(&local, &bx)
 }
 
-/// The plan of one distributed sparse MTTKRP in mode `mode`. Size O(P × order + halo rows).
+/// The plan of one distributed sparse MTTKRP in mode `mode` over a grid of ranks. Size
+/// O(P × order + halo rows).
+///
+/// The grid cuts the output mode into `grid[mode]` slabs at nnz-balanced points, then (when
+/// `split` is a mode) cuts each slab along mode `split` into `grid[split]` boxes at points
+/// balanced by that slab's own nonzeros; rank `s * grid[split] + t` computes box t of slab
+/// s. The ranks of a slab share its output rows: each owns a contiguous run of them (the
+/// output mode's P-way nnz-balanced cut, of which the slabs are every `grid[split]`-th
+/// point) and receives the partial rows the others' nonzeros give to it. With
+/// one box per slab (`split == None`) this is the 1D cut along the output mode, where
+/// nothing is reduced.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MttkrpPlan {
     /// Number of ranks.
@@ -171,22 +184,104 @@ pub struct MttkrpPlan {
     pub r: usize,
     /// The tensor's shape.
     pub shape: Vec<usize>,
-    /// Per mode, its nnz-balanced cut points: the tensor's (and M's) rows for the output mode,
-    /// the factor's rows for the others.
+    /// Parts per mode: `grid[mode]` slabs, `grid[split]` boxes per slab, 1 elsewhere.
+    pub grid: Vec<usize>,
+    /// The second mode cut within each slab (`None`: the 1D cut).
+    pub split: Option<usize>,
+    /// The output mode's slab cut points (`grid[mode] + 1`, nnz-balanced).
+    pub slabs: Vec<usize>,
+    /// Per slab, the split mode's cut points (`grid[split] + 1`, balanced by the slab's
+    /// nonzeros); empty for the 1D cut.
+    pub boxes: Vec<Vec<usize>>,
+    /// Per mode, the rows each rank owns: the output rows (M's) for the output mode, the
+    /// factor's rows (cut at that mode's own nnz-balanced points) for the others.
     pub cuts: Vec<Vec<usize>>,
     /// Nonzeros per rank.
     pub nnz: Vec<usize>,
     /// Per mode, the factor's fetch (the output mode's fetches nothing).
     pub fetch: Vec<RowFetch>,
+    /// The reduction of partial output rows: `reduce.need[q]` are the output rows rank q
+    /// computes and does not own, sent to their owners (`reduce.cuts`) and added there.
+    pub reduce: RowFetch,
+    /// The grids considered when the plan was chosen ([`MttkrpPlan::build`]): per grid its
+    /// slabs, split mode and words in all (factor halos and reduction); empty when the grid
+    /// was given.
+    pub considered: Vec<GridWords>,
+}
+
+/// One grid of [`MttkrpPlan::build`]'s choice and the words it moves.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GridWords {
+    /// Slabs of the output mode.
+    pub slabs: usize,
+    /// The mode cut within the slabs and its boxes per slab (`None`: the 1D cut).
+    pub split: Option<(usize, usize)>,
+    /// Words received in all (factor halos and the reduction of partial rows).
+    pub words: u64,
+    /// Max nonzeros per rank over the mean.
+    pub imbalance: f64,
+}
+
+/// Prefix sums of the nonzeros per coordinate of mode `m` over the entries `ents`.
+fn mode_prefix<T: Scalar>(
+    x: &SparseTensor<T>,
+    m: usize,
+    ents: impl Iterator<Item = usize>,
+) -> Vec<usize> {
+    let n = x.shape()[m];
+    let mut prefix = vec![0usize; n + 1];
+    for e in ents {
+        prefix[x.coord(e)[m] + 1] += 1;
+    }
+    for i in 0..n {
+        prefix[i + 1] += prefix[i];
+    }
+    prefix
+}
+
+/// The part of `cuts` that holds `i` (the last one starting at or before it: empty parts
+/// are skipped).
+fn part_of(cuts: &[usize], i: usize) -> usize {
+    cuts.partition_point(|&c| c <= i) - 1
 }
 
 impl MttkrpPlan {
-    /// Plans the MTTKRP of `x` in `mode` with `r`-column factors on `procs` ranks.
+    /// Plans the MTTKRP of `x` in `mode` with `r`-column factors on `procs` ranks over the
+    /// grid that moves the fewest words in all (factor halos and reduction) among every
+    /// factorization `procs = slabs × boxes` and every other mode as the split mode; the 1D
+    /// cut (`slabs = procs`) wins ties. [`MttkrpPlan::considered`] lists every candidate.
     pub fn build<T: Scalar>(
         x: &SparseTensor<T>,
         mode: usize,
         r: usize,
         procs: usize,
+    ) -> Result<MttkrpPlan, SparseError> {
+        no_ranks(procs)?;
+        let mut best = MttkrpPlan::build_grid(x, mode, r, procs, None)?;
+        let mut considered = vec![best.grid_words()];
+        for boxes in (2..=procs).filter(|&b| procs.is_multiple_of(b)) {
+            for split in (0..x.order()).filter(|&m| m != mode) {
+                let p = MttkrpPlan::build_grid(x, mode, r, procs, Some((split, boxes)))?;
+                let g = p.grid_words();
+                if g.words < best.total_received() {
+                    best = p;
+                }
+                considered.push(g);
+            }
+        }
+        best.considered = considered;
+        Ok(best)
+    }
+
+    /// Plans the MTTKRP of `x` in `mode` on `procs` ranks over a given grid: `split =
+    /// Some((m, b))` cuts each of `procs / b` slabs of the output mode into `b` boxes along
+    /// mode `m` (b must divide `procs`, m differ from `mode`); `None` is the 1D cut.
+    pub fn build_grid<T: Scalar>(
+        x: &SparseTensor<T>,
+        mode: usize,
+        r: usize,
+        procs: usize,
+        split: Option<(usize, usize)>,
     ) -> Result<MttkrpPlan, SparseError> {
         no_ranks(procs)?;
         let order = x.order();
@@ -195,69 +290,132 @@ impl MttkrpPlan {
                 "mode {mode} of an order-{order} tensor"
             )));
         }
+        let (split_mode, nb) = match split {
+            None => (None, 1),
+            Some((m, b)) if m < order && m != mode && b >= 1 && procs.is_multiple_of(b) => (Some(m), b),
+            Some((m, b)) => {
+                return Err(SparseError::Shape(format!(
+                    "grid: {b} boxes along mode {m} for {procs} ranks, output mode {mode} of an order-{order} tensor"
+                )))
+            }
+        };
+        let ns = procs / nb;
         let shape = x.shape().to_vec();
-        let cuts: Vec<Vec<usize>> = (0..order)
-            .map(|m| {
-                let mut prefix = vec![0usize; shape[m] + 1];
-                for e in 0..x.nnz() {
-                    prefix[x.coord(e)[m] + 1] += 1;
+        let out_prefix = mode_prefix(x, mode, 0..x.nnz());
+        // The output rows each rank owns are the P-way nnz-balanced cut, where the factor
+        // of this mode lives in every other mode's MTTKRP (as in CP-ALS); the slabs are every
+        // `nb`-th of its points, which are the `ns`-way balanced cut (the same targets).
+        let out_cuts = fetch::balance_rows(&out_prefix, procs);
+        let slabs: Vec<usize> = out_cuts.iter().step_by(nb).copied().collect();
+        // The entries of each slab (a counting sort on the slab of their output row).
+        let slab_of: Vec<usize> = (0..x.nnz())
+            .map(|e| part_of(&slabs, x.coord(e)[mode]))
+            .collect();
+        let by_slab = group(&slab_of, ns);
+        let boxes: Vec<Vec<usize>> = match split_mode {
+            None => Vec::new(),
+            Some(m) => (0..ns)
+                .map(|s| {
+                    let prefix = mode_prefix(
+                        x,
+                        m,
+                        by_slab.1[by_slab.0[s]..by_slab.0[s + 1]].iter().copied(),
+                    );
+                    fetch::balance_rows(&prefix, nb)
+                })
+                .collect(),
+        };
+        let rank_of: Vec<usize> = (0..x.nnz())
+            .map(|e| {
+                let s = slab_of[e];
+                match split_mode {
+                    None => s,
+                    Some(m) => s * nb + part_of(&boxes[s], x.coord(e)[m]),
                 }
-                for i in 0..shape[m] {
-                    prefix[i + 1] += prefix[i];
-                }
-                fetch::balance_rows(&prefix, procs)
             })
             .collect();
-        // The entries of each rank, by a counting sort on the owner of their output row.
-        let out_cuts = &cuts[mode];
-        let owner = |e: usize| out_cuts.partition_point(|&c| c <= x.coord(e)[mode]) - 1;
-        let mut start = vec![0usize; procs + 1];
-        let owners: Vec<usize> = (0..x.nnz()).map(owner).collect();
-        for &o in &owners {
-            start[o + 1] += 1;
-        }
-        for q in 0..procs {
-            start[q + 1] += start[q];
-        }
-        let mut next = start.clone();
-        let mut entries = vec![0usize; x.nnz()];
-        for (e, &o) in owners.iter().enumerate() {
-            entries[next[o]] = e;
-            next[o] += 1;
-        }
+        let (start, entries) = group(&rank_of, procs);
         let nnz = (0..procs).map(|q| start[q + 1] - start[q]).collect();
+        let ents = |q: usize, m: usize| {
+            entries[start[q]..start[q + 1]]
+                .iter()
+                .map(move |&e| x.coord(e)[m])
+        };
+        let cuts: Vec<Vec<usize>> = (0..order)
+            .map(|m| {
+                if m == mode {
+                    out_cuts.clone()
+                } else {
+                    fetch::balance_rows(&mode_prefix(x, m, 0..x.nnz()), procs)
+                }
+            })
+            .collect();
         let fetch = (0..order)
             .map(|m| {
-                let ents = |q: usize| {
-                    let list = if m == mode {
-                        &entries[0..0]
-                    } else {
-                        &entries[start[q]..start[q + 1]]
-                    };
-                    list.iter().map(move |&e| x.coord(e)[m])
-                };
-                RowFetch::build(shape[m], r, cuts[m].clone(), ents)
+                if m == mode {
+                    RowFetch::build(shape[m], r, cuts[m].clone(), |_| std::iter::empty())
+                } else {
+                    RowFetch::build(shape[m], r, cuts[m].clone(), |q| ents(q, m))
+                }
             })
             .collect::<Result<_, _>>()?;
+        let reduce = RowFetch::build(shape[mode], r, out_cuts, |q| ents(q, mode))?;
+        let mut grid = vec![1; order];
+        grid[mode] = ns;
+        if let Some(m) = split_mode {
+            grid[m] = nb;
+        }
         Ok(MttkrpPlan {
             procs,
             mode,
             r,
             shape,
+            grid,
+            split: split_mode,
+            slabs,
+            boxes,
             cuts,
             nnz,
             fetch,
+            reduce,
+            considered: Vec::new(),
         })
     }
 
-    /// Words rank `q` receives: the factor rows its nonzeros touch and it does not hold.
-    pub fn received_words(&self, q: usize) -> u64 {
-        self.fetch.iter().map(|f| f.received_words(q)).sum()
+    /// This plan's grid and words, as [`MttkrpPlan::considered`] lists it.
+    pub fn grid_words(&self) -> GridWords {
+        GridWords {
+            slabs: self.grid[self.mode],
+            split: self.split.map(|m| (m, self.grid[m])),
+            words: self.total_received(),
+            imbalance: self.imbalance(),
+        }
     }
 
-    /// Words rank `q` sends.
+    /// The rank that owns the box `(slab, box)`.
+    fn box_rank(&self, slab: usize, b: usize) -> usize {
+        slab * self.split.map_or(1, |m| self.grid[m]) + b
+    }
+
+    /// Words rank `q` receives: the factor rows its nonzeros touch and it does not hold, and
+    /// the partial rows of its output rows that other ranks computed.
+    pub fn received_words(&self, q: usize) -> u64 {
+        self.fetch.iter().map(|f| f.received_words(q)).sum::<u64>() + self.reduce.sent_words(q)
+    }
+
+    /// Words rank `q` sends: factor rows, and its partial rows of other ranks' output rows.
     pub fn sent_words(&self, q: usize) -> u64 {
-        self.fetch.iter().map(|f| f.sent_words(q)).sum()
+        self.fetch.iter().map(|f| f.sent_words(q)).sum::<u64>() + self.reduce.received_words(q)
+    }
+
+    /// Words of the reduction rank `q` receives (part of [`MttkrpPlan::received_words`]).
+    pub fn reduction_words(&self, q: usize) -> u64 {
+        self.reduce.sent_words(q)
+    }
+
+    /// Words received in all.
+    pub fn total_received(&self) -> u64 {
+        (0..self.procs).map(|q| self.received_words(q)).sum()
     }
 
     /// Words rank `q` would receive if every other mode's factor were replicated.
@@ -273,9 +431,20 @@ impl MttkrpPlan {
         fetch::imbalance(&self.nnz)
     }
 
+    /// Whether rank `me`'s box holds a nonzero at coordinates `c`.
+    fn in_box(&self, me: usize, c: &[usize]) -> bool {
+        let s = part_of(&self.slabs, c[self.mode]);
+        match self.split {
+            None => s == me,
+            Some(m) => self.box_rank(s, part_of(&self.boxes[s], c[m])) == me,
+        }
+    }
+
     /// Rank `me`'s nonzeros of `x` (the whole tensor the plan was built from), grouped by
-    /// their output row with the other modes' coordinates renumbered into the fetched factors
-    /// (own rows, then halo rows): the inspector's local part, built once before any run.
+    /// their output row (own rows, then the rows it reduces into other ranks', in
+    /// `reduce.need` order) with the other modes' coordinates renumbered into the fetched
+    /// factors (own rows, then halo rows): the inspector's local part, built once before any
+    /// run.
     pub fn local_part<T: Scalar>(
         &self,
         x: &SparseTensor<T>,
@@ -288,7 +457,6 @@ impl MttkrpPlan {
                 self.shape
             )));
         }
-        let (lo, hi) = (self.cuts[self.mode][me], self.cuts[self.mode][me + 1]);
         let maps: Vec<Vec<usize>> = (0..self.shape.len())
             .map(|m| {
                 if m == self.mode {
@@ -298,11 +466,14 @@ impl MttkrpPlan {
                 }
             })
             .collect();
-        let g = ModeGroups::build(
+        let rows_map = self.reduce.local_map(me);
+        let rows = self.reduce.own_rows(me) + self.reduce.need[me].len();
+        let g = ModeGroups::build_where(
             x,
             self.mode,
-            hi - lo,
-            |i| (lo..hi).contains(&i).then(|| i - lo),
+            rows,
+            |c| self.in_box(me, c),
+            |i| Some(rows_map[i]),
             |m, c| maps[m][c],
         )?;
         if g.others.contains(&usize::MAX) {
@@ -314,11 +485,31 @@ impl MttkrpPlan {
     }
 }
 
-/// Rank `comm.rank()`'s rows of the MTTKRP under `plan`: `local` its nonzeros
-/// ([`MttkrpPlan::local_part`]), `factors_local[m]` its rows of mode m's factor
+/// Per part, the start of its entries in the list, and the entries grouped by part (a
+/// counting sort of `part[e]`, entries ascending within a part).
+fn group(part: &[usize], parts: usize) -> (Vec<usize>, Vec<usize>) {
+    let mut start = vec![0usize; parts + 1];
+    for &o in part {
+        start[o + 1] += 1;
+    }
+    for q in 0..parts {
+        start[q + 1] += start[q];
+    }
+    let mut next = start.clone();
+    let mut entries = vec![0usize; part.len()];
+    for (e, &o) in part.iter().enumerate() {
+        entries[next[o]] = e;
+        next[o] += 1;
+    }
+    (start, entries)
+}
+
+/// Rank `comm.rank()`'s rows of the MTTKRP under `plan` (`plan.cuts[plan.mode]`): `local`
+/// its nonzeros ([`MttkrpPlan::local_part`]), `factors_local[m]` its rows of mode m's factor
 /// (`plan.cuts[m]`, `plan.r` wide; the output mode's entry is not read). Each other factor's
-/// halo arrives in one exchange ([`fetch_factors`]); the rows are split over the calling
-/// rayon pool.
+/// halo arrives in one exchange ([`fetch_factors`]), the rows are computed on the calling
+/// rayon pool, and the partial rows of other ranks' output rows go to them in one exchange
+/// ([`reduce_partial`]).
 pub fn mttkrp<T: Scalar, C: Communicator>(
     comm: &C,
     plan: &MttkrpPlan,
@@ -327,7 +518,65 @@ pub fn mttkrp<T: Scalar, C: Communicator>(
 ) -> Result<Vec<T>, SparseError> {
     let fetched = fetch_factors(comm, plan, factors_local)?;
     let views: Vec<&[T]> = fetched.iter().map(Vec::as_slice).collect();
-    kernels::mttkrp_grouped(local, &views, plan.r)
+    let partial = kernels::mttkrp_grouped(local, &views, plan.r)?;
+    reduce_partial(comm, plan, partial)
+}
+
+/// Rank `comm.rank()`'s own output rows from its partial rows (`partial`: its own rows, then
+/// the rows of `plan.reduce.need`, `plan.r` wide, as [`kernels::mttkrp_grouped`] returns them
+/// over [`MttkrpPlan::local_part`]): sends the others' rows to their owners and adds the rows
+/// it receives, in one exchange; nothing moves (and no exchange is called) on the 1D cut.
+pub fn reduce_partial<T: Scalar, C: Communicator>(
+    comm: &C,
+    plan: &MttkrpPlan,
+    mut partial: Vec<T>,
+) -> Result<Vec<T>, SparseError> {
+    let me = comm.rank();
+    let red = &plan.reduce;
+    let (r, own) = (plan.r, red.own_rows(me.min(plan.procs - 1)));
+    if comm.size() != plan.procs || partial.len() != (own + red.need[me].len()) * r {
+        return Err(SparseError::Shape(format!(
+            "rank {me} of {}: {} partial elements, the plan ({} ranks) gives it {} rows of {r}",
+            comm.size(),
+            partial.len(),
+            plan.procs,
+            own + red.need.get(me).map_or(0, Vec::len)
+        )));
+    }
+    if red.need.iter().all(Vec::is_empty) {
+        return Ok(partial);
+    }
+    // `need` is sorted and owners hold ascending blocks: each owner's rows are a contiguous run.
+    let mut at = own * r;
+    let sends: Vec<(usize, Vec<T>)> = red
+        .sources_of(me)
+        .into_iter()
+        .map(|(owner, n)| {
+            let v = partial[at..at + n * r].to_vec();
+            at += n * r;
+            (owner, v)
+        })
+        .collect();
+    let from = red.sends_of(me);
+    let ranks: Vec<usize> = from.iter().map(|(q, _)| *q).collect();
+    let recv = comm.exchange(sends, &ranks)?;
+    partial.truncate(own * r);
+    let lo = red.cuts[me];
+    for (v, (q, rows)) in recv.iter().zip(&from) {
+        if v.len() != rows.len() * r {
+            return Err(SparseError::Shape(format!(
+                "rank {me} received {} partial elements from rank {q}, the plan says {}",
+                v.len(),
+                rows.len() * r
+            )));
+        }
+        for (&i, row) in rows.iter().zip(v.chunks_exact(r.max(1))) {
+            for (o, &y) in partial[(i - lo) * r..(i - lo + 1) * r].iter_mut().zip(row) {
+                *o += y;
+            }
+        }
+    }
+    Ok(partial)
 }
 
 /// The other modes' factors as rank `comm.rank()` reads them (own rows, then the halo rows),
