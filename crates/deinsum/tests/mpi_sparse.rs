@@ -194,7 +194,7 @@ fn body(w: &MpiComm, c: &mut Checks) {
         let others: Vec<MttkrpPlan> = chosen
             .considered
             .iter()
-            .map(|g| MttkrpPlan::build_grid(&x, mode, r, p, g.split).unwrap())
+            .map(|g| MttkrpPlan::build_grid(&x, mode, r, p, &g.splits).unwrap())
             .collect();
         std::iter::once(chosen).chain(others)
     });

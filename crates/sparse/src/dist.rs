@@ -6,10 +6,10 @@
 //!   kernel does), B's rows like A's when A is square, else balanced by B's nonzeros; each rank
 //!   receives exactly the rows of B its columns touch (lengths, columns and values);
 //! - MTTKRP (`ijk,ja,ka->ia` and every other mode and order) over a grid of ranks: the output
-//!   mode is cut into slabs at nnz-balanced points, and each slab along one other mode into
-//!   boxes at points balanced by that slab's nonzeros; each rank receives exactly the factor
-//!   rows its box's nonzeros touch, computes partial output rows, and sends the rows it does
-//!   not own to their owners in its slab (exact words too). Each other mode's factor is cut
+//!   mode is cut into slabs at nnz-balanced points, and each slab along other modes in turn
+//!   into boxes at points balanced by each box's own nonzeros; each rank receives exactly the
+//!   factor rows its box's nonzeros touch, computes partial output rows, and sends the rows it
+//!   does not own to their owners in its slab (exact words too). Each other mode's factor is cut
 //!   at that mode's own nnz-balanced points (where its MTTKRP would produce it, as in CP-ALS).
 //!   The grid moving the fewest words is chosen among every factorization of P; the 1D cut
 //!   along the output mode (one box per slab: nothing reduced) is one of them.
@@ -166,14 +166,14 @@ pub fn spgemm<T: Scalar, C: Communicator>(
 /// The plan of one distributed sparse MTTKRP in mode `mode` over a grid of ranks. Size
 /// O(P × order + halo rows).
 ///
-/// The grid cuts the output mode into `grid[mode]` slabs at nnz-balanced points, then (when
-/// `split` is a mode) cuts each slab along mode `split` into `grid[split]` boxes at points
-/// balanced by that slab's own nonzeros; rank `s * grid[split] + t` computes box t of slab
-/// s. The ranks of a slab share its output rows: each owns a contiguous run of them (the
-/// output mode's P-way nnz-balanced cut, of which the slabs are every `grid[split]`-th
-/// point) and receives the partial rows the others' nonzeros give to it. With
-/// one box per slab (`split == None`) this is the 1D cut along the output mode, where
-/// nothing is reduced.
+/// The grid cuts the output mode into `grid[mode]` slabs at nnz-balanced points, then cuts
+/// each slab along the modes of `splits` in turn: level l cuts every box of the level before
+/// (a slab at level 0) along mode `splits[l].0` into `splits[l].1` boxes at points balanced
+/// by that box's own nonzeros. Rank `q` computes the box whose slab and level parts, read as
+/// mixed-radix digits (slab first), make `q`. The ranks of a slab share its output rows:
+/// each owns a contiguous run of them (the output mode's P-way nnz-balanced cut, of which the
+/// slabs are every (P / slabs)-th point) and receives the partial rows the others' nonzeros
+/// give to it. With no split this is the 1D cut along the output mode: nothing is reduced.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MttkrpPlan {
     /// Number of ranks.
@@ -184,15 +184,17 @@ pub struct MttkrpPlan {
     pub r: usize,
     /// The tensor's shape.
     pub shape: Vec<usize>,
-    /// Parts per mode: `grid[mode]` slabs, `grid[split]` boxes per slab, 1 elsewhere.
+    /// Parts per mode: `grid[mode]` slabs, a split mode's boxes per box of the level before,
+    /// 1 elsewhere; their product is `procs`.
     pub grid: Vec<usize>,
-    /// The second mode cut within each slab (`None`: the 1D cut).
-    pub split: Option<usize>,
+    /// The cuts within each slab, in order: (mode, boxes per box of the level before). Empty:
+    /// the 1D cut.
+    pub splits: Vec<(usize, usize)>,
     /// The output mode's slab cut points (`grid[mode] + 1`, nnz-balanced).
     pub slabs: Vec<usize>,
-    /// Per slab, the split mode's cut points (`grid[split] + 1`, balanced by the slab's
-    /// nonzeros); empty for the 1D cut.
-    pub boxes: Vec<Vec<usize>>,
+    /// Per level of `splits`, per box of the level before (slabs at level 0, numbered as the
+    /// ranks are), that box's cut points along the level's mode, balanced by its nonzeros.
+    pub levels: Vec<Vec<Vec<usize>>>,
     /// Per mode, the rows each rank owns: the output rows (M's) for the output mode, the
     /// factor's rows (cut at that mode's own nnz-balanced points) for the others.
     pub cuts: Vec<Vec<usize>>,
@@ -204,8 +206,8 @@ pub struct MttkrpPlan {
     /// computes and does not own, sent to their owners (`reduce.cuts`) and added there.
     pub reduce: RowFetch,
     /// The grids considered when the plan was chosen ([`MttkrpPlan::build`]): per grid its
-    /// slabs, split mode and words in all (factor halos and reduction); empty when the grid
-    /// was given.
+    /// slabs, splits and words in all (factor halos and reduction); empty when the grid was
+    /// given.
     pub considered: Vec<GridWords>,
 }
 
@@ -214,8 +216,8 @@ pub struct MttkrpPlan {
 pub struct GridWords {
     /// Slabs of the output mode.
     pub slabs: usize,
-    /// The mode cut within the slabs and its boxes per slab (`None`: the 1D cut).
-    pub split: Option<(usize, usize)>,
+    /// The cuts within the slabs (empty: the 1D cut), as [`MttkrpPlan::splits`].
+    pub splits: Vec<(usize, usize)>,
     /// Words received in all (factor halos and the reduction of partial rows).
     pub words: u64,
     /// Max nonzeros per rank over the mean.
@@ -248,8 +250,9 @@ fn part_of(cuts: &[usize], i: usize) -> usize {
 impl MttkrpPlan {
     /// Plans the MTTKRP of `x` in `mode` with `r`-column factors on `procs` ranks over the
     /// grid that moves the fewest words in all (factor halos and reduction) among every
-    /// factorization `procs = slabs × boxes` and every other mode as the split mode; the 1D
-    /// cut (`slabs = procs`) wins ties. [`MttkrpPlan::considered`] lists every candidate.
+    /// factorization of `procs` into slabs and boxes along distinct other modes, in every
+    /// order; the 1D cut (`slabs = procs`) wins ties, then the grid found first.
+    /// [`MttkrpPlan::considered`] lists every candidate.
     pub fn build<T: Scalar>(
         x: &SparseTensor<T>,
         mode: usize,
@@ -257,11 +260,12 @@ impl MttkrpPlan {
         procs: usize,
     ) -> Result<MttkrpPlan, SparseError> {
         no_ranks(procs)?;
-        let mut best = MttkrpPlan::build_grid(x, mode, r, procs, None)?;
+        let mut best = MttkrpPlan::build_grid(x, mode, r, procs, &[])?;
         let mut considered = vec![best.grid_words()];
-        for boxes in (2..=procs).filter(|&b| procs.is_multiple_of(b)) {
-            for split in (0..x.order()).filter(|&m| m != mode) {
-                let p = MttkrpPlan::build_grid(x, mode, r, procs, Some((split, boxes)))?;
+        let others: Vec<usize> = (0..x.order()).filter(|&m| m != mode).collect();
+        for nb in (2..=procs).filter(|&b| procs.is_multiple_of(b)) {
+            for splits in split_sequences(&others, nb) {
+                let p = MttkrpPlan::build_grid(x, mode, r, procs, &splits)?;
                 let g = p.grid_words();
                 if g.words < best.total_received() {
                     best = p;
@@ -273,15 +277,16 @@ impl MttkrpPlan {
         Ok(best)
     }
 
-    /// Plans the MTTKRP of `x` in `mode` on `procs` ranks over a given grid: `split =
-    /// Some((m, b))` cuts each of `procs / b` slabs of the output mode into `b` boxes along
-    /// mode `m` (b must divide `procs`, m differ from `mode`); `None` is the 1D cut.
+    /// Plans the MTTKRP of `x` in `mode` on `procs` ranks over a given grid: `splits` cuts
+    /// each slab along its modes in turn (see [`MttkrpPlan`]); the boxes' product must divide
+    /// `procs` (the rest are the slabs), the modes be distinct and differ from `mode`. No
+    /// splits is the 1D cut.
     pub fn build_grid<T: Scalar>(
         x: &SparseTensor<T>,
         mode: usize,
         r: usize,
         procs: usize,
-        split: Option<(usize, usize)>,
+        splits: &[(usize, usize)],
     ) -> Result<MttkrpPlan, SparseError> {
         no_ranks(procs)?;
         let order = x.order();
@@ -290,15 +295,15 @@ impl MttkrpPlan {
                 "mode {mode} of an order-{order} tensor"
             )));
         }
-        let (split_mode, nb) = match split {
-            None => (None, 1),
-            Some((m, b)) if m < order && m != mode && b >= 1 && procs.is_multiple_of(b) => (Some(m), b),
-            Some((m, b)) => {
-                return Err(SparseError::Shape(format!(
-                    "grid: {b} boxes along mode {m} for {procs} ranks, output mode {mode} of an order-{order} tensor"
-                )))
-            }
-        };
+        let nb: usize = splits.iter().map(|&(_, b)| b).product();
+        let distinct = splits.iter().enumerate().all(|(l, &(m, b))| {
+            m < order && m != mode && b >= 1 && splits[..l].iter().all(|&(n, _)| n != m)
+        });
+        if !distinct || nb == 0 || !procs.is_multiple_of(nb) {
+            return Err(SparseError::Shape(format!(
+                "grid: boxes {splits:?} (mode, parts) for {procs} ranks, output mode {mode} of an order-{order} tensor"
+            )));
+        }
         let ns = procs / nb;
         let shape = x.shape().to_vec();
         let out_prefix = mode_prefix(x, mode, 0..x.nnz());
@@ -307,33 +312,27 @@ impl MttkrpPlan {
         // `nb`-th of its points, which are the `ns`-way balanced cut (the same targets).
         let out_cuts = fetch::balance_rows(&out_prefix, procs);
         let slabs: Vec<usize> = out_cuts.iter().step_by(nb).copied().collect();
-        // The entries of each slab (a counting sort on the slab of their output row).
-        let slab_of: Vec<usize> = (0..x.nnz())
+        // Each level cuts every box of the level before by its own nonzeros: the entries'
+        // box numbers gain a digit per level and end as their ranks.
+        let mut rank_of: Vec<usize> = (0..x.nnz())
             .map(|e| part_of(&slabs, x.coord(e)[mode]))
             .collect();
-        let by_slab = group(&slab_of, ns);
-        let boxes: Vec<Vec<usize>> = match split_mode {
-            None => Vec::new(),
-            Some(m) => (0..ns)
-                .map(|s| {
-                    let prefix = mode_prefix(
-                        x,
-                        m,
-                        by_slab.1[by_slab.0[s]..by_slab.0[s + 1]].iter().copied(),
-                    );
-                    fetch::balance_rows(&prefix, nb)
+        let mut levels = Vec::with_capacity(splits.len());
+        let mut nboxes = ns;
+        for &(m, b) in splits {
+            let (start, entries) = group(&rank_of, nboxes);
+            let cuts: Vec<Vec<usize>> = (0..nboxes)
+                .map(|q| {
+                    let prefix = mode_prefix(x, m, entries[start[q]..start[q + 1]].iter().copied());
+                    fetch::balance_rows(&prefix, b)
                 })
-                .collect(),
-        };
-        let rank_of: Vec<usize> = (0..x.nnz())
-            .map(|e| {
-                let s = slab_of[e];
-                match split_mode {
-                    None => s,
-                    Some(m) => s * nb + part_of(&boxes[s], x.coord(e)[m]),
-                }
-            })
-            .collect();
+                .collect();
+            for (e, q) in rank_of.iter_mut().enumerate() {
+                *q = *q * b + part_of(&cuts[*q], x.coord(e)[m]);
+            }
+            levels.push(cuts);
+            nboxes *= b;
+        }
         let (start, entries) = group(&rank_of, procs);
         let nnz = (0..procs).map(|q| start[q + 1] - start[q]).collect();
         let ents = |q: usize, m: usize| {
@@ -362,8 +361,8 @@ impl MttkrpPlan {
         let reduce = RowFetch::build(shape[mode], r, out_cuts, |q| ents(q, mode))?;
         let mut grid = vec![1; order];
         grid[mode] = ns;
-        if let Some(m) = split_mode {
-            grid[m] = nb;
+        for &(m, b) in splits {
+            grid[m] = b;
         }
         Ok(MttkrpPlan {
             procs,
@@ -371,9 +370,9 @@ impl MttkrpPlan {
             r,
             shape,
             grid,
-            split: split_mode,
+            splits: splits.to_vec(),
             slabs,
-            boxes,
+            levels,
             cuts,
             nnz,
             fetch,
@@ -386,15 +385,10 @@ impl MttkrpPlan {
     pub fn grid_words(&self) -> GridWords {
         GridWords {
             slabs: self.grid[self.mode],
-            split: self.split.map(|m| (m, self.grid[m])),
+            splits: self.splits.clone(),
             words: self.total_received(),
             imbalance: self.imbalance(),
         }
-    }
-
-    /// The rank that owns the box `(slab, box)`.
-    fn box_rank(&self, slab: usize, b: usize) -> usize {
-        slab * self.split.map_or(1, |m| self.grid[m]) + b
     }
 
     /// Words rank `q` receives: the factor rows its nonzeros touch and it does not hold, and
@@ -433,11 +427,11 @@ impl MttkrpPlan {
 
     /// Whether rank `me`'s box holds a nonzero at coordinates `c`.
     fn in_box(&self, me: usize, c: &[usize]) -> bool {
-        let s = part_of(&self.slabs, c[self.mode]);
-        match self.split {
-            None => s == me,
-            Some(m) => self.box_rank(s, part_of(&self.boxes[s], c[m])) == me,
+        let mut q = part_of(&self.slabs, c[self.mode]);
+        for (&(m, b), cuts) in self.splits.iter().zip(&self.levels) {
+            q = q * b + part_of(&cuts[q], c[m]);
         }
+        q == me
     }
 
     /// Rank `me`'s nonzeros of `x` (the whole tensor the plan was built from), grouped by
@@ -483,6 +477,32 @@ impl MttkrpPlan {
         }
         Ok(g)
     }
+}
+
+/// Every sequence of (mode, boxes) over distinct modes of `modes`, boxes at least 2, whose
+/// boxes multiply to `nb`.
+fn split_sequences(modes: &[usize], nb: usize) -> Vec<Vec<(usize, usize)>> {
+    let mut out = Vec::new();
+    for (i, &m) in modes.iter().enumerate() {
+        for b in (2..=nb).filter(|&b| nb.is_multiple_of(b)) {
+            if b == nb {
+                out.push(vec![(m, b)]);
+                continue;
+            }
+            let rest: Vec<usize> = modes
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .map(|(_, &n)| n)
+                .collect();
+            for tail in split_sequences(&rest, nb / b) {
+                let mut seq = vec![(m, b)];
+                seq.extend(tail);
+                out.push(seq);
+            }
+        }
+    }
+    out
 }
 
 /// Per part, the start of its entries in the list, and the entries grouped by part (a

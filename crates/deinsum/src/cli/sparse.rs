@@ -928,18 +928,24 @@ fn reference(job: &Job) -> anyhow::Result<(Vec<f64>, &'static str)> {
 /// The MTTKRP plan's grid, how it cuts, and the words of the grids it was chosen from.
 fn mttkrp_partition(p: &MttkrpPlan) -> String {
     let dims: Vec<String> = p.grid.iter().map(usize::to_string).collect();
-    let cut = match p.split {
-        None => format!(
+    let cut = if p.splits.is_empty() {
+        format!(
             "the tensor cut along mode {} (the output mode) at nnz-balanced points, each factor at its mode's points",
             p.mode
-        ),
-        Some(m) => format!(
-            "{} slabs of mode {} (the output mode) at nnz-balanced points, each cut along mode {m} into {} boxes at points balanced by the slab's nonzeros; partial output rows reduced to their owners ({} words), each factor at its mode's points",
+        )
+    } else {
+        let levels: Vec<String> = p
+            .splits
+            .iter()
+            .map(|(m, b)| format!("along mode {m} into {b}"))
+            .collect();
+        format!(
+            "{} slabs of mode {} (the output mode) at nnz-balanced points, each cut {} boxes at points balanced by the box's nonzeros; partial output rows reduced to their owners ({} words), each factor at its mode's points",
             p.grid[p.mode],
             p.mode,
-            p.grid[m],
+            levels.join(", then each "),
             (0..p.procs).map(|r| p.reduction_words(r)).sum::<u64>()
-        ),
+        )
     };
     let one_d = p.considered.first().map_or(0, |g| g.words);
     format!(
@@ -1055,7 +1061,7 @@ fn finish(
         Form::Spmm { .. } => "the rows of B its nonzeros touch",
         Form::Sddmm { .. } => "the rows of V its nonzeros touch (U's rows are its own)",
         Form::Spgemm => "the rows of B its columns touch (length, columns and values)",
-        Form::Mttkrp { .. } if matches!(plan, Plan::Mttkrp(p) if p.split.is_some()) => {
+        Form::Mttkrp { .. } if matches!(plan, Plan::Mttkrp(p) if !p.splits.is_empty()) => {
             "the factor rows its nonzeros touch, per mode, and the partial output rows of its slab's other ranks"
         }
         Form::Mttkrp { .. } => "the factor rows its nonzeros touch, per mode",
@@ -1069,11 +1075,11 @@ fn finish(
     let grid = match plan {
         Plan::Mttkrp(p) => Some(json!({
             "parts_per_mode": p.grid,
-            "split_mode": p.split,
+            "splits": p.splits,
             "reduction_words": (0..procs).map(|r| p.reduction_words(r)).sum::<u64>(),
             "chosen_by": "the fewest words in all (factor halos and reduction); the 1D cut on a tie",
             "considered": p.considered.iter().map(|g| json!({
-                "slabs": g.slabs, "split": g.split, "words": g.words, "imbalance": g.imbalance,
+                "slabs": g.slabs, "splits": g.splits, "words": g.words, "imbalance": g.imbalance,
             })).collect::<Vec<_>>(),
         })),
         _ => None,
