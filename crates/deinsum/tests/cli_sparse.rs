@@ -198,6 +198,7 @@ fn sddmm_spgemm_and_mttkrp_equal_the_dense_reference_with_exact_words() {
     );
     assert_eq!(v[0]["kernel"], "SpGEMM");
     assert_eq!(v[0]["sparse_operands"], serde_json::json!([0, 1]));
+    let mut two_d = false;
     for (expr, sizes) in [
         ("ijk,ja,ka->ia", "i=11,j=9,k=7,a=4"),
         ("ijk,ia,ka->ja", "i=11,j=9,k=7,a=4"),
@@ -210,7 +211,32 @@ fn sddmm_spgemm_and_mttkrp_equal_the_dense_reference_with_exact_words() {
         let nnz = v[0]["nnz"].as_u64().unwrap();
         let ops = expr.split(',').count() as u64;
         assert_eq!(v[0]["cost"]["flops_total"].as_u64().unwrap(), nnz * 4 * ops);
+        // The grid moves the fewest words of those considered, the 1D cut (listed first)
+        // among them; its parts multiply to P.
+        for (r, p) in v.iter().zip(PROCS) {
+            let g = &r["grid"];
+            let parts: u64 = g["parts_per_mode"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap())
+                .product();
+            assert_eq!(parts, *p as u64, "{r}");
+            let considered = g["considered"].as_array().unwrap();
+            assert_eq!(considered[0]["splits"], serde_json::json!([]), "{r}");
+            let total = r["predicted"]["total"].as_u64().unwrap();
+            assert!(considered
+                .iter()
+                .all(|c| c["words"].as_u64().unwrap() >= total));
+            assert!(considered
+                .iter()
+                .any(|c| c["words"].as_u64() == Some(total)));
+        }
+        two_d |= v
+            .iter()
+            .any(|r| r["grid"]["splits"] != serde_json::json!([]));
     }
+    assert!(two_d, "no run chose a 2D grid");
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The distributed sparse kernels on MPI (the same code as in process, over `MpiComm`): SpMM,
-//! the fine-grain SpMV/SpMM, SDDMM, SpGEMM and MTTKRP in every mode equal to dense serial references with the sparse
+//! the fine-grain SpMV/SpMM, SDDMM, SpGEMM and MTTKRP in every mode and on every grid equal to dense serial references with the sparse
 //! operands densified, and every rank's measured bytes equal to its plan's prediction; inputs
 //! with empty rows, empty ranks (more ranks than rows), duplicates and explicit zeros.
 //!
@@ -188,8 +188,18 @@ fn body(w: &MpiComm, c: &mut Checks) {
     let r = 4;
     let fs: Vec<Vec<f64>> = (0..3).map(|m| dense(x.shape()[m] * r, m + 3)).collect();
     let xd = x.to_dense();
-    for mode in 0..3 {
-        let plan = MttkrpPlan::build(&x, mode, r, p).unwrap();
+    // The chosen grid, then every grid it was chosen from (the 1D cut and the 2D ones).
+    let plans = (0..3).flat_map(|mode| {
+        let chosen = MttkrpPlan::build(&x, mode, r, p).unwrap();
+        let others: Vec<MttkrpPlan> = chosen
+            .considered
+            .iter()
+            .map(|g| MttkrpPlan::build_grid(&x, mode, r, p, &g.splits).unwrap())
+            .collect();
+        std::iter::once(chosen).chain(others)
+    });
+    for plan in plans {
+        let mode_grid = format!("{} grid {:?}", plan.mode, plan.grid);
         let local = plan.local_part(&x, me).unwrap();
         let views: Vec<&[f64]> = (0..3)
             .map(|m| &fs[m][plan.cuts[m][me] * r..plan.cuts[m][me + 1] * r])
@@ -198,14 +208,15 @@ fn body(w: &MpiComm, c: &mut Checks) {
         c.eq(
             recv,
             8 * plan.received_words(me),
-            &format!("MTTKRP mode {mode} received"),
+            &format!("MTTKRP mode {mode_grid} received"),
         );
         c.eq(
             sent,
             8 * plan.sent_words(me),
-            &format!("MTTKRP mode {mode} sent"),
+            &format!("MTTKRP mode {mode_grid} sent"),
         );
         let all = gather_all(w, &got);
+        let mode = plan.mode;
         let mut want = vec![0.0; x.shape()[mode] * r];
         for (lin, &v) in xd.iter().enumerate() {
             let cc = [lin / 42, (lin / 6) % 7, lin % 6];
@@ -218,7 +229,7 @@ fn body(w: &MpiComm, c: &mut Checks) {
             }
         }
         let e = rel_err(&all, &want);
-        c.check(e <= 1e-12, || format!("MTTKRP mode {mode} error {e}"));
+        c.check(e <= 1e-12, || format!("MTTKRP mode {mode_grid} error {e}"));
     }
 }
 

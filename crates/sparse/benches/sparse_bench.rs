@@ -166,7 +166,8 @@ fn mttkrp_time(
             let views: Vec<&[f64]> = blocks.iter().map(Vec::as_slice).collect();
             let fetched = dist::fetch_factors(comm, &plan, &views)?;
             let fv: Vec<&[f64]> = fetched.iter().map(Vec::as_slice).collect();
-            std::hint::black_box(pool.install(|| kernels::mttkrp_grouped(local, &fv, r))?);
+            let partial = pool.install(|| kernels::mttkrp_grouped(local, &fv, r))?;
+            std::hint::black_box(dist::reduce_partial(comm, &plan, partial)?);
             Ok(())
         },
     );

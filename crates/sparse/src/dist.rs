@@ -5,11 +5,14 @@
 //!   parts balanced by multiply-adds (the nonzeros of B each row of A reaches: what Gustavson's
 //!   kernel does), B's rows like A's when A is square, else balanced by B's nonzeros; each rank
 //!   receives exactly the rows of B its columns touch (lengths, columns and values);
-//! - MTTKRP (`ijk,ja,ka->ia` and every other mode and order): the tensor is cut along the
-//!   output mode at nnz-balanced cut points, so each rank owns whole output rows and nothing is
-//!   reduced; each other mode's factor is cut at that mode's own nnz-balanced points (where its
-//!   MTTKRP would produce it, as in CP-ALS), and each rank receives exactly the factor rows its
-//!   nonzeros touch.
+//! - MTTKRP (`ijk,ja,ka->ia` and every other mode and order) over a grid of ranks: the output
+//!   mode is cut into slabs at nnz-balanced points, and each slab along other modes in turn
+//!   into boxes at points balanced by each box's own nonzeros; each rank receives exactly the
+//!   factor rows its box's nonzeros touch, computes partial output rows, and sends the rows it
+//!   does not own to their owners in its slab (exact words too). Each other mode's factor is cut
+//!   at that mode's own nnz-balanced points (where its MTTKRP would produce it, as in CP-ALS).
+//!   The grid moving the fewest words is chosen among every factorization of P; the 1D cut
+//!   along the output mode (one box per slab: nothing reduced) is one of them.
 //!
 //! Every plan states its imbalance and predicts each rank's words exactly, beside what
 //! replicating the fetched operand would move.
@@ -160,7 +163,17 @@ pub fn spgemm<T: Scalar, C: Communicator>(
     kernels::spgemm(&local, &bx)
 }
 
-/// The plan of one distributed sparse MTTKRP in mode `mode`. Size O(P × order + halo rows).
+/// The plan of one distributed sparse MTTKRP in mode `mode` over a grid of ranks. Size
+/// O(P × order + halo rows).
+///
+/// The grid cuts the output mode into `grid[mode]` slabs at nnz-balanced points, then cuts
+/// each slab along the modes of `splits` in turn: level l cuts every box of the level before
+/// (a slab at level 0) along mode `splits[l].0` into `splits[l].1` boxes at points balanced
+/// by that box's own nonzeros. Rank `q` computes the box whose slab and level parts, read as
+/// mixed-radix digits (slab first), make `q`. The ranks of a slab share its output rows:
+/// each owns a contiguous run of them (the output mode's P-way nnz-balanced cut, of which the
+/// slabs are every (P / slabs)-th point) and receives the partial rows the others' nonzeros
+/// give to it. With no split this is the 1D cut along the output mode: nothing is reduced.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MttkrpPlan {
     /// Number of ranks.
@@ -171,22 +184,109 @@ pub struct MttkrpPlan {
     pub r: usize,
     /// The tensor's shape.
     pub shape: Vec<usize>,
-    /// Per mode, its nnz-balanced cut points: the tensor's (and M's) rows for the output mode,
-    /// the factor's rows for the others.
+    /// Parts per mode: `grid[mode]` slabs, a split mode's boxes per box of the level before,
+    /// 1 elsewhere; their product is `procs`.
+    pub grid: Vec<usize>,
+    /// The cuts within each slab, in order: (mode, boxes per box of the level before). Empty:
+    /// the 1D cut.
+    pub splits: Vec<(usize, usize)>,
+    /// The output mode's slab cut points (`grid[mode] + 1`, nnz-balanced).
+    pub slabs: Vec<usize>,
+    /// Per level of `splits`, per box of the level before (slabs at level 0, numbered as the
+    /// ranks are), that box's cut points along the level's mode, balanced by its nonzeros.
+    pub levels: Vec<Vec<Vec<usize>>>,
+    /// Per mode, the rows each rank owns: the output rows (M's) for the output mode, the
+    /// factor's rows (cut at that mode's own nnz-balanced points) for the others.
     pub cuts: Vec<Vec<usize>>,
     /// Nonzeros per rank.
     pub nnz: Vec<usize>,
     /// Per mode, the factor's fetch (the output mode's fetches nothing).
     pub fetch: Vec<RowFetch>,
+    /// The reduction of partial output rows: `reduce.need[q]` are the output rows rank q
+    /// computes and does not own, sent to their owners (`reduce.cuts`) and added there.
+    pub reduce: RowFetch,
+    /// The grids considered when the plan was chosen ([`MttkrpPlan::build`]): per grid its
+    /// slabs, splits and words in all (factor halos and reduction); empty when the grid was
+    /// given.
+    pub considered: Vec<GridWords>,
+}
+
+/// One grid of [`MttkrpPlan::build`]'s choice and the words it moves.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GridWords {
+    /// Slabs of the output mode.
+    pub slabs: usize,
+    /// The cuts within the slabs (empty: the 1D cut), as [`MttkrpPlan::splits`].
+    pub splits: Vec<(usize, usize)>,
+    /// Words received in all (factor halos and the reduction of partial rows).
+    pub words: u64,
+    /// Max nonzeros per rank over the mean.
+    pub imbalance: f64,
+}
+
+/// Prefix sums of the nonzeros per coordinate of mode `m` over the entries `ents`.
+fn mode_prefix<T: Scalar>(
+    x: &SparseTensor<T>,
+    m: usize,
+    ents: impl Iterator<Item = usize>,
+) -> Vec<usize> {
+    let n = x.shape()[m];
+    let mut prefix = vec![0usize; n + 1];
+    for e in ents {
+        prefix[x.coord(e)[m] + 1] += 1;
+    }
+    for i in 0..n {
+        prefix[i + 1] += prefix[i];
+    }
+    prefix
+}
+
+/// The part of `cuts` that holds `i` (the last one starting at or before it: empty parts
+/// are skipped).
+fn part_of(cuts: &[usize], i: usize) -> usize {
+    cuts.partition_point(|&c| c <= i) - 1
 }
 
 impl MttkrpPlan {
-    /// Plans the MTTKRP of `x` in `mode` with `r`-column factors on `procs` ranks.
+    /// Plans the MTTKRP of `x` in `mode` with `r`-column factors on `procs` ranks over the
+    /// grid that moves the fewest words in all (factor halos and reduction) among every
+    /// factorization of `procs` into slabs and boxes along distinct other modes, in every
+    /// order; the 1D cut (`slabs = procs`) wins ties, then the grid found first.
+    /// [`MttkrpPlan::considered`] lists every candidate.
     pub fn build<T: Scalar>(
         x: &SparseTensor<T>,
         mode: usize,
         r: usize,
         procs: usize,
+    ) -> Result<MttkrpPlan, SparseError> {
+        no_ranks(procs)?;
+        let mut best = MttkrpPlan::build_grid(x, mode, r, procs, &[])?;
+        let mut considered = vec![best.grid_words()];
+        let others: Vec<usize> = (0..x.order()).filter(|&m| m != mode).collect();
+        for nb in (2..=procs).filter(|&b| procs.is_multiple_of(b)) {
+            for splits in split_sequences(&others, nb) {
+                let p = MttkrpPlan::build_grid(x, mode, r, procs, &splits)?;
+                let g = p.grid_words();
+                if g.words < best.total_received() {
+                    best = p;
+                }
+                considered.push(g);
+            }
+        }
+        best.considered = considered;
+        Ok(best)
+    }
+
+    /// Plans the MTTKRP of `x` in `mode` on `procs` ranks over a given grid: `splits` cuts
+    /// each slab along its modes in turn (see [`MttkrpPlan`]); the boxes' product must divide
+    /// `procs` (the rest are the slabs), the modes be distinct and differ from `mode`. No
+    /// splits is the 1D cut.
+    pub fn build_grid<T: Scalar>(
+        x: &SparseTensor<T>,
+        mode: usize,
+        r: usize,
+        procs: usize,
+        splits: &[(usize, usize)],
     ) -> Result<MttkrpPlan, SparseError> {
         no_ranks(procs)?;
         let order = x.order();
@@ -195,69 +295,121 @@ impl MttkrpPlan {
                 "mode {mode} of an order-{order} tensor"
             )));
         }
+        let nb: usize = splits.iter().map(|&(_, b)| b).product();
+        let distinct = splits.iter().enumerate().all(|(l, &(m, b))| {
+            m < order && m != mode && b >= 1 && splits[..l].iter().all(|&(n, _)| n != m)
+        });
+        if !distinct || nb == 0 || !procs.is_multiple_of(nb) {
+            return Err(SparseError::Shape(format!(
+                "grid: boxes {splits:?} (mode, parts) for {procs} ranks, output mode {mode} of an order-{order} tensor"
+            )));
+        }
+        let ns = procs / nb;
         let shape = x.shape().to_vec();
+        let out_prefix = mode_prefix(x, mode, 0..x.nnz());
+        // The output rows each rank owns are the P-way nnz-balanced cut, where the factor
+        // of this mode lives in every other mode's MTTKRP (as in CP-ALS); the slabs are every
+        // `nb`-th of its points, which are the `ns`-way balanced cut (the same targets).
+        let out_cuts = fetch::balance_rows(&out_prefix, procs);
+        let slabs: Vec<usize> = out_cuts.iter().step_by(nb).copied().collect();
+        // Each level cuts every box of the level before by its own nonzeros: the entries'
+        // box numbers gain a digit per level and end as their ranks.
+        let mut rank_of: Vec<usize> = (0..x.nnz())
+            .map(|e| part_of(&slabs, x.coord(e)[mode]))
+            .collect();
+        let mut levels = Vec::with_capacity(splits.len());
+        let mut nboxes = ns;
+        for &(m, b) in splits {
+            let (start, entries) = group(&rank_of, nboxes);
+            let cuts: Vec<Vec<usize>> = (0..nboxes)
+                .map(|q| {
+                    let prefix = mode_prefix(x, m, entries[start[q]..start[q + 1]].iter().copied());
+                    fetch::balance_rows(&prefix, b)
+                })
+                .collect();
+            for (e, q) in rank_of.iter_mut().enumerate() {
+                *q = *q * b + part_of(&cuts[*q], x.coord(e)[m]);
+            }
+            levels.push(cuts);
+            nboxes *= b;
+        }
+        let (start, entries) = group(&rank_of, procs);
+        let nnz = (0..procs).map(|q| start[q + 1] - start[q]).collect();
+        let ents = |q: usize, m: usize| {
+            entries[start[q]..start[q + 1]]
+                .iter()
+                .map(move |&e| x.coord(e)[m])
+        };
         let cuts: Vec<Vec<usize>> = (0..order)
             .map(|m| {
-                let mut prefix = vec![0usize; shape[m] + 1];
-                for e in 0..x.nnz() {
-                    prefix[x.coord(e)[m] + 1] += 1;
+                if m == mode {
+                    out_cuts.clone()
+                } else {
+                    fetch::balance_rows(&mode_prefix(x, m, 0..x.nnz()), procs)
                 }
-                for i in 0..shape[m] {
-                    prefix[i + 1] += prefix[i];
-                }
-                fetch::balance_rows(&prefix, procs)
             })
             .collect();
-        // The entries of each rank, by a counting sort on the owner of their output row.
-        let out_cuts = &cuts[mode];
-        let owner = |e: usize| out_cuts.partition_point(|&c| c <= x.coord(e)[mode]) - 1;
-        let mut start = vec![0usize; procs + 1];
-        let owners: Vec<usize> = (0..x.nnz()).map(owner).collect();
-        for &o in &owners {
-            start[o + 1] += 1;
-        }
-        for q in 0..procs {
-            start[q + 1] += start[q];
-        }
-        let mut next = start.clone();
-        let mut entries = vec![0usize; x.nnz()];
-        for (e, &o) in owners.iter().enumerate() {
-            entries[next[o]] = e;
-            next[o] += 1;
-        }
-        let nnz = (0..procs).map(|q| start[q + 1] - start[q]).collect();
         let fetch = (0..order)
             .map(|m| {
-                let ents = |q: usize| {
-                    let list = if m == mode {
-                        &entries[0..0]
-                    } else {
-                        &entries[start[q]..start[q + 1]]
-                    };
-                    list.iter().map(move |&e| x.coord(e)[m])
-                };
-                RowFetch::build(shape[m], r, cuts[m].clone(), ents)
+                if m == mode {
+                    RowFetch::build(shape[m], r, cuts[m].clone(), |_| std::iter::empty())
+                } else {
+                    RowFetch::build(shape[m], r, cuts[m].clone(), |q| ents(q, m))
+                }
             })
             .collect::<Result<_, _>>()?;
+        let reduce = RowFetch::build(shape[mode], r, out_cuts, |q| ents(q, mode))?;
+        let mut grid = vec![1; order];
+        grid[mode] = ns;
+        for &(m, b) in splits {
+            grid[m] = b;
+        }
         Ok(MttkrpPlan {
             procs,
             mode,
             r,
             shape,
+            grid,
+            splits: splits.to_vec(),
+            slabs,
+            levels,
             cuts,
             nnz,
             fetch,
+            reduce,
+            considered: Vec::new(),
         })
     }
 
-    /// Words rank `q` receives: the factor rows its nonzeros touch and it does not hold.
-    pub fn received_words(&self, q: usize) -> u64 {
-        self.fetch.iter().map(|f| f.received_words(q)).sum()
+    /// This plan's grid and words, as [`MttkrpPlan::considered`] lists it.
+    pub fn grid_words(&self) -> GridWords {
+        GridWords {
+            slabs: self.grid[self.mode],
+            splits: self.splits.clone(),
+            words: self.total_received(),
+            imbalance: self.imbalance(),
+        }
     }
 
-    /// Words rank `q` sends.
+    /// Words rank `q` receives: the factor rows its nonzeros touch and it does not hold, and
+    /// the partial rows of its output rows that other ranks computed.
+    pub fn received_words(&self, q: usize) -> u64 {
+        self.fetch.iter().map(|f| f.received_words(q)).sum::<u64>() + self.reduce.sent_words(q)
+    }
+
+    /// Words rank `q` sends: factor rows, and its partial rows of other ranks' output rows.
     pub fn sent_words(&self, q: usize) -> u64 {
-        self.fetch.iter().map(|f| f.sent_words(q)).sum()
+        self.fetch.iter().map(|f| f.sent_words(q)).sum::<u64>() + self.reduce.received_words(q)
+    }
+
+    /// Words of the reduction rank `q` receives (part of [`MttkrpPlan::received_words`]).
+    pub fn reduction_words(&self, q: usize) -> u64 {
+        self.reduce.sent_words(q)
+    }
+
+    /// Words received in all.
+    pub fn total_received(&self) -> u64 {
+        (0..self.procs).map(|q| self.received_words(q)).sum()
     }
 
     /// Words rank `q` would receive if every other mode's factor were replicated.
@@ -273,9 +425,20 @@ impl MttkrpPlan {
         fetch::imbalance(&self.nnz)
     }
 
+    /// Whether rank `me`'s box holds a nonzero at coordinates `c`.
+    fn in_box(&self, me: usize, c: &[usize]) -> bool {
+        let mut q = part_of(&self.slabs, c[self.mode]);
+        for (&(m, b), cuts) in self.splits.iter().zip(&self.levels) {
+            q = q * b + part_of(&cuts[q], c[m]);
+        }
+        q == me
+    }
+
     /// Rank `me`'s nonzeros of `x` (the whole tensor the plan was built from), grouped by
-    /// their output row with the other modes' coordinates renumbered into the fetched factors
-    /// (own rows, then halo rows): the inspector's local part, built once before any run.
+    /// their output row (own rows, then the rows it reduces into other ranks', in
+    /// `reduce.need` order) with the other modes' coordinates renumbered into the fetched
+    /// factors (own rows, then halo rows): the inspector's local part, built once before any
+    /// run.
     pub fn local_part<T: Scalar>(
         &self,
         x: &SparseTensor<T>,
@@ -288,7 +451,6 @@ impl MttkrpPlan {
                 self.shape
             )));
         }
-        let (lo, hi) = (self.cuts[self.mode][me], self.cuts[self.mode][me + 1]);
         let maps: Vec<Vec<usize>> = (0..self.shape.len())
             .map(|m| {
                 if m == self.mode {
@@ -298,11 +460,14 @@ impl MttkrpPlan {
                 }
             })
             .collect();
-        let g = ModeGroups::build(
+        let rows_map = self.reduce.local_map(me);
+        let rows = self.reduce.own_rows(me) + self.reduce.need[me].len();
+        let g = ModeGroups::build_where(
             x,
             self.mode,
-            hi - lo,
-            |i| (lo..hi).contains(&i).then(|| i - lo),
+            rows,
+            |c| self.in_box(me, c),
+            |i| Some(rows_map[i]),
             |m, c| maps[m][c],
         )?;
         if g.others.contains(&usize::MAX) {
@@ -314,11 +479,57 @@ impl MttkrpPlan {
     }
 }
 
-/// Rank `comm.rank()`'s rows of the MTTKRP under `plan`: `local` its nonzeros
-/// ([`MttkrpPlan::local_part`]), `factors_local[m]` its rows of mode m's factor
+/// Every sequence of (mode, boxes) over distinct modes of `modes`, boxes at least 2, whose
+/// boxes multiply to `nb`.
+fn split_sequences(modes: &[usize], nb: usize) -> Vec<Vec<(usize, usize)>> {
+    let mut out = Vec::new();
+    for (i, &m) in modes.iter().enumerate() {
+        for b in (2..=nb).filter(|&b| nb.is_multiple_of(b)) {
+            if b == nb {
+                out.push(vec![(m, b)]);
+                continue;
+            }
+            let rest: Vec<usize> = modes
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .map(|(_, &n)| n)
+                .collect();
+            for tail in split_sequences(&rest, nb / b) {
+                let mut seq = vec![(m, b)];
+                seq.extend(tail);
+                out.push(seq);
+            }
+        }
+    }
+    out
+}
+
+/// Per part, the start of its entries in the list, and the entries grouped by part (a
+/// counting sort of `part[e]`, entries ascending within a part).
+fn group(part: &[usize], parts: usize) -> (Vec<usize>, Vec<usize>) {
+    let mut start = vec![0usize; parts + 1];
+    for &o in part {
+        start[o + 1] += 1;
+    }
+    for q in 0..parts {
+        start[q + 1] += start[q];
+    }
+    let mut next = start.clone();
+    let mut entries = vec![0usize; part.len()];
+    for (e, &o) in part.iter().enumerate() {
+        entries[next[o]] = e;
+        next[o] += 1;
+    }
+    (start, entries)
+}
+
+/// Rank `comm.rank()`'s rows of the MTTKRP under `plan` (`plan.cuts[plan.mode]`): `local`
+/// its nonzeros ([`MttkrpPlan::local_part`]), `factors_local[m]` its rows of mode m's factor
 /// (`plan.cuts[m]`, `plan.r` wide; the output mode's entry is not read). Each other factor's
-/// halo arrives in one exchange ([`fetch_factors`]); the rows are split over the calling
-/// rayon pool.
+/// halo arrives in one exchange ([`fetch_factors`]), the rows are computed on the calling
+/// rayon pool, and the partial rows of other ranks' output rows go to them in one exchange
+/// ([`reduce_partial`]).
 pub fn mttkrp<T: Scalar, C: Communicator>(
     comm: &C,
     plan: &MttkrpPlan,
@@ -327,7 +538,65 @@ pub fn mttkrp<T: Scalar, C: Communicator>(
 ) -> Result<Vec<T>, SparseError> {
     let fetched = fetch_factors(comm, plan, factors_local)?;
     let views: Vec<&[T]> = fetched.iter().map(Vec::as_slice).collect();
-    kernels::mttkrp_grouped(local, &views, plan.r)
+    let partial = kernels::mttkrp_grouped(local, &views, plan.r)?;
+    reduce_partial(comm, plan, partial)
+}
+
+/// Rank `comm.rank()`'s own output rows from its partial rows (`partial`: its own rows, then
+/// the rows of `plan.reduce.need`, `plan.r` wide, as [`kernels::mttkrp_grouped`] returns them
+/// over [`MttkrpPlan::local_part`]): sends the others' rows to their owners and adds the rows
+/// it receives, in one exchange; nothing moves (and no exchange is called) on the 1D cut.
+pub fn reduce_partial<T: Scalar, C: Communicator>(
+    comm: &C,
+    plan: &MttkrpPlan,
+    mut partial: Vec<T>,
+) -> Result<Vec<T>, SparseError> {
+    let me = comm.rank();
+    let red = &plan.reduce;
+    let (r, own) = (plan.r, red.own_rows(me.min(plan.procs - 1)));
+    if comm.size() != plan.procs || partial.len() != (own + red.need[me].len()) * r {
+        return Err(SparseError::Shape(format!(
+            "rank {me} of {}: {} partial elements, the plan ({} ranks) gives it {} rows of {r}",
+            comm.size(),
+            partial.len(),
+            plan.procs,
+            own + red.need.get(me).map_or(0, Vec::len)
+        )));
+    }
+    if red.need.iter().all(Vec::is_empty) {
+        return Ok(partial);
+    }
+    // `need` is sorted and owners hold ascending blocks: each owner's rows are a contiguous run.
+    let mut at = own * r;
+    let sends: Vec<(usize, Vec<T>)> = red
+        .sources_of(me)
+        .into_iter()
+        .map(|(owner, n)| {
+            let v = partial[at..at + n * r].to_vec();
+            at += n * r;
+            (owner, v)
+        })
+        .collect();
+    let from = red.sends_of(me);
+    let ranks: Vec<usize> = from.iter().map(|(q, _)| *q).collect();
+    let recv = comm.exchange(sends, &ranks)?;
+    partial.truncate(own * r);
+    let lo = red.cuts[me];
+    for (v, (q, rows)) in recv.iter().zip(&from) {
+        if v.len() != rows.len() * r {
+            return Err(SparseError::Shape(format!(
+                "rank {me} received {} partial elements from rank {q}, the plan says {}",
+                v.len(),
+                rows.len() * r
+            )));
+        }
+        for (&i, row) in rows.iter().zip(v.chunks_exact(r.max(1))) {
+            for (o, &y) in partial[(i - lo) * r..(i - lo + 1) * r].iter_mut().zip(row) {
+                *o += y;
+            }
+        }
+    }
+    Ok(partial)
 }
 
 /// The other modes' factors as rank `comm.rank()` reads them (own rows, then the halo rows),

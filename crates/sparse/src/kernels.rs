@@ -335,6 +335,19 @@ impl<T: Scalar> ModeGroups<T> {
         row: impl Fn(usize) -> Option<usize>,
         other: impl Fn(usize, usize) -> usize,
     ) -> Result<ModeGroups<T>, SparseError> {
+        ModeGroups::build_where(x, mode, rows, |_| true, row, other)
+    }
+
+    /// [`ModeGroups::build`] over the entries whose coordinates `keep` accepts (a rank's box
+    /// of a grid).
+    pub fn build_where(
+        x: &SparseTensor<T>,
+        mode: usize,
+        rows: usize,
+        keep: impl Fn(&[usize]) -> bool,
+        row: impl Fn(usize) -> Option<usize>,
+        other: impl Fn(usize, usize) -> usize,
+    ) -> Result<ModeGroups<T>, SparseError> {
         let order = x.order();
         if mode >= order {
             return Err(SparseError::Shape(format!(
@@ -342,7 +355,16 @@ impl<T: Scalar> ModeGroups<T> {
             )));
         }
         let mut ptr = vec![0usize; rows + 1];
-        let rows_of: Vec<Option<usize>> = (0..x.nnz()).map(|e| row(x.coord(e)[mode])).collect();
+        let rows_of: Vec<Option<usize>> = (0..x.nnz())
+            .map(|e| {
+                let c = x.coord(e);
+                if keep(c) {
+                    row(c[mode])
+                } else {
+                    None
+                }
+            })
+            .collect();
         for &i in rows_of.iter().flatten() {
             if i >= rows {
                 return Err(SparseError::Shape(format!("row {i} of {rows}")));

@@ -12,7 +12,8 @@
 //!   operand sparse: rows partitioned by nonzeros, the dense operand's halo fetched;
 //! - [`fine`]: the fine-grain SpMV (each nonzero computed at its lower-degree endpoint's
 //!   owner, which fetches an x entry or pushes a partial y entry, in one exchange);
-//! - [`dist`]: the distributed SpGEMM (both sparse) and sparse MTTKRP (any mode);
+//! - [`dist`]: the distributed SpGEMM (both sparse) and sparse MTTKRP (any mode, over a grid
+//!   of ranks with nnz-balanced cut points);
 //!
 //! every plan's predicted words are exact, held against the communicator's count in the tests.
 

@@ -208,8 +208,35 @@ fn dense_mttkrp(x: &SparseTensor<f64>, fs: &[Vec<f64>], mode: usize, r: usize) -
     out
 }
 
+/// The chosen grid's MTTKRP against the dense reference, with exact words, and the same for
+/// every other grid of `procs` ranks (the 1D cut among them): each no more words in all than
+/// the chosen one is not.
 fn check_mttkrp(name: &str, x: &SparseTensor<f64>, mode: usize, r: usize, procs: usize) {
     let plan = MttkrpPlan::build(x, mode, r, procs).unwrap();
+    check_mttkrp_plan(name, x, &plan);
+    let chosen = plan.total_received();
+    assert!(plan.considered.iter().all(|g| g.words >= chosen));
+    assert!(plan.considered[0].splits.is_empty());
+    for g in &plan.considered {
+        let p = MttkrpPlan::build_grid(x, mode, r, procs, &g.splits).unwrap();
+        assert_eq!(p.total_received(), g.words);
+        assert_eq!(p.nnz.iter().sum::<usize>(), x.nnz());
+        // Every grid's output rows are the output mode's P-way cut (the factor layout), its
+        // slabs every boxes-th point of it.
+        let nb: usize = g.splits.iter().map(|&(_, b)| b).product();
+        assert_eq!(p.cuts[mode], plan.cuts[mode]);
+        assert_eq!(
+            p.slabs,
+            p.cuts[mode].iter().step_by(nb).copied().collect::<Vec<_>>()
+        );
+        if !g.splits.is_empty() {
+            check_mttkrp_plan(&format!("{name} grid {:?}", p.grid), x, &p);
+        }
+    }
+}
+
+fn check_mttkrp_plan(name: &str, x: &SparseTensor<f64>, plan: &MttkrpPlan) {
+    let (mode, r, procs) = (plan.mode, plan.r, plan.procs);
     let fs: Vec<Vec<f64>> = (0..x.order())
         .map(|m| dense(x.shape()[m] * r, m + 3))
         .collect();
@@ -219,7 +246,7 @@ fn check_mttkrp(name: &str, x: &SparseTensor<f64>, mode: usize, r: usize, procs:
         let views: Vec<&[f64]> = (0..x.order())
             .map(|m| &fs[m][plan.cuts[m][me] * r..plan.cuts[m][me + 1] * r])
             .collect();
-        dist::mttkrp(comm, &plan, &local, &views)
+        dist::mttkrp(comm, plan, &local, &views)
     });
     let mut got = Vec::new();
     for (q, (rows, recv, sent)) in outs.into_iter().enumerate() {
@@ -233,7 +260,9 @@ fn check_mttkrp(name: &str, x: &SparseTensor<f64>, mode: usize, r: usize, procs:
             8 * plan.sent_words(q),
             "{name} mode {mode} P={procs} rank {q}"
         );
-        assert!(plan.received_words(q) <= plan.replication_words(q));
+        // The factor halos alone never exceed replication; the reduction is on top.
+        assert!(plan.received_words(q) - plan.reduction_words(q) <= plan.replication_words(q));
+        assert_eq!(rows.len(), plan.reduce.own_rows(q) * r);
         got.extend(rows);
     }
     let want = dense_mttkrp(x, &fs, mode, r);
@@ -288,6 +317,36 @@ fn plans_state_balance_and_move_less_than_replication_on_rmat() {
     assert_eq!(p.nnz.iter().sum::<usize>(), x.nnz());
     let c = &p.cuts[1];
     assert!(c[0] == 0 && c[4] == 64 && c.windows(2).all(|w| w[0] <= w[1]));
+    // Every grid of 4 ranks was considered (1D, then 2 and 4 boxes along modes 0 and 2, and
+    // 2 x 2 along both in either order); the 2D ones reduce partial rows, the 1D one does not.
+    let splits: Vec<_> = p.considered.iter().map(|g| g.splits.clone()).collect();
+    assert_eq!(
+        splits,
+        [
+            vec![],
+            vec![(0, 2)],
+            vec![(2, 2)],
+            vec![(0, 2), (2, 2)],
+            vec![(0, 4)],
+            vec![(2, 2), (0, 2)],
+            vec![(2, 4)]
+        ]
+    );
+    let one_d = MttkrpPlan::build_grid(&x, 1, 8, 4, &[]).unwrap();
+    assert_eq!((0..4).map(|q| one_d.reduction_words(q)).sum::<u64>(), 0);
+    assert_eq!(one_d.grid, [1, 4, 1]);
+    let two_d = MttkrpPlan::build_grid(&x, 1, 8, 4, &[(2, 2)]).unwrap();
+    assert_eq!(two_d.grid, [1, 2, 2]);
+    assert!((0..4).map(|q| two_d.reduction_words(q)).sum::<u64>() > 0);
+    assert!(two_d.imbalance() < 1.2, "{}", two_d.imbalance());
+    let three_d = MttkrpPlan::build_grid(&x, 1, 8, 8, &[(0, 2), (2, 2)]).unwrap();
+    assert_eq!(three_d.grid, [2, 2, 2]);
+    assert_eq!(three_d.levels[1].len(), 4);
+    // A grid that does not divide the ranks, splits the output mode or a mode twice is an
+    // error.
+    assert!(MttkrpPlan::build_grid(&x, 1, 8, 4, &[(2, 3)]).is_err());
+    assert!(MttkrpPlan::build_grid(&x, 1, 8, 4, &[(1, 2)]).is_err());
+    assert!(MttkrpPlan::build_grid(&x, 1, 8, 4, &[(2, 2), (2, 2)]).is_err());
     // Zero ranks and mismatched shapes are errors, not panics.
     assert!(SpgemmPlan::build(&csr, &csr, 0).is_err());
     assert!(MttkrpPlan::build(&x, 3, 8, 2).is_err());

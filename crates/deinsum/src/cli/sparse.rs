@@ -6,7 +6,8 @@
 //!   sparse; the output sparse in its pattern): [`deinsum_sparse::halo`]; a square SpMV/SpMM
 //!   may instead run the fine-grain scheme ([`deinsum_sparse::fine`], `--spmv-scheme`);
 //! - SpGEMM `ij,jk->ik` (operands 0 and 1 sparse; sparse output) and MTTKRP `ijk,ja,ka->ia` in
-//!   any mode and order (operand 0 sparse): [`deinsum_sparse::dist`].
+//!   any mode and order (operand 0 sparse, on the grid of ranks moving the fewest words, the
+//!   report stating it beside the 1D cut's words): [`deinsum_sparse::dist`].
 //!
 //! Dense operands are generated from the seed, or read from the `.npy` files `--inputs` lists
 //! beside the sparse ones (shape checked against the extents first; their headers give the
@@ -590,7 +591,8 @@ fn rank_body<C: Communicator>(
                 let views: Vec<&[f64]> = fs.iter().map(Vec::as_slice).collect();
                 let fetched = dist::fetch_factors(comm, p, &views)?;
                 let fv: Vec<&[f64]> = fetched.iter().map(Vec::as_slice).collect();
-                pool.install(|| kernels::mttkrp_grouped(g, &fv, p.r))?
+                let partial = pool.install(|| kernels::mttkrp_grouped(g, &fv, p.r))?;
+                dist::reduce_partial(comm, p, partial)?
             }
             _ => return Err(SparseError::Shape("plan and einsum disagree".into())),
         };
@@ -923,6 +925,37 @@ fn reference(job: &Job) -> anyhow::Result<(Vec<f64>, &'static str)> {
     Ok((out, what))
 }
 
+/// The MTTKRP plan's grid, how it cuts, and the words of the grids it was chosen from.
+fn mttkrp_partition(p: &MttkrpPlan) -> String {
+    let dims: Vec<String> = p.grid.iter().map(usize::to_string).collect();
+    let cut = if p.splits.is_empty() {
+        format!(
+            "the tensor cut along mode {} (the output mode) at nnz-balanced points, each factor at its mode's points",
+            p.mode
+        )
+    } else {
+        let levels: Vec<String> = p
+            .splits
+            .iter()
+            .map(|(m, b)| format!("along mode {m} into {b}"))
+            .collect();
+        format!(
+            "{} slabs of mode {} (the output mode) at nnz-balanced points, each cut {} boxes at points balanced by the box's nonzeros; partial output rows reduced to their owners ({} words), each factor at its mode's points",
+            p.grid[p.mode],
+            p.mode,
+            levels.join(", then each "),
+            (0..p.procs).map(|r| p.reduction_words(r)).sum::<u64>()
+        )
+    };
+    let one_d = p.considered.first().map_or(0, |g| g.words);
+    format!(
+        "grid {} over the modes, the fewest words of {} grids ({} words in all; the 1D cut {one_d}): {cut}",
+        dims.join(" x "),
+        p.considered.len(),
+        p.total_received()
+    )
+}
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs.get(xs.len() / 2).copied().unwrap_or(0.0)
@@ -1028,15 +1061,28 @@ fn finish(
         Form::Spmm { .. } => "the rows of B its nonzeros touch",
         Form::Sddmm { .. } => "the rows of V its nonzeros touch (U's rows are its own)",
         Form::Spgemm => "the rows of B its columns touch (length, columns and values)",
+        Form::Mttkrp { .. } if matches!(plan, Plan::Mttkrp(p) if !p.splits.is_empty()) => {
+            "the factor rows its nonzeros touch, per mode, and the partial output rows of its slab's other ranks"
+        }
         Form::Mttkrp { .. } => "the factor rows its nonzeros touch, per mode",
     };
-    let partition = match job.form {
-        Form::Mttkrp { mode, .. } => format!(
-            "the tensor cut along mode {mode} (the output mode) at nnz-balanced points, each factor at its mode's points"
-        ),
-        Form::Spgemm => "rows of A cut by multiply-adds".into(),
+    let partition = match (&job.form, plan) {
+        (_, Plan::Mttkrp(p)) => mttkrp_partition(p),
+        (Form::Spgemm, _) => "rows of A cut by multiply-adds".into(),
         _ if fine_grain => "fine-grain: each nonzero at the owner of its lower-degree endpoint, vertices (rows of B and C) cut by the nonzeros each rank computes".into(),
         _ => "rows cut by nonzeros".into(),
+    };
+    let grid = match plan {
+        Plan::Mttkrp(p) => Some(json!({
+            "parts_per_mode": p.grid,
+            "splits": p.splits,
+            "reduction_words": (0..procs).map(|r| p.reduction_words(r)).sum::<u64>(),
+            "chosen_by": "the fewest words in all (factor halos and reduction); the 1D cut on a tie",
+            "considered": p.considered.iter().map(|g| json!({
+                "slabs": g.slabs, "splits": g.splits, "words": g.words, "imbalance": g.imbalance,
+            })).collect::<Vec<_>>(),
+        })),
+        _ => None,
     };
     let scheme = plan.choice().map(|c| {
         let side = |(total, max, imb): (u64, u64, f64)| {
@@ -1055,6 +1101,7 @@ fn finish(
                 "output_nnz": out_nnz,
                 "partition": partition,
                 "imbalance": plan.imbalance(), "work_imbalance": work_imbalance,
+                "grid": grid,
                 "nnz_per_rank": plan.nnz(),
                 "scheme": scheme,
                 "predicted": {"max_per_rank": pred_max, "total": pred_total,
