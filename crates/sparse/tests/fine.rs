@@ -145,7 +145,10 @@ fn check(name: &str, a: &SparseTensor<f64>, k: usize, procs: usize) -> FinePlan 
     for r in 0..procs {
         let own = plan.own_rows(r);
         let most = (n - own) + (procs - 1) * own;
-        assert!(plan.received_words(r) <= (most * k) as u64, "{what} rank {r}");
+        assert!(
+            plan.received_words(r) <= (most * k) as u64,
+            "{what} rank {r}"
+        );
     }
     plan
 }
