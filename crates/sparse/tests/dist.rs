@@ -6,12 +6,11 @@
 use deinsum_exec::{Communicator, InProcess, LocalComm};
 use deinsum_sparse::dist::{self, MttkrpPlan, SpgemmPlan};
 use deinsum_sparse::halo::{self, HaloPlan};
-use deinsum_sparse::io::read_mtx;
 use deinsum_sparse::{gen, Csr, SparseError, SparseTensor};
 use proptest::prelude::*;
 
 mod common;
-use common::{close, dense, dense_mm};
+use common::{close, dense, dense_mm, duplicates, every_third_row, symmetric_mtx};
 
 /// Each rank's result with the bytes it received and sent while `f` ran.
 fn on_ranks<R: Send>(
@@ -36,36 +35,14 @@ fn on_ranks<R: Send>(
 /// The test matrices: square, rectangular, with empty rows, with duplicates and an explicit
 /// zero, symmetric from Matrix Market, and tiny (more ranks than rows).
 fn matrices() -> Vec<(&'static str, SparseTensor<f64>)> {
-    let mut coords = Vec::new();
-    let mut vals = Vec::new();
-    for i in (0..30).step_by(3) {
-        coords.extend([i, (i * 7) % 30]);
-        vals.push(1.0 + i as f64);
-    }
-    let empty_rows = SparseTensor::from_entries(vec![30, 30], coords, vals).unwrap();
-    // (2,1) three times (summed), (0,3) an explicit zero, (4,4) twice.
-    let dups = SparseTensor::from_entries(
-        vec![6, 6],
-        vec![2, 1, 0, 3, 2, 1, 4, 4, 2, 1, 4, 4, 5, 0],
-        vec![1.0, 0.0, 2.0, -1.5, 0.25, 2.0, 3.0],
-    )
-    .unwrap();
+    let dups = duplicates();
     assert_eq!(dups.nnz(), 4);
-    let dir = std::env::temp_dir().join(format!("deinsum-sparse-dist-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join("sym.mtx");
-    std::fs::write(
-        &p,
-        "%%MatrixMarket matrix coordinate real symmetric\n7 7 6\n1 1 2\n3 1 -1\n5 2 0.5\n7 4 1\n6 6 3\n7 1 0\n",
-    )
-    .unwrap();
-    let sym = read_mtx::<f64>(&p).unwrap();
     vec![
         ("square", gen::uniform(&[41, 41], 0.08, 11).unwrap()),
         ("rect", gen::uniform(&[23, 37], 0.1, 12).unwrap()),
-        ("empty rows", empty_rows),
+        ("empty rows", every_third_row(30)),
         ("duplicates", dups),
-        ("symmetric mtx", sym),
+        ("symmetric mtx", symmetric_mtx("dist")),
         ("tiny", gen::uniform(&[3, 3], 0.6, 13).unwrap()),
         ("rmat", gen::rmat(6, 4, 14).unwrap()),
     ]

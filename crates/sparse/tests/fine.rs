@@ -7,30 +7,14 @@
 use deinsum_exec::{Communicator, InProcess};
 use deinsum_sparse::fine::{self, FineLocal, FinePlan};
 use deinsum_sparse::halo::HaloPlan;
-use deinsum_sparse::io::read_mtx;
 use deinsum_sparse::{gen, SparseError, SparseTensor};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
 mod common;
-use common::{close, dense, dense_mm};
+use common::{close, dense, dense_mm, duplicates, every_third_row, symmetric_mtx};
 
 fn matrices() -> Vec<(&'static str, SparseTensor<f64>)> {
-    // Rows and columns 30..40 empty; (i, 7i mod 30) is not symmetric.
-    let mut coords = Vec::new();
-    let mut vals = Vec::new();
-    for i in (0..30).step_by(3) {
-        coords.extend([i, (i * 7) % 30]);
-        vals.push(1.0 + i as f64);
-    }
-    let empty = SparseTensor::from_entries(vec![40, 40], coords, vals).unwrap();
-    // (2,1) three times (summed), (0,3) an explicit zero, (4,4) twice.
-    let dups = SparseTensor::from_entries(
-        vec![6, 6],
-        vec![2, 1, 0, 3, 2, 1, 4, 4, 2, 1, 4, 4, 5, 0],
-        vec![1.0, 0.0, 2.0, -1.5, 0.25, 2.0, 3.0],
-    )
-    .unwrap();
     // A hub: vertex 0 linked both ways with every other, and a few leaf-to-leaf entries, so
     // the hub's nonzeros are computed at the leaves (pushes into y_0, fetches of x_0).
     let n = 33;
@@ -44,21 +28,12 @@ fn matrices() -> Vec<(&'static str, SparseTensor<f64>)> {
         }
     }
     let star = SparseTensor::from_entries(vec![n, n], coords, vals).unwrap();
-    let dir = std::env::temp_dir().join(format!("deinsum-sparse-fine-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join("sym.mtx");
-    std::fs::write(
-        &p,
-        "%%MatrixMarket matrix coordinate real symmetric\n7 7 6\n1 1 2\n3 1 -1\n5 2 0.5\n7 4 1\n6 6 3\n7 1 0\n",
-    )
-    .unwrap();
-    let sym = read_mtx::<f64>(&p).unwrap();
     vec![
         ("square", gen::uniform(&[41, 41], 0.08, 11).unwrap()),
-        ("empty rows and columns", empty),
-        ("duplicates", dups),
+        ("empty rows and columns", every_third_row(40)),
+        ("duplicates", duplicates()),
         ("star", star),
-        ("symmetric mtx", sym),
+        ("symmetric mtx", symmetric_mtx("fine")),
         ("tiny", gen::uniform(&[3, 3], 0.6, 13).unwrap()),
         (
             "no nonzeros",
