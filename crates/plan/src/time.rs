@@ -177,17 +177,6 @@ impl<'a> TimeModel<'a> {
                 continue;
             }
             let (a, b) = (&step.operand_indices[0], &step.operand_indices[1]);
-            if a.iter().chain(b).all(|c| out.contains(c)) {
-                // A Hadamard or outer product sums nothing: the executor writes it straight in
-                // `out`'s order (no GEMM, no permutation), and the small class's rate is
-                // measured on such a step, its writes included.
-                let madds = size(&step.indices());
-                let rate = self
-                    .m
-                    .gemm_rate_on_node(RateClass::Small, threads, self.procs);
-                t += 2.0 * madds / (rate * share);
-                continue;
-            }
             let prod = |keep: &dyn Fn(Index) -> bool, from: &[Index]| -> u64 {
                 from.iter()
                     .filter(|&&c| keep(c))
@@ -198,24 +187,29 @@ impl<'a> TimeModel<'a> {
             let m = prod(&|c| a.contains(&c) && !b.contains(&c), out);
             let n = prod(&|c| b.contains(&c) && !a.contains(&c), out);
             let k = prod(&|c| b.contains(&c) && !out.contains(&c), a);
-            // Indices one side alone sums are summed out first, in one pass over it.
-            let pre =
-                |x: &[Index], y: &[Index]| x.iter().any(|c| !out.contains(c) && !y.contains(c));
-            // An operand whose indices are not batch, then two contiguous runs, is permuted
-            // into GEMM layout first (read and write once).
-            let copy = 2.0 * wb / self.bw;
-            if pre(a, b) {
-                t += size(a) * wb / self.bw;
-            } else if !gemm_layout(a, b, out) {
-                t += size(a) * copy;
-            }
-            if pre(b, a) {
-                t += size(b) * wb / self.bw;
-            } else if !gemm_layout(b, a, out) {
-                t += size(b) * copy;
-            }
-            if !out_layout(a, b, out) {
-                t += size(out) * copy;
+            // Layout copies only where the step sums an index: a Hadamard or outer product is
+            // written straight in `out`'s order (no GEMM, no permutation), and the small
+            // class's rate is measured on such a step, its writes included.
+            if a.iter().chain(b).any(|c| !out.contains(c)) {
+                // Indices one side alone sums are summed out first, in one pass over it.
+                let pre =
+                    |x: &[Index], y: &[Index]| x.iter().any(|c| !out.contains(c) && !y.contains(c));
+                // An operand whose indices are not batch, then two contiguous runs, is permuted
+                // into GEMM layout first (read and write once).
+                let copy = 2.0 * wb / self.bw;
+                if pre(a, b) {
+                    t += size(a) * wb / self.bw;
+                } else if !gemm_layout(a, b, out) {
+                    t += size(a) * copy;
+                }
+                if pre(b, a) {
+                    t += size(b) * wb / self.bw;
+                } else if !gemm_layout(b, a, out) {
+                    t += size(b) * copy;
+                }
+                if !out_layout(a, b, out) {
+                    t += size(out) * copy;
+                }
             }
             let madds = (batch * m * n * k) as f64;
             let class = RateClass::of(m, n, k);
