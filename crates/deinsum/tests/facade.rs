@@ -143,7 +143,6 @@ fn run_local_refuses_a_plan_that_cannot_fit_before_allocating() {
 
 #[test]
 fn run_local_borrowed_equals_serial_for_many_p() {
-    use deinsum::exec::data::seeded_value;
     // Diagonal, broadcast and ellipsis operands, extents that no P divides evenly.
     let cases: [(&str, Vec<Vec<usize>>); 3] = [
         (
@@ -154,18 +153,7 @@ fn run_local_borrowed_equals_serial_for_many_p() {
         ("...ij,jk->...ik", vec![vec![2, 1, 5, 3], vec![3, 4]]),
     ];
     for (expr, shapes) in cases {
-        let spec = ExtentSpec {
-            shapes: Some(shapes.clone()),
-            ..ExtentSpec::default()
-        };
-        let ops: Vec<Vec<f64>> = shapes
-            .iter()
-            .enumerate()
-            .map(|(k, s)| {
-                let n: usize = s.iter().product();
-                (0..n as u64).map(|x| seeded_value(5, k, x)).collect()
-            })
-            .collect();
+        let (spec, ops) = seeded_operands(&shapes, 5);
         let lent: Vec<&[f64]> = ops.iter().map(|v| v.as_slice()).collect();
         for p in [1, 2, 3, 5, 7] {
             let c = Einsum::compile(expr, &spec, &Options::procs(p)).unwrap();
@@ -187,7 +175,6 @@ fn run_local_borrowed_equals_serial_for_many_p() {
 
 #[test]
 fn run_local_borrowed_assembles_every_output_layout_for_p_1_to_8() {
-    use deinsum::exec::data::seeded_value;
     // Plain operands (cut out run by run) with extents no P divides evenly; outputs split on
     // their leading index (slabs, appended), on a later one or replicated (boxes, copied),
     // permuted, and a scalar.
@@ -200,18 +187,7 @@ fn run_local_borrowed_assembles_every_output_layout_for_p_1_to_8() {
         ("ik,jk->ijk", vec![vec![3, 5], vec![4, 5]]),
     ];
     for (expr, shapes) in cases {
-        let spec = ExtentSpec {
-            shapes: Some(shapes.clone()),
-            ..ExtentSpec::default()
-        };
-        let ops: Vec<Vec<f64>> = shapes
-            .iter()
-            .enumerate()
-            .map(|(k, s)| {
-                let n: usize = s.iter().product();
-                (0..n as u64).map(|x| seeded_value(3, k, x)).collect()
-            })
-            .collect();
+        let (spec, ops) = seeded_operands(&shapes, 3);
         let lent: Vec<&[f64]> = ops.iter().map(|v| v.as_slice()).collect();
         for p in 1..=8 {
             let c = Einsum::compile(expr, &spec, &Options::procs(p)).unwrap();
@@ -228,7 +204,6 @@ fn run_local_borrowed_assembles_every_output_layout_for_p_1_to_8() {
 
 #[test]
 fn kept_buffers_serve_later_calls_of_other_plans_for_many_p() {
-    use deinsum::exec::data::seeded_value;
     use deinsum::exec::pool::KeptBuffers;
     // Blocks above the pool's threshold (16 Ki words) at small P; a large plan, then smaller
     // ones, then the large one again, all on one set of kept buffers, from 8 ranks down to 1.
@@ -243,18 +218,7 @@ fn kept_buffers_serve_later_calls_of_other_plans_for_many_p() {
     let kept = KeptBuffers::new();
     for p in [8, 5, 3, 2, 1] {
         for (expr, shapes) in cases.iter().chain(&cases[..1]) {
-            let spec = ExtentSpec {
-                shapes: Some(shapes.clone()),
-                ..ExtentSpec::default()
-            };
-            let ops: Vec<Vec<f64>> = shapes
-                .iter()
-                .enumerate()
-                .map(|(k, s)| {
-                    let n: usize = s.iter().product();
-                    (0..n as u64).map(|x| seeded_value(9, k, x)).collect()
-                })
-                .collect();
+            let (spec, ops) = seeded_operands(shapes, 9);
             let lent: Vec<&[f64]> = ops.iter().map(|v| v.as_slice()).collect();
             let c = Einsum::compile(expr, &spec, &Options::procs(p)).unwrap();
             let want = naive_seeded(&c.plan().einsum, 9);
@@ -314,6 +278,25 @@ fn lent_operands_serve_one_run_and_repeated_runs_alike() {
             }
         }
     }
+}
+
+/// The extents of operands of `shapes` and their values from `seed` (as `Inputs::Seeded`
+/// makes them, so `naive_seeded(.., seed)` is the reference).
+fn seeded_operands(shapes: &[Vec<usize>], seed: u64) -> (ExtentSpec, Vec<Vec<f64>>) {
+    use deinsum::exec::data::seeded_value;
+    let spec = ExtentSpec {
+        shapes: Some(shapes.to_vec()),
+        ..ExtentSpec::default()
+    };
+    let ops = shapes
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let n: usize = s.iter().product();
+            (0..n as u64).map(|x| seeded_value(seed, k, x)).collect()
+        })
+        .collect();
+    (spec, ops)
 }
 
 /// Executor options with `threads` threads per rank.
