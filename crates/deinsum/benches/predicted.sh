@@ -19,8 +19,8 @@ kernels=(
   "TTMc|ijk,jb,kc->ibc|--sizes i=128,j=128,k=128,b=16,c=16"
   "chain|ijk,ja,ka,al->il|--sizes i=192,j=192,k=192,a=32,l=192"
   "MTTKRP flops|ijk,ja,ka->ia|--sizes i=256,j=256,k=256,a=32 --objective flops"
-  "TTMc r16/24|ijk,jb,kc->ibc|--sizes i=128,j=128,k=128,b=16,c=24"
-  "TTMc r16/24 flops|ijk,jb,kc->ibc|--sizes i=128,j=128,k=128,b=16,c=24 --objective flops"
+  "CP fit|ia,ja,ka,ijk->i|--sizes i=128,j=128,k=128,a=32"
+  "CP fit flops|ia,ja,ka,ijk->i|--sizes i=128,j=128,k=128,a=32 --objective flops"
 )
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 rows=""

@@ -451,3 +451,106 @@ fn two_transposed_operands_with_many_columns() {
     check_all_storages(130, 533, 263);
     check_all_storages(97, 70, 300);
 }
+
+/// The naive `a0, b0 -> po` (every index of the operands kept or in both), by index math.
+fn naive(
+    a0: &LocalTensor<f64>,
+    b0: &LocalTensor<f64>,
+    po: &[char],
+    ext: &dyn Fn(char) -> usize,
+) -> Vec<f64> {
+    let summed: Vec<char> = a0
+        .indices
+        .iter()
+        .copied()
+        .filter(|c| !po.contains(c))
+        .collect();
+    let shape: Vec<usize> = po.iter().map(|&x| ext(x)).collect();
+    let ns: usize = summed.iter().map(|&x| ext(x)).product();
+    multi_indices(&shape)
+        .into_iter()
+        .map(|idx| {
+            (0..ns)
+                .map(|s| {
+                    let mut sv = vec![0; summed.len()];
+                    let mut r = s;
+                    for d in (0..summed.len()).rev() {
+                        sv[d] = r % ext(summed[d]);
+                        r /= ext(summed[d]);
+                    }
+                    let g = |x: char| match summed.iter().position(|&y| y == x) {
+                        Some(p) => sv[p],
+                        None => idx[po.iter().position(|&y| y == x).unwrap()],
+                    };
+                    at(a0, &g) * at(b0, &g)
+                })
+                .sum()
+        })
+        .collect()
+}
+
+#[test]
+fn products_sliced_along_leading_indices_match_index_math() {
+    // Extents large enough for a slice's product to be worth a GEMM call: the sliced form
+    // must be taken (TTMc's second step, the sliced operand either side) and, over every
+    // storage order, on one thread and on a pool, agree with index math.
+    let ext = |c: char| match c {
+        'i' => 6,
+        'j' => 40,
+        'c' => 16,
+        'b' => 12,
+        'l' => 3,
+        _ => 2,
+    };
+    let x = tensor("ijc", &[6, 40, 16], 1);
+    let y = tensor("jb", &[40, 12], 2);
+    assert_eq!(
+        deinsum_exec::kernels::sliced_lead(&x, &y, &['i', 'b', 'c']),
+        1
+    );
+    assert_eq!(
+        deinsum_exec::kernels::sliced_lead(&y, &x, &['i', 'b', 'c']),
+        1
+    );
+    // Already in GEMM layout (rows `ic`, summed `j`): one product, no slices.
+    let xt = x.permute(&['i', 'c', 'j']).unwrap();
+    assert_eq!(
+        deinsum_exec::kernels::sliced_lead(&xt, &y, &['i', 'c', 'b']),
+        0
+    );
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    let mut sliced = 0;
+    for (sa, sb, so) in [("ijc", "jb", "ibc"), ("lijc", "ljb", "libc")] {
+        let a0 = tensor(sa, &sa.chars().map(ext).collect::<Vec<_>>(), 1);
+        let b0 = tensor(sb, &sb.chars().map(ext).collect::<Vec<_>>(), 2);
+        let outs: Vec<(Vec<char>, Vec<f64>)> = perms(&so.chars().collect::<Vec<_>>())
+            .into_iter()
+            .map(|po| {
+                let want = naive(&a0, &b0, &po, &ext);
+                (po, want)
+            })
+            .collect();
+        for pa in perms(&a0.indices) {
+            let a = a0.permute(&pa).unwrap();
+            for pb in perms(&b0.indices) {
+                let b = b0.permute(&pb).unwrap();
+                for (po, want) in &outs {
+                    let po = po.clone();
+                    sliced += usize::from(deinsum_exec::kernels::sliced_lead(&a, &b, &po) > 0);
+                    let one = contract(&a, &b, &po).unwrap();
+                    let par = pool.install(|| contract(&a, &b, &po).unwrap());
+                    for c in [one, par] {
+                        assert_eq!(c.indices, po);
+                        for (g, w) in c.data.iter().zip(want) {
+                            assert!((g - w).abs() < 1e-10, "{pa:?},{pb:?}->{po:?}: {g} vs {w}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(sliced > 0, "no storage order was sliced");
+}

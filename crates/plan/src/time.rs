@@ -197,19 +197,45 @@ impl<'a> TimeModel<'a> {
                 // An operand whose indices are not batch, then two contiguous runs, is permuted
                 // into GEMM layout first (read and write once).
                 let copy = 2.0 * wb / self.bw;
-                if pre(a, b) {
-                    t += size(a) * wb / self.bw;
-                } else if !gemm_layout(a, b, out) {
-                    t += size(a) * copy;
+                let mut class_mnk = (m, n, k);
+                if pre(a, b) || pre(b, a) {
+                    if pre(a, b) {
+                        t += size(a) * wb / self.bw;
+                    } else if !gemm_layout(a, b, out) {
+                        t += size(a) * copy;
+                    }
+                    if pre(b, a) {
+                        t += size(b) * wb / self.bw;
+                    } else if !gemm_layout(b, a, out) {
+                        t += size(b) * copy;
+                    }
+                    if !out_layout(a, b, out) {
+                        t += size(out) * copy;
+                    }
+                } else {
+                    // Words copied into order: as one GEMM, or slice by slice (as the executor
+                    // chooses, `kernels::contract`).
+                    let whole = 2.0 * size(a) * f64::from(u8::from(!gemm_layout(a, b, out)))
+                        + 2.0 * size(b) * f64::from(u8::from(!gemm_layout(b, a, out)))
+                        + size(out) * f64::from(u8::from(!out_layout(a, b, out)));
+                    let madds = (batch * m * n * k) as f64;
+                    let sliced = [(a, b), (b, a)]
+                        .into_iter()
+                        .filter_map(|(x, y)| sliced(x, y, out, &size, madds))
+                        .find(|s| s.words < whole);
+                    match sliced {
+                        Some(s) => {
+                            t += s.words * wb / self.bw;
+                            class_mnk = s.mnk(&|c| local(c), a, b, out);
+                        }
+                        None => t += whole * wb / self.bw,
+                    }
                 }
-                if pre(b, a) {
-                    t += size(b) * wb / self.bw;
-                } else if !gemm_layout(b, a, out) {
-                    t += size(b) * copy;
-                }
-                if !out_layout(a, b, out) {
-                    t += size(out) * copy;
-                }
+                let (cm, cn, ck) = class_mnk;
+                let madds = (batch * m * n * k) as f64;
+                let class = RateClass::of(cm, cn, ck);
+                t += 2.0 * madds / (self.m.gemm_rate_on_node(class, threads, self.procs) * share);
+                continue;
             }
             let madds = (batch * m * n * k) as f64;
             let class = RateClass::of(m, n, k);
@@ -271,6 +297,74 @@ impl<'a> TimeModel<'a> {
             })
             .collect()
     }
+}
+
+/// The largest operand (words) the executor shares between the slices of a sliced product.
+const SLICED_SHARED_MAX_WORDS: f64 = (1u64 << 17) as f64;
+
+/// Fewest multiply-adds per slice of a sliced product.
+const SLICED_MIN_MADDS: f64 = (1u64 << 12) as f64;
+
+/// A product run slice by slice along `x`'s leading indices (those leading `out` too, that
+/// `y` lacks): `x` and the output are read and written in place, `y` copied once if needed.
+struct SlicedForm<'a> {
+    lead: &'a [Index],
+    /// Words copied (read plus write).
+    words: f64,
+}
+
+impl SlicedForm<'_> {
+    /// The GEMM shape of one slice's product, `(m, n, k)`.
+    fn mnk(
+        &self,
+        local: &dyn Fn(Index) -> u64,
+        a: &[Index],
+        b: &[Index],
+        out: &[Index],
+    ) -> (u64, u64, u64) {
+        let keep = |c: &Index| !self.lead.contains(c);
+        let p = |f: &dyn Fn(&Index) -> bool, from: &[Index]| -> u64 {
+            from.iter().filter(|c| f(c)).map(|&c| local(c)).product()
+        };
+        let m = p(&|c| keep(c) && a.contains(c) && !b.contains(c), out);
+        let n = p(&|c| keep(c) && b.contains(c) && !a.contains(c), out);
+        let k = p(&|c| !out.contains(c) && b.contains(c), a);
+        (m, n, k)
+    }
+}
+
+/// The sliced form of `x, y -> out` (of `madds` multiply-adds) when the executor can take it:
+/// `x`'s leading indices lead `out` and are not `y`'s, `y` is small enough to share, a slice
+/// is worth a GEMM call, and a slice reads `x` and writes `out` in place.
+fn sliced<'a>(
+    x: &'a [Index],
+    y: &[Index],
+    out: &[Index],
+    size: &dyn Fn(&[Index]) -> f64,
+    madds: f64,
+) -> Option<SlicedForm<'a>> {
+    let lead = x
+        .iter()
+        .zip(out)
+        .take_while(|(c, o)| c == o && !y.contains(c))
+        .count();
+    let count = size(&x[..lead]);
+    if lead == 0 || count < 2.0 || size(y) > SLICED_SHARED_MAX_WORDS {
+        return None;
+    }
+    let (xs, os) = (&x[lead..], &out[lead..]);
+    if madds / count < SLICED_MIN_MADDS || !gemm_layout(xs, y, os) || !out_layout(xs, y, os) {
+        return None;
+    }
+    let words = if gemm_layout(y, xs, os) {
+        0.0
+    } else {
+        2.0 * size(y)
+    };
+    Some(SlicedForm {
+        lead: &x[..lead],
+        words,
+    })
 }
 
 /// Whether operand `x` (of a product with `y` into `out`) reads as a batch of matrices in

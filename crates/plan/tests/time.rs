@@ -184,16 +184,18 @@ proptest! {
 }
 
 #[test]
-fn time_picks_another_ttmc_path_than_flops() {
-    // Tucker's TTMc with unequal ranks: the flops path contracts j first, which sits between
-    // i and k in X, so X (2M words) is permuted before its GEMM; contracting k first reads X
-    // in place as a (ij) x k matrix for 42% more flops. Measured 2x faster on this
-    // repository's 2-core machine (crates/deinsum/benches/PREDICTED.md, rows "TTMc r16/24").
-    let spec = ExtentSpec::from_flags(Some("i=128,j=128,k=128,b=16,c=24"), None, None).unwrap();
-    let e = parse("ijk,jb,kc->ibc", &spec).unwrap();
+fn time_picks_another_cp_fit_path_than_flops() {
+    // CP-ALS's fit term, the inner product of X with the model per row i:
+    // sum_{j,k,a} A_ia B_ja C_ka X_ijk. The flops path forms the Khatri-Rao product of B and C
+    // first (j x k x a, 524K words) and then contracts X with it; on more than one rank that
+    // product is built where X's blocks are not, and moved. Contracting X with B first costs
+    // 0.4% more flops and moves only rows of the factors. Measured on this repository's 2-core
+    // machine in crates/deinsum/benches/PREDICTED.md (rows "CP fit").
+    let spec = ExtentSpec::from_flags(Some("i=128,j=128,k=128,a=32"), None, None).unwrap();
+    let e = parse("ia,ja,ka,ijk->i", &spec).unwrap();
     let dev = Machine::from_json(include_str!("../../../machines/dev-2core.json")).unwrap();
     for (name, m) in [("dev-2core", dev), ("default", Machine::default())] {
-        for p in [1, 2, 4] {
+        for p in [2, 4] {
             let o = PlanOptions {
                 procs: p,
                 machine: m.clone(),
@@ -238,4 +240,36 @@ fn side_by_side_ranks_take_the_busy_node_rate() {
     assert_eq!(m.gemm_rate_on_node(RateClass::Large, 1, 2), 60e9);
     // Four ranks on two cores: still two threads busy at a time (core_share divides further).
     assert_eq!(m.gemm_rate_on_node(RateClass::Large, 1, 4), 60e9);
+}
+
+/// A product whose big operand leads with an index that leads the output too is run slice by
+/// slice against the small operand (the executor's `kernels::contract`): the model charges no
+/// permutation of the big operand there, but does when the output's order forbids slicing.
+#[test]
+fn a_sliced_product_is_priced_without_permuting_its_big_operand() {
+    let spec = ExtentSpec::from_flags(Some("i=128,j=128,c=16,b=16"), None, None).unwrap();
+    let m = Machine::default();
+    let seconds = |expr: &str| {
+        let e = parse(expr, &spec).unwrap();
+        let o = PlanOptions {
+            procs: 1,
+            machine: m.clone(),
+            objective: Objective::Flops,
+            ..Default::default()
+        };
+        build(&e, &o).unwrap().prediction.seconds
+    };
+    let sliced = seconds("ijc,jb->ibc");
+    let in_place = seconds("icj,jb->icb");
+    let permuted = seconds("ijc,jb->bci");
+    // X's 262,144 words read and written once at one rank's copy bandwidth.
+    let copy = 2.0 * 262_144.0 * m.word_bytes as f64 / m.rank_bandwidth(1);
+    assert!(
+        (sliced - in_place).abs() < 0.1 * copy,
+        "{sliced} vs {in_place}"
+    );
+    assert!(
+        permuted >= sliced + 0.9 * copy,
+        "{permuted} vs {sliced} + {copy}"
+    );
 }
