@@ -6,8 +6,9 @@
 //!   sparse; the output sparse in its pattern): [`deinsum_sparse::halo`]; a square SpMV/SpMM
 //!   may instead run the fine-grain scheme ([`deinsum_sparse::fine`], `--spmv-scheme`);
 //! - SpGEMM `ij,jk->ik` (operands 0 and 1 sparse; sparse output) and MTTKRP `ijk,ja,ka->ia` in
-//!   any mode and order (operand 0 sparse, on the grid of ranks moving the fewest words, the
-//!   report stating it beside the 1D cut's words): [`deinsum_sparse::dist`].
+//!   any mode and order (operand 0 sparse, on the grid of ranks whose busiest rank moves the
+//!   fewest words with the nonzeros balanced, the report stating it beside the 1D cut's
+//!   words): [`deinsum_sparse::dist`].
 //!
 //! Dense operands are generated from the seed, or read from the `.npy` files `--inputs` lists
 //! beside the sparse ones (shape checked against the extents first; their headers give the
@@ -1029,11 +1030,16 @@ fn mttkrp_partition(p: &MttkrpPlan) -> String {
             (0..p.procs).map(|r| p.reduction_words(r)).sum::<u64>()
         )
     };
-    let one_d = p.considered.first().map_or(0, |g| g.words);
+    let (one_d, one_d_max) = p
+        .considered
+        .first()
+        .map_or((0, 0), |g| (g.words, g.max_words));
     format!(
-        "grid {} over the modes, the fewest words of {} grids ({} words in all; the 1D cut {one_d}): {cut}",
+        "grid {} over the modes, of {} grids the one whose busiest rank moves the fewest words among those with nonzero imbalance within {}x the least ({} words on the busiest rank, received and sent, {} in all; the 1D cut {one_d_max} and {one_d}): {cut}",
         dims.join(" x "),
         p.considered.len(),
+        dist::IMBALANCE_SLACK,
+        p.max_words(),
         p.total_received()
     )
 }
@@ -1149,9 +1155,11 @@ fn finish(
             "parts_per_mode": p.grid,
             "splits": p.splits,
             "reduction_words": (0..procs).map(|r| p.reduction_words(r)).sum::<u64>(),
-            "chosen_by": "the fewest words in all (factor halos and reduction); the 1D cut on a tie",
+            "chosen_by": format!("among the grids with nonzero imbalance within {}x the least, the fewest words (factor halos and reduction) received and sent by the busiest rank, then the fewest received in all, then the 1D cut", dist::IMBALANCE_SLACK),
+            "max_words": p.max_words(),
             "considered": p.considered.iter().map(|g| json!({
-                "slabs": g.slabs, "splits": g.splits, "words": g.words, "imbalance": g.imbalance,
+                "slabs": g.slabs, "splits": g.splits, "words": g.words,
+                "max_words": g.max_words, "imbalance": g.imbalance,
             })).collect::<Vec<_>>(),
         })),
         _ => None,
