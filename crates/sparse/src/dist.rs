@@ -215,8 +215,10 @@ pub struct MttkrpPlan {
 
 /// How far a grid's nonzero imbalance may exceed the least of [`MttkrpPlan::build`]'s
 /// candidates and the grid still be chosen: a grid that moves fewer words by piling nonzeros
-/// (the kernel's work) on one rank loses.
-pub const IMBALANCE_SLACK: f64 = 1.25;
+/// (the kernel's work) on one rank loses. At 1.25, on a 2000^3 tensor of 200 000 nonzeros
+/// with Zipf-distributed modes, mode-1 MTTKRP at P = 16 took a grid of imbalance 1.22 to
+/// save 5% of the busiest rank's words; at 1.1 the chosen imbalance stays below 1.09 there.
+pub const IMBALANCE_SLACK: f64 = 1.1;
 
 /// One grid of [`MttkrpPlan::build`]'s choice and the words it moves.
 #[derive(Clone, Debug, PartialEq)]

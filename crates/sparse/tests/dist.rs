@@ -341,7 +341,7 @@ fn a_grid_that_piles_nonzeros_on_one_rank_is_not_chosen() {
     let grids = vec![
         g(vec![], 100, 40, 1.0),
         g(vec![(1, 2)], 80, 20, 1.0 * IMBALANCE_SLACK + 0.01),
-        g(vec![(2, 2)], 90, 30, 1.2),
+        g(vec![(2, 2)], 90, 30, 1.05),
     ];
     assert_eq!(choose_grid(&grids), Some(2));
     let tie = vec![g(vec![], 100, 40, 1.1), g(vec![(1, 2)], 100, 40, 1.0)];
