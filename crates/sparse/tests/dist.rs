@@ -200,9 +200,12 @@ fn check_mttkrp(name: &str, x: &SparseTensor<f64>, mode: usize, r: usize, procs:
         .fold(f64::INFINITY, f64::min);
     assert!(chosen.balanced(least), "{name}: {chosen:?}");
     assert!(plan.considered.contains(&chosen));
-    for g in plan.considered.iter().filter(|g| g.balanced(least)) {
+    let balanced = || plan.considered.iter().filter(|g| g.balanced(least));
+    let band = dist::tie_band(balanced().map(|g| g.max_words).min().unwrap());
+    assert!(chosen.max_words <= band, "{name}: {chosen:?}");
+    for g in balanced().filter(|g| g.max_words <= band) {
         assert!(
-            (g.max_words, g.words) >= (chosen.max_words, chosen.words),
+            (g.words, g.max_words) >= (chosen.words, chosen.max_words),
             "{name} mode {mode} P={procs}: {g:?} beats {chosen:?}"
         );
     }
@@ -348,6 +351,11 @@ fn a_grid_that_piles_nonzeros_on_one_rank_is_not_chosen() {
     assert_eq!(choose_grid(&tie), Some(0));
     let by_total = vec![g(vec![], 100, 40, 1.0), g(vec![(1, 2)], 90, 40, 1.0)];
     assert_eq!(choose_grid(&by_total), Some(1));
+    // Busiest-rank words within MAX_WORDS_TIE of the fewest tie: the fewer in all wins.
+    let near = vec![g(vec![], 100, 1000, 1.0), g(vec![(1, 2)], 140, 990, 1.0)];
+    assert_eq!(choose_grid(&near), Some(0));
+    let far = vec![g(vec![], 100, 1000, 1.0), g(vec![(1, 2)], 140, 900, 1.0)];
+    assert_eq!(choose_grid(&far), Some(1));
     assert_eq!(choose_grid(&[]), None);
 }
 

@@ -1035,9 +1035,10 @@ fn mttkrp_partition(p: &MttkrpPlan) -> String {
         .first()
         .map_or((0, 0), |g| (g.words, g.max_words));
     format!(
-        "grid {} over the modes, of {} grids the one whose busiest rank moves the fewest words among those with nonzero imbalance within {}x the least ({} words on the busiest rank, received and sent, {} in all; the 1D cut {one_d_max} and {one_d}): {cut}",
+        "grid {} over the modes, of {} grids the one whose busiest rank moves the fewest words (within {}%, then the fewest in all) among those with nonzero imbalance within {}x the least ({} words on the busiest rank, received and sent, {} in all; the 1D cut {one_d_max} and {one_d}): {cut}",
         dims.join(" x "),
         p.considered.len(),
+        100.0 * dist::MAX_WORDS_TIE,
         dist::IMBALANCE_SLACK,
         p.max_words(),
         p.total_received()
@@ -1155,7 +1156,7 @@ fn finish(
             "parts_per_mode": p.grid,
             "splits": p.splits,
             "reduction_words": (0..procs).map(|r| p.reduction_words(r)).sum::<u64>(),
-            "chosen_by": format!("among the grids with nonzero imbalance within {}x the least, the fewest words (factor halos and reduction) received and sent by the busiest rank, then the fewest received in all, then the 1D cut", dist::IMBALANCE_SLACK),
+            "chosen_by": format!("among the grids with nonzero imbalance within {}x the least, the fewest words (factor halos and reduction) received and sent by the busiest rank (within {}% a tie), then the fewest received in all, then the 1D cut", dist::IMBALANCE_SLACK, 100.0 * dist::MAX_WORDS_TIE),
             "max_words": p.max_words(),
             "considered": p.considered.iter().map(|g| json!({
                 "slabs": g.slabs, "splits": g.splits, "words": g.words,
