@@ -653,6 +653,7 @@ fn sparse_results_written_in_every_format_read_back_as_the_serial_result() {
             assert!(got.values().iter().all(|&x| x != 0.0), "{expr} .{ext}");
         }
     }
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -743,4 +744,5 @@ fn outputs_that_cannot_be_written_exit_2_naming_the_file() {
         }
     }
     assert!(!dir.join("C.npy").exists() && !dir.join("C.csv").exists());
+    std::fs::remove_dir_all(&dir).ok();
 }

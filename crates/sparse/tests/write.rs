@@ -7,8 +7,10 @@ use deinsum_sparse::io::{self, OutputFormat};
 use deinsum_sparse::{kernels, SparseError, SparseTensor};
 use std::path::PathBuf;
 
-fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("deinsum-sparse-write-{}", std::process::id()));
+/// A folder of the system's temporary directory for test `tag` of this process (the tests
+/// run in parallel, each removes its own).
+fn dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("deinsum-sparse-write-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -51,7 +53,7 @@ fn same(got: &SparseTensor<f64>, want: &SparseTensor<f64>, what: &str) {
 
 #[test]
 fn every_format_reads_back_bit_for_bit() {
-    let d = dir();
+    let d = dir("formats");
     // A matrix with explicit zeros (-0.0 too), an empty row and extreme values.
     let mut coords = Vec::new();
     for i in [0usize, 1, 3, 4, 6] {
@@ -105,11 +107,12 @@ fn every_format_reads_back_bit_for_bit() {
         );
         assert!(!p.exists(), "{ext}: nothing written");
     }
+    std::fs::remove_dir_all(&d).ok();
 }
 
 #[test]
 fn duplicates_summed_and_explicit_zeros_survive_the_round_trip() {
-    let d = dir();
+    let d = dir("dups");
     let dup = common::duplicates();
     for ext in ["mtx", "tns", "npz"] {
         let p = d.join(format!("dup.{ext}"));
@@ -119,11 +122,12 @@ fn duplicates_summed_and_explicit_zeros_survive_the_round_trip() {
         // (0,3) was stored as an explicit zero and is still stored.
         assert!((0..back.nnz()).any(|e| back.coord(e) == [0, 3]), "{ext}");
     }
+    std::fs::remove_dir_all(&d).ok();
 }
 
 #[test]
 fn serial_spgemm_and_sddmm_results_round_trip() {
-    let d = dir();
+    let d = dir("serial");
     let a = kernels::spgemm(
         &common::every_third_row(40).to_csr().unwrap(),
         &common::symmetric_mtx("write")
@@ -164,6 +168,7 @@ fn serial_spgemm_and_sddmm_results_round_trip() {
             );
         }
     }
+    std::fs::remove_dir_all(&d).ok();
 }
 
 #[test]
@@ -181,7 +186,7 @@ fn dense_results_write_their_nonzeros() {
 
 #[test]
 fn bad_outputs_are_errors_naming_the_file() {
-    let d = dir();
+    let d = dir("errors");
     let m = common::duplicates();
     // Unknown extension.
     let e = io::write(&d.join("c.csv"), &m).unwrap_err();
@@ -215,4 +220,5 @@ fn bad_outputs_are_errors_naming_the_file() {
         io::write(&p, &empty).unwrap();
         same(&io::read::<f64>(&p, None).unwrap(), &empty, ext);
     }
+    std::fs::remove_dir_all(&d).ok();
 }
