@@ -140,6 +140,23 @@ for n in $NPS; do
         fi
     done
 done
+# A sparse result written under mpirun (by rank 0, from the gathered entries) is the file the
+# in-process ranks write, byte for byte, in every format.
+out_dir=$(mktemp -d)
+spgemm="ij,jk->ik --sparse 0,1 --density 0.1 --sizes i=29,j=31,k=17"
+for ext in mtx tns npz npy; do
+    # shellcheck disable=SC2086
+    "$target_dir/debug/deinsum" run $spgemm --procs 3 --output "$out_dir/local.$ext" >/dev/null
+    # shellcheck disable=SC2086
+    if timeout "$TIMEOUT" "$MPIRUN" -n 3 "$target_dir/debug/deinsum" run $spgemm \
+        --output "$out_dir/mpi.$ext" >/dev/null 2>&1 \
+        && cmp -s "$out_dir/local.$ext" "$out_dir/mpi.$ext"; then
+        ok "sparse --output .$ext under mpirun -n 3 equals in-process"
+    else
+        bad "sparse --output .$ext under mpirun -n 3 equals in-process"
+    fi
+done
+rm -rf "$out_dir"
 
 # An overlapped plan (pipelined phases: the next phase's windows in flight while one computes)
 # runs exactly as planned and equals the serial result. It is planned for the built-in 8-core

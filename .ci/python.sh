@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The Python package's suite (called by .ci/run): a fresh venv, numpy pytest hypothesis from
-# PyPI, the package installed with the README's own command (`pip install ./python`, a release
+# The Python package's suite (called by .ci/run): a fresh venv, numpy pytest hypothesis scipy
+# from PyPI (SciPy reads back the sparse files `deinsum run --output` writes), the package
+# installed with the README's own command (`pip install ./python`, a release
 # build of the abi3 wheel through maturin), then pytest on python/tests/. The tests compare
 # against the CLI binary, built here if missing. pytest's exit 5 (no test collected) counts as
 # a failure like any other non-zero status.
@@ -21,7 +22,7 @@ VENV="${DEINSUM_PY_VENV:-$CARGO_TARGET_DIR/py-venv}"
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q numpy pytest hypothesis
+"$VENV/bin/python" -m pip install -q numpy pytest hypothesis scipy
 
 cargo build -q -p deinsum
 export DEINSUM_CLI="$CARGO_TARGET_DIR/debug/deinsum"

@@ -211,8 +211,9 @@ fn sddmm_spgemm_and_mttkrp_equal_the_dense_reference_with_exact_words() {
         let nnz = v[0]["nnz"].as_u64().unwrap();
         let ops = expr.split(',').count() as u64;
         assert_eq!(v[0]["cost"]["flops_total"].as_u64().unwrap(), nnz * 4 * ops);
-        // The grid moves the fewest words of those considered, the 1D cut (listed first)
-        // among them; its parts multiply to P.
+        // Of the grids considered (the 1D cut listed first) whose imbalance is within the
+        // slack of the least, none moves fewer words on its busiest rank; its parts multiply
+        // to P.
         for (r, p) in v.iter().zip(PROCS) {
             let g = &r["grid"];
             let parts: u64 = g["parts_per_mode"]
@@ -225,12 +226,20 @@ fn sddmm_spgemm_and_mttkrp_equal_the_dense_reference_with_exact_words() {
             let considered = g["considered"].as_array().unwrap();
             assert_eq!(considered[0]["splits"], serde_json::json!([]), "{r}");
             let total = r["predicted"]["total"].as_u64().unwrap();
-            assert!(considered
+            let max = g["max_words"].as_u64().unwrap();
+            let imb = |c: &serde_json::Value| c["imbalance"].as_f64().unwrap();
+            let least = considered.iter().map(imb).fold(f64::INFINITY, f64::min);
+            let slack = deinsum_sparse::dist::IMBALANCE_SLACK * (1.0 + 1e-12);
+            let fewest = considered
                 .iter()
-                .all(|c| c["words"].as_u64().unwrap() >= total));
-            assert!(considered
-                .iter()
-                .any(|c| c["words"].as_u64() == Some(total)));
+                .filter(|c| imb(c) <= least * slack)
+                .map(|c| c["max_words"].as_u64().unwrap())
+                .min()
+                .unwrap();
+            assert!(max <= deinsum_sparse::dist::tie_band(fewest), "{r}");
+            assert!(considered.iter().any(
+                |c| c["words"].as_u64() == Some(total) && c["max_words"].as_u64() == Some(max)
+            ));
         }
         two_d |= v
             .iter()
@@ -477,15 +486,263 @@ fn inputs_mix_a_sparse_file_with_dense_npy_operands() {
         err.contains("bad.npy: expected shape (6, 3), found (5, 3)"),
         "{err}"
     );
-    // A sparse result is not written.
-    let (code, _, err) = deinsum(&[
+    // A sparse result to .npy is densified (it fits): the SDDMM's values in A's pattern.
+    let s = dir.join("s.npy");
+    let (code, out, err) = deinsum(&[
         "run",
         "ij,ik,jk->ij",
         "--inputs",
         a.to_str().unwrap(),
+        "--procs",
+        "3",
         "--output",
-        dir.join("s.npy").to_str().unwrap(),
+        s.to_str().unwrap(),
     ]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--output of a sparse result"), "{err}");
+    assert_eq!(code, 0, "{out}{err}");
+    let (shape, got) = read_npy(&s);
+    assert_eq!(shape, vec![6, 6]);
+    for i in 0..6 {
+        for j in 0..6 {
+            if ad[i][j] == 0.0 && !(i == 3 && j == 3) {
+                assert_eq!(got[i * 6 + j], 0.0, "({i},{j}) is outside the pattern");
+            }
+        }
+    }
+}
+
+/// A 30 x 30 matrix file with empty rows (every fourth), a duplicate (summed) and an explicit
+/// zero, its entries shifted by `salt`.
+fn pattern_mtx(path: &std::path::Path, salt: usize) {
+    let mut lines = Vec::new();
+    for i in (0..30).filter(|i| i % 4 != 0) {
+        for j in [(i * 7 + salt) % 30, (i * 11 + 2 * salt + 1) % 30] {
+            lines.push(format!(
+                "{} {} {}",
+                i + 1,
+                j + 1,
+                (i + j) as f64 * 0.37 - 4.1
+            ));
+        }
+    }
+    lines.push("3 2 0.5".into());
+    lines.push("3 2 0.25".into());
+    lines.push("6 6 0".into());
+    std::fs::write(
+        path,
+        format!(
+            "%%MatrixMarket matrix coordinate real general\n30 30 {}\n{}\n",
+            lines.len(),
+            lines.join("\n")
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn sparse_results_written_in_every_format_read_back_as_the_serial_result() {
+    use deinsum_sparse::{io, kernels, SparseTensor};
+    let dir = std::env::temp_dir().join(format!("deinsum-cli-write-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (a, b) = (dir.join("A.mtx"), dir.join("B.mtx"));
+    pattern_mtx(&a, 3);
+    pattern_mtx(&b, 5);
+    let ta = io::read::<f64>(&a, None).unwrap();
+    let tb = io::read::<f64>(&b, None).unwrap();
+    let (ca, cb) = (ta.to_csr().unwrap(), tb.to_csr().unwrap());
+    let k = 4;
+    let uv: Vec<f64> = (0..30 * k).map(|x| (x as f64 * 0.53).cos()).collect();
+    let vv: Vec<f64> = (0..30 * k).map(|x| (x as f64 * 0.29).sin()).collect();
+    let (u, v) = (dir.join("U.npy"), dir.join("V.npy"));
+    write_npy(&u, &[30, k], &uv, false);
+    write_npy(&v, &[30, k], &vv, false);
+    // The serial references: SDDMM in A's pattern (its explicit zero kept), and Gustavson's
+    // SpGEMM.
+    let sddmm = ta
+        .with_values(kernels::sddmm(&ca, &uv, &vv, k).unwrap())
+        .unwrap();
+    let spgemm = kernels::spgemm(&ca, &cb).unwrap().to_tensor();
+    let sddmm_in = format!("{},{},{}", a.display(), u.display(), v.display());
+    let spgemm_in = format!("{},{}", a.display(), b.display());
+    let close = |g: f64, w: f64| (g - w).abs() <= 1e-12 * (1.0 + w.abs());
+    for (expr, inputs, want) in [
+        ("ij,ik,jk->ij", &sddmm_in, &sddmm),
+        ("ij,jk->ik", &spgemm_in, &spgemm),
+    ] {
+        for procs in ["1", "2", "3", "5", "8"] {
+            for ext in ["mtx", "tns", "npz", "npy"] {
+                let o = dir.join(format!("C-{}-{procs}.{ext}", expr.len()));
+                let (code, out, err) = deinsum(&[
+                    "run",
+                    expr,
+                    "--inputs",
+                    inputs,
+                    "--procs",
+                    procs,
+                    "--check",
+                    "--output",
+                    o.to_str().unwrap(),
+                ]);
+                assert_eq!(code, 0, "{expr} P={procs} .{ext}: {out}{err}");
+                let what = format!("{expr} P={procs} .{ext}");
+                if ext == "npy" {
+                    let (shape, got) = read_npy(&o);
+                    assert_eq!(shape, vec![30, 30], "{what}");
+                    let w = want.to_dense();
+                    assert!(got.iter().zip(&w).all(|(g, w)| close(*g, *w)), "{what}");
+                    continue;
+                }
+                let got: SparseTensor<f64> = io::read(&o, Some(&[30, 30])).unwrap();
+                assert_eq!(got.nnz(), want.nnz(), "{what}: the pattern");
+                for e in 0..want.nnz() {
+                    assert_eq!(got.coord(e), want.coord(e), "{what}: entry {e}");
+                    assert!(
+                        close(got.values()[e], want.values()[e]),
+                        "{what}: entry {e}"
+                    );
+                }
+            }
+        }
+    }
+    // The explicit zero of A's pattern is stored in the SDDMM's file.
+    let back: SparseTensor<f64> = io::read(&dir.join("C-12-3.mtx"), None).unwrap();
+    assert!((0..back.nnz()).any(|e| back.coord(e) == [5, 5]));
+    // Dense results to sparse files hold their nonzeros: SpMM to .mtx and .npz equals its
+    // .npy, MTTKRP to .tns likewise.
+    for (expr, extra, exts) in [
+        (
+            "ij,jk->ik",
+            vec!["--inputs", a.to_str().unwrap(), "--sizes", "k=3"],
+            vec!["mtx", "npz", "tns"],
+        ),
+        (
+            "ijk,ja,ka->ia",
+            vec![
+                "--sparse",
+                "0",
+                "--density",
+                "0.05",
+                "--size",
+                "12",
+                "--sizes",
+                "a=3",
+            ],
+            vec!["tns", "mtx"],
+        ),
+    ] {
+        let npy = dir.join("D.npy");
+        let mut args = vec![
+            "run",
+            expr,
+            "--procs",
+            "3",
+            "--output",
+            npy.to_str().unwrap(),
+        ];
+        args.extend(&extra);
+        let (code, out, err) = deinsum(&args);
+        assert_eq!(code, 0, "{out}{err}");
+        let (shape, dense) = read_npy(&npy);
+        for ext in exts {
+            let o = dir.join(format!("D.{ext}"));
+            let mut args = vec!["run", expr, "--procs", "3", "--output", o.to_str().unwrap()];
+            args.extend(&extra);
+            let (code, out, err) = deinsum(&args);
+            assert_eq!(code, 0, "{out}{err}");
+            let got: SparseTensor<f64> = io::read(&o, Some(&shape)).unwrap();
+            assert_eq!(got.to_dense(), dense, "{expr} .{ext}");
+            assert!(got.values().iter().all(|&x| x != 0.0), "{expr} .{ext}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn outputs_that_cannot_be_written_exit_2_naming_the_file() {
+    let dir = std::env::temp_dir().join(format!("deinsum-cli-badout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let busy = o("busy.mtx");
+    std::fs::create_dir_all(&busy).unwrap();
+    let huge = "i=4194304,j=4,k=4194304";
+    for (args, want) in [
+        // An extension that names no format.
+        (
+            vec![
+                "ij,ik,jk->ij",
+                "--sparse",
+                "0",
+                "--size",
+                "20",
+                "--output",
+                &o("C.csv"),
+            ],
+            vec!["C.csv", "unknown output extension"],
+        ),
+        // A vector in a matrix format.
+        (
+            vec![
+                "ij,j->i",
+                "--sparse",
+                "0",
+                "--size",
+                "20",
+                "--output",
+                &o("y.mtx"),
+            ],
+            vec!["y.mtx", "holds a matrix", "1 modes"],
+        ),
+        // A directory.
+        (
+            vec![
+                "ij,jk->ik",
+                "--sparse",
+                "0,1",
+                "--size",
+                "20",
+                "--output",
+                &busy,
+            ],
+            vec!["busy.mtx", "is a directory"],
+        ),
+        // A sparse result whose dense array is 140 TB, to .npy.
+        (
+            vec![
+                "ij,jk->ik",
+                "--sparse",
+                "0,1",
+                "--density",
+                "1e-6",
+                "--sizes",
+                huge,
+                "--output",
+                &o("C.npy"),
+            ],
+            vec![
+                "C.npy",
+                "SpGEMM result is sparse",
+                "4194304 x 4194304",
+                "140737488355328 bytes",
+                ".mtx",
+            ],
+        ),
+        // A run without a sparse operand writes .npy only.
+        (
+            vec!["ij,jk->ik", "--size", "4", "--output", &o("C.mtx")],
+            vec!["C.mtx", "sparse operand"],
+        ),
+        (
+            vec!["ij,jk->ik", "--size", "4", "--output", &o("C.txt")],
+            vec!["C.txt", "unknown output extension"],
+        ),
+    ] {
+        let mut a = vec!["run"];
+        a.extend(&args);
+        let (code, out, err) = deinsum(&a);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        for w in want {
+            assert!(err.contains(w), "{args:?}: {w}: {err}");
+        }
+    }
+    assert!(!dir.join("C.npy").exists() && !dir.join("C.csv").exists());
+    std::fs::remove_dir_all(&dir).ok();
 }

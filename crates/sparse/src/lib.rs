@@ -141,6 +141,55 @@ impl<T: Scalar> SparseTensor<T> {
         })
     }
 
+    /// The entries of a dense row-major array of `shape` that are not zero (a dense result
+    /// written to a sparse file), in coordinate order.
+    pub fn from_dense(shape: Vec<usize>, data: &[T]) -> Result<Self, SparseError> {
+        let total: usize = shape.iter().product();
+        if data.len() != total {
+            return Err(SparseError::Shape(format!(
+                "{} values for a dense array of shape {shape:?}",
+                data.len()
+            )));
+        }
+        let mut coords = Vec::new();
+        let mut vals = Vec::new();
+        let mut c = vec![0usize; shape.len()];
+        for (lin, &v) in data.iter().enumerate() {
+            if v != T::default() {
+                // Row-major: the last mode varies fastest.
+                let mut rest = lin;
+                for (x, &n) in c.iter_mut().zip(&shape).rev() {
+                    *x = rest % n;
+                    rest /= n;
+                }
+                coords.extend_from_slice(&c);
+                vals.push(v);
+            }
+        }
+        Ok(SparseTensor {
+            shape,
+            coords,
+            vals,
+        })
+    }
+
+    /// The same pattern with other values (a masked product's result in its operand's
+    /// pattern), explicit zeros kept.
+    pub fn with_values(&self, vals: Vec<T>) -> Result<Self, SparseError> {
+        if vals.len() != self.nnz() {
+            return Err(SparseError::Shape(format!(
+                "{} values for a pattern of {} entries",
+                vals.len(),
+                self.nnz()
+            )));
+        }
+        Ok(SparseTensor {
+            shape: self.shape.clone(),
+            coords: self.coords.clone(),
+            vals,
+        })
+    }
+
     /// The extents of the modes.
     pub fn shape(&self) -> &[usize] {
         &self.shape

@@ -4,7 +4,7 @@
 //! symmetric Matrix Market file among the inputs.
 
 use deinsum_exec::{Communicator, InProcess, LocalComm};
-use deinsum_sparse::dist::{self, MttkrpPlan, SpgemmPlan};
+use deinsum_sparse::dist::{self, choose_grid, GridWords, MttkrpPlan, SpgemmPlan, IMBALANCE_SLACK};
 use deinsum_sparse::halo::{self, HaloPlan};
 use deinsum_sparse::{gen, Csr, SparseError, SparseTensor};
 use proptest::prelude::*;
@@ -186,17 +186,34 @@ fn dense_mttkrp(x: &SparseTensor<f64>, fs: &[Vec<f64>], mode: usize, r: usize) -
 }
 
 /// The chosen grid's MTTKRP against the dense reference, with exact words, and the same for
-/// every other grid of `procs` ranks (the 1D cut among them): each no more words in all than
-/// the chosen one is not.
+/// every other grid of `procs` ranks (the 1D cut among them): the chosen one's imbalance is
+/// within the slack of the least, and no other grid within it moves fewer words on its
+/// busiest rank (nor as few, with fewer in all).
 fn check_mttkrp(name: &str, x: &SparseTensor<f64>, mode: usize, r: usize, procs: usize) {
     let plan = MttkrpPlan::build(x, mode, r, procs).unwrap();
     check_mttkrp_plan(name, x, &plan);
-    let chosen = plan.total_received();
-    assert!(plan.considered.iter().all(|g| g.words >= chosen));
+    let chosen = plan.grid_words();
+    let least = plan
+        .considered
+        .iter()
+        .map(|g| g.imbalance)
+        .fold(f64::INFINITY, f64::min);
+    assert!(chosen.balanced(least), "{name}: {chosen:?}");
+    assert!(plan.considered.contains(&chosen));
+    let balanced = || plan.considered.iter().filter(|g| g.balanced(least));
+    let band = dist::tie_band(balanced().map(|g| g.max_words).min().unwrap());
+    assert!(chosen.max_words <= band, "{name}: {chosen:?}");
+    for g in balanced().filter(|g| g.max_words <= band) {
+        assert!(
+            (g.words, g.max_words) >= (chosen.words, chosen.max_words),
+            "{name} mode {mode} P={procs}: {g:?} beats {chosen:?}"
+        );
+    }
     assert!(plan.considered[0].splits.is_empty());
     for g in &plan.considered {
         let p = MttkrpPlan::build_grid(x, mode, r, procs, &g.splits).unwrap();
         assert_eq!(p.total_received(), g.words);
+        assert_eq!(p.max_words(), g.max_words);
         assert_eq!(p.nnz.iter().sum::<usize>(), x.nnz());
         // Every grid's output rows are the output mode's P-way cut (the factor layout), its
         // slabs every boxes-th point of it.
@@ -273,6 +290,73 @@ fn sparse_mttkrp_equals_the_dense_reference_in_every_mode_for_1_to_16_ranks() {
             }
         }
     }
+}
+
+#[test]
+fn the_grid_is_chosen_by_the_busiest_rank_not_the_total() {
+    // A seeded 12 x 10 x 8 tensor at density 0.08: in mode 0 the 1D cut moves the fewest
+    // words in all, but its busiest rank moves more than a 2D grid's (and holds more
+    // nonzeros): the choice by the total alone would take the 1D cut.
+    let x = gen::uniform::<f64>(&[12, 10, 8], 0.08, 0).unwrap();
+    for procs in [8, 16] {
+        let plan = MttkrpPlan::build(&x, 0, 4, procs).unwrap();
+        let c = &plan.considered;
+        let by_total = (0..c.len()).min_by_key(|&i| (c[i].words, i)).unwrap();
+        let chosen = plan.grid_words();
+        let old = &c[by_total];
+        assert_ne!(old.splits, chosen.splits, "P={procs}");
+        assert!(
+            chosen.max_words < old.max_words,
+            "P={procs}: {chosen:?} vs {old:?}"
+        );
+        assert!(chosen.words > old.words, "P={procs}: a real trade");
+        assert!(chosen.imbalance < old.imbalance, "P={procs}");
+        // Both grids compute the dense reference with exactly the planned words.
+        check_mttkrp_plan("by the busiest rank", &x, &plan);
+        let total_only = MttkrpPlan::build_grid(&x, 0, 4, procs, &old.splits).unwrap();
+        check_mttkrp_plan("by the total", &x, &total_only);
+        assert_eq!(total_only.max_words(), old.max_words);
+    }
+    // Figures of this tensor at P = 8: the total-only choice is the 1D cut (312 words, 108 on
+    // the busiest rank, imbalance 1.28); the chosen grid is 4 slabs x 2 along mode 2 (316
+    // words, 96 on the busiest rank, imbalance 1.17).
+    let p8 = MttkrpPlan::build(&x, 0, 4, 8).unwrap();
+    assert_eq!(p8.splits, vec![(2, 2)]);
+    assert_eq!((p8.total_received(), p8.max_words()), (316, 96));
+    assert_eq!(
+        (p8.considered[0].words, p8.considered[0].max_words),
+        (312, 108)
+    );
+}
+
+#[test]
+fn a_grid_that_piles_nonzeros_on_one_rank_is_not_chosen() {
+    // Candidate figures by hand: the second moves the fewest words on its busiest rank but
+    // its imbalance is past the slack of the least, so the third is chosen; the first, the
+    // 1D cut, wins a tie on both words.
+    let g = |splits: Vec<(usize, usize)>, words, max_words, imbalance| GridWords {
+        slabs: 1,
+        splits,
+        words,
+        max_words,
+        imbalance,
+    };
+    let grids = vec![
+        g(vec![], 100, 40, 1.0),
+        g(vec![(1, 2)], 80, 20, 1.0 * IMBALANCE_SLACK + 0.01),
+        g(vec![(2, 2)], 90, 30, 1.05),
+    ];
+    assert_eq!(choose_grid(&grids), Some(2));
+    let tie = vec![g(vec![], 100, 40, 1.1), g(vec![(1, 2)], 100, 40, 1.0)];
+    assert_eq!(choose_grid(&tie), Some(0));
+    let by_total = vec![g(vec![], 100, 40, 1.0), g(vec![(1, 2)], 90, 40, 1.0)];
+    assert_eq!(choose_grid(&by_total), Some(1));
+    // Busiest-rank words within MAX_WORDS_TIE of the fewest tie: the fewer in all wins.
+    let near = vec![g(vec![], 100, 1000, 1.0), g(vec![(1, 2)], 140, 990, 1.0)];
+    assert_eq!(choose_grid(&near), Some(0));
+    let far = vec![g(vec![], 100, 1000, 1.0), g(vec![(1, 2)], 140, 900, 1.0)];
+    assert_eq!(choose_grid(&far), Some(1));
+    assert_eq!(choose_grid(&[]), None);
 }
 
 #[test]

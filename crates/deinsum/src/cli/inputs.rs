@@ -181,7 +181,7 @@ pub fn check_output(output: &Path, inputs: &[PathBuf]) -> Result<(), InputError>
 pub fn check_output_path(output: &Path) -> Result<(), InputError> {
     if output.is_dir() {
         return Err(InputError(format!(
-            "--output {}: is a directory; name a .npy file",
+            "--output {}: is a directory; name a file",
             output.display()
         )));
     }

@@ -73,8 +73,14 @@ pub struct Args {
     /// bool dtype, C or Fortran order, is read (converted to --dtype as NumPy would).
     #[arg(long, value_name = "A.npy,B.npy,...")]
     pub inputs: Option<String>,
-    /// Write the output to this .npy file.
-    #[arg(long)]
+    /// Write the result to this file, in the format its extension names. Without a sparse
+    /// operand: .npy only (each rank writes its own block). With one: .npy (a sparse result,
+    /// SDDMM or SpGEMM, densified when its dense size fits this node's available memory, else
+    /// refused naming the size), .mtx (Matrix Market coordinate real general, matrices),
+    /// .tns (FROSTT, any order) or .npz (SciPy's save_npz CSR, matrices): a sparse result
+    /// writes every stored entry of its pattern (explicit zeros too), a dense one (SpMM,
+    /// SpMV, MTTKRP) its nonzeros. Another extension is refused (exit 2).
+    #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Also write the plan and the run (per-rank timeline, measured against predicted) as one
     /// self-contained HTML page to this file.
@@ -281,6 +287,21 @@ fn preflight<T: Scalar>(
     Err(InputError(format!("{e}{tried}")).into())
 }
 
+/// Refuses an `--output` of a run without a sparse operand that is not a `.npy` file: its ranks
+/// write their own blocks of one dense array, and a coordinate file (`.mtx`, `.tns`, `.npz`)
+/// would need the whole result on one rank.
+fn check_dense_output_format(out: &std::path::Path) -> Result<(), InputError> {
+    use deinsum_sparse::io::OutputFormat;
+    match OutputFormat::of(out) {
+        Ok(OutputFormat::Npy) => Ok(()),
+        Ok(_) => Err(InputError(format!(
+            "--output {}: .mtx, .tns and .npz are written for runs with a sparse operand; this einsum's result is dense and its ranks write their blocks of a .npy file",
+            out.display()
+        ))),
+        Err(e) => Err(InputError(format!("--output {e}"))),
+    }
+}
+
 /// Words the serial check holds at once: every input whole and the output twice (gathered and
 /// reference).
 fn check_words(plan: &Plan) -> u128 {
@@ -335,6 +356,7 @@ fn einsum_of_run(args: &Args, saved: Option<&Plan>) -> anyhow::Result<deinsum_ex
     let expr = args.expr.as_deref().unwrap_or_default();
     if let Some(out) = &args.output {
         super::inputs::check_output_path(out)?;
+        check_dense_output_format(out)?;
     }
     let Some(raw) = args.inputs.as_deref() else {
         return match saved {

@@ -6,12 +6,14 @@
 //!   sparse; the output sparse in its pattern): [`deinsum_sparse::halo`]; a square SpMV/SpMM
 //!   may instead run the fine-grain scheme ([`deinsum_sparse::fine`], `--spmv-scheme`);
 //! - SpGEMM `ij,jk->ik` (operands 0 and 1 sparse; sparse output) and MTTKRP `ijk,ja,ka->ia` in
-//!   any mode and order (operand 0 sparse, on the grid of ranks moving the fewest words, the
-//!   report stating it beside the 1D cut's words): [`deinsum_sparse::dist`].
+//!   any mode and order (operand 0 sparse, on the grid of ranks whose busiest rank moves the
+//!   fewest words with the nonzeros balanced, the report stating it beside the 1D cut's
+//!   words): [`deinsum_sparse::dist`].
 //!
 //! Dense operands are generated from the seed, or read from the `.npy` files `--inputs` lists
 //! beside the sparse ones (shape checked against the extents first; their headers give the
-//! extents no flag or sparse file gives); a dense result can be written with `--output`.
+//! extents no flag or sparse file gives); `--output` writes the result as `.npy`, `.mtx`,
+//! `.tns` or `.npz` (its extension says which; [`deinsum_sparse::io::write`]).
 //! Other einsums with a sparse operand are refused as not built yet. The report states the
 //! partition's imbalance, the predicted words of every rank against the measured ones and
 //! against replication, and the costs counted from the nonzeros.
@@ -629,11 +631,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let expr = args.expr.as_deref().context("an einsum is required")?;
     let job = job_of(expr, args)?;
     if let Some(out) = &args.output {
-        if matches!(job.form, Form::Sddmm { .. } | Form::Spgemm) {
-            return Err(not_built("--output of a sparse result (SDDMM, SpGEMM)"));
-        }
         super::inputs::check_output_path(out)?;
         super::inputs::check_output(out, &input_files(args))?;
+        check_output_format(&job, out)?;
     }
     let mpi = match args.backend {
         Some(Backend::Mpi) => true,
@@ -925,6 +925,89 @@ fn reference(job: &Job) -> anyhow::Result<(Vec<f64>, &'static str)> {
     Ok((out, what))
 }
 
+impl Form {
+    /// Whether the result is sparse: SDDMM's in its operand's pattern, SpGEMM's.
+    fn sparse_result(&self) -> bool {
+        matches!(self, Form::Sddmm { .. } | Form::Spgemm)
+    }
+}
+
+impl Job {
+    /// The result's extents.
+    fn output_shape(&self) -> Vec<usize> {
+        self.einsum.output().iter().map(|&c| self.ext(c)).collect()
+    }
+}
+
+/// Refuses, before the run, an `--output` the result cannot be written to (exit 2): an
+/// extension naming no format, a matrix format (`.mtx`, `.npz`) for a result of another order,
+/// or a sparse result to `.npy` whose dense array exceeds this node's available memory (the
+/// array a reader such as `numpy.load` would have to hold).
+fn check_output_format(job: &Job, out: &std::path::Path) -> anyhow::Result<()> {
+    let named = |e: SparseError| -> anyhow::Error { InputError(format!("--output {e}")).into() };
+    let format = io::OutputFormat::of(out).map_err(named)?;
+    let shape = job.output_shape();
+    format.check_order(out, shape.len()).map_err(named)?;
+    if format != io::OutputFormat::Npy || !job.form.sparse_result() {
+        return Ok(());
+    }
+    let avail = deinsum_exec::preflight::available_memory();
+    let bytes = io::dense_bytes(&shape);
+    if let (Some(b), Some(a)) = (bytes, avail) {
+        if b <= a {
+            return Ok(());
+        }
+    } else if bytes.is_some() {
+        // The node's memory is unknown: write it.
+        return Ok(());
+    }
+    let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+    let size = bytes.map_or("more than 2^64".into(), |b| b.to_string());
+    let avail = avail.map_or(String::new(), |a| {
+        format!(", more than this node's available memory ({a} bytes)")
+    });
+    Err(InputError(format!(
+        "--output {}: the {} result is sparse; densified as .npy it is {} x float64 = {size} bytes{avail}; name a .mtx, .npz or .tns file to write its stored entries",
+        out.display(),
+        job.form.name(),
+        dims.join(" x "),
+    ))
+    .into())
+}
+
+/// Writes the result to `path` in the format its extension names (checked before the run by
+/// [`check_output_format`]); a failed write names the file (exit 2).
+fn write_output(job: &Job, outs: &[RankOut], path: &std::path::Path) -> anyhow::Result<()> {
+    let shape = job.output_shape();
+    let payload = assemble(outs);
+    let named = |e: SparseError| -> anyhow::Error { InputError(format!("--output {e}")).into() };
+    let result = match &job.form {
+        // The values in the pattern's order, each rank's rows in turn.
+        Form::Sddmm { .. } => job.sparse[0].with_values(payload),
+        Form::Spgemm => {
+            let (mut coords, mut vals) = (Vec::new(), Vec::new());
+            for t in payload.chunks(3) {
+                coords.extend([t[0] as usize, t[1] as usize]);
+                vals.push(t[2]);
+            }
+            SparseTensor::from_entries(shape, coords, vals)
+        }
+        // A dense result (SpMM, SpMV, MTTKRP): the ranks' rows concatenate in the output's
+        // row-major order.
+        _ if io::OutputFormat::of(path).map_err(named)? == io::OutputFormat::Npy => {
+            let mut bytes = deinsum_exec::npy::header_bytes::<f64>(&shape);
+            for v in &payload {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+            return std::fs::write(path, bytes)
+                .map_err(|e| InputError(format!("--output {}: {e}", path.display())).into());
+        }
+        _ => SparseTensor::from_dense(shape, &payload),
+    }
+    .map_err(named)?;
+    io::write(path, &result).map_err(named)
+}
+
 /// The MTTKRP plan's grid, how it cuts, and the words of the grids it was chosen from.
 fn mttkrp_partition(p: &MttkrpPlan) -> String {
     let dims: Vec<String> = p.grid.iter().map(usize::to_string).collect();
@@ -947,11 +1030,17 @@ fn mttkrp_partition(p: &MttkrpPlan) -> String {
             (0..p.procs).map(|r| p.reduction_words(r)).sum::<u64>()
         )
     };
-    let one_d = p.considered.first().map_or(0, |g| g.words);
+    let (one_d, one_d_max) = p
+        .considered
+        .first()
+        .map_or((0, 0), |g| (g.words, g.max_words));
     format!(
-        "grid {} over the modes, the fewest words of {} grids ({} words in all; the 1D cut {one_d}): {cut}",
+        "grid {} over the modes, of {} grids the one whose busiest rank moves the fewest words (within {}%, then the fewest in all) among those with nonzero imbalance within {}x the least ({} words on the busiest rank, received and sent, {} in all; the 1D cut {one_d_max} and {one_d}): {cut}",
         dims.join(" x "),
         p.considered.len(),
+        100.0 * dist::MAX_WORDS_TIE,
+        dist::IMBALANCE_SLACK,
+        p.max_words(),
         p.total_received()
     )
 }
@@ -1015,17 +1104,7 @@ fn finish(
     };
     let ok = exact && check.is_none_or(|(_, rel, _)| rel <= 1e-10);
     if let Some(path) = &args.output {
-        // A dense result (SpMM, SpMV, MTTKRP): the ranks' rows concatenate in the output's
-        // row-major order.
-        let shape: Vec<usize> = job.einsum.output().iter().map(|&c| job.ext(c)).collect();
-        let mut bytes = deinsum_exec::npy::header_bytes::<f64>(&shape);
-        for o in &outs {
-            for v in &o.payload {
-                bytes.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-        std::fs::write(path, bytes)
-            .with_context(|| format!("writing --output {}", path.display()))?;
+        write_output(job, &outs, path)?;
     }
     let (terms, dense_terms) = job.terms(plan);
     let n_ops = job.einsum.num_inputs() as u64;
@@ -1077,9 +1156,11 @@ fn finish(
             "parts_per_mode": p.grid,
             "splits": p.splits,
             "reduction_words": (0..procs).map(|r| p.reduction_words(r)).sum::<u64>(),
-            "chosen_by": "the fewest words in all (factor halos and reduction); the 1D cut on a tie",
+            "chosen_by": format!("among the grids with nonzero imbalance within {}x the least, the fewest words (factor halos and reduction) received and sent by the busiest rank (within {}% a tie), then the fewest received in all, then the 1D cut", dist::IMBALANCE_SLACK, 100.0 * dist::MAX_WORDS_TIE),
+            "max_words": p.max_words(),
             "considered": p.considered.iter().map(|g| json!({
-                "slabs": g.slabs, "splits": g.splits, "words": g.words, "imbalance": g.imbalance,
+                "slabs": g.slabs, "splits": g.splits, "words": g.words,
+                "max_words": g.max_words, "imbalance": g.imbalance,
             })).collect::<Vec<_>>(),
         })),
         _ => None,

@@ -1,14 +1,19 @@
 //! Readers of sparse files: Matrix Market (`.mtx`), FROSTT (`.tns`) and SciPy's `.npz`
-//! (`scipy.sparse.save_npz`, CSR or COO). Every error names the file, and for text files the
-//! line and the field.
+//! (`scipy.sparse.save_npz`, CSR or COO), and the writers of sparse results in the same
+//! formats (or densified as `.npy`). Every error names the file, and for text files the line
+//! and the field.
 
 mod mtx;
 mod npz;
 mod tns;
+mod write;
 
 pub use mtx::read_mtx;
 pub use npz::read_npz;
 pub use tns::read_tns;
+pub use write::{
+    dense_bytes, write, write_mtx, write_npy_dense, write_npz, write_tns, OutputFormat,
+};
 
 use crate::{SparseError, SparseTensor};
 use deinsum_exec::Scalar;
