@@ -17,6 +17,7 @@
 //!
 //! every plan's predicted words are exact, held against the communicator's count in the tests.
 
+pub mod cover;
 pub mod dist;
 pub mod fetch;
 pub mod fine;
