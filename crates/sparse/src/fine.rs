@@ -161,6 +161,12 @@ fn shift_flow(load: &[usize], cap: usize, arcs: &[(usize, usize, usize)]) -> (us
     let mut flow = vec![0usize; arcs.len()];
     let mut excess: Vec<usize> = load.iter().map(|&l| l.saturating_sub(cap)).collect();
     let mut room: Vec<usize> = load.iter().map(|&l| cap.saturating_sub(l)).collect();
+    // The arcs at each rank, either end, so a search step costs its rank's arcs only.
+    let mut at: Vec<Vec<usize>> = vec![Vec::new(); procs];
+    for (e, &(from, to, _)) in arcs.iter().enumerate() {
+        at[from].push(e);
+        at[to].push(e);
+    }
     let mut total = 0;
     loop {
         // Breadth-first from every rank with excess over residual arcs (forward: capacity
@@ -173,7 +179,8 @@ fn shift_flow(load: &[usize], cap: usize, arcs: &[(usize, usize, usize)]) -> (us
         while head < queue.len() && sink.is_none() {
             let r = queue[head];
             head += 1;
-            for (e, &(from, to, c)) in arcs.iter().enumerate() {
+            for &e in &at[r] {
+                let (from, to, c) = arcs[e];
                 let step = if from == r && flow[e] < c && !seen[to] {
                     Some((to, true))
                 } else if to == r && flow[e] > 0 && !seen[from] {

@@ -282,6 +282,8 @@ fn on_rmat_the_fine_grain_moves_fewer_words_than_the_row_cut() {
             fine.total_received(),
             halo.total_received()
         );
+        // The shifts keep the work balanced (the row cut's nonzeros are, up to a row).
+        assert!(fine.imbalance() <= 1.01, "P={procs}: {}", fine.imbalance());
     }
 }
 
