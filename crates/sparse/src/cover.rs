@@ -25,10 +25,14 @@ pub struct Cover {
 /// cannot overflow the stack.
 ///
 /// # Panics
-/// If `ptr` is empty or not ascending, or a neighbour is not below `right`.
+/// If `ptr` is empty or not ascending, a neighbour is not below `right`, or a side has
+/// 2^32 - 1 vertices or more (they are numbered in 4 bytes).
 pub fn min_vertex_cover(ptr: &[usize], adj: &[u32], right: usize) -> Cover {
     let left = ptr.len() - 1;
-    assert!(right < NONE as usize, "too many right vertices");
+    assert!(
+        left < NONE as usize && right < NONE as usize,
+        "fewer than 2^32 - 1 vertices a side"
+    );
     let mut mate_l = vec![NONE; left];
     let mut mate_r = vec![NONE; right];
     // A greedy matching first: most vertices match at once, leaving few phases.

@@ -85,7 +85,7 @@ struct Covered {
 /// of the cross nonzeros (left: pushed (i, s), right: fetched (j, r); the ordered pairs of
 /// ranks fall into disjoint parts of one graph), and its minimum is found exactly
 /// ([`min_vertex_cover`]).
-fn cover_cross<T>(a: &Csr<T>, cuts: &[usize]) -> Covered {
+fn cover_cross<T>(a: &Csr<T>, cuts: &[usize]) -> Result<Covered, SparseError> {
     let (n, procs) = (a.nrows, cuts.len() - 1);
     let mut owner = vec![0usize; n];
     for r in 0..procs {
@@ -114,12 +114,22 @@ fn cover_cross<T>(a: &Csr<T>, cuts: &[usize]) -> Covered {
             }
             if mark[j] != r {
                 mark[j] = r;
-                rid[j] = u32::try_from(right.len()).expect("fewer than 2^32 fetched entries");
+                rid[j] = u32::try_from(right.len())
+                    .ok()
+                    .filter(|&id| id < u32::MAX)
+                    .ok_or_else(|| {
+                        SparseError::Shape("2^32 - 1 or more (column, rank) pairs to cover".into())
+                    })?;
                 right.push((j, r));
             }
             adj.push(rid[j]);
             *ptr.last_mut().expect("a left vertex was pushed") = adj.len();
         }
+    }
+    if left.len() >= u32::MAX as usize {
+        return Err(SparseError::Shape(
+            "2^32 - 1 or more (row, rank) pairs to cover".into(),
+        ));
     }
     let cover = min_vertex_cover(&ptr, &adj, right.len());
     let (mut fetch, mut push) = (vec![Vec::new(); procs], vec![Vec::new(); procs]);
@@ -146,12 +156,12 @@ fn cover_cross<T>(a: &Csr<T>, cuts: &[usize]) -> Covered {
         .filter(|&p| free[p] > 0)
         .map(|p| (p / procs, p % procs, free[p]))
         .collect();
-    Covered {
+    Ok(Covered {
         fetch,
         push,
         nnz,
         free,
-    }
+    })
 }
 
 /// The most flow from the ranks above `cap` to those below it along the arcs `(r, s, c)`
@@ -312,7 +322,7 @@ impl FinePlan {
             if plans.iter().any(|p| p.cuts == cuts) {
                 continue;
             }
-            let covered = cover_cross(a, &cuts);
+            let covered = cover_cross(a, &cuts)?;
             let (shifted, nnz) = balance(&covered.nnz, &covered.free);
             plans.push(FinePlan {
                 procs,
