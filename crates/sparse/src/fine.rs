@@ -287,10 +287,10 @@ pub const BALANCE_SLACK: f64 = 0.01;
 impl FinePlan {
     /// Plans `A x` (x `a.ncols x k`) on `procs` ranks from A's whole pattern (every rank can
     /// build the same plan from the same pattern). A must be square. For each candidate cut
-    /// ([`END_WEIGHTS`], the lower-degree rule's first, until one's balance is beyond reach) the cross
-    /// nonzeros get their minimum cover and the doubly reached ones are shifted to balance
-    /// the work; the plan is the candidate with the fewest words among those whose imbalance
-    /// is within [`BALANCE_SLACK`] of the first's.
+    /// ([`END_WEIGHTS`], the lower-degree rule's first, until one's balance is beyond
+    /// reach) the cross nonzeros get their minimum cover and the doubly reached ones are
+    /// shifted to balance the work; the plan is the candidate with the fewest words among
+    /// those whose imbalance is within [`BALANCE_SLACK`] of the first's.
     pub fn build<T: Scalar>(a: &Csr<T>, k: usize, procs: usize) -> Result<FinePlan, SparseError> {
         if procs == 0 {
             return Err(SparseError::Shape(
