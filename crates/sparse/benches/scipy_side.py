@@ -54,8 +54,10 @@ def main():
         if k in ("spmv", "spmm"):
             b = rng.random((a.shape[1], r["k"])) if k == "spmm" else rng.random(a.shape[1])
             s = med(lambda: a @ b)
-            scheme = ("fine-grain (each nonzero at its lower-degree endpoint's owner, which fetches "
-                      "x or pushes a partial y, one exchange)" if r["scheme"] == "fine"
+            scheme = ("fine-grain (each cross nonzero at its row's owner, which fetches x, or its "
+                      "column's, which pushes a partial y, as a minimum vertex cover of the cross "
+                      "nonzeros chooses; one exchange; work balanced by shifting nonzeros both "
+                      "ends reach)" if r["scheme"] == "fine"
                       else "row cut (rows by nonzeros, x's halo fetched)")
             note = (f"k={r['k']}; scheme in use (fewer words at P=2): {scheme}: moves "
                     f"{r['words_p2']:,} words at P=2 = {100 * r['words_p2'] / r['replication_p2']:.1f}% "
@@ -65,7 +67,12 @@ def main():
                     f"fine-grain: P=2 {100 * r['rows_p2']:.1f}% / {100 * r['fine_p2']:.1f}%, "
                     f"P=4 {100 * r['rows_p4']:.1f}% / {100 * r['fine_p4']:.1f}%, "
                     f"P=8 {100 * r['rows_p8']:.1f}% / {100 * r['fine_p8']:.1f}% (the fewest any "
-                    f"distribution of B could move under the P=2 row cut: {100 * r['free_p2']:.1f}%)")
+                    f"distribution of B could move under the P=2 row cut: {100 * r['free_p2']:.1f}%). "
+                    f"Fine-grain imbalance P=2/4/8: "
+                    f"{'/'.join(f'{x:.3f}' for x in r['fine_imbalance'])}; its plan build "
+                    f"(the inspector, once per pattern): "
+                    f"{'/'.join(f'{x:.2f}' for x in r['fine_build'])} s at P=2/4/8, "
+                    f"{r['fine_build'][0] / r['p2']:.0f}x this kernel's P=2 time")
         elif k == "sddmm":
             u = rng.random((a.shape[0], r["k"]))
             v = rng.random((a.shape[1], r["k"]))

@@ -10,13 +10,16 @@
 //!   of which every rank receives exactly the rows its nonzeros touch;
 //! - [`halo`]: the distributed SpMM `ij,jk->ik` and SDDMM `ij,ik,jk->ij` with the first
 //!   operand sparse: rows partitioned by nonzeros, the dense operand's halo fetched;
-//! - [`fine`]: the fine-grain SpMV (each nonzero computed at its lower-degree endpoint's
-//!   owner, which fetches an x entry or pushes a partial y entry, in one exchange);
+//! - [`fine`]: the fine-grain SpMV (each cross nonzero computed at its row's owner, which
+//!   fetches an x entry, or its column's, which pushes a partial y entry, in one exchange;
+//!   the choice a minimum vertex cover, from [`cover`]);
+//! - [`cover`]: minimum vertex cover of a bipartite graph (Hopcroft-Karp, König);
 //! - [`dist`]: the distributed SpGEMM (both sparse) and sparse MTTKRP (any mode, over a grid
 //!   of ranks with nnz-balanced cut points);
 //!
 //! every plan's predicted words are exact, held against the communicator's count in the tests.
 
+pub mod cover;
 pub mod dist;
 pub mod fetch;
 pub mod fine;

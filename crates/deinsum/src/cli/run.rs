@@ -108,8 +108,9 @@ pub struct Args {
     #[arg(long, value_name = "SCALE")]
     pub rmat: Option<u32>,
     /// How a square sparse matrix times a dense operand (SpMV `ij,j->i`, SpMM) is
-    /// distributed: `rows` (rows cut by nonzeros, x's halo fetched), `fine` (each nonzero at
-    /// its lower-degree endpoint's owner, which fetches x or pushes a partial y), or `auto`
+    /// distributed: `rows` (rows cut by nonzeros, x's halo fetched), `fine` (each cross nonzero
+    /// at its row's owner, which fetches x, or its column's, which pushes a partial y, as a
+    /// minimum vertex cover of the cross nonzeros chooses), or `auto`
     /// (the one whose plan moves fewer words in all; rows on a tie).
     #[arg(long, value_enum, default_value_t = super::sparse::Scheme::Auto)]
     pub spmv_scheme: super::sparse::Scheme,

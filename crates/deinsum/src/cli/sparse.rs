@@ -293,8 +293,8 @@ pub enum Scheme {
     Auto,
     /// Rows cut by nonzeros; each rank fetches the x rows its nonzeros touch.
     Rows,
-    /// Each nonzero at its lower-degree endpoint's owner, which fetches x or pushes a
-    /// partial y ([`deinsum_sparse::fine`]).
+    /// Each cross nonzero at its row's owner, which fetches x, or its column's, which pushes
+    /// a partial y, as a minimum vertex cover chooses ([`deinsum_sparse::fine`]).
     Fine,
 }
 
@@ -1148,7 +1148,7 @@ fn finish(
     let partition = match (&job.form, plan) {
         (_, Plan::Mttkrp(p)) => mttkrp_partition(p),
         (Form::Spgemm, _) => "rows of A cut by multiply-adds".into(),
-        _ if fine_grain => "fine-grain: each nonzero at the owner of its lower-degree endpoint, vertices (rows of B and C) cut by the nonzeros each rank computes".into(),
+        _ if fine_grain => "fine-grain: each cross nonzero at its row's owner (fetching x) or its column's (pushing a partial y), by a minimum vertex cover; vertices (rows of B and C) cut into blocks, the work balanced by shifting nonzeros both ends reach".into(),
         _ => "rows cut by nonzeros".into(),
     };
     let grid = match plan {
