@@ -383,6 +383,47 @@ fn lent_operands_equal_seeded_inputs_for_many_p() {
     }
 }
 
+/// Plans for inputs in place (every rank loads its block in the distribution its group needs,
+/// replicated ones whole) on lent operands: the serial result for many P, no input moved, and
+/// the measured words equal to the plan's.
+#[test]
+fn lent_operands_in_place_plans_move_no_input() {
+    let cases = [
+        einsum("ij,jk->ik", &[('i', 13), ('j', 7), ('k', 11)]),
+        einsum("ijk,ja,ka->ia", &[('i', 9), ('j', 7), ('k', 5), ('a', 3)]),
+        einsum(
+            "ijk,ja,ka,al->il",
+            &[('i', 6), ('j', 5), ('k', 7), ('a', 4), ('l', 3)],
+        ),
+        einsum("iij,jk->ik", &[('i', 4), ('j', 5), ('k', 3)]),
+        einsum("ij->ji", &[('i', 7), ('j', 5)]),
+    ];
+    for e in &cases {
+        let t = left_tree(e);
+        for p in [1, 2, 3, 4, 5, 7, 8, 11] {
+            for fusion in [unfused(&t), fused(&t)] {
+                let opts = deinsum_plan::PlanOptions {
+                    procs: p,
+                    inputs_in_place: true,
+                    ..deinsum_plan::PlanOptions::default()
+                };
+                let pl = deinsum_plan::build_from(e, &t, Vec::new(), &fusion, &opts).unwrap();
+                let (got, reps) = run_lent(&pl, 4, &deinsum_exec::ExecOptions::default());
+                let (abs, rel) = max_error(&got, &naive_seeded(e, 4));
+                assert!(rel < 1e-12, "P={p}: max abs {abs}, rel {rel}");
+                assert_volume(&pl, &reps);
+                assert_memory(&pl, &reps);
+                let inputs = e.inputs().len();
+                for s in &pl.steps {
+                    if let deinsum_plan::PlanStep::Redistribute { tensor, .. } = s {
+                        assert!(*tensor >= inputs, "input {tensor} moved at P={p}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// On one rank every operand of a plain matrix product is read in place: the run's peak is
 /// its output block alone.
 #[test]
