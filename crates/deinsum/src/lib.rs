@@ -116,8 +116,8 @@ fn kept_buffers() -> &'static deinsum_exec::pool::KeptBuffers {
     KEPT.get_or_init(deinsum_exec::pool::KeptBuffers::new)
 }
 
-/// Frees the buffers that in-process runs keep for the next call (see
-/// [`Einsum::run_local_borrowed`]); returns the words freed.
+/// Frees the buffers that in-process runs keep for the next call and ends their ranks' kept
+/// thread pools (see [`Einsum::run_local_borrowed`]); returns the words freed.
 pub fn release_buffers() -> usize {
     let k = kept_buffers();
     let words = k.words();
@@ -235,7 +235,8 @@ impl Einsum {
     /// intermediates from the buffers the previous call left in this process (per rank number,
     /// at most this plan's predicted peak per rank with message buffers; see
     /// [`release_buffers`]) and leaves its own there, so that a repeated call does not pay
-    /// first-touch page faults again.
+    /// first-touch page faults again. With more than one thread per rank, each rank number's
+    /// thread pool is kept there too and serves the next call with as many threads.
     ///
     /// The output is not gathered by messages: the ranks share this process, so their output
     /// blocks are handed to the caller's thread and put together there
