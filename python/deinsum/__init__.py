@@ -190,7 +190,8 @@ def release_buffers():
     """Frees the buffers deinsum keeps between calls and returns how many elements they held.
 
     A run leaves the buffers it freed (at most its plan's predicted peak memory per rank) for
-    the next call, so that a repeated call does not pay first-touch page faults again.
+    the next call, so that a repeated call does not pay first-touch page faults again; with
+    more than one thread per rank, it leaves each rank's thread pool too (ended here).
     """
     return _native.release_buffers()
 

@@ -116,8 +116,8 @@ fn kept_buffers() -> &'static deinsum_exec::pool::KeptBuffers {
     KEPT.get_or_init(deinsum_exec::pool::KeptBuffers::new)
 }
 
-/// Frees the buffers that in-process runs keep for the next call (see
-/// [`Einsum::run_local_borrowed`]); returns the words freed.
+/// Frees the buffers that in-process runs keep for the next call and ends their ranks' kept
+/// thread pools (see [`Einsum::run_local_borrowed`]); returns the words freed.
 pub fn release_buffers() -> usize {
     let k = kept_buffers();
     let words = k.words();
@@ -226,14 +226,17 @@ impl Einsum {
 
     /// [`Einsum::run_local`] on whole operands the caller lends (storage layout, row-major over
     /// `Operand::dims`) with the executor's `options` (threads per rank, a cancel flag): no
-    /// operand is copied whole; each rank copies only its own block out of them (a NumPy array
-    /// is read in place this way).
+    /// operand is copied whole; a rank whose block is a contiguous part of an operand (all of
+    /// it, or a range of its leading indices) reads it in place, the others copy only their
+    /// own block out of it ([`deinsum_exec::execute_lent`]; a NumPy array is read this way).
+    /// A block read in place takes none of the rank's memory or buffers.
     ///
     /// Buffers: unless `options.kept` names others, the run takes its blocks, messages and
     /// intermediates from the buffers the previous call left in this process (per rank number,
     /// at most this plan's predicted peak per rank with message buffers; see
     /// [`release_buffers`]) and leaves its own there, so that a repeated call does not pay
-    /// first-touch page faults again.
+    /// first-touch page faults again. With more than one thread per rank, each rank number's
+    /// thread pool is kept there too and serves the next call with as many threads.
     ///
     /// The output is not gathered by messages: the ranks share this process, so their output
     /// blocks are handed to the caller's thread and put together there
@@ -245,7 +248,6 @@ impl Einsum {
         operands: &[&[T]],
         options: &ExecOptions,
     ) -> Result<Vec<T>, Error> {
-        use deinsum_plan::{PlanStep, TensorKind};
         let plan = &self.plan;
         if operands.len() != plan.einsum.inputs().len() {
             return Err(Error::Rank(format!(
@@ -268,56 +270,11 @@ impl Einsum {
         };
         let blocks = self.on_local_ranks::<T, _>(|comm| {
             let me = comm.rank();
-            // The blocks are cut into the buffers the last run left (see `kept_buffers`).
-            let ctx = deinsum_exec::pool::RankContext::kept_as_is(&kept, 1, me)
-                .map_err(|e| ExecError::Threads(e.to_string()))?;
-            let _in_ctx = ctx.enter();
-            // This rank's block of every loaded operand, cut out of the lent arrays.
-            let mut blocks = std::collections::BTreeMap::new();
-            for (i, step) in plan.steps.iter().enumerate() {
-                let PlanStep::Load { tensor, dist } = step else {
-                    continue;
-                };
-                let Some(t) = plan.tensor(*tensor) else {
-                    continue;
-                };
-                let TensorKind::Input(k) = t.kind else {
-                    continue;
-                };
-                if let (Some(b), Some(full)) = (dist.block(me, &t.shape), operands.get(k)) {
-                    use deinsum_exec::data::BlockError;
-                    let data = deinsum_exec::data::block_of_full(&plan.einsum, k, full, &b)
-                        .map_err(|e| match e {
-                            BlockError::Input(message) => ExecError::Input {
-                                rank: me,
-                                operand: k,
-                                message,
-                            },
-                            BlockError::OutOfMemory(o) => ExecError::OutOfMemory {
-                                rank: me,
-                                tensor: t.label(),
-                                bytes: o.bytes,
-                                stage: deinsum_exec::Stage::Step {
-                                    step: i,
-                                    kind: deinsum_exec::StepKind::Load,
-                                },
-                            },
-                        })?;
-                    blocks.insert(k, data);
-                }
-            }
-            // One run: handed over, not copied a second time by the executor (repeated runs
-            // may read an input again, so they keep the blocks).
-            let inputs = if opts.repeat.max(1) + opts.warmup == 1 {
-                Inputs::Given(std::sync::Mutex::new(blocks))
-            } else {
-                Inputs::Blocks(blocks)
-            };
             let opts = ExecOptions {
                 peak: opts.peak.or_else(|| self.peak_of(me)),
                 ..opts.clone()
             };
-            let (t, _) = deinsum_exec::execute_measured(plan, comm, &inputs, &opts)?;
+            let (t, _) = deinsum_exec::execute_lent(plan, comm, operands, &opts)?;
             // Rank 0 takes the output blocks as they are (no messages): see the doc above.
             Ok(t.into_primary())
         })?;

@@ -237,10 +237,26 @@ fn kept_buffers_serve_later_calls_of_other_plans_for_many_p() {
             }
         }
     }
-    // The large plan on one rank left buffers behind; clearing frees them.
+    // The large plan on three ranks leaves buffers behind (on one, it now allocates only its
+    // output, the lent operands being read in place); clearing frees them.
+    let (spec, ops) = seeded_operands(&cases[0].1, 9);
+    let lent: Vec<&[f64]> = ops.iter().map(|v| v.as_slice()).collect();
+    // Its ranks' two-thread pools are kept too, and serve the next call.
+    let c = Einsum::compile(cases[0].0, &spec, &Options::procs(3)).unwrap();
+    let opts = ExecOptions {
+        threads: 2,
+        kept: Some(kept.clone()),
+        ..ExecOptions::default()
+    };
+    for _ in 0..2 {
+        let got = c.run_local_borrowed(&lent, &opts).unwrap();
+        let (abs, rel) = max_error(&got, &naive_seeded(&c.plan().einsum, 9));
+        assert!(rel < 1e-12, "P=3 again: abs {abs} rel {rel}");
+        assert_eq!(kept.pools(), 3);
+    }
     assert!(kept.words() > 0);
     kept.clear();
-    assert_eq!(kept.words(), 0);
+    assert_eq!((kept.words(), kept.pools()), (0, 0));
 }
 
 #[test]

@@ -100,7 +100,9 @@ fn gemm_rows(quick: bool) {
         let _in = ctx.enter();
         let step = |x: &LocalTensor<f64>, y: &LocalTensor<f64>| {
             deinsum_exec::pool::give(
-                black_box(contract(x, y, &['i', 'k']).expect("memory for the bench")).data,
+                black_box(contract(x, y, &['i', 'k']).expect("memory for the bench"))
+                    .data
+                    .into_vec(),
             )
         };
         let once = best(1, || faer(&a.data, &b.data, Layout::default(), &mut out));

@@ -1,6 +1,6 @@
 //! Input data: the seeded generator, caller-supplied arrays and blocks, and box copies.
 
-use crate::kernels::LocalTensor;
+use crate::kernels::LocalBlock;
 use crate::pool::{try_vec, OutOfMemory};
 use crate::Scalar;
 use deinsum_expr::{Dim, ParsedEinsum};
@@ -185,6 +185,41 @@ pub fn block_of_full<T: Scalar>(
     Ok(out)
 }
 
+/// Operand `k`'s `block` read in place: the part of its whole storage `full` that the block
+/// is, when the block is one run of it (storage row-major over the indices, and the block all
+/// of it or cut only along its leading indices); `None` when it must be copied out
+/// ([`block_of_full`]), or when `full` does not have the operand's length.
+pub fn contiguous_part<'a, T>(
+    einsum: &ParsedEinsum,
+    k: usize,
+    full: &'a [T],
+    block: &Block,
+) -> Option<&'a [T]> {
+    let want: usize = einsum.inputs()[k].shape(einsum.extents()).iter().product();
+    if full.len() != want {
+        return None;
+    }
+    let strides = storage_strides(einsum, k);
+    let whole = plain_ranges(einsum, k, &strides)?;
+    let len = usize::try_from(block.len()).ok()?;
+    if len == 0 {
+        return Some(&full[..0]);
+    }
+    // Dims `inner..` form one run; the block is one run when the dims before have extent 1.
+    let inner = run_dims(&block.ranges, &whole, &block.ranges);
+    if block.ranges[..inner].iter().any(|&(s, e)| e - s != 1) {
+        return None;
+    }
+    let st = strides_of(&whole.iter().map(|&(_, e)| e).collect::<Vec<_>>());
+    let start: usize = block
+        .ranges
+        .iter()
+        .zip(&st)
+        .map(|(&(s, _), &k)| s * k)
+        .sum();
+    full.get(start..start + len)
+}
+
 /// The whole ranges of operand `k`'s indices when its storage is row-major over them (no
 /// diagonal, no broadcast dim, indices in storage order): then a block of it is a box of its
 /// storage, and `None` otherwise.
@@ -301,7 +336,7 @@ fn copy_threads(words: usize) -> usize {
 /// short; the executor's messages are allocated at their final size). A large contiguous box
 /// is copied by the rank's threads straight into `out`'s spare room.
 pub fn pack_box<T: Scalar>(
-    t: &LocalTensor<T>,
+    t: &LocalBlock<'_, T>,
     bx: &Block,
     out: &mut Vec<T>,
 ) -> Result<(), OutOfMemory> {
@@ -329,8 +364,8 @@ pub fn pack_box<T: Scalar>(
 /// Copies (or adds, with `sum`) box `bx` of block `src` into block `dst`, run by run, without
 /// an intermediate buffer.
 pub fn copy_box<T: Scalar>(
-    src: &LocalTensor<T>,
-    dst: &mut LocalTensor<T>,
+    src: &LocalBlock<'_, T>,
+    dst: &mut LocalBlock<'_, T>,
     bx: &Block,
     sum: bool,
 ) -> Result<(), OutOfMemory> {
@@ -351,7 +386,7 @@ fn add_or_copy<T: Scalar>(d: &mut [T], s: &[T], sum: bool) {
 
 /// Copies (or adds, with `sum`) the row-major box `bx` held in `src` into block `t`.
 pub fn unpack_box<T: Scalar>(
-    t: &mut LocalTensor<T>,
+    t: &mut LocalBlock<'_, T>,
     bx: &Block,
     src: &[T],
     sum: bool,
@@ -381,7 +416,7 @@ fn cores() -> usize {
 /// most the machine's cores). The boxes must be disjoint, inside `dst` and as long as their
 /// elements.
 pub(crate) fn place_pieces<T: Scalar>(
-    dst: &mut LocalTensor<T>,
+    dst: &mut LocalBlock<'_, T>,
     pieces: &[(&Block, &[T])],
     lent: usize,
 ) -> Result<(), OutOfMemory> {
@@ -496,3 +531,51 @@ fn run_jobs<J: Send>(jobs: Vec<J>, tasks: usize, f: impl Fn(J) + Sync + Send) {
 
 /// Stack of a copy helper thread (it only copies slices).
 const HELPER_STACK: usize = 256 << 10;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deinsum_expr::ExtentSpec;
+
+    fn parse(expr: &str, shapes: Vec<Vec<usize>>) -> ParsedEinsum {
+        let spec = ExtentSpec {
+            shapes: Some(shapes),
+            ..ExtentSpec::default()
+        };
+        deinsum_expr::parse(expr, &spec).expect("a valid einsum")
+    }
+
+    fn bx(r: &[(usize, usize)]) -> Block {
+        Block {
+            ranges: r.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn contiguous_blocks_are_read_in_place_and_others_are_not() {
+        let e = parse("ijk,k->i", vec![vec![4, 3, 5], vec![5]]);
+        let full: Vec<f64> = (0..60).map(f64::from).collect();
+        let part = |r: &[(usize, usize)]| contiguous_part(&e, 0, &full, &bx(r));
+        // All of it, a range of the leading index, one row of the second index.
+        assert_eq!(part(&[(0, 4), (0, 3), (0, 5)]), Some(&full[..]));
+        assert_eq!(part(&[(1, 3), (0, 3), (0, 5)]), Some(&full[15..45]));
+        assert_eq!(part(&[(2, 3), (1, 3), (0, 5)]), Some(&full[35..45]));
+        // Cut along an inner index over several rows: not one run.
+        assert_eq!(part(&[(0, 2), (1, 3), (0, 5)]), None);
+        assert_eq!(part(&[(0, 4), (0, 3), (0, 2)]), None);
+        // The in-place part equals the copied block.
+        let b = bx(&[(2, 3), (1, 3), (0, 5)]);
+        let copied = block_of_full(&e, 0, &full, &b).unwrap();
+        assert_eq!(part(&[(2, 3), (1, 3), (0, 5)]).unwrap(), &copied[..]);
+        // A diagonal's storage is not row-major over its indices; a short array is refused.
+        let d = parse("iij->ij", vec![vec![3, 3, 2]]);
+        let dfull: Vec<f64> = (0..18).map(f64::from).collect();
+        assert_eq!(contiguous_part(&d, 0, &dfull, &bx(&[(0, 3), (0, 2)])), None);
+        assert_eq!(part_of_short(&e), None);
+    }
+
+    fn part_of_short(e: &ParsedEinsum) -> Option<Vec<f64>> {
+        let short: Vec<f64> = (0..59).map(f64::from).collect();
+        contiguous_part(e, 0, &short, &bx(&[(0, 4), (0, 3), (0, 5)])).map(<[f64]>::to_vec)
+    }
+}

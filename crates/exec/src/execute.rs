@@ -3,7 +3,7 @@
 use crate::comm::Calls;
 use crate::data::{block_of_full, seeded_block, unpack_box, Inputs};
 use crate::held::HeldBlock;
-use crate::kernels::{eval_group, GroupStats, GroupSteps, LocalTensor};
+use crate::kernels::{eval_group, Data, GroupStats, GroupSteps, LocalBlock, LocalTensor};
 use crate::moves::{self, MoveError};
 use crate::pool::OutOfMemory;
 use crate::{CommError, Communicator, Scalar};
@@ -307,7 +307,7 @@ pub struct RunReport {
 
 /// A distributed tensor: this rank's block of it and the distribution.
 #[derive(Clone, Debug)]
-pub struct DistTensor<T> {
+pub struct DistTensor<T: 'static> {
     /// The tensor (indices, shape).
     pub tensor: Tensor,
     /// How it is distributed.
@@ -395,7 +395,7 @@ impl<T: Scalar> DistTensor<T> {
             }
             unpack_box(&mut full, &b, &vals, false).map_err(oom)?;
         }
-        Ok(Some(full.data))
+        Ok(Some(full.data.into_vec()))
     }
 }
 
@@ -453,7 +453,10 @@ pub fn assemble<T: Scalar>(
             && runs.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0)
             && runs.last().is_some_and(|r| r.0 + r.1 == total);
         if consecutive {
-            let mut taken: Vec<Option<Vec<T>>> = blocks.into_iter().map(|b| Some(b.data)).collect();
+            let mut taken: Vec<Option<Vec<T>>> = blocks
+                .into_iter()
+                .map(|b| Some(b.data.into_vec()))
+                .collect();
             let mut out = taken[order[0]].take().unwrap_or_default();
             out.try_reserve_exact(total - out.len())
                 .map_err(|_| OutOfMemory::of::<T>(total))?;
@@ -475,9 +478,9 @@ pub fn assemble<T: Scalar>(
             ranges: b.ranges.iter().copied().collect(),
         };
         unpack_box(&mut full, &bx, &b.data, false)?;
-        spare(owner, b.data);
+        spare(owner, b.data.into_vec());
     }
-    Ok(full.data)
+    Ok(full.data.into_vec())
 }
 
 /// A hash of the plan's canonical JSON (FNV-1a-style over 8-byte words, streamed while the
@@ -580,12 +583,13 @@ impl Mem {
     }
 }
 
-fn words<T>(t: &Option<LocalTensor<T>>) -> u64 {
-    t.as_ref().map_or(0, |l| l.data.len() as u64)
+/// Words of rank memory a block takes (none for a lent one: see [`Data::own_words`]).
+fn words<T: Scalar>(t: &Option<LocalBlock<'_, T>>) -> u64 {
+    t.as_ref().map_or(0, |l| l.data.own_words())
 }
 
-fn held_words<T: Send + 'static>(t: &Option<HeldBlock<T>>) -> u64 {
-    t.as_ref().map_or(0, |l| l.data.len() as u64)
+fn held_words<T: Scalar>(t: &Option<HeldBlock<'_, T>>) -> u64 {
+    t.as_ref().map_or(0, HeldBlock::words)
 }
 
 /// Runs `plan` on `comm` and also returns what every step did on this rank.
@@ -593,6 +597,46 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     plan: &Plan,
     comm: &C,
     inputs: &Inputs<T>,
+    opts: &ExecOptions,
+) -> Result<(DistTensor<T>, RunReport), ExecError> {
+    execute_from(plan, comm, Source::Inputs(inputs), opts)
+}
+
+/// [`execute_measured`] on whole operands the caller lends, one per operand in storage layout
+/// (row-major over `Operand::dims`): a rank's block that is a contiguous part of its operand
+/// (all of it, or a range of its leading indices, with no diagonal or broadcast dim) is read
+/// in place, neither copied nor counted in the rank's memory (`RunReport::peak_words` leaves
+/// it out, where the plan's predicted peak counts it); other blocks are copied out once.
+pub fn execute_lent<T: Scalar, C: Communicator>(
+    plan: &Plan,
+    comm: &C,
+    operands: &[&[T]],
+    opts: &ExecOptions,
+) -> Result<(DistTensor<T>, RunReport), ExecError> {
+    execute_from(plan, comm, Source::Lent(operands), opts)
+}
+
+/// Where a run's input blocks come from.
+enum Source<'d, T> {
+    /// The caller's [`Inputs`] (every block the rank's own).
+    Inputs(&'d Inputs<T>),
+    /// Whole operands lent for the run (contiguous blocks read in place).
+    Lent(&'d [&'d [T]]),
+}
+
+impl<T> Clone for Source<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Source<'_, T> {}
+
+/// [`execute_measured`] from `source`.
+fn execute_from<'d, T: Scalar, C: Communicator>(
+    plan: &Plan,
+    comm: &C,
+    inputs: Source<'d, T>,
     opts: &ExecOptions,
 ) -> Result<(DistTensor<T>, RunReport), ExecError> {
     let me = comm.rank();
@@ -685,7 +729,7 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     loaded
         .into_values()
         .filter_map(|s| s.block)
-        .for_each(|b| crate::pool::give(b.data));
+        .for_each(|b| b.data.release());
     // The output as the caller's own (a block shared with other ranks is copied).
     let local = local
         .map(HeldBlock::into_owned)
@@ -712,27 +756,27 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
 }
 
 /// An input block read ahead of the runs.
-struct Slot<T> {
+struct Slot<'d, T: 'static> {
     /// The block's ranges (`None`: this rank holds no block of the input).
     ranges: Option<Vec<(usize, usize)>>,
     /// The block, while no run holds it: a run takes it at the Load step and gives it back
     /// where it would drop it (inputs are never written), so repeated runs neither copy nor
     /// free the inputs.
-    block: Option<LocalTensor<T>>,
+    block: Option<LocalBlock<'d, T>>,
 }
 
 /// Input blocks read ahead of the runs, by tensor.
-type Loaded<T> = BTreeMap<TensorId, Slot<T>>;
+type Loaded<'d, T> = BTreeMap<TensorId, Slot<'d, T>>;
 
 /// Reads this rank's block of the input loaded by step `i` (`Load { tensor, dist }`).
-fn read_input<T: Scalar>(
+fn read_input<'d, T: Scalar>(
     plan: &Plan,
     me: usize,
-    inputs: &Inputs<T>,
+    inputs: Source<'d, T>,
     i: usize,
     tensor: TensorId,
     dist: &Distribution,
-) -> Result<Option<LocalTensor<T>>, ExecError> {
+) -> Result<Option<LocalBlock<'d, T>>, ExecError> {
     let bad = |message: String| ExecError::InvalidPlan { step: i, message };
     let t = plan
         .tensor(tensor)
@@ -748,7 +792,7 @@ fn read_input<T: Scalar>(
         Some(b) => {
             let data =
                 load_block(plan, k, &b, inputs).map_err(|e| e.into_exec(plan, me, i, tensor, k))?;
-            Some(LocalTensor {
+            Some(LocalBlock {
                 indices: t.indices.clone(),
                 ranges: b.ranges.to_vec(),
                 data,
@@ -758,7 +802,11 @@ fn read_input<T: Scalar>(
 }
 
 /// Reads this rank's block of every loaded input, checking each Load step.
-fn preload<T: Scalar>(plan: &Plan, me: usize, inputs: &Inputs<T>) -> Result<Loaded<T>, ExecError> {
+fn preload<'d, T: Scalar>(
+    plan: &Plan,
+    me: usize,
+    inputs: Source<'d, T>,
+) -> Result<Loaded<'d, T>, ExecError> {
     let mut loaded = BTreeMap::new();
     for (i, step) in plan.steps.iter().enumerate() {
         let PlanStep::Load { tensor, dist } = step else {
@@ -781,7 +829,11 @@ fn preload<T: Scalar>(plan: &Plan, me: usize, inputs: &Inputs<T>) -> Result<Load
 
 /// Gives an input's block back to its slot (a run is done with it); other blocks go to the
 /// rank's buffer pool.
-fn give_back<T: Scalar>(loaded: &mut Loaded<T>, tensor: TensorId, block: Option<HeldBlock<T>>) {
+fn give_back<'d, T: Scalar>(
+    loaded: &mut Loaded<'d, T>,
+    tensor: TensorId,
+    block: Option<HeldBlock<'d, T>>,
+) {
     let b = match block {
         Some(HeldBlock::Own(b)) => b,
         // A shared block is not an input's: it goes when its last holder lets go.
@@ -792,25 +844,25 @@ fn give_back<T: Scalar>(loaded: &mut Loaded<T>, tensor: TensorId, block: Option<
         Some(slot) if slot.block.is_none() && slot.ranges.as_ref() == Some(&b.ranges) => {
             slot.block = Some(b);
         }
-        _ => crate::pool::give(b.data),
+        _ => b.data.release(),
     }
 }
 
 /// Held blocks by tensor, with their distributions.
-type Held<T> = BTreeMap<TensorId, (Distribution, Option<HeldBlock<T>>)>;
+type Held<'d, T> = BTreeMap<TensorId, (Distribution, Option<HeldBlock<'d, T>>)>;
 
 /// One run of the plan's steps from the preloaded inputs (`inputs` again only for a block a
 /// previous run did not give back); returns the blocks held at the end, the memory tally and
 /// the step measures.
-fn run_steps<T: Scalar, C: Communicator>(
+fn run_steps<'d, T: Scalar, C: Communicator>(
     plan: &Plan,
     comm: &C,
     routes: &moves::Routes<C>,
-    loaded: &mut Loaded<T>,
-    inputs: &Inputs<T>,
+    loaded: &mut Loaded<'d, T>,
+    inputs: Source<'d, T>,
     opts: &ExecOptions,
     pool: Option<&rayon::ThreadPool>,
-) -> Result<(Held<T>, Mem, RunReport), ExecError> {
+) -> Result<(Held<'d, T>, Mem, RunReport), ExecError> {
     let me = comm.rank();
     let mut run = Interpreter {
         plan,
@@ -885,26 +937,26 @@ fn run_steps<T: Scalar, C: Communicator>(
 
 /// One rank walking one run of a plan: what it holds and its memory tally, with one method per
 /// [`PlanStep`] kind.
-struct Interpreter<'a, T: Scalar, C: Communicator> {
+struct Interpreter<'a, 'd, T: Scalar, C: Communicator> {
     plan: &'a Plan,
     comm: &'a C,
     /// How each move runs (collective, send/recv or exchange).
     routes: &'a moves::Routes<C>,
-    loaded: &'a mut Loaded<T>,
-    inputs: &'a Inputs<T>,
+    loaded: &'a mut Loaded<'d, T>,
+    inputs: Source<'d, T>,
     opts: &'a ExecOptions,
     pool: Option<&'a rayon::ThreadPool>,
     me: usize,
-    held: Held<T>,
+    held: Held<'d, T>,
     mem: Mem,
     /// The windows the previous phase prefetched for the next one (double buffering).
-    prefetched: Vec<Window<T>>,
+    prefetched: Vec<Window<'d, T>>,
 }
 
 /// A phase window: the tensor, its windowed distribution and this rank's block of it.
-type Window<T> = (TensorId, Distribution, Option<HeldBlock<T>>);
+type Window<'d, T> = (TensorId, Distribution, Option<HeldBlock<'d, T>>);
 
-impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
+impl<'a, 'd, T: Scalar, C: Communicator> Interpreter<'a, 'd, T, C> {
     /// Runs step `i`, filling in what `m` measures besides time and traffic.
     fn step(&mut self, i: usize, step: &PlanStep, m: &mut StepMeasure) -> Result<(), ExecError> {
         if !self.prefetched.is_empty() && !matches!(step, PlanStep::ComputePhase { .. }) {
@@ -1030,7 +1082,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         i: usize,
         tensor: TensorId,
         from: &Distribution,
-    ) -> Result<(&'a Tensor, Option<HeldBlock<T>>, Vec<Transfer>), ExecError> {
+    ) -> Result<(&'a Tensor, Option<HeldBlock<'d, T>>, Vec<Transfer>), ExecError> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
         let transfers = self
             .plan
@@ -1061,8 +1113,8 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         tensor: TensorId,
         to: &Distribution,
         source_words: u64,
-        source: Option<HeldBlock<T>>,
-        new: Option<HeldBlock<T>>,
+        source: Option<HeldBlock<'d, T>>,
+        new: Option<HeldBlock<'d, T>>,
     ) {
         self.mem.sub(source_words);
         give_back(self.loaded, tensor, source);
@@ -1076,7 +1128,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         let g = run.g;
         let (out_id, out_dist) = &g.output;
         m.tensor = Some(*out_id);
-        let mut ins: Vec<(usize, Option<&LocalTensor<T>>)> = Vec::new();
+        let mut ins: Vec<(usize, Option<&LocalBlock<'_, T>>)> = Vec::new();
         for (tid, d) in &g.inputs {
             ins.push((*tid, held_input(&self.held, *tid, d).map_err(bad)?));
         }
@@ -1114,7 +1166,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         m.tensor = Some(*out_id);
         let mut windows = self.fetch_windows(i, fetch)?;
         windows.append(&mut self.prefetched);
-        let mut ins: Vec<(usize, Option<&LocalTensor<T>>)> = Vec::new();
+        let mut ins: Vec<(usize, Option<&LocalBlock<'_, T>>)> = Vec::new();
         for (tid, d) in &g.inputs {
             if let Some((_, wd, w)) = windows.iter().find(|(id, _, _)| id == tid) {
                 let mut expect = d.clone();
@@ -1179,6 +1231,10 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
             .ok_or_else(|| bad("the phased output is not live".into()))?;
         let acc = acc.as_mut().map(HeldBlock::make_mut).transpose();
         let acc = acc.map_err(|e| oom(self.plan, self.me, step_stage(self.plan, i), *out_id, e))?;
+        let acc = acc.map(|(a, copied)| {
+            self.mem.add(copied);
+            a
+        });
         add_into(acc, part).map_err(bad)
     }
 
@@ -1204,7 +1260,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
         &mut self,
         i: usize,
         fetch: &[deinsum_plan::Fetch],
-    ) -> Result<Vec<Window<T>>, ExecError> {
+    ) -> Result<Vec<Window<'d, T>>, ExecError> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
         let fetch_transfers = self.plan.step_transfers(i, self.me);
         let mut windows = Vec::new();
@@ -1239,7 +1295,7 @@ impl<'a, T: Scalar, C: Communicator> Interpreter<'a, T, C> {
 struct Prefetch<'a, T: Scalar, C: Communicator> {
     plan: &'a Plan,
     comm: &'a C,
-    held: &'a Held<T>,
+    held: &'a Held<'a, T>,
     step: usize,
     skip: usize,
     prefetch: &'a [deinsum_plan::Fetch],
@@ -1253,11 +1309,11 @@ impl<T: Scalar, C: Communicator> Prefetch<'_, T, C> {
     fn eval_while(
         &self,
         run: &GroupRun<'_>,
-        ins: &[(usize, Option<&LocalTensor<T>>)],
+        ins: &[(usize, Option<&LocalBlock<'_, T>>)],
         cut: Option<PhaseCut>,
         m: &mut StepMeasure,
         mem: &mut Mem,
-    ) -> Result<(Option<LocalTensor<T>>, Vec<Window<T>>), ExecError> {
+    ) -> Result<(Option<LocalTensor<T>>, Vec<Window<'static, T>>), ExecError> {
         let bad = |message: String| ExecError::InvalidPlan {
             step: self.step,
             message,
@@ -1336,7 +1392,7 @@ impl GroupRun<'_> {
     /// its multiply-adds in `m` and its transient memory in `mem`.
     fn eval<T: Scalar>(
         &self,
-        ins: &[(usize, Option<&LocalTensor<T>>)],
+        ins: &[(usize, Option<&LocalBlock<'_, T>>)],
         cut: Option<PhaseCut>,
         m: &mut StepMeasure,
         mem: &mut Mem,
@@ -1383,7 +1439,7 @@ impl GroupError {
 /// Adds a phase's result into the accumulated output block (both absent on a rank that holds
 /// no block).
 fn add_into<T: Scalar>(
-    acc: Option<&mut LocalTensor<T>>,
+    acc: Option<&mut LocalBlock<'_, T>>,
     part: Option<LocalTensor<T>>,
 ) -> Result<(), String> {
     match (acc, part) {
@@ -1391,10 +1447,10 @@ fn add_into<T: Scalar>(
             if a.ranges != p.ranges || a.data.len() != p.data.len() {
                 return Err("phase result does not match the output block".into());
             }
-            for (x, &y) in a.data.iter_mut().zip(&p.data) {
+            for (x, &y) in a.data.iter_mut().zip(p.data.iter()) {
                 *x += y;
             }
-            crate::pool::give(p.data);
+            p.data.release();
             Ok(())
         }
         (None, None) => Ok(()),
@@ -1412,10 +1468,10 @@ fn on_pool<R: Send>(pool: Option<&rayon::ThreadPool>, f: impl FnOnce() -> R + Se
 
 /// The block of input `tid` this rank holds, checked to be in the group's distribution `d`.
 fn held_input<'a, T: Scalar>(
-    held: &'a Held<T>,
+    held: &'a Held<'_, T>,
     tid: TensorId,
     d: &Distribution,
-) -> Result<Option<&'a LocalTensor<T>>, String> {
+) -> Result<Option<&'a LocalBlock<'a, T>>, String> {
     let (hd, blk) = held
         .get(&tid)
         .ok_or_else(|| format!("input tensor {tid} is not live"))?;
@@ -1434,7 +1490,7 @@ fn compute_group<T: Scalar>(
     plan: &Plan,
     g: &deinsum_plan::GroupPlan,
     me: usize,
-    ins: &[(usize, Option<&LocalTensor<T>>)],
+    ins: &[(usize, Option<&LocalBlock<'_, T>>)],
     cut: Option<PhaseCut>,
     opts: &ExecOptions,
     stats: &mut GroupStats,
@@ -1458,7 +1514,7 @@ fn compute_group<T: Scalar>(
             })
             .collect()
     };
-    let mut blocks: Vec<(usize, &LocalTensor<T>)> = Vec::new();
+    let mut blocks: Vec<(usize, &LocalBlock<'_, T>)> = Vec::new();
     for &(tid, blk) in ins {
         let blk = blk.ok_or_else(|| format!("rank {me} holds no block of {tid}"))?;
         if blk.ranges != proj(&blk.indices) {
@@ -1541,7 +1597,29 @@ impl LoadError {
     }
 }
 
-fn load_block<T: Scalar>(
+fn load_block<'d, T: Scalar>(
+    plan: &Plan,
+    k: usize,
+    b: &Block,
+    inputs: Source<'d, T>,
+) -> Result<Data<'d, T>, LoadError> {
+    let inputs = match inputs {
+        Source::Inputs(inputs) => inputs,
+        Source::Lent(all) => {
+            let full = all
+                .get(k)
+                .ok_or_else(|| LoadError::Input(format!("{} operands given", all.len())))?;
+            if let Some(part) = crate::data::contiguous_part(&plan.einsum, k, full, b) {
+                return Ok(Data::Lent(part));
+            }
+            return Ok(block_of_full(&plan.einsum, k, full, b)?.into());
+        }
+    };
+    load_own(plan, k, b, inputs).map(Data::Own)
+}
+
+/// This rank's block `b` of operand `k` from `inputs`, in its own buffer.
+fn load_own<T: Scalar>(
     plan: &Plan,
     k: usize,
     b: &Block,

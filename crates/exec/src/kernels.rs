@@ -12,15 +12,118 @@ use deinsum_path::{NodeId, Step};
 use deinsum_plan::Interval;
 use std::borrow::Cow;
 
-/// A dense row-major block of a tensor: its indices, the global range along each, the data.
+/// A dense row-major block of a tensor: its indices, the global range along each, the data
+/// (its own buffer, or read in place from an operand the caller lent for the run).
 #[derive(Clone, Debug, PartialEq)]
-pub struct LocalTensor<T> {
+pub struct LocalBlock<'a, T> {
     /// Indices in storage order.
     pub indices: Vec<Index>,
     /// Global `[start, end)` per index.
     pub ranges: Vec<(usize, usize)>,
     /// Row-major data, length the product of the range extents.
-    pub data: Vec<T>,
+    pub data: Data<'a, T>,
+}
+
+/// A block with its own buffer (what kernels return and the executor allocates).
+pub type LocalTensor<T> = LocalBlock<'static, T>;
+
+/// A block's elements: its own buffer, or a contiguous part of an operand the caller lent for
+/// the run, read in place (no rank memory, never written: see [`Data`]'s `DerefMut`).
+#[derive(Clone, Debug)]
+pub enum Data<'a, T> {
+    /// The block's own buffer.
+    Own(Vec<T>),
+    /// Elements read in place from a lent operand.
+    Lent(&'a [T]),
+}
+
+impl<T> Default for Data<'_, T> {
+    fn default() -> Self {
+        Data::Own(Vec::new())
+    }
+}
+
+impl<T> From<Vec<T>> for Data<'_, T> {
+    fn from(v: Vec<T>) -> Self {
+        Data::Own(v)
+    }
+}
+
+impl<T> FromIterator<T> for Data<'_, T> {
+    fn from_iter<I: IntoIterator<Item = T>>(it: I) -> Self {
+        Data::Own(it.into_iter().collect())
+    }
+}
+
+impl<'b, T> IntoIterator for &'b Data<'_, T> {
+    type Item = &'b T;
+    type IntoIter = std::slice::Iter<'b, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<T> std::ops::Deref for Data<'_, T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        match self {
+            Data::Own(v) => v,
+            Data::Lent(s) => s,
+        }
+    }
+}
+
+impl<T: Clone> std::ops::DerefMut for Data<'_, T> {
+    /// The elements to write: lent ones are copied first (copy on write). The executor never
+    /// writes a lent block (it copies one fallibly before, [`LocalBlock::into_static`]), so
+    /// this copy is a fallback, not a path.
+    fn deref_mut(&mut self) -> &mut [T] {
+        if let Data::Lent(s) = self {
+            *self = Data::Own(s.to_vec());
+        }
+        match self {
+            Data::Own(v) => v,
+            Data::Lent(_) => unreachable!("made own above"),
+        }
+    }
+}
+
+impl<T: PartialEq> PartialEq for Data<'_, T> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl<T: Clone + Send + 'static> Data<'_, T> {
+    /// The elements as an owned buffer (lent ones copied).
+    pub fn into_vec(self) -> Vec<T> {
+        match self {
+            Data::Own(v) => v,
+            Data::Lent(s) => s.to_vec(),
+        }
+    }
+
+    /// Whether the elements are read in place from a lent operand.
+    pub fn is_lent(&self) -> bool {
+        matches!(self, Data::Lent(_))
+    }
+
+    /// Words of rank memory the elements take: a lent block takes none (the caller's array).
+    pub fn own_words(&self) -> u64 {
+        match self {
+            Data::Own(v) => v.len() as u64,
+            Data::Lent(_) => 0,
+        }
+    }
+
+    /// Gives an own buffer to the rank's pool (a lent one stays the caller's).
+    pub(crate) fn release(self) {
+        if let Data::Own(v) = self {
+            crate::pool::give(v);
+        }
+    }
 }
 
 /// Elements of a block over `ranges`; a count beyond `usize` is a buffer that cannot be had.
@@ -45,7 +148,7 @@ impl<T: Scalar> LocalTensor<T> {
         Ok(LocalTensor {
             indices,
             ranges,
-            data: crate::pool::take(n)?,
+            data: crate::pool::take(n)?.into(),
         })
     }
 
@@ -59,16 +162,39 @@ impl<T: Scalar> LocalTensor<T> {
         Ok(LocalTensor {
             indices,
             ranges,
-            data: crate::pool::take_overwritten(n)?,
+            data: crate::pool::take_overwritten(n)?.into(),
         })
     }
 
-    /// A copy of the block in fallibly allocated storage.
-    pub fn try_clone(&self) -> Result<Self, OutOfMemory> {
+    /// Consumes the block and returns it in `order`.
+    pub fn into_order(self, order: &[Index]) -> Result<Self, OutOfMemory> {
+        if order == self.indices.as_slice() {
+            return Ok(self);
+        }
+        self.permute_owned(order)
+    }
+}
+
+impl<T: Scalar> LocalBlock<'_, T> {
+    /// A copy of the block in fallibly allocated storage (the rank's own, also of a lent one).
+    pub fn try_clone(&self) -> Result<LocalTensor<T>, OutOfMemory> {
         Ok(LocalTensor {
             indices: self.indices.clone(),
             ranges: self.ranges.clone(),
-            data: crate::pool::try_copy(&self.data)?,
+            data: crate::pool::try_copy(&self.data)?.into(),
+        })
+    }
+
+    /// The block with its own buffer: an own one as it is, a lent one copied.
+    pub fn into_static(self) -> Result<LocalTensor<T>, OutOfMemory> {
+        let data = match self.data {
+            Data::Own(v) => v,
+            Data::Lent(s) => crate::pool::try_copy(s)?,
+        };
+        Ok(LocalTensor {
+            indices: self.indices,
+            ranges: self.ranges,
+            data: Data::Own(data),
         })
     }
 
@@ -85,11 +211,11 @@ impl<T: Scalar> LocalTensor<T> {
     }
 
     /// The block with its indices in `order` (a permutation of its own).
-    pub fn permute(&self, order: &[Index]) -> Result<Self, OutOfMemory> {
-        match self.permute_cow(order)? {
-            Cow::Borrowed(b) => b.try_clone(),
-            Cow::Owned(o) => Ok(o),
+    pub fn permute(&self, order: &[Index]) -> Result<LocalTensor<T>, OutOfMemory> {
+        if order == self.indices.as_slice() {
+            return self.try_clone();
         }
+        self.permute_owned(order)
     }
 
     /// [`LocalTensor::permute`], borrowing when the order is already right.
@@ -100,15 +226,7 @@ impl<T: Scalar> LocalTensor<T> {
         Ok(Cow::Owned(self.permute_owned(order)?))
     }
 
-    /// Consumes the block and returns it in `order`.
-    pub fn into_order(self, order: &[Index]) -> Result<Self, OutOfMemory> {
-        if order == self.indices.as_slice() {
-            return Ok(self);
-        }
-        self.permute_owned(order)
-    }
-
-    fn permute_owned(&self, order: &[Index]) -> Result<Self, OutOfMemory> {
+    fn permute_owned(&self, order: &[Index]) -> Result<LocalTensor<T>, OutOfMemory> {
         let perm: Vec<usize> = order.iter().map(|&c| self.pos(c)).collect();
         let shape = self.shape();
         let st = crate::data::strides_of(&shape);
@@ -117,16 +235,16 @@ impl<T: Scalar> LocalTensor<T> {
         Ok(LocalTensor {
             indices: order.to_vec(),
             ranges: perm.iter().map(|&p| self.ranges[p]).collect(),
-            data: permuted(&self.data, &pshape, &pst)?,
+            data: permuted(&self.data, &pshape, &pst)?.into(),
         })
     }
 
     /// Sums out every index not in `keep`, keeping the others in their order.
-    pub fn sum_to(&self, keep: &[Index]) -> Result<Self, OutOfMemory> {
-        match self.sum_cow(keep)? {
-            Cow::Borrowed(b) => b.try_clone(),
-            Cow::Owned(o) => Ok(o),
+    pub fn sum_to(&self, keep: &[Index]) -> Result<LocalTensor<T>, OutOfMemory> {
+        if self.indices.iter().all(|c| keep.contains(c)) {
+            return self.try_clone();
         }
+        self.sum_owned(keep)
     }
 
     /// [`LocalTensor::sum_to`], borrowing when nothing is summed.
@@ -139,7 +257,7 @@ impl<T: Scalar> LocalTensor<T> {
 
     /// Sums out the indices not in `keep` in one pass: each element of the block is added
     /// into its place in the (zeroed) result, the innermost index in a tight loop.
-    fn sum_owned(&self, keep: &[Index]) -> Result<Self, OutOfMemory> {
+    fn sum_owned(&self, keep: &[Index]) -> Result<LocalTensor<T>, OutOfMemory> {
         let kept: Vec<usize> = (0..self.indices.len())
             .filter(|&ax| keep.contains(&self.indices[ax]))
             .collect();
@@ -194,7 +312,7 @@ impl<T: Scalar> LocalTensor<T> {
         &self,
         sub_indices: &[Index],
         sub: &[(usize, usize)],
-    ) -> Result<Self, OutOfMemory> {
+    ) -> Result<LocalTensor<T>, OutOfMemory> {
         let st = crate::data::strides_of(&self.shape());
         let mut ranges = self.ranges.clone();
         for (c, &r) in sub_indices.iter().zip(sub) {
@@ -211,14 +329,14 @@ impl<T: Scalar> LocalTensor<T> {
         let shape: Vec<usize> = ranges.iter().map(|&(s, e)| e - s).collect();
         Ok(LocalTensor {
             indices: self.indices.clone(),
-            data: gather_strided(&self.data, &shape, &st, base)?,
+            data: gather_strided(&self.data, &shape, &st, base)?.into(),
             ranges,
         })
     }
 
     /// Adds `other` (same indices and ranges) into this block.
-    pub fn add_assign(&mut self, other: &Self) {
-        for (x, &y) in self.data.iter_mut().zip(&other.data) {
+    pub fn add_assign(&mut self, other: &LocalBlock<'_, T>) {
+        for (x, &y) in self.data.iter_mut().zip(other.data.iter()) {
             *x += y;
         }
     }
@@ -420,13 +538,13 @@ pub fn step_madds(step: &Step, ext: &dyn Fn(Index) -> usize) -> f64 {
 /// Evaluates one tree step locally: a unary step (sum and transpose) or a pairwise
 /// contraction into indices `out`.
 pub fn eval_step<T: Scalar>(
-    operands: &[&LocalTensor<T>],
+    operands: &[&LocalBlock<'_, T>],
     out: &[Index],
 ) -> Result<LocalTensor<T>, OutOfMemory> {
     match operands {
         [a] => match a.sum_cow(out)? {
             Cow::Borrowed(b) => b.permute(out),
-            Cow::Owned(o) => o.into_order(out),
+            Cow::Owned(o) => o.into_static()?.into_order(out),
         },
         [a, b] => contract(a, b, out),
         _ => {
@@ -457,12 +575,12 @@ pub fn eval_step<T: Scalar>(
 /// Pairwise contraction `a, b -> out` as (batched) GEMM on operands read in place where their
 /// storage allows; Hadamard and outer products without GEMM.
 pub fn contract<T: Scalar>(
-    a: &LocalTensor<T>,
-    b: &LocalTensor<T>,
+    a: &LocalBlock<'_, T>,
+    b: &LocalBlock<'_, T>,
     out: &[Index],
 ) -> Result<LocalTensor<T>, OutOfMemory> {
     // Indices only one side has and the output lacks are summed before the product.
-    let keep = |x: &LocalTensor<T>, y: &LocalTensor<T>| -> Vec<Index> {
+    let keep = |x: &LocalBlock<'_, T>, y: &LocalBlock<'_, T>| -> Vec<Index> {
         x.indices
             .iter()
             .copied()
@@ -690,7 +808,7 @@ impl Sliced {
 }
 
 /// The global range of index `c` in `a`, else in `b`.
-fn range_in<T: Scalar>(a: &LocalTensor<T>, b: &LocalTensor<T>, c: Index) -> (usize, usize) {
+fn range_in<T: Scalar>(a: &LocalBlock<'_, T>, b: &LocalBlock<'_, T>, c: Index) -> (usize, usize) {
     match a.indices.iter().position(|&d| d == c) {
         Some(p) => a.ranges[p],
         None => b.ranges[b.pos(c)],
@@ -698,7 +816,7 @@ fn range_in<T: Scalar>(a: &LocalTensor<T>, b: &LocalTensor<T>, c: Index) -> (usi
 }
 
 /// Per index of `out`, its stride in `t`'s storage (0 for an index `t` lacks).
-fn strides_along<T>(t: &LocalTensor<T>, out: &[Index]) -> Vec<usize> {
+fn strides_along<T>(t: &LocalBlock<'_, T>, out: &[Index]) -> Vec<usize> {
     let shape: Vec<usize> = t.ranges.iter().map(|&(s, e)| e - s).collect();
     let st = crate::data::strides_of(&shape);
     out.iter()
@@ -713,8 +831,8 @@ const PAR_MIN_WORDS: usize = 1 << 16;
 /// product, Hadamard product or a mix, written straight in `out`'s order, a row of the
 /// output's innermost index at a time, rows split over the rank's threads when large.
 fn product<T: Scalar>(
-    a: &LocalTensor<T>,
-    b: &LocalTensor<T>,
+    a: &LocalBlock<'_, T>,
+    b: &LocalBlock<'_, T>,
     out: &[Index],
 ) -> Result<LocalTensor<T>, OutOfMemory> {
     let ranges: Vec<(usize, usize)> = out.iter().map(|&c| range_in(a, b, c)).collect();
@@ -758,7 +876,7 @@ fn product<T: Scalar>(
     Ok(LocalTensor {
         indices: out.to_vec(),
         ranges,
-        data,
+        data: data.into(),
     })
 }
 
@@ -814,8 +932,8 @@ impl Orientation {
     /// The orientation with `x` giving the rows; `read_in_place` lets a row operand stored
     /// transposed be read as it is (else it is copied into order).
     fn of<T: Scalar>(
-        x: &LocalTensor<T>,
-        y: &LocalTensor<T>,
+        x: &LocalBlock<'_, T>,
+        y: &LocalBlock<'_, T>,
         out: &[Index],
         read_in_place: bool,
     ) -> Self {
@@ -901,8 +1019,8 @@ impl Orientation {
     /// Runs the product in this orientation and returns it in `out`'s order.
     fn run<T: Scalar>(
         &self,
-        x: &LocalTensor<T>,
-        y: &LocalTensor<T>,
+        x: &LocalBlock<'_, T>,
+        y: &LocalBlock<'_, T>,
         out: &[Index],
     ) -> Result<LocalTensor<T>, OutOfMemory> {
         let order = |v: [&[Index]; 3]| -> Vec<Index> { v.concat() };
@@ -936,13 +1054,13 @@ impl Orientation {
         let ct = LocalTensor {
             ranges: c_order.iter().map(|&i| range_in(x, y, i)).collect(),
             indices: c_order,
-            data: c,
+            data: c.into(),
         };
         if ct.indices.as_slice() == out {
             return Ok(ct);
         }
         let r = ct.permute_owned(out);
-        crate::pool::give(ct.data);
+        ct.data.release();
         r
     }
 }
@@ -1046,7 +1164,7 @@ pub fn eval_group<T: Scalar>(
     group: &GroupSteps<'_>,
     box_indices: &[Index],
     box_ranges: &[Interval],
-    inputs: &[(usize, &LocalTensor<T>)],
+    inputs: &[(usize, &LocalBlock<'_, T>)],
     tile_words: u64,
     stats: &mut GroupStats,
 ) -> Result<LocalTensor<T>, OutOfMemory> {
@@ -1058,7 +1176,7 @@ fn eval_group_held<T: Scalar>(
     group: &GroupSteps<'_>,
     box_indices: &[Index],
     box_ranges: &[Interval],
-    inputs: &[(usize, &LocalTensor<T>)],
+    inputs: &[(usize, &LocalBlock<'_, T>)],
     tile_words: u64,
     held: u64,
     stats: &mut GroupStats,
@@ -1101,7 +1219,7 @@ fn eval_group_held<T: Scalar>(
                     let mut sub = box_ranges.to_vec();
                     sub[p] = tile;
                     // Only the blocks that carry the tiled index are cut; the others are shared.
-                    let mut sliced: Vec<(usize, Cow<'_, LocalTensor<T>>)> = Vec::new();
+                    let mut sliced: Vec<(usize, Cow<'_, LocalBlock<'_, T>>)> = Vec::new();
                     for (id, blk) in inputs {
                         sliced.push(if blk.indices.contains(&c) {
                             let cut = blk.slice(&[c], &[tile.into()]);
@@ -1110,7 +1228,7 @@ fn eval_group_held<T: Scalar>(
                             (*id, Cow::Borrowed(*blk))
                         });
                     }
-                    let refs: Vec<(usize, &LocalTensor<T>)> =
+                    let refs: Vec<(usize, &LocalBlock<'_, T>)> =
                         sliced.iter().map(|(id, b)| (*id, b.as_ref())).collect();
                     let out_words: u64 = out_indices.iter().map(|&c| ext(c, &sub)).product();
                     let part = eval_group_held(
@@ -1145,7 +1263,7 @@ fn eval_group_held<T: Scalar>(
     stats.max_intermediate = stats.max_intermediate.max(held + all_inter);
     let mut nodes: Vec<(NodeId, LocalTensor<T>)> = Vec::new();
     for (st, &node) in group.steps.iter().zip(&group.nodes) {
-        let ops: Vec<&LocalTensor<T>> = st
+        let ops: Vec<&LocalBlock<'_, T>> = st
             .operands
             .iter()
             .map(|id| {

@@ -15,7 +15,7 @@ use crate::comm::{CommError, Communicator};
 use crate::data::{copy_box, pack_box, place_pieces, unpack_box};
 use crate::execute::Mem;
 use crate::held::{HeldBlock, SharedBlock};
-use crate::kernels::LocalTensor;
+use crate::kernels::{LocalBlock, LocalTensor};
 use crate::pool::OutOfMemory;
 use crate::Scalar;
 use deinsum_plan::{Block, Distribution, MoveKind, PlanStep, Tensor, Transfer};
@@ -45,7 +45,7 @@ impl From<OutOfMemory> for MoveError {
 }
 
 /// Whether the nonempty box `b` reaches outside the block `blk`.
-fn outside<T>(b: &Block, blk: &LocalTensor<T>) -> bool {
+fn outside<T>(b: &Block, blk: &LocalBlock<'_, T>) -> bool {
     b.ranges
         .iter()
         .zip(&blk.ranges)
@@ -62,7 +62,7 @@ fn not_held(me: usize) -> MoveError {
 /// must send nothing); `p` is the communicator's size. Each message is allocated once, at its
 /// final size. Transfers from `me` to itself are left to [`copy_local`].
 pub(crate) fn pack<T: Scalar>(
-    block: Option<&LocalTensor<T>>,
+    block: Option<&LocalBlock<'_, T>>,
     transfers: &[Transfer],
     me: usize,
     p: usize,
@@ -124,7 +124,7 @@ impl<'a> Incoming<'a> {
 /// into this rank's target block, adding with `sum` (the target then starts at zero), copying
 /// otherwise. Checks that every message has exactly the elements of its transfers' boxes.
 pub(crate) fn unpack<T: Scalar>(
-    target: Option<&mut LocalTensor<T>>,
+    target: Option<&mut LocalBlock<'_, T>>,
     recv: &[Vec<T>],
     incoming: &Incoming<'_>,
     sum: bool,
@@ -166,8 +166,8 @@ pub(crate) fn unpack<T: Scalar>(
 /// Copies (adds, with `sum`) the pieces that stay on this rank — the transfers from `me` to
 /// itself — from its source block into its target block.
 pub(crate) fn copy_local<T: Scalar>(
-    src: Option<&LocalTensor<T>>,
-    mut dst: Option<&mut LocalTensor<T>>,
+    src: Option<&LocalBlock<'_, T>>,
+    mut dst: Option<&mut LocalBlock<'_, T>>,
     transfers: &[Transfer],
     sum: bool,
     me: usize,
@@ -206,7 +206,7 @@ fn words<T>(t: &Option<LocalTensor<T>>) -> u64 {
 /// `target_words` (the target block) is counted beside the buffers in `mem`.
 fn send_and_receive<'a, T: Scalar, C: Communicator>(
     comm: &C,
-    src: Option<&LocalTensor<T>>,
+    src: Option<&LocalBlock<'_, T>>,
     transfers: &'a [Transfer],
     target_words: u64,
     mem: &mut Mem,
@@ -223,11 +223,11 @@ fn send_and_receive<'a, T: Scalar, C: Communicator>(
 }
 
 /// The source block and target block after a [`move_block`].
-pub(crate) struct Moved<T: Send + 'static> {
+pub(crate) struct Moved<'d, T: Send + 'static> {
     /// This rank's block in the target distribution.
-    pub block: Option<HeldBlock<T>>,
+    pub block: Option<HeldBlock<'d, T>>,
     /// The source block, unless it was handed over as the target block.
-    pub source: Option<HeldBlock<T>>,
+    pub source: Option<HeldBlock<'d, T>>,
 }
 
 /// Moves `t` from this rank's source block `cur` into `to` along `transfers` (a plain move:
@@ -235,15 +235,15 @@ pub(crate) struct Moved<T: Send + 'static> {
 /// target block without a copy; otherwise the source is returned for the caller to release.
 /// An all-gather between ranks that share memory makes one target block that the fibre's
 /// members share.
-pub(crate) fn move_block<T: Scalar, C: Communicator>(
+pub(crate) fn move_block<'d, T: Scalar, C: Communicator>(
     comm: &C,
     way: Way<'_, C>,
     t: &Tensor,
-    cur: Option<HeldBlock<T>>,
+    cur: Option<HeldBlock<'d, T>>,
     to: &Distribution,
     transfers: &[Transfer],
     mem: &mut Mem,
-) -> Result<Moved<T>, MoveError> {
+) -> Result<Moved<'d, T>, MoveError> {
     let me = comm.rank();
     let target = to.block(me, &t.shape);
     let target_words = target.as_ref().map_or(0, Block::len);
@@ -304,6 +304,11 @@ pub(crate) fn move_block<T: Scalar, C: Communicator>(
             source: cur,
         });
     }
+    // A lent block that stays is still the caller's array: it takes no rank memory.
+    let target_words = match &cur {
+        Some(c) if stays && c.data.is_lent() => 0,
+        _ => target_words,
+    };
     let (incoming, recv) = if *way.route == Route::Local {
         (Incoming::of(transfers, me, comm.size())?, Vec::new())
     } else {
@@ -319,7 +324,11 @@ pub(crate) fn move_block<T: Scalar, C: Communicator>(
     };
     // Only received elements are written (a block that stays is shared only when none are).
     let dst = match block.as_mut() {
-        Some(b) if !recv.is_empty() => Some(b.make_mut()?),
+        Some(b) if !recv.is_empty() => {
+            let (b, copied) = b.make_mut()?;
+            mem.add(copied);
+            Some(b)
+        }
         _ => None,
     };
     unpack(dst, &recv, &incoming, false, me)?;
@@ -334,7 +343,7 @@ pub(crate) fn reduce_block<T: Scalar, C: Communicator>(
     comm: &C,
     way: Way<'_, C>,
     t: &Tensor,
-    cur: Option<&LocalTensor<T>>,
+    cur: Option<&LocalBlock<'_, T>>,
     to: &Distribution,
     transfers: &[Transfer],
     mem: &mut Mem,
@@ -345,15 +354,15 @@ pub(crate) fn reduce_block<T: Scalar, C: Communicator>(
 /// Fetches this rank's window `to` of `t` from where it rests (`cur`, which stays; lent as it
 /// is while the fetch runs) along `transfers`; returns the window block (a copy, shared by
 /// the fibre's in-process ranks when it is all-gathered).
-pub(crate) fn fetch_window<T: Scalar, C: Communicator>(
+pub(crate) fn fetch_window<'d, T: Scalar, C: Communicator>(
     comm: &C,
     way: Way<'_, C>,
     t: &Tensor,
-    cur: Option<&mut HeldBlock<T>>,
+    cur: Option<&mut HeldBlock<'_, T>>,
     to: &Distribution,
     transfers: &[Transfer],
     mem: &mut Mem,
-) -> Result<Option<HeldBlock<T>>, MoveError> {
+) -> Result<Option<HeldBlock<'d, T>>, MoveError> {
     let me = comm.rank();
     if let Route::Collective {
         op: Op::AllGather, ..
@@ -380,7 +389,7 @@ fn exchange_into<T: Scalar, C: Communicator>(
     comm: &C,
     way: Way<'_, C>,
     t: &Tensor,
-    cur: Option<&LocalTensor<T>>,
+    cur: Option<&LocalBlock<'_, T>>,
     to: &Distribution,
     transfers: &[Transfer],
     sum: bool,
@@ -398,8 +407,8 @@ fn exchange_into<T: Scalar, C: Communicator>(
 fn run_way<T: Scalar, C: Communicator>(
     comm: &C,
     way: &Way<'_, C>,
-    cur: Option<&LocalTensor<T>>,
-    mut new: Option<&mut LocalTensor<T>>,
+    cur: Option<&LocalBlock<'_, T>>,
+    mut new: Option<&mut LocalBlock<'_, T>>,
     transfers: &[Transfer],
     sum: bool,
     mem: &mut Mem,
@@ -466,9 +475,10 @@ fn fibre_of<'w, C: Communicator>(
 
 /// Whether this rank's piece `b` is all of its own source block `cur` (which can then be
 /// offered as it is, not packed).
-fn whole_piece<T: Send + 'static>(cur: Option<&HeldBlock<T>>, b: &Option<Block>) -> bool {
+/// A lent block is packed: its elements are the caller's, not a buffer to hand to peers.
+fn whole_piece<T: Scalar>(cur: Option<&HeldBlock<'_, T>>, b: &Option<Block>) -> bool {
     match (cur, b) {
-        (Some(HeldBlock::Own(c)), Some(b)) => c.ranges[..] == b.ranges[..],
+        (Some(HeldBlock::Own(c)), Some(b)) => c.ranges[..] == b.ranges[..] && !c.data.is_lent(),
         _ => false,
     }
 }
@@ -476,14 +486,14 @@ fn whole_piece<T: Send + 'static>(cur: Option<&HeldBlock<T>>, b: &Option<Block>)
 /// The all-gather of a move: every member's piece of the (common) target block reaches
 /// `new`. When the piece is this rank's whole source block, the block itself is offered (no
 /// pack) and handed back.
-fn all_gather_block<T: Scalar, C: Communicator>(
+fn all_gather_block<'d, T: Scalar, C: Communicator>(
     way: &Way<'_, C>,
     me: usize,
-    mut cur: Option<HeldBlock<T>>,
-    new: Option<&mut LocalTensor<T>>,
+    mut cur: Option<HeldBlock<'d, T>>,
+    new: Option<&mut LocalBlock<'_, T>>,
     target_words: u64,
     mem: &mut Mem,
-) -> Result<Option<HeldBlock<T>>, MoveError> {
+) -> Result<Option<HeldBlock<'d, T>>, MoveError> {
     let Some((sub, g)) = fibre_of(way, me)? else {
         return Ok(cur);
     };
@@ -491,13 +501,13 @@ fn all_gather_block<T: Scalar, C: Communicator>(
     let whole = whole_piece(cur.as_ref(), &pieces.boxes[g.me]);
     let back = match cur.as_mut() {
         Some(HeldBlock::Own(c)) if whole => {
-            let mine = std::mem::take(&mut c.data);
+            let mine = std::mem::take(&mut c.data).into_vec();
             pieces.gather(sub, mine, 0, new, target_words, mem)?
         }
         _ => pieces.pack_and_gather(sub, cur.as_deref(), new, target_words, mem)?,
     };
     match cur.as_mut() {
-        Some(HeldBlock::Own(c)) if whole => c.data = back,
+        Some(HeldBlock::Own(c)) if whole => c.data = back.into(),
         _ => crate::pool::give(back),
     }
     Ok(cur)
@@ -507,20 +517,20 @@ fn all_gather_block<T: Scalar, C: Communicator>(
 /// assembles the (common) target block `target` from every member's piece, read where it
 /// lies, and every member holds it shared. Returns the shared block; the source block `cur`
 /// stays (lent while the builder reads it).
-fn all_gather_shared<T: Scalar, C: Communicator>(
+fn all_gather_shared<'d, T: Scalar, C: Communicator>(
     sub: &C,
     g: &Geometry,
     t: &Tensor,
-    mut cur: Option<&mut HeldBlock<T>>,
+    mut cur: Option<&mut HeldBlock<'_, T>>,
     target: &Block,
     target_words: u64,
     mem: &mut Mem,
-) -> Result<HeldBlock<T>, MoveError> {
+) -> Result<HeldBlock<'d, T>, MoveError> {
     let pieces = Pieces::of(g);
     let k = g.me;
     let whole = whole_piece(cur.as_deref(), &pieces.boxes[k]);
     let (mine, packed) = match cur.as_deref_mut() {
-        Some(HeldBlock::Own(c)) if whole => (std::mem::take(&mut c.data), 0),
+        Some(HeldBlock::Own(c)) if whole => (std::mem::take(&mut c.data).into_vec(), 0),
         _ => {
             let mut buf = crate::pool::take_empty(pieces.counts[k])?;
             pack_piece(
@@ -552,7 +562,7 @@ fn all_gather_shared<T: Scalar, C: Communicator>(
     };
     let (shared, back) = sub.all_gather_shared(mine, &pieces.counts, build)?;
     match cur {
-        Some(HeldBlock::Own(c)) if whole => c.data = back,
+        Some(HeldBlock::Own(c)) if whole => c.data = back.into(),
         _ => crate::pool::give(back),
     }
     Ok(HeldBlock::Shared(shared))
@@ -579,8 +589,8 @@ impl Pieces {
     fn pack_and_gather<T: Scalar, C: Communicator>(
         &self,
         sub: &C,
-        cur: Option<&LocalTensor<T>>,
-        new: Option<&mut LocalTensor<T>>,
+        cur: Option<&LocalBlock<'_, T>>,
+        new: Option<&mut LocalBlock<'_, T>>,
         target_words: u64,
         mem: &mut Mem,
     ) -> Result<Vec<T>, MoveError> {
@@ -599,7 +609,7 @@ impl Pieces {
         sub: &C,
         mine: Vec<T>,
         packed: usize,
-        mut new: Option<&mut LocalTensor<T>>,
+        mut new: Option<&mut LocalBlock<'_, T>>,
         target_words: u64,
         mem: &mut Mem,
     ) -> Result<Vec<T>, MoveError> {
@@ -674,7 +684,7 @@ fn contiguous_offset(b: &Block, ranges: &[(usize, usize)]) -> Option<usize> {
 
 /// Packs box `b` (if any) of the block `blk`.
 fn pack_piece<T: Scalar>(
-    blk: Option<&LocalTensor<T>>,
+    blk: Option<&LocalBlock<'_, T>>,
     b: Option<&Block>,
     out: &mut Vec<T>,
 ) -> Result<(), MoveError> {
@@ -689,10 +699,10 @@ fn pack_piece<T: Scalar>(
 }
 
 /// Sets the target block's data to `data` (a whole block, row-major).
-fn fill<T: Scalar>(new: Option<&mut LocalTensor<T>>, data: Vec<T>) -> Result<(), MoveError> {
+fn fill<T: Scalar>(new: Option<&mut LocalBlock<'_, T>>, data: Vec<T>) -> Result<(), MoveError> {
     match new {
         Some(n) if n.data.len() == data.len() => {
-            n.data = data;
+            n.data = data.into();
             Ok(())
         }
         None if data.is_empty() => Ok(()),
@@ -704,7 +714,7 @@ fn fill<T: Scalar>(new: Option<&mut LocalTensor<T>>, data: Vec<T>) -> Result<(),
 
 /// Unpacks the back-to-back pieces `data` (member `x`'s is `boxes[x]`) into `new`.
 fn unpack_pieces<T: Scalar>(
-    new: Option<&mut LocalTensor<T>>,
+    new: Option<&mut LocalBlock<'_, T>>,
     boxes: &[Option<Block>],
     data: &[T],
 ) -> Result<(), MoveError> {
@@ -735,8 +745,8 @@ fn collective<T: Scalar, C: Communicator>(
     op: Op,
     sub: &C,
     g: &Geometry,
-    cur: Option<&LocalTensor<T>>,
-    new: Option<&mut LocalTensor<T>>,
+    cur: Option<&LocalBlock<'_, T>>,
+    new: Option<&mut LocalBlock<'_, T>>,
     target_words: u64,
     mem: &mut Mem,
 ) -> Result<(), MoveError> {

@@ -76,11 +76,19 @@ impl Free {
 /// Free buffers kept from one run to the next, one list per rank number: a run given them
 /// ([`crate::ExecOptions::kept`]) takes its blocks, messages and intermediates from the pages
 /// the previous run left (no first-touch page faults) and leaves its own freed buffers there,
-/// at most its plan's predicted peak per rank (with message buffers). Cloning shares the lists.
+/// at most its plan's predicted peak per rank (with message buffers). Each rank number's
+/// thread pool (for more than one thread per rank) is kept too and serves the next run with as
+/// many threads: building a pool per call cost its threads' start, and a pool built right after
+/// another was dropped ran at about half speed for a while. Cloning shares the lists.
 #[derive(Clone, Default)]
 pub struct KeptBuffers {
     ranks: Arc<Mutex<Vec<Arc<Mutex<Free>>>>>,
+    /// Per rank number, its last run's thread pool with its thread count.
+    pools: Arc<Mutex<Vec<Option<KeptPool>>>>,
 }
+
+/// A rank's kept thread pool and its thread count.
+type KeptPool = (usize, Arc<rayon::ThreadPool>);
 
 impl std::fmt::Debug for KeptBuffers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -126,14 +134,22 @@ impl KeptBuffers {
         }
     }
 
-    /// Frees the lists of ranks `procs` and above (a run on fewer ranks than the last).
+    /// Frees the lists and thread pools of ranks `procs` and above (a run on fewer ranks
+    /// than the last).
     pub fn keep_ranks(&self, procs: usize) {
         lock(&self.ranks).truncate(procs);
+        lock(&self.pools).truncate(procs);
     }
 
-    /// Frees every kept buffer.
+    /// Frees every kept buffer and ends the kept thread pools.
     pub fn clear(&self) {
         lock(&self.ranks).clear();
+        lock(&self.pools).clear();
+    }
+
+    /// Thread pools kept (one per rank number that ran with more than one thread).
+    pub fn pools(&self) -> usize {
+        lock(&self.pools).iter().flatten().count()
     }
 }
 
@@ -165,14 +181,38 @@ impl RankContext {
     }
 
     /// [`RankContext::new`] on rank `me`'s list of `kept` buffers (at most `cap_words`), which
-    /// outlives the context.
+    /// outlives the context, and on the thread pool rank `me` kept from its last run when it
+    /// has `threads` threads (else a new one, kept for the next run).
     pub fn kept(
         kept: &KeptBuffers,
         cap_words: usize,
         threads: usize,
         me: usize,
     ) -> Result<Self, rayon::ThreadPoolBuildError> {
-        Self::with_free(kept.rank(me, cap_words), threads, me)
+        let free = kept.rank(me, cap_words);
+        if threads <= 1 {
+            return Self::with_free(free, threads, me);
+        }
+        let reused = lock(&kept.pools).get(me).and_then(|p| {
+            p.as_ref()
+                .filter(|(n, _)| *n == threads)
+                .map(|p| p.1.clone())
+        });
+        if let Some(pool) = reused {
+            // Its workers hold this rank's list: the one `free` is (until `clear` or
+            // `keep_ranks` drops both).
+            return Ok(RankContext {
+                free,
+                threads: Some(pool),
+            });
+        }
+        let ctx = Self::with_free(free, threads, me)?;
+        let mut pools = lock(&kept.pools);
+        while pools.len() <= me {
+            pools.push(None);
+        }
+        pools[me] = ctx.threads.clone().map(|p| (threads, p));
+        Ok(ctx)
     }
 
     /// [`RankContext::new`] on rank `me`'s list of `kept` buffers as it is (its capacity is

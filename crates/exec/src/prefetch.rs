@@ -5,16 +5,16 @@
 //! ordering per tag), however many windows the phase prefetches.
 
 use crate::data::{copy_box, pack_box, unpack_box};
-use crate::kernels::LocalTensor;
+use crate::kernels::{LocalBlock, LocalTensor};
 use crate::moves::MoveError;
 use crate::Scalar;
 use deinsum_plan::{Block, Transfer};
 
 /// One move of the step: this rank's derived transfers and its source block.
-pub(crate) type Leg<'a, T> = (&'a [Transfer], Option<&'a LocalTensor<T>>);
+pub(crate) type Leg<'a, T> = (&'a [Transfer], Option<&'a LocalBlock<'a, T>>);
 
 /// Whether the nonempty box `b` reaches outside the block `blk`.
-fn outside<T>(b: &Block, blk: &LocalTensor<T>) -> bool {
+fn outside<T>(b: &Block, blk: &LocalBlock<'_, T>) -> bool {
     b.ranges
         .iter()
         .zip(&blk.ranges)

@@ -94,7 +94,7 @@ pub fn seeded_leaf(
     let b = Block::full(&shape);
     Ok(LocalTensor {
         indices: idx,
-        data: crate::data::seeded_block::<f64>(einsum, k, seed, &b)?,
+        data: crate::data::seeded_block::<f64>(einsum, k, seed, &b)?.into(),
         ranges: b.ranges.to_vec(),
     })
 }
@@ -115,7 +115,7 @@ pub fn tree_reference(
         nodes.push(r);
     }
     match nodes.pop() {
-        Some(last) => Ok(last.into_order(einsum.output())?.data),
+        Some(last) => Ok(last.into_order(einsum.output())?.data.into_vec()),
         None => Ok(Vec::new()),
     }
 }

@@ -309,3 +309,130 @@ fn full_inputs_equal_seeded_inputs() {
     let (seeded, _) = run::<f64>(&pl, 9, 1 << 16);
     assert_eq!(got[0].as_ref().unwrap(), &seeded);
 }
+
+/// Runs `pl` on operands lent whole (the seeded values of `seed`) with `opts`; returns the
+/// gathered output and every rank's report.
+fn run_lent(
+    pl: &deinsum_plan::Plan,
+    seed: u64,
+    opts: &deinsum_exec::ExecOptions,
+) -> (Vec<f64>, Vec<deinsum_exec::RunReport>) {
+    use deinsum_exec::data::seeded_value;
+    let e = &pl.einsum;
+    let full: Vec<Vec<f64>> = e
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(k, op)| {
+            let n: usize = op.shape(e.extents()).iter().product();
+            (0..n as u64).map(|x| seeded_value(seed, k, x)).collect()
+        })
+        .collect();
+    let lent: Vec<&[f64]> = full.iter().map(|v| v.as_slice()).collect();
+    let world = deinsum_exec::InProcess::new(pl.procs).unwrap();
+    let res = world
+        .run(|comm| {
+            let (t, rep) = deinsum_exec::execute_lent(pl, comm, &lent, opts)?;
+            Ok::<_, deinsum_exec::ExecError>((t.gather(comm)?, rep))
+        })
+        .unwrap_or_else(|e| panic!("lent run failed: {e}"));
+    let mut out = None;
+    let mut reps = Vec::new();
+    for (g, r) in res {
+        out = out.or(g);
+        reps.push(r);
+    }
+    (out.expect("rank 0 gathers"), reps)
+}
+
+/// Lent operands (blocks read in place where contiguous, copied out elsewhere) give exactly
+/// the seeded inputs' result for many P, move the predicted words, and hold no more than the
+/// seeded run: a block read in place takes no rank memory.
+#[test]
+fn lent_operands_equal_seeded_inputs_for_many_p() {
+    let cases = [
+        einsum("ij,jk->ik", &[('i', 13), ('j', 7), ('k', 11)]),
+        einsum("ijk,ja,ka->ia", &[('i', 9), ('j', 7), ('k', 5), ('a', 3)]),
+        einsum(
+            "ijk,ia,jb,kc->abc",
+            &[('i', 7), ('j', 6), ('k', 5), ('a', 3), ('b', 2), ('c', 4)],
+        ),
+        einsum("iij,jk->ik", &[('i', 4), ('j', 5), ('k', 3)]),
+        einsum("ij->ij", &[('i', 7), ('j', 5)]),
+        einsum("ij->ji", &[('i', 7), ('j', 5)]),
+    ];
+    for e in &cases {
+        let t = left_tree(e);
+        for p in [1, 2, 3, 4, 5, 7, 8, 11] {
+            for (fusion, repeat) in [(unfused(&t), 1), (fused(&t), 2)] {
+                let pl = plan(e, &t, &fusion, p);
+                let opts = deinsum_exec::ExecOptions {
+                    repeat,
+                    ..deinsum_exec::ExecOptions::default()
+                };
+                let (want, seeded) = run_with::<f64>(&pl, 5, &opts);
+                let (got, reps) = run_lent(&pl, 5, &opts);
+                assert_eq!(got, want, "{:?} P={p}", e.inputs());
+                assert_volume(&pl, &reps);
+                assert_memory(&pl, &reps);
+                for (l, s) in reps.iter().zip(&seeded) {
+                    assert!(l.peak_words <= s.peak_words, "rank {}", l.rank);
+                }
+            }
+        }
+    }
+}
+
+/// Plans for inputs in place (every rank loads its block in the distribution its group needs,
+/// replicated ones whole) on lent operands: the serial result for many P, no input moved, and
+/// the measured words equal to the plan's.
+#[test]
+fn lent_operands_in_place_plans_move_no_input() {
+    let cases = [
+        einsum("ij,jk->ik", &[('i', 13), ('j', 7), ('k', 11)]),
+        einsum("ijk,ja,ka->ia", &[('i', 9), ('j', 7), ('k', 5), ('a', 3)]),
+        einsum(
+            "ijk,ja,ka,al->il",
+            &[('i', 6), ('j', 5), ('k', 7), ('a', 4), ('l', 3)],
+        ),
+        einsum("iij,jk->ik", &[('i', 4), ('j', 5), ('k', 3)]),
+        einsum("ij->ji", &[('i', 7), ('j', 5)]),
+    ];
+    for e in &cases {
+        let t = left_tree(e);
+        for p in [1, 2, 3, 4, 5, 7, 8, 11] {
+            for fusion in [unfused(&t), fused(&t)] {
+                let opts = deinsum_plan::PlanOptions {
+                    procs: p,
+                    inputs_in_place: true,
+                    ..deinsum_plan::PlanOptions::default()
+                };
+                let pl = deinsum_plan::build_from(e, &t, Vec::new(), &fusion, &opts).unwrap();
+                let (got, reps) = run_lent(&pl, 4, &deinsum_exec::ExecOptions::default());
+                let (abs, rel) = max_error(&got, &naive_seeded(e, 4));
+                assert!(rel < 1e-12, "P={p}: max abs {abs}, rel {rel}");
+                assert_volume(&pl, &reps);
+                assert_memory(&pl, &reps);
+                let inputs = e.inputs().len();
+                for s in &pl.steps {
+                    if let deinsum_plan::PlanStep::Redistribute { tensor, .. } = s {
+                        assert!(*tensor >= inputs, "input {tensor} moved at P={p}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// On one rank every operand of a plain matrix product is read in place: the run's peak is
+/// its output block alone.
+#[test]
+fn lent_whole_operands_take_no_rank_memory() {
+    let e = einsum("ij,jk->ik", &[('i', 13), ('j', 7), ('k', 11)]);
+    let t = left_tree(&e);
+    let pl = plan(&e, &t, &unfused(&t), 1);
+    let (_, reps) = run_lent(&pl, 3, &deinsum_exec::ExecOptions::default());
+    assert_eq!(reps[0].peak_words, 13 * 11);
+    let (_, seeded) = run_with::<f64>(&pl, 3, &deinsum_exec::ExecOptions::default());
+    assert_eq!(seeded[0].peak_words, 13 * 7 + 7 * 11 + 13 * 11);
+}

@@ -407,7 +407,7 @@ fn check_all_storages(m: usize, n: usize, k: usize) {
     let to_f32 = |t: &LocalTensor<f64>| LocalTensor {
         indices: t.indices.clone(),
         ranges: t.ranges.clone(),
-        data: t.data.iter().map(|&x| x as f32).collect::<Vec<f32>>(),
+        data: t.data.iter().map(|&x| x as f32).collect(),
     };
     for (sa, sb) in [("ij", "jk"), ("ji", "jk"), ("ij", "kj"), ("ji", "kj")] {
         let a = a.permute(&sa.chars().collect::<Vec<_>>()).unwrap();
