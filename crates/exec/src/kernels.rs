@@ -610,7 +610,7 @@ enum Choice {
 }
 
 impl Choice {
-    fn of<T: Scalar>(a: &LocalTensor<T>, b: &LocalTensor<T>, out: &[Index]) -> Choice {
+    fn of<T: Scalar>(a: &LocalBlock<'_, T>, b: &LocalBlock<'_, T>, out: &[Index]) -> Choice {
         // Either operand may give the rows, and a row operand stored transposed may be read in
         // place or copied into order: the cheapest of the four wins (ties keep `a` first, in
         // place).
@@ -645,7 +645,11 @@ impl Choice {
 /// The number of leading indices along which [`contract`] runs `a, b -> out` slice by slice
 /// (0: as one product), for operands whose every index is kept or in both; for tests.
 #[doc(hidden)]
-pub fn sliced_lead<T: Scalar>(a: &LocalTensor<T>, b: &LocalTensor<T>, out: &[Index]) -> usize {
+pub fn sliced_lead<T: Scalar>(
+    a: &LocalBlock<'_, T>,
+    b: &LocalBlock<'_, T>,
+    out: &[Index],
+) -> usize {
     match Choice::of(a, b, out) {
         Choice::Sliced(_, s) => s.lead,
         Choice::Whole(..) => 0,
@@ -678,7 +682,7 @@ struct Sliced {
 impl Sliced {
     /// The sliced form of `x, y -> out`, when `x` has such leading indices, `y` is small enough
     /// to share, and a slice's product reads `x`'s slice and writes `out`'s slice in place.
-    fn of<T: Scalar>(x: &LocalTensor<T>, y: &LocalTensor<T>, out: &[Index]) -> Option<Sliced> {
+    fn of<T: Scalar>(x: &LocalBlock<'_, T>, y: &LocalBlock<'_, T>, out: &[Index]) -> Option<Sliced> {
         let lead = x
             .indices
             .iter()
@@ -692,7 +696,7 @@ impl Sliced {
         let sub = LocalTensor::<T> {
             indices: x.indices[lead..].to_vec(),
             ranges: x.ranges[lead..].to_vec(),
-            data: Vec::new(),
+            data: Data::Own(Vec::new()),
         };
         let out_sub = &out[lead..];
         let mut best: Option<(f64, bool, Orientation)> = None;
@@ -731,8 +735,8 @@ impl Sliced {
     /// `out`'s order.
     fn run<T: Scalar>(
         &self,
-        x: &LocalTensor<T>,
-        y: &LocalTensor<T>,
+        x: &LocalBlock<'_, T>,
+        y: &LocalBlock<'_, T>,
         out: &[Index],
     ) -> Result<LocalTensor<T>, OutOfMemory> {
         let o = &self.inner;
@@ -802,7 +806,7 @@ impl Sliced {
         Ok(LocalTensor {
             indices: out.to_vec(),
             ranges,
-            data,
+            data: Data::Own(data),
         })
     }
 }
