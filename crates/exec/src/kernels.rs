@@ -682,7 +682,11 @@ struct Sliced {
 impl Sliced {
     /// The sliced form of `x, y -> out`, when `x` has such leading indices, `y` is small enough
     /// to share, and a slice's product reads `x`'s slice and writes `out`'s slice in place.
-    fn of<T: Scalar>(x: &LocalBlock<'_, T>, y: &LocalBlock<'_, T>, out: &[Index]) -> Option<Sliced> {
+    fn of<T: Scalar>(
+        x: &LocalBlock<'_, T>,
+        y: &LocalBlock<'_, T>,
+        out: &[Index],
+    ) -> Option<Sliced> {
         let lead = x
             .indices
             .iter()

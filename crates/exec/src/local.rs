@@ -41,6 +41,30 @@ struct Mailbox {
     /// The owner waits on `cv` (set under the lock): only then is a wake-up (a system call)
     /// needed, which keeps P ranks' exits and sends from costing P^2 of them.
     waiting: AtomicBool,
+    /// Messages posted so far (a spinning owner watches it without the lock).
+    posted: AtomicU64,
+}
+
+/// How long a rank spins for a message or a collective before it parks, when the world's
+/// ranks fit the machine's cores: a parked thread takes tens to hundreds of microseconds to
+/// wake (more in a virtual machine whose idle core the host has descheduled), which doubled
+/// the time of millisecond kernels' moves; a spin on a core no other rank needs costs nothing.
+const SPIN: Duration = Duration::from_micros(200);
+
+/// Spins until `changed` holds or [`SPIN`] has passed; whether it held.
+fn spin_until(changed: impl Fn() -> bool) -> bool {
+    let t = Instant::now();
+    loop {
+        for _ in 0..64 {
+            if changed() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        if t.elapsed() >= SPIN {
+            return changed();
+        }
+    }
 }
 
 /// One collective call in progress: each member's outgoing messages (one per member).
@@ -54,6 +78,10 @@ struct Shared {
     boxes: Vec<Mailbox>,
     boards: Mutex<HashMap<(Ctx, u64), Board>>,
     boards_cv: Condvar,
+    /// Collectives completed and wake-ups sent so far (a spinning rank watches it).
+    boards_done: AtomicU64,
+    /// Whether waiting ranks spin before they park: the ranks fit the machine's cores.
+    spin: bool,
     /// The first rank that failed and its message.
     failed: Mutex<Option<(usize, String)>>,
     any_failed: AtomicBool,
@@ -74,6 +102,8 @@ impl Shared {
             boxes: (0..p).map(|_| Mailbox::default()).collect(),
             boards: Mutex::new(HashMap::new()),
             boards_cv: Condvar::new(),
+            boards_done: AtomicU64::new(0),
+            spin: p > 1 && std::thread::available_parallelism().map_or(1, |n| n.get()) >= p,
             failed: Mutex::new(None),
             any_failed: AtomicBool::new(false),
             done: (0..p).map(|_| AtomicBool::new(false)).collect(),
@@ -101,6 +131,7 @@ impl Shared {
             }
         }
         drop(lock(&self.boards));
+        self.boards_done.fetch_add(1, Ordering::SeqCst);
         self.boards_cv.notify_all();
     }
 
@@ -164,6 +195,7 @@ impl LocalComm {
         let mb = &self.shared.boxes[to];
         let mut q = lock(&mb.queues);
         q.entry((self.ctx.clone(), me)).or_default().push_back(msg);
+        mb.posted.fetch_add(1, Ordering::SeqCst);
         if mb.waiting.load(Ordering::SeqCst) {
             mb.cv.notify_all();
         }
@@ -179,6 +211,7 @@ impl LocalComm {
         let mut q = lock(&mb.queues);
         // Announced before the checks: an exit or failure after them sees it and wakes us.
         mb.waiting.store(true, Ordering::SeqCst);
+        let mut spun = !self.shared.spin;
         let got = loop {
             if let Some(e) = self.shared.failure() {
                 break Err(e);
@@ -192,7 +225,21 @@ impl LocalComm {
                 )));
             }
             let t = Instant::now();
-            q = mb.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+            if !spun {
+                // Once per call, then parked: a long wait costs one wake-up at most.
+                spun = true;
+                let seen = mb.posted.load(Ordering::SeqCst);
+                drop(q);
+                let sh = &self.shared;
+                spin_until(|| {
+                    mb.posted.load(Ordering::SeqCst) != seen
+                        || sh.any_failed.load(Ordering::SeqCst)
+                        || sh.done[from].load(Ordering::SeqCst)
+                });
+                q = lock(&mb.queues);
+            } else {
+                q = mb.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
             self.shared.add_blocked(me, t);
         };
         mb.waiting.store(false, Ordering::SeqCst);
@@ -251,8 +298,10 @@ impl LocalComm {
         b.msgs[self.rank] = Some(msgs);
         b.arrived += 1;
         if b.arrived == n {
+            sh.boards_done.fetch_add(1, Ordering::SeqCst);
             sh.boards_cv.notify_all();
         }
+        let mut spun = !sh.spin;
         loop {
             if let Some(e) = sh.failure() {
                 return Err(e);
@@ -274,7 +323,19 @@ impl LocalComm {
                 }
             }
             let t = Instant::now();
-            boards = sh.boards_cv.wait(boards).unwrap_or_else(|e| e.into_inner());
+            if !spun {
+                spun = true;
+                let seen = sh.boards_done.load(Ordering::SeqCst);
+                drop(boards);
+                spin_until(|| {
+                    sh.boards_done.load(Ordering::SeqCst) != seen
+                        || sh.any_failed.load(Ordering::SeqCst)
+                        || sh.done_count.load(Ordering::SeqCst) > 0
+                });
+                boards = lock(&sh.boards);
+            } else {
+                boards = sh.boards_cv.wait(boards).unwrap_or_else(|e| e.into_inner());
+            }
             sh.add_blocked(me, t);
         }
         let b = boards
