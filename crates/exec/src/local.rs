@@ -51,16 +51,20 @@ struct Mailbox {
 /// the time of millisecond kernels' moves; a spin on a core no other rank needs costs nothing.
 const SPIN: Duration = Duration::from_micros(200);
 
-/// Spins until `changed` holds or [`SPIN`] has passed; whether it held.
+/// Spins until `changed` holds or [`SPIN`] has passed; whether it held. Between short spins
+/// the thread yields, so that a runnable thread on the same core (a rank's kernel worker
+/// computing while the rank waits for its halo) keeps the core (sparse bench, SpMV at P=2:
+/// a pure spin took 0.0082 s against 0.0072 s parked).
 fn spin_until(changed: impl Fn() -> bool) -> bool {
     let t = Instant::now();
     loop {
-        for _ in 0..64 {
+        for _ in 0..16 {
             if changed() {
                 return true;
             }
             std::hint::spin_loop();
         }
+        std::thread::yield_now();
         if t.elapsed() >= SPIN {
             return changed();
         }
