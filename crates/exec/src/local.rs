@@ -51,6 +51,11 @@ struct Mailbox {
 /// the time of millisecond kernels' moves; a spin on a core no other rank needs costs nothing.
 const SPIN: Duration = Duration::from_micros(200);
 
+/// The machine's cores (as the system reports what this process may use).
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Spins until `changed` holds or [`SPIN`] has passed; whether it held. Between short spins
 /// the thread yields, so that a runnable thread on the same core (a rank's kernel worker
 /// computing while the rank waits for its halo) keeps the core (sparse bench, SpMV at P=2:
@@ -86,6 +91,8 @@ struct Shared {
     boards_done: AtomicU64,
     /// Whether waiting ranks spin before they park: the ranks fit the machine's cores.
     spin: bool,
+    /// Compute turns, when the ranks outnumber the machine's cores.
+    turns: Option<Arc<crate::comm::CoreTurns>>,
     /// The first rank that failed and its message.
     failed: Mutex<Option<(usize, String)>>,
     any_failed: AtomicBool,
@@ -107,7 +114,8 @@ impl Shared {
             boards: Mutex::new(HashMap::new()),
             boards_cv: Condvar::new(),
             boards_done: AtomicU64::new(0),
-            spin: p > 1 && std::thread::available_parallelism().map_or(1, |n| n.get()) >= p,
+            spin: p > 1 && cores() >= p,
+            turns: (p > cores()).then(|| Arc::new(crate::comm::CoreTurns::new(cores()))),
             failed: Mutex::new(None),
             any_failed: AtomicBool::new(false),
             done: (0..p).map(|_| AtomicBool::new(false)).collect(),
@@ -643,6 +651,10 @@ impl Communicator for LocalComm {
 
     fn barrier(&self) -> Result<(), CommError> {
         self.all_gather(Vec::new()).map(|_| ())
+    }
+
+    fn core_turns(&self) -> Option<Arc<crate::comm::CoreTurns>> {
+        self.shared.turns.clone()
     }
 
     fn calls(&self) -> Calls {

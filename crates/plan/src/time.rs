@@ -356,11 +356,22 @@ fn sliced<'a>(
     if madds / count < SLICED_MIN_MADDS || !gemm_layout(xs, y, os) || !out_layout(xs, y, os) {
         return None;
     }
-    let words = if gemm_layout(y, xs, os) {
-        0.0
+    // A slice giving the rows but stored transposed is read at faer's slower rate, or the
+    // product is turned round and each slice's small result permuted in cache (the executor
+    // takes the cheaper): costed as the output written once more.
+    let gives_rows = os.first().is_some_and(|c| xs.contains(c) && !y.contains(c));
+    let rows_first = xs.first().is_some_and(|c| os.contains(c));
+    let turned = if gives_rows && !rows_first {
+        size(out)
     } else {
-        2.0 * size(y)
+        0.0
     };
+    let words = turned
+        + if gemm_layout(y, xs, os) {
+            0.0
+        } else {
+            2.0 * size(y)
+        };
     Some(SlicedForm {
         lead: &x[..lead],
         words,
