@@ -135,63 +135,9 @@ pub enum CommError {
     Backend(String),
 }
 
-/// Turns at the machine's cores for the compute steps of a world whose ranks outnumber them:
-/// a rank computes only while it holds a turn, so that ranks compute in waves at full speed
-/// instead of being time-sliced by the system (whose slices of several milliseconds made a
-/// rank that was descheduled mid-step keep its peers waiting at the next move that long).
-#[derive(Debug)]
-pub struct CoreTurns {
-    free: std::sync::Mutex<usize>,
-    cv: std::sync::Condvar,
-}
-
-impl CoreTurns {
-    /// Turns for `cores` ranks computing at once.
-    pub fn new(cores: usize) -> Self {
-        CoreTurns {
-            free: std::sync::Mutex::new(cores.max(1)),
-            cv: std::sync::Condvar::new(),
-        }
-    }
-}
-
-/// A compute turn, held until dropped (none: the world's ranks fit the cores).
-pub struct CoreTurn(Option<std::sync::Arc<CoreTurns>>);
-
-impl CoreTurn {
-    /// Waits for a turn of `turns` (at once without them).
-    pub fn take(turns: &Option<std::sync::Arc<CoreTurns>>) -> CoreTurn {
-        let Some(t) = turns else {
-            return CoreTurn(None);
-        };
-        let mut free = t.free.lock().unwrap_or_else(|e| e.into_inner());
-        while *free == 0 {
-            free = t.cv.wait(free).unwrap_or_else(|e| e.into_inner());
-        }
-        *free -= 1;
-        CoreTurn(Some(t.clone()))
-    }
-}
-
-impl Drop for CoreTurn {
-    fn drop(&mut self) {
-        if let Some(t) = self.0.take() {
-            *t.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-            t.cv.notify_one();
-        }
-    }
-}
-
 /// The collectives the executor uses. All ranks of the communicator must call each collective
 /// in the same order (MPI semantics).
 pub trait Communicator {
-    /// The compute turns this rank's world shares, if its ranks outnumber the machine's cores
-    /// and the backend schedules them (in-process); a compute step holds one while it runs.
-    /// Never held across communication, so turns cannot deadlock.
-    fn core_turns(&self) -> Option<std::sync::Arc<CoreTurns>> {
-        None
-    }
-
     /// This rank's number, `0..size()`.
     fn rank(&self) -> usize;
 

@@ -1251,7 +1251,6 @@ impl<'a, 'd, T: Scalar, C: Communicator> Interpreter<'a, 'd, T, C> {
             me: self.me,
             opts: self.opts,
             pool: self.pool,
-            turns: self.comm.core_turns(),
         })
     }
 
@@ -1386,8 +1385,6 @@ struct GroupRun<'a> {
     me: usize,
     opts: &'a ExecOptions,
     pool: Option<&'a rayon::ThreadPool>,
-    /// The world's compute turns (ranks outnumbering the cores, in-process).
-    turns: Option<std::sync::Arc<crate::comm::CoreTurns>>,
 }
 
 impl GroupRun<'_> {
@@ -1401,12 +1398,9 @@ impl GroupRun<'_> {
         mem: &mut Mem,
     ) -> Result<Option<LocalTensor<T>>, GroupError> {
         let mut stats = GroupStats::default();
-        let turn = crate::comm::CoreTurn::take(&self.turns);
         let out = on_pool(self.pool, || {
             compute_group(self.plan, self.g, self.me, ins, cut, self.opts, &mut stats)
-        });
-        drop(turn);
-        let out = out?;
+        })?;
         m.madds = stats.madds;
         mem.touch(stats.max_intermediate + words(&out));
         Ok(out)

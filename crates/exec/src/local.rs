@@ -91,8 +91,6 @@ struct Shared {
     boards_done: AtomicU64,
     /// Whether waiting ranks spin before they park: the ranks fit the machine's cores.
     spin: bool,
-    /// Compute turns, when the ranks outnumber the machine's cores.
-    turns: Option<Arc<crate::comm::CoreTurns>>,
     /// The first rank that failed and its message.
     failed: Mutex<Option<(usize, String)>>,
     any_failed: AtomicBool,
@@ -115,7 +113,6 @@ impl Shared {
             boards_cv: Condvar::new(),
             boards_done: AtomicU64::new(0),
             spin: p > 1 && cores() >= p,
-            turns: (p > cores()).then(|| Arc::new(crate::comm::CoreTurns::new(cores()))),
             failed: Mutex::new(None),
             any_failed: AtomicBool::new(false),
             done: (0..p).map(|_| AtomicBool::new(false)).collect(),
@@ -651,10 +648,6 @@ impl Communicator for LocalComm {
 
     fn barrier(&self) -> Result<(), CommError> {
         self.all_gather(Vec::new()).map(|_| ())
-    }
-
-    fn core_turns(&self) -> Option<Arc<crate::comm::CoreTurns>> {
-        self.shared.turns.clone()
     }
 
     fn calls(&self) -> Calls {
