@@ -611,21 +611,7 @@ enum Choice {
 
 impl Choice {
     fn of<T: Scalar>(a: &LocalBlock<'_, T>, b: &LocalBlock<'_, T>, out: &[Index]) -> Choice {
-        // Either operand may give the rows, and a row operand stored transposed may be read in
-        // place or copied into order: the cheapest of the four wins (ties keep `a` first, in
-        // place).
-        let mut best: Option<(f64, bool, Orientation)> = None;
-        for swap in [false, true] {
-            let (x, y) = if swap { (b, a) } else { (a, b) };
-            for read_in_place in [true, false] {
-                let o = Orientation::of(x, y, out, read_in_place);
-                let cost = o.cost();
-                if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
-                    best = Some((cost, swap, o));
-                }
-            }
-        }
-        let Some((_, swap, o)) = best else {
+        let Some((swap, o)) = cheapest(a, b, out, |_, _| true) else {
             unreachable!("four orientations were costed")
         };
         // An operand whose leading indices lead the output too, and that the other lacks, can
@@ -640,6 +626,33 @@ impl Choice {
         }
         Choice::Whole(swap, o)
     }
+}
+
+/// The cheapest orientation of `a, b -> out` among those `keep` accepts (given whether `b`
+/// gives the rows): either operand may give the rows, and a row operand stored transposed may
+/// be read in place or copied into order (ties keep `a` first, in place). `true`: `b` gives
+/// the rows.
+fn cheapest<T: Scalar>(
+    a: &LocalBlock<'_, T>,
+    b: &LocalBlock<'_, T>,
+    out: &[Index],
+    keep: impl Fn(bool, &Orientation) -> bool,
+) -> Option<(bool, Orientation)> {
+    let mut best: Option<(f64, bool, Orientation)> = None;
+    for swap in [false, true] {
+        let (x, y) = if swap { (b, a) } else { (a, b) };
+        for read_in_place in [true, false] {
+            let o = Orientation::of(x, y, out, read_in_place);
+            if !keep(swap, &o) {
+                continue;
+            }
+            let cost = o.cost();
+            if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
+                best = Some((cost, swap, o));
+            }
+        }
+    }
+    best.map(|(_, swap, o)| (swap, o))
 }
 
 /// The number of leading indices along which [`contract`] runs `a, b -> out` slice by slice
@@ -700,36 +713,20 @@ impl Sliced {
             return None;
         }
         let count: usize = x.ranges[..lead].iter().map(|&(s, e)| e - s).product();
+        if count < 2 {
+            return None;
+        }
         let sub = LocalTensor::<T> {
             indices: x.indices[lead..].to_vec(),
             ranges: x.ranges[lead..].to_vec(),
             data: Data::Own(Vec::new()),
         };
-        let out_sub = &out[lead..];
-        let mut best: Option<(f64, bool, Orientation)> = None;
-        for swap in [false, true] {
-            for read_in_place in [true, false] {
-                let o = if swap {
-                    Orientation::of(y, &sub, out_sub, read_in_place)
-                } else {
-                    Orientation::of(&sub, y, out_sub, read_in_place)
-                };
-                let sub_in_place = if swap {
-                    o.y_form.is_some()
-                } else {
-                    o.x_form.is_some()
-                };
-                if !sub_in_place || o.madds < SLICED_MIN_MADDS {
-                    continue;
-                }
-                let cost = o.cost();
-                if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
-                    best = Some((cost, swap, o));
-                }
-            }
-        }
-        let (_, swap, inner) = best?;
-        (count > 1).then_some(Sliced {
+        // The slice read in place, whichever role it takes.
+        let (swap, inner) = cheapest(&sub, y, &out[lead..], |swap, o| {
+            let sub_form = if swap { &o.y_form } else { &o.x_form };
+            sub_form.is_some() && o.madds >= SLICED_MIN_MADDS
+        })?;
+        Some(Sliced {
             lead,
             count,
             copied: 2 * inner.operands_copied + count * inner.output_copied,
