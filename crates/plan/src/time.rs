@@ -187,6 +187,7 @@ impl<'a> TimeModel<'a> {
             let m = prod(&|c| a.contains(&c) && !b.contains(&c), out);
             let n = prod(&|c| b.contains(&c) && !a.contains(&c), out);
             let k = prod(&|c| b.contains(&c) && !out.contains(&c), a);
+            let mut class_mnk = (m, n, k);
             // Layout copies only where the step sums an index: a Hadamard or outer product is
             // written straight in `out`'s order (no GEMM, no permutation), and the small
             // class's rate is measured on such a step, its writes included.
@@ -195,50 +196,46 @@ impl<'a> TimeModel<'a> {
                 let pre =
                     |x: &[Index], y: &[Index]| x.iter().any(|c| !out.contains(c) && !y.contains(c));
                 // An operand whose indices are not batch, then two contiguous runs, is permuted
-                // into GEMM layout first (read and write once).
-                let copy = 2.0 * wb / self.bw;
-                let mut class_mnk = (m, n, k);
-                if pre(a, b) || pre(b, a) {
-                    if pre(a, b) {
-                        t += size(a) * wb / self.bw;
-                    } else if !gemm_layout(a, b, out) {
-                        t += size(a) * copy;
+                // into GEMM layout first (read and write once); so is a result not in `out`'s
+                // order.
+                let operand = |x: &[Index], y: &[Index]| -> f64 {
+                    if pre(x, y) {
+                        size(x)
+                    } else if gemm_layout(x, y, out) {
+                        0.0
+                    } else {
+                        2.0 * size(x)
                     }
-                    if pre(b, a) {
-                        t += size(b) * wb / self.bw;
-                    } else if !gemm_layout(b, a, out) {
-                        t += size(b) * copy;
-                    }
-                    if !out_layout(a, b, out) {
-                        t += size(out) * copy;
-                    }
+                };
+                let result = if out_layout(a, b, out) {
+                    0.0
                 } else {
-                    // Words copied into order: as one GEMM, or slice by slice (as the executor
-                    // chooses, `kernels::contract`).
-                    let whole = 2.0 * size(a) * f64::from(u8::from(!gemm_layout(a, b, out)))
-                        + 2.0 * size(b) * f64::from(u8::from(!gemm_layout(b, a, out)))
-                        + size(out) * f64::from(u8::from(!out_layout(a, b, out)));
-                    let madds = (batch * m * n * k) as f64;
-                    let sliced = [(a, b), (b, a)]
-                        .into_iter()
-                        .filter_map(|(x, y)| sliced(x, y, out, &size, madds))
-                        .find(|s| s.words < whole);
-                    match sliced {
-                        Some(s) => {
-                            t += s.words * wb / self.bw;
-                            class_mnk = s.mnk(&|c| local(c), a, b, out);
-                        }
-                        None => t += whole * wb / self.bw,
-                    }
-                }
-                let (cm, cn, ck) = class_mnk;
+                    2.0 * size(out)
+                };
+                let whole = operand(a, b) + operand(b, a) + result;
+                // Or slice by slice, as the executor chooses (`kernels::contract`), when
+                // neither operand sums an index alone.
                 let madds = (batch * m * n * k) as f64;
-                let class = RateClass::of(cm, cn, ck);
-                t += 2.0 * madds / (self.m.gemm_rate_on_node(class, threads, self.procs) * share);
-                continue;
+                let sliced = (!pre(a, b) && !pre(b, a))
+                    .then(|| {
+                        [(a, b), (b, a)]
+                            .into_iter()
+                            .filter_map(|(x, y)| sliced(x, y, out, &size, madds))
+                            .find(|s| s.words < whole)
+                    })
+                    .flatten();
+                let words = match sliced {
+                    Some(s) => {
+                        class_mnk = s.mnk(&|c| local(c), a, b, out);
+                        s.words
+                    }
+                    None => whole,
+                };
+                t += words * wb / self.bw;
             }
+            let (cm, cn, ck) = class_mnk;
             let madds = (batch * m * n * k) as f64;
-            let class = RateClass::of(m, n, k);
+            let class = RateClass::of(cm, cn, ck);
             t += 2.0 * madds / (self.m.gemm_rate_on_node(class, threads, self.procs) * share);
         }
         t
