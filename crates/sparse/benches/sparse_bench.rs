@@ -195,7 +195,7 @@ fn fine_time(a: &Csr<f64>, b: &[f64], k: usize, procs: usize, reps: usize) -> (f
 
 /// Words in all of the row cut and of the fine-grain scheme on `procs` ranks, and the words
 /// of replicating the vector (k = 1); the fine-grain plan's imbalance and build seconds.
-fn scheme_words(a: &Csr<f64>, procs: usize) -> ((u64, u64, u64), f64, f64) {
+fn scheme_words(a: &Csr<f64>, procs: usize) -> ((u64, u64, u64), (f64, f64), f64) {
     let rows = HaloPlan::build(a, 1, procs).unwrap();
     let t = Instant::now();
     let fine = FinePlan::build(a, 1, procs).unwrap();
@@ -203,7 +203,7 @@ fn scheme_words(a: &Csr<f64>, procs: usize) -> ((u64, u64, u64), f64, f64) {
     let repl = (0..procs).map(|r| rows.replication_words(r)).sum();
     (
         (rows.total_received(), fine.total_received(), repl),
-        fine.imbalance(),
+        (fine.imbalance(), fine.work_imbalance()),
         build,
     )
 }
@@ -257,7 +257,8 @@ fn main() {
     let schemes: Vec<_> = [2, 4, 8].iter().map(|&p| scheme_words(&a, p)).collect();
     let words: Vec<(u64, u64, u64)> = schemes.iter().map(|s| s.0).collect();
     let use_fine = words[0].1 < words[0].0;
-    let fine_imbalance: Vec<f64> = schemes.iter().map(|s| s.1).collect();
+    let fine_imbalance: Vec<f64> = schemes.iter().map(|s| s.1 .0).collect();
+    let fine_work: Vec<f64> = schemes.iter().map(|s| s.1 .1).collect();
     let fine_build: Vec<f64> = schemes.iter().map(|s| s.2).collect();
     for (name, kk) in [("spmv", 1), ("spmm", k)]
         .into_iter()
@@ -280,7 +281,7 @@ fn main() {
         let (rows8, fine8) = share(words[2]);
         let in_use = |w: (u64, u64, u64)| if use_fine { w.1 } else { w.0 } * kk as u64;
         println!(
-            "{{\"kernel\":\"{name}\",\"scale\":{scale},\"nnz\":{},\"k\":{kk},\"p1\":{t1},\"p2\":{t2},\"scheme\":\"{}\",\"words_p2\":{},\"words_p4\":{},\"words_p8\":{},\"replication_p2\":{},\"replication_p4\":{},\"imbalance\":{imbalance},\"rows_p2\":{rows2},\"rows_p4\":{rows4},\"rows_p8\":{rows8},\"fine_p2\":{fine2},\"fine_p4\":{fine4},\"fine_p8\":{fine8},\"fine_imbalance\":{fine_imbalance:?},\"fine_build\":{fine_build:?},\"free_p2\":{free_p2}}}",
+            "{{\"kernel\":\"{name}\",\"scale\":{scale},\"nnz\":{},\"k\":{kk},\"p1\":{t1},\"p2\":{t2},\"scheme\":\"{}\",\"words_p2\":{},\"words_p4\":{},\"words_p8\":{},\"replication_p2\":{},\"replication_p4\":{},\"imbalance\":{imbalance},\"rows_p2\":{rows2},\"rows_p4\":{rows4},\"rows_p8\":{rows8},\"fine_p2\":{fine2},\"fine_p4\":{fine4},\"fine_p8\":{fine8},\"fine_imbalance\":{fine_imbalance:?},\"fine_work_imbalance\":{fine_work:?},\"vertex_work\":{},\"fine_build\":{fine_build:?},\"free_p2\":{free_p2}}}",
             a.nnz(),
             if use_fine { "fine" } else { "rows" },
             in_use(words[0]),
@@ -288,6 +289,7 @@ fn main() {
             in_use(words[2]),
             words[0].2 * kk as u64,
             words[1].2 * kk as u64,
+            fine::VERTEX_WORK,
         );
     }
     if only_spmm {

@@ -12,7 +12,9 @@
 //!   pushed partials travel in one exchange (one message per pair of ranks);
 //! - the work is balanced by the nonzeros both a fetch and a push reach (they may be
 //!   computed at either end at no cost in words): shifts that minimise the largest load are
-//!   found as a flow between ranks. The cut is chosen among a few candidates (from
+//!   found as a flow between ranks. A rank's work counts its nonzeros and [`VERTEX_WORK`]
+//!   per vertex it owns (its rows' visits, its y and x entries), so the cut does not hand one
+//!   rank all the short rows. The cut is chosen among a few candidates (from
 //!   the lower-degree rule's, hubs' nonzeros weighted at their leaves, to cuts that weight the
 //!   hubs more and so shrink their block): the fewest words whose balance stays within
 //!   [`BALANCE_SLACK`] of the first candidate's.
@@ -280,6 +282,15 @@ fn balance(
 /// their block, which moves fewer words while the cover's shifts can restore the balance.
 pub const END_WEIGHTS: [(usize, usize); 5] = [(1, 0), (3, 1), (1, 1), (1, 3), (0, 1)];
 
+/// A vertex's work in nonzeros: a rank visits each of its rows in two passes (its own and
+/// its fetched columns), writes its y entry and gathers its x entry from a block that stays
+/// cold (a vertex of low degree is reused little). On R-MAT scale 18 at P=2, balancing the
+/// nonzeros alone gave the rank of the short rows 4x the vertices and twice the time. Per
+/// vertex, 4-6 made SpMM (k=16) fastest, SpMV (k=1) gained up to 16, and the words grow with
+/// the weight (the hub block widens): 6 keeps them within a quarter of replicating x there
+/// (crates/sparse/benches/RESULTS.md).
+pub const VERTEX_WORK: usize = 6;
+
 /// A candidate's balance counts as kept when its imbalance is within this of the first
 /// candidate's (the lower-degree rule's cut, balanced).
 pub const BALANCE_SLACK: f64 = 0.01;
@@ -289,8 +300,9 @@ impl FinePlan {
     /// build the same plan from the same pattern). A must be square. For each candidate cut
     /// ([`END_WEIGHTS`], the lower-degree rule's first, until one's balance is beyond
     /// reach) the cross nonzeros get their minimum cover and the doubly reached ones are
-    /// shifted to balance the work; the plan is the candidate with the fewest words among
-    /// those whose imbalance is within [`BALANCE_SLACK`] of the first's.
+    /// shifted to balance the work ([`FinePlan::work`]); the plan is the candidate with the
+    /// fewest words among those whose work imbalance is within [`BALANCE_SLACK`] of the
+    /// first's.
     pub fn build<T: Scalar>(a: &Csr<T>, k: usize, procs: usize) -> Result<FinePlan, SparseError> {
         if procs == 0 {
             return Err(SparseError::Shape(
@@ -315,15 +327,20 @@ impl FinePlan {
                     load[high + 1] += at_high;
                 }
             }
+            // A vertex weighs VERTEX_WORK nonzeros, in this candidate's units per nonzero.
+            let vertex = VERTEX_WORK * (at_low + at_high);
             for v in 0..n {
-                load[v + 1] += load[v];
+                load[v + 1] += load[v] + vertex;
             }
             let cuts = balance_rows(&load, procs);
             if plans.iter().any(|p| p.cuts == cuts) {
                 continue;
             }
             let covered = cover_cross(a, &cuts)?;
-            let (shifted, nnz) = balance(&covered.nnz, &covered.free);
+            let fixed = |r: usize| VERTEX_WORK * (cuts[r + 1] - cuts[r]);
+            let base: Vec<usize> = (0..procs).map(|r| covered.nnz[r] + fixed(r)).collect();
+            let (shifted, work) = balance(&base, &covered.free);
+            let nnz = (0..procs).map(|r| work[r] - fixed(r)).collect();
             plans.push(FinePlan {
                 procs,
                 n,
@@ -336,14 +353,14 @@ impl FinePlan {
             });
             // Lighter low ends shrink the hub block: fewer words, more to rebalance. Once a
             // candidate's balance is out of reach, the lighter ones are further out.
-            if plans[plans.len() - 1].imbalance() > plans[0].imbalance() + BALANCE_SLACK {
+            if plans[plans.len() - 1].work_imbalance() > plans[0].work_imbalance() + BALANCE_SLACK {
                 break;
             }
         }
-        let first = plans[0].imbalance();
+        let first = plans[0].work_imbalance();
         let chosen = plans
             .into_iter()
-            .filter(|p| p.imbalance() <= first + BALANCE_SLACK)
+            .filter(|p| p.work_imbalance() <= first + BALANCE_SLACK)
             .min_by_key(FinePlan::total_received)
             .expect("the first candidate is within the slack");
         Ok(chosen)
@@ -429,6 +446,17 @@ impl FinePlan {
     /// Max computed nonzeros per rank over the mean (1 is perfect balance).
     pub fn imbalance(&self) -> f64 {
         imbalance(&self.nnz)
+    }
+
+    /// Rank `r`'s work: its computed nonzeros plus [`VERTEX_WORK`] per vertex it owns.
+    pub fn work(&self, r: usize) -> usize {
+        self.nnz[r] + VERTEX_WORK * self.own_rows(r)
+    }
+
+    /// Max work per rank over the mean ([`FinePlan::work`]): what the cut and the shifts
+    /// balance.
+    pub fn work_imbalance(&self) -> f64 {
+        imbalance(&(0..self.procs).map(|r| self.work(r)).collect::<Vec<_>>())
     }
 }
 

@@ -25,7 +25,7 @@ use deinsum_exec::data::seeded_value;
 use deinsum_exec::{Communicator, InProcess};
 use deinsum_expr::{Dim, Index, ParsedEinsum};
 use deinsum_sparse::dist::{self, MttkrpPlan, SpgemmPlan};
-use deinsum_sparse::fine::{self, FineLocal, FinePlan};
+use deinsum_sparse::fine::{self, FineLocal, FinePlan, VERTEX_WORK};
 use deinsum_sparse::halo::{self, HaloPlan};
 use deinsum_sparse::{gen, io, kernels, Csr, SparseError, SparseTensor};
 use serde_json::json;
@@ -1130,6 +1130,7 @@ fn finish(
     };
     let work_imbalance = match plan {
         Plan::Spgemm(p) => Some(p.work_imbalance()),
+        Plan::Fine(p, _) => Some(p.work_imbalance()),
         _ => None,
     };
     let fine_grain = matches!(plan, Plan::Fine(..));
@@ -1224,7 +1225,11 @@ fn finish(
                 job.form.name(),
                 ops.join(", ")
             );
-            let wi = work_imbalance.map_or(String::new(), |w| format!(", multiply-adds {w:.3}"));
+            let work = match plan {
+                Plan::Fine(..) => format!("work (nonzeros + {VERTEX_WORK} per vertex)"),
+                _ => "multiply-adds".to_string(),
+            };
+            let wi = work_imbalance.map_or(String::new(), |w| format!(", {work} {w:.3}"));
             println!(
                 "{partition}: imbalance {:.3} (max nonzeros per rank over the mean){wi}",
                 plan.imbalance()
