@@ -623,12 +623,11 @@ pub fn spmv_local<T: Scalar, C: Communicator>(
             local.rows
         )));
     }
-    let mut partial = vec![T::default(); plan.push[me].len() * k];
-    if local.pushed.nnz() > 0 {
-        install(pool, || {
-            local.pushed.spmm_into(x_local, k, &mut partial, false)
-        })?;
-    }
+    let partial = if local.pushed.nnz() > 0 {
+        install(pool, || local.pushed.spmm(x_local, k))?
+    } else {
+        vec![T::default(); plan.push[me].len() * k]
+    };
     // One message per peer: the x rows it fetches from this block, then the partial sums of
     // its rows this rank pushes (both in ascending rows).
     let mut sends = Vec::new();
@@ -653,8 +652,7 @@ pub fn spmv_local<T: Scalar, C: Communicator>(
         .map(|&(s, nx, ys)| (s, (nx + ys.len()) * k))
         .collect();
     let (recv, y) = comm.exchange_while(sends, &from, || {
-        let mut y = vec![T::default(); local.rows * k];
-        install(pool, || local.own.spmm_into(x_local, k, &mut y, false)).map(|_| y)
+        install(pool, || local.own.spmm(x_local, k))
     })?;
     let mut y = y?;
     let mut halo = Vec::with_capacity(plan.fetch[me].len() * k);

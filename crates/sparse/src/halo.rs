@@ -142,6 +142,14 @@ impl<T: Scalar> Part<T> {
         }
     }
 
+    /// [`crate::kernels::spmm`]: `A B` into a new vector.
+    pub(crate) fn spmm(&self, b: &[T], k: usize) -> Result<Vec<T>, SparseError> {
+        match self {
+            Part::Narrow(a) => crate::kernels::spmm(a, b, k),
+            Part::Wide(a) => crate::kernels::spmm(a, b, k),
+        }
+    }
+
     pub(crate) fn nnz(&self) -> usize {
         match self {
             Part::Narrow(a) => a.nnz(),
@@ -227,8 +235,7 @@ pub fn spmm_local<T: Scalar, C: Communicator>(
     }
     let k = plan.k;
     let (halo, c) = plan.fetch.exchange_while(comm, b_local, || {
-        let mut c = vec![T::default(); local.rows * k];
-        install(pool, || local.own.spmm_into(b_local, k, &mut c, false)).map(|_| c)
+        install(pool, || local.own.spmm(b_local, k))
     })?;
     let mut c = c?;
     if local.halo.nnz() > 0 {
