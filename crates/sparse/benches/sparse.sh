@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sparse kernels against SciPy in one run; writes crates/sparse/benches/RESULTS.md.
 # PYTHON: a Python with numpy and scipy (default: python3).
-# SCALE, GEMM_SCALE: R-MAT scales (default 18 and 16); REPS (default 5).
+# SCALE, GEMM_SCALE: R-MAT scales (default 18 and 16); REPS (default 21: medians of 5 moved by
+# 30% from one run to the next on this shared machine).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PY="${PYTHON:-python3}"
@@ -10,7 +11,7 @@ trap 'rm -rf "$dir"' EXIT
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 cargo build --release -q -p deinsum
 cargo bench -q -p deinsum-sparse --bench sparse_bench -- --dir "$dir" \
-    --scale "${SCALE:-18}" --gemm-scale "${GEMM_SCALE:-16}" --reps "${REPS:-5}" | tee "$dir/rust.jsonl"
+    --scale "${SCALE:-18}" --gemm-scale "${GEMM_SCALE:-16}" --reps "${REPS:-21}" | tee "$dir/rust.jsonl"
 dense() {
     target/release/deinsum run "ijk,ja,ka->ia" --sizes i=256,j=256,k=256,a=32 --procs "$1" \
         --threads 1 --repeat 3 --format json | "$PY" -c \
