@@ -13,6 +13,7 @@ pub mod data;
 pub mod execute;
 mod held;
 pub mod kernels;
+pub mod linger;
 pub mod local;
 mod moves;
 #[cfg(feature = "mpi")]

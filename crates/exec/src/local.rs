@@ -958,6 +958,7 @@ impl InProcess {
         F: Fn(&LocalComm) -> Result<R, E> + Sync,
     {
         let p = self.procs;
+        crate::linger::ACTIVE.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let shared = Arc::new(Shared::new(p));
         enum Outcome<R, E> {
             Ok(R),
@@ -1018,6 +1019,11 @@ impl InProcess {
             }));
             outcomes
         });
+        crate::linger::ACTIVE.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        if p > 1 {
+            // The other cores stay awake for the next run's ranks (crate::linger).
+            crate::linger::linger(cores().min(p) - 1);
+        }
         let first = lock(&shared.failed).clone();
         if outcomes.len() < p {
             let msg = first.map(|f| f.1).unwrap_or_default();
