@@ -763,13 +763,7 @@ impl Sliced {
                 &o.y_form,
             )
         };
-        let len = |v: &[Index]| -> usize {
-            v.iter()
-                .map(|&c| range_in(x, y, c))
-                .map(|(s, e)| e - s)
-                .product()
-        };
-        let dims = (len(&o.batch), len(&o.left), len(&o.right), len(&o.summed));
+        let dims = o.dims(x, y);
         let (x_form, sub_form) = if self.swap {
             (y_form, &o.y_form)
         } else {
@@ -843,6 +837,14 @@ impl Sliced {
             data: Data::Own(data),
         })
     }
+}
+
+/// Elements over indices `v` (each's range in `a`, else in `b`).
+fn extent<T: Scalar>(a: &LocalBlock<'_, T>, b: &LocalBlock<'_, T>, v: &[Index]) -> usize {
+    v.iter()
+        .map(|&c| range_in(a, b, c))
+        .map(|(s, e)| e - s)
+        .product()
 }
 
 /// The global range of index `c` in `a`, else in `b`.
@@ -989,13 +991,7 @@ impl Orientation {
         // faer's GEMM reads a transposed column-operand at full rate, but a transposed
         // row-operand at a rate that depends on the processor: the latter is read in place
         // only where that costs less than copying it into order (crate::tune).
-        let len = |v: &[Index]| -> usize {
-            v.iter()
-                .map(|&c| range_in(x, y, c))
-                .map(|(s, e)| e - s)
-                .product()
-        };
-        let cols = len(&right);
+        let cols = extent(x, y, &right);
         // From the ranges, not the data: a slice's header carries no data ([`Sliced`]).
         let rows_words: usize = x.ranges.iter().map(|&(s, e)| e - s).product();
         let madds = rows_words.saturating_mul(cols);
@@ -1010,12 +1006,12 @@ impl Orientation {
         let left = fx.as_ref().map_or(left, |f| f.order.0.clone());
         let right = fy.as_ref().map_or(right, |f| f.order.1.clone());
         let c_order: Vec<Index> = batch.iter().chain(&left).chain(&right).copied().collect();
-        let out_words = len(&c_order);
+        let out_words = extent(x, y, &c_order);
         let operands_copied = if fx.is_some() { 0 } else { x.data.len() }
             + if fy.is_some() { 0 } else { y.data.len() };
         let output_copied = if c_order == out { 0 } else { out_words };
         let slow_read = fx.as_ref().is_some_and(|f| f.trans) && {
-            let (m, k) = (len(&left), len(&summed));
+            let (m, k) = (extent(x, y, &left), extent(x, y, &summed));
             let y_trans = fy.as_ref().is_some_and(|f| f.trans);
             crate::scalar::reads_left_in_place(m, cols, k, y_trans)
         };
@@ -1054,6 +1050,20 @@ impl Orientation {
         }
     }
 
+    /// The GEMM's extents `(batch, rows, columns, summed)` over the operands' ranges.
+    fn dims<T: Scalar>(
+        &self,
+        x: &LocalBlock<'_, T>,
+        y: &LocalBlock<'_, T>,
+    ) -> (usize, usize, usize, usize) {
+        (
+            extent(x, y, &self.batch),
+            extent(x, y, &self.left),
+            extent(x, y, &self.right),
+            extent(x, y, &self.summed),
+        )
+    }
+
     /// Runs the product in this orientation and returns it in `out`'s order.
     fn run<T: Scalar>(
         &self,
@@ -1070,18 +1080,7 @@ impl Orientation {
             Some(_) => Cow::Borrowed(y),
             None => y.permute_cow(&order([&self.batch, &self.summed, &self.right]))?,
         };
-        let len = |v: &[Index]| -> usize {
-            v.iter()
-                .map(|&c| range_in(x, y, c))
-                .map(|(s, e)| e - s)
-                .product()
-        };
-        let (nb, m, n, k) = (
-            len(&self.batch),
-            len(&self.left),
-            len(&self.right),
-            len(&self.summed),
-        );
+        let (nb, m, n, k) = self.dims(x, y);
         let layout = crate::scalar::Layout {
             a_trans: self.x_form.as_ref().is_some_and(|f| f.trans),
             b_trans: self.y_form.as_ref().is_some_and(|f| f.trans),
