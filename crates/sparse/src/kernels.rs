@@ -48,19 +48,6 @@ pub fn spmm<T: Scalar, I: ColIndex>(
     b: &[T],
     k: usize,
 ) -> Result<Vec<T>, SparseError> {
-    if k == 1 && b.len() == a.ncols {
-        // SpMV: the dot products collected into the vector, which is then never zeroed
-        // first (a memset of the whole output was 6% of the distributed SpMV's time).
-        let rows = chunk_rows(a.nrows, a.nnz());
-        return Ok((0..a.nrows)
-            .into_par_iter()
-            .with_min_len(rows)
-            .map(|i| {
-                let (lo, hi) = (a.indptr[i], a.indptr[i + 1]);
-                row_dot(&a.indices[lo..hi], &a.vals[lo..hi], b)
-            })
-            .collect());
-    }
     let mut c = vec![T::default(); a.nrows * k];
     spmm_into(a, b, k, &mut c, false)?;
     Ok(c)
