@@ -64,6 +64,15 @@ fn calibrate_writes_a_machine_file_that_plan_and_run_read() {
     let text = std::fs::read_to_string(&m).unwrap();
     let machine = deinsum_plan::Machine::from_json(&text).unwrap();
     assert!(machine.name.contains("calibrate --quick"));
+    // Two ranks per core share the cores: a share far from 1 is a broken measurement (with
+    // quarter-millisecond windows --quick wrote 0.001 and 268). Wide bounds: tests run in
+    // parallel on loaded machines.
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
+        for class in deinsum_plan::machine::RateClass::ALL {
+            let share = machine.oversubscribed_share(class);
+            assert!((0.1..=10.0).contains(&share), "{class:?}: {share}");
+        }
+    }
     let (code, out, err) = deinsum(&[
         "plan",
         "ijk,ja,ka->ia",

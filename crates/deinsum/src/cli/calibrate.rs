@@ -74,6 +74,14 @@ fn settle() {
 /// Seconds of the compute step of `expr` at extent `n` on one rank with `threads` threads,
 /// run through the planner and executor as `deinsum run` runs it (median of `reps`).
 fn compute_seconds(expr: &str, sizes: &str, threads: usize, reps: usize) -> anyhow::Result<f64> {
+    let mut per_run = compute_runs(expr, sizes, threads, reps)?;
+    per_run.sort_by(f64::total_cmp);
+    Ok(per_run.get(per_run.len() / 2).copied().unwrap_or(0.0))
+}
+
+/// The compute seconds of each of `reps` timed runs of `expr` (after one warm-up), as
+/// [`compute_seconds`] runs them.
+fn compute_runs(expr: &str, sizes: &str, threads: usize, reps: usize) -> anyhow::Result<Vec<f64>> {
     let spec = deinsum_expr::ExtentSpec::from_flags(Some(sizes), None, None)?;
     let e = crate::Einsum::compile(expr, &spec, &crate::Options::procs(1))?;
     let opts = deinsum_exec::ExecOptions {
@@ -108,8 +116,7 @@ fn compute_seconds(expr: &str, sizes: &str, threads: usize, reps: usize) -> anyh
             *a += b;
         }
     }
-    per_run.sort_by(f64::total_cmp);
-    Ok(per_run.get(per_run.len() / 2).copied().unwrap_or(0.0))
+    Ok(per_run)
 }
 
 /// `Option` to a plain error.
@@ -207,57 +214,74 @@ fn gemm_rates(cores: usize, quick: bool) -> anyhow::Result<Vec<(RateClass, Vec<G
 
 /// Per class, the node's throughput with two 1-thread ranks per core computing side by side
 /// over its throughput with one per core: each rank its own product on its own thread, all
-/// started together, each the median of its runs (the median of `rounds` sweeps).
-fn oversubscription(cores: usize, quick: bool) -> anyhow::Result<Vec<(RateClass, f64)>> {
-    let reps = if quick { 3 } else { 25 };
+/// started together (the median of `rounds` sweeps). `gemm` sizes the runs: each rank
+/// computes for about `window` seconds, so that compiling, loading and waking the threads
+/// stay small beside it (with three runs of a quarter-millisecond product, `--quick` gave
+/// shares anywhere between 0.001 and 268).
+fn oversubscription(
+    cores: usize,
+    quick: bool,
+    gemm: &[(RateClass, Vec<GemmRate>)],
+) -> anyhow::Result<Vec<(RateClass, f64)>> {
+    let window = if quick { 0.03 } else { 0.15 };
     let rounds = if quick { 1 } else { 3 };
-    // Total flop/s of `n` ranks side by side, over the wall time from their common start to
-    // the last one's end (a rank's own step times would miss the time it waits descheduled).
-    let side_by_side = |expr: &str, sizes: &str, madds: f64, n: usize| -> anyhow::Result<f64> {
-        settle();
-        let start = std::sync::Barrier::new(n + 1);
-        let (results, wall) = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..n)
-                .map(|_| {
-                    s.spawn(|| {
-                        start.wait();
-                        compute_seconds(expr, sizes, 1, reps)
+    // The node's flop/s with `n` ranks side by side: their flops over the wall time from
+    // their common start to the last one's end (a rank's own step times miss the time it
+    // waits descheduled between steps, and gave shares above 1).
+    let side_by_side =
+        |expr: &str, sizes: &str, madds: f64, n: usize, reps: usize| -> anyhow::Result<f64> {
+            settle();
+            let start = std::sync::Barrier::new(n + 1);
+            let (results, wall) = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..n)
+                    .map(|_| {
+                        s.spawn(|| {
+                            start.wait();
+                            compute_runs(expr, sizes, 1, reps)
+                        })
                     })
-                })
-                .collect();
-            start.wait();
-            let t0 = Instant::now();
-            let results: Vec<anyhow::Result<f64>> = handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a calibration thread panicked")))
-                })
-                .collect();
-            (results, t0.elapsed().as_secs_f64())
-        });
-        for r in results {
-            r?;
-        }
-        // Each rank runs its product reps + 1 times (one warm-up).
-        Ok(n as f64 * (reps + 1) as f64 * 2.0 * madds / wall.max(1e-9))
-    };
+                    .collect();
+                start.wait();
+                let t0 = Instant::now();
+                let results: Vec<anyhow::Result<Vec<f64>>> = handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(anyhow::anyhow!("a calibration thread panicked"))
+                        })
+                    })
+                    .collect();
+                (results, t0.elapsed().as_secs_f64())
+            });
+            for r in results {
+                r?;
+            }
+            // Each rank runs its product reps + 1 times (one warm-up).
+            Ok(n as f64 * (reps + 1) as f64 * 2.0 * madds / wall.max(1e-9))
+        };
     let mut out = Vec::new();
     for class in RateClass::ALL {
         let (expr, sizes, madds) = class_kernel(class, quick);
+        let one = gemm
+            .iter()
+            .find(|(c, _)| *c == class)
+            .and_then(|(_, r)| r.iter().find(|g| g.threads == 1))
+            .map_or(1e9, |g| g.flops_per_thread);
+        // Each rank's product at two ranks per core takes about twice its time alone.
+        let reps = ((window * one / (2.0 * madds)).ceil() as usize).clamp(3, 5000);
         let mut shares = Vec::with_capacity(rounds);
         for _ in 0..rounds {
-            let full = side_by_side(expr, &sizes, madds, cores)?;
-            let over = side_by_side(expr, &sizes, madds, 2 * cores)?;
+            let full = side_by_side(expr, &sizes, madds, cores, reps)?;
+            let over = side_by_side(expr, &sizes, madds, 2 * cores, reps)?;
             shares.push(over / full);
         }
         shares.sort_by(f64::total_cmp);
         let share = shares[shares.len() / 2];
         eprintln!(
-            "gemm {:<6} {expr} {sizes}, {} 1-thread ranks against {cores}: {:.2} of the throughput",
+            "gemm {:<6} {expr} {sizes}, {} 1-thread ranks against {cores}, {reps} runs each: \
+             {share:.2} of the throughput",
             class.key(),
             2 * cores,
-            share
         );
         out.push((class, share));
     }
@@ -429,7 +453,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let gemm = gemm_rates(usable, args.quick)?;
     let oversubscribed = if usable > 1 {
-        oversubscription(usable, args.quick)?
+        oversubscription(usable, args.quick, &gemm)?
     } else {
         Vec::new()
     };
