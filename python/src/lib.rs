@@ -12,6 +12,11 @@ use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
 
+/// The extension's own allocator (see Cargo.toml): arrays it hands to NumPy are freed through
+/// it too, by the Rust owner rust-numpy keeps for them.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A deinsum error as the Python exception a caller expects: what the caller got wrong is a
 /// `ValueError`; a run that cannot fit this node's memory is a `MemoryError`; the rest
 /// `RuntimeError`.
