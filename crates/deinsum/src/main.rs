@@ -5,6 +5,10 @@ use std::process::ExitCode;
 
 use deinsum::cli;
 
+/// The binary's allocator (see Cargo.toml).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Compile an einsum into a distributed, communication-optimal plan, and run it.
 #[derive(Parser, Debug)]
 #[command(name = "deinsum", version, about, long_about = None)]
