@@ -70,6 +70,12 @@ struct Scan<const W: usize> {
 #[derive(Default)]
 struct Done<const W: usize> {
     scans: Vec<Scan<W>>,
+    /// `scans[i].e.cost`, apart: the partner scan's binary search over them read a whole
+    /// entry per probe and took a sixth of the search's time.
+    costs: Vec<f64>,
+    /// Operands held by any of `scans`: most expansions find no partner in most sizes, and
+    /// this settles it before the scan.
+    union: u128,
     /// `holds[w * c + t]` bit `i`: `scans[64 w + i]` holds operand `t` (of the `c`); so the
     /// partners of a set are found a word of 64 entries at a time, without reading those that
     /// overlap.
@@ -87,6 +93,8 @@ impl<const W: usize> Done<W> {
         for t in ones(scan.e.set) {
             self.holds[(i / 64) * c + t] |= 1u64 << (i % 64);
         }
+        self.costs.push(scan.e.cost);
+        self.union |= scan.e.set;
         self.scans.push(scan);
     }
 }
@@ -359,10 +367,14 @@ impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
         if budget < 0.0 {
             return;
         }
-        // Partners by increasing cost.
-        let lim = part.scans.partition_point(|p| p.e.cost <= budget);
         // Any product with a part larger than all its neighbours outgrows each of them.
         let outer = big.size <= a.widest;
+        let reach = big.nbr | if outer { a.hops } else { 0 };
+        if part.union & reach == 0 || part.costs.first().is_none_or(|&cost| cost > budget) {
+            return;
+        }
+        // Partners by increasing cost.
+        let lim = part.costs.partition_point(|&cost| cost <= budget);
         for w in 0..lim.div_ceil(64) {
             let holds = &part.holds[w * c..(w + 1) * c];
             let word = |set: u128| ones(set).fold(0u64, |acc, t| acc | holds[t]);
