@@ -221,6 +221,9 @@ fn capped_dp_on<const W: usize>(
         return Ok(dp(Some(b)).ok());
     }
     match dp(Some(upper)) {
+        // The cap bounds each connected component's tree; joining the components can still
+        // cost more than greedy's path.
+        Ok(path) if or_greedy && net.path_cost(&path).is_none_or(|c| c > upper) => greedy.map(Some),
         Ok(path) => Ok(Some(path)),
         Err(_) if or_greedy => greedy.map(Some),
         Err(_) => dp(None).map(Some),
@@ -571,6 +574,27 @@ mod tests {
                 let search = |q: &Problem<'_>, b: Option<f64>| capped_dp(q, or_greedy, b);
                 let new = with_singles(&p, search).ok().and_then(|x| path_cost(&p, &x));
                 prop_assert_eq!(new, both_unbounded(&p, search), "or_greedy {}", or_greedy);
+            }
+        }
+
+        /// `auto`'s search between 9 and 14 operands (dp capped by greedy, each way of
+        /// with_singles) never returns a path costlier than greedy's, disconnected networks
+        /// included (dp's cap bounds each component, not their joins).
+        #[test]
+        fn capped_dp_never_loses_to_greedy(
+            (inputs, output, extents) in arb_problem(),
+            limit in prop::option::weighted(0.2, 8u128..=500),
+        ) {
+            let model: &dyn CostModel = &Flops;
+            let p = Problem::new(inputs, output, &extents, limit, model);
+            let auto = with_singles(&p, |q, b| capped_dp(q, true, b))
+                .ok()
+                .and_then(|x| path_cost(&p, &x));
+            let greedy = with_singles(&p, |q, _| Greedy.search(q).map(Some))
+                .ok()
+                .and_then(|x| path_cost(&p, &x));
+            if let (Some(a), Some(g)) = (auto, greedy) {
+                prop_assert!(a <= g, "auto {} > greedy {}", a, g);
             }
         }
     }
