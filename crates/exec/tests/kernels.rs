@@ -527,3 +527,61 @@ fn products_sliced_along_leading_indices_match_index_math() {
     }
     assert!(sliced > 0, "no storage order was sliced");
 }
+
+#[test]
+fn batches_trailing_both_operands_match_index_math() {
+    // Batches long enough to stream (the `ija,ja->ia` of MTTKRP and the chain): every storage
+    // order of both operands and of the output, the batch trailing all three or not, one or
+    // two batch indices, either operand holding the output's rows, agree with index math.
+    let ext = |c: char| match c {
+        'a' => 9,
+        'b' => 2,
+        'i' => 3,
+        'j' => 4,
+        'k' => 2,
+        _ => 3,
+    };
+    let cases: [(&str, &str, &str); 4] = [
+        ("ija", "ja", "ia"),
+        ("ijka", "jka", "ia"),
+        ("ijab", "jab", "iab"),
+        ("ja", "ija", "ia"),
+    ];
+    for (sa, sb, so) in cases {
+        let a0 = tensor(sa, &sa.chars().map(ext).collect::<Vec<_>>(), 1);
+        let b0 = tensor(sb, &sb.chars().map(ext).collect::<Vec<_>>(), 2);
+        for pa in perms(&a0.indices) {
+            let a = a0.permute(&pa).unwrap();
+            for pb in perms(&b0.indices) {
+                let b = b0.permute(&pb).unwrap();
+                for po in perms(&so.chars().collect::<Vec<_>>()) {
+                    let c = contract(&a, &b, &po).unwrap();
+                    assert_eq!(c.indices, po);
+                    for (got, want) in c.data.iter().zip(naive(&a0, &b0, &po, &ext)) {
+                        assert!(
+                            (got - want).abs() < 1e-12,
+                            "{sa}->{pa:?}, {sb}->{pb:?}, out {po:?}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Rows enough to split over a rank pool: the pool's result equals one thread's.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    let a = tensor("ija", &[2500, 3, 64], 3);
+    let b = tensor("ja", &[3, 64], 4);
+    let one = contract(&a, &b, &['i', 'a']).unwrap();
+    let par = pool.install(|| contract(&a, &b, &['i', 'a']).unwrap());
+    assert_eq!(one.data.len(), 2500 * 64);
+    for (x, y) in one.data.iter().zip(&par.data) {
+        assert!((x - y).abs() < 1e-12, "{x} vs {y}");
+    }
+    let want: f64 = (0..3)
+        .map(|j| a.data[(7 * 3 + j) * 64 + 5] * b.data[j * 64 + 5])
+        .sum();
+    assert!((one.data[7 * 64 + 5] - want).abs() < 1e-12);
+}
