@@ -405,8 +405,8 @@ fn copy_runs<T: Scalar>(runs: &[(usize, usize, usize)], src: &[T], dst: &mut [T]
     copy_runs_from(runs, total, &[src], dst, sum, copy_threads(total));
 }
 
-/// Cores of the machine (the cap on threads lent to one copy).
-fn cores() -> usize {
+/// Cores of the machine (the cap on threads lent to one copy), read once.
+pub(crate) fn cores() -> usize {
     static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
