@@ -149,11 +149,16 @@ impl Sizes {
         }
         let bytes = (0..ids.div_ceil(8))
             .map(|j| {
+                // Doubling: the entries with bit `b` set are those without it times id
+                // `8j + b`'s extent (a slice times a scalar: vectorized; a dp search of 10
+                // operands built its tables in 7% of its time entry by entry).
                 let mut t = [1.0; 256];
-                for v in 1..256usize {
-                    let low = v.trailing_zeros() as usize;
-                    let e = net.ext.get(8 * j + low).copied().unwrap_or(1.0);
-                    t[v] = t[v & (v - 1)] * e;
+                for b in 0..8 {
+                    let e = net.ext.get(8 * j + b).copied().unwrap_or(1.0);
+                    let (lo, hi) = t.split_at_mut(1 << b);
+                    for (h, &l) in hi[..1 << b].iter_mut().zip(lo.iter()) {
+                        *h = l * e;
+                    }
                 }
                 t
             })
