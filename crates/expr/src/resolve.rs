@@ -214,13 +214,15 @@ fn label_extents(
 ) -> Result<BTreeMap<Index, (usize, Source)>, ExprError> {
     let mut out: BTreeMap<Index, (usize, Source)> = BTreeMap::new();
     for (k, t) in ast.inputs.iter().enumerate() {
-        let mut here: BTreeMap<Index, (usize, usize)> = BTreeMap::new();
+        // An operand's few labels: a list, not a map (a map per operand was a tenth of
+        // parsing a 14-operand einsum).
+        let mut here: Vec<(Index, usize, usize)> = Vec::new();
         let mut d = 0;
         for (item, _) in &t.items {
             match item {
                 Item::Label(c) => {
                     let n = shapes[k][d];
-                    if let Some(&(first, m)) = here.get(c) {
+                    if let Some(&(_, first, m)) = here.iter().find(|h| h.0 == *c) {
                         if m != n {
                             return Err(ExprError::invalid(format!(
                                 "index '{c}' repeats in operand {k} with extents {m} (dimension \
@@ -229,7 +231,7 @@ fn label_extents(
                             )));
                         }
                     } else {
-                        here.insert(*c, (d, n));
+                        here.push((*c, d, n));
                     }
                     let src = Source::Shape { operand: k, dim: d };
                     match out.get(c) {
