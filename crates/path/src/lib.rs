@@ -566,12 +566,15 @@ pub fn evaluate(
         .iter()
         .map(|c| tree.extents.get(c).copied().unwrap_or(1) as u128)
         .collect();
+    // The extents as floats once (a 128-bit integer's conversion is a library call, and it
+    // ran for every index of every step).
+    let extf: Vec<f64> = ext.iter().map(|&e| e as f64).collect();
     let size_of = |idx: &mut dyn Iterator<Item = usize>| -> Count {
         let mut acc = Some(1u128);
         let mut approx = 1f64;
         for id in idx {
             acc = acc.and_then(|a| a.checked_mul(ext[id]));
-            approx *= ext[id] as f64;
+            approx *= extf[id];
         }
         acc.map(Count::Exact).unwrap_or(Count::Approx(approx))
     };
