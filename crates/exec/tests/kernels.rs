@@ -117,6 +117,35 @@ fn at(t: &LocalTensor<f64>, at: &dyn Fn(char) -> usize) -> f64 {
     t.data[off]
 }
 
+/// `sa, sb -> so` by [`contract`] equals index math for every storage order of both operands
+/// and of the output (extents by `ext`; `what` names the case in a failure).
+fn check_every_storage_order(
+    sa: &str,
+    sb: &str,
+    so: &str,
+    ext: &dyn Fn(char) -> usize,
+    what: &str,
+) {
+    let a0 = tensor(sa, &sa.chars().map(ext).collect::<Vec<_>>(), 1);
+    let b0 = tensor(sb, &sb.chars().map(ext).collect::<Vec<_>>(), 2);
+    for pa in perms(&a0.indices) {
+        let a = a0.permute(&pa).unwrap();
+        for pb in perms(&b0.indices) {
+            let b = b0.permute(&pb).unwrap();
+            for po in perms(&so.chars().collect::<Vec<_>>()) {
+                let c = contract(&a, &b, &po).unwrap();
+                assert_eq!(c.indices, po);
+                for (got, want) in c.data.iter().zip(naive(&a0, &b0, &po, ext)) {
+                    assert!(
+                        (got - want).abs() < 1e-12,
+                        "{what}: {sa}->{pa:?}, {sb}->{pb:?}, out {po:?}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn every_storage_order_of_the_operands_gives_the_same_product() {
     // Operands read in place as (transposed) matrices and operands copied into order must
@@ -140,24 +169,7 @@ fn every_storage_order_of_the_operands_gives_the_same_product() {
         .flat_map(|ch| cases.map(|c| (ch, c)))
     {
         std::env::set_var("DEINSUM_TRANSPOSED_ROWS", choice);
-        let a0 = tensor(sa, &sa.chars().map(ext).collect::<Vec<_>>(), 1);
-        let b0 = tensor(sb, &sb.chars().map(ext).collect::<Vec<_>>(), 2);
-        for pa in perms(&a0.indices) {
-            let a = a0.permute(&pa).unwrap();
-            for pb in perms(&b0.indices) {
-                let b = b0.permute(&pb).unwrap();
-                for po in perms(&so.chars().collect::<Vec<_>>()) {
-                    let c = contract(&a, &b, &po).unwrap();
-                    assert_eq!(c.indices, po);
-                    for (got, want) in c.data.iter().zip(naive(&a0, &b0, &po, &ext)) {
-                        assert!(
-                            (got - want).abs() < 1e-12,
-                            "{choice}: {sa}->{pa:?}, {sb}->{pb:?}, out {po:?}: {got} vs {want}"
-                        );
-                    }
-                }
-            }
-        }
+        check_every_storage_order(sa, sb, so, &ext, choice);
     }
 }
 
@@ -548,24 +560,7 @@ fn batches_trailing_both_operands_match_index_math() {
         ("ja", "ija", "ia"),
     ];
     for (sa, sb, so) in cases {
-        let a0 = tensor(sa, &sa.chars().map(ext).collect::<Vec<_>>(), 1);
-        let b0 = tensor(sb, &sb.chars().map(ext).collect::<Vec<_>>(), 2);
-        for pa in perms(&a0.indices) {
-            let a = a0.permute(&pa).unwrap();
-            for pb in perms(&b0.indices) {
-                let b = b0.permute(&pb).unwrap();
-                for po in perms(&so.chars().collect::<Vec<_>>()) {
-                    let c = contract(&a, &b, &po).unwrap();
-                    assert_eq!(c.indices, po);
-                    for (got, want) in c.data.iter().zip(naive(&a0, &b0, &po, &ext)) {
-                        assert!(
-                            (got - want).abs() < 1e-12,
-                            "{sa}->{pa:?}, {sb}->{pb:?}, out {po:?}: {got} vs {want}"
-                        );
-                    }
-                }
-            }
-        }
+        check_every_storage_order(sa, sb, so, &ext, "trailing batch");
     }
     // Rows enough to split over a rank pool: the pool's result equals one thread's.
     let pool = rayon::ThreadPoolBuilder::new()
