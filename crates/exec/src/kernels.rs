@@ -915,15 +915,14 @@ fn trailing_batch<T: Scalar>(
     if x.indices.len() != rows.len() + summed.len() + nb {
         return None;
     }
-    let (xst, yst) = (crate::data::strides_of(&xs), crate::data::strides_of(&ys));
     // Offsets of every multi-index over `idx` (row-major in `idx`'s order) in `x` and `y`.
     let offsets = |idx: &[Index]| -> (Vec<usize>, Vec<usize>) {
+        let (sx, sy) = (strides_along(x, idx), strides_along(y, idx));
         let mut ox = vec![0usize];
         let mut oy = vec![0usize];
-        for &c in idx {
+        for (d, &c) in idx.iter().enumerate() {
             let n = xs[x.pos(c)];
-            let sx = xst[x.pos(c)];
-            let sy = y.indices.iter().position(|&d| d == c).map_or(0, |p| yst[p]);
+            let (sx, sy) = (sx[d], sy[d]);
             ox = ox
                 .iter()
                 .flat_map(|&o| (0..n).map(move |v| o + v * sx))

@@ -74,14 +74,6 @@ fn settle() {
 /// Seconds of the compute step of `expr` at extent `n` on one rank with `threads` threads,
 /// run through the planner and executor as `deinsum run` runs it (median of `reps`).
 fn compute_seconds(expr: &str, sizes: &str, threads: usize, reps: usize) -> anyhow::Result<f64> {
-    let mut per_run = compute_runs(expr, sizes, threads, reps)?;
-    per_run.sort_by(f64::total_cmp);
-    Ok(per_run.get(per_run.len() / 2).copied().unwrap_or(0.0))
-}
-
-/// The compute seconds of each of `reps` timed runs of `expr` (after one warm-up), as
-/// [`compute_seconds`] runs them.
-fn compute_runs(expr: &str, sizes: &str, threads: usize, reps: usize) -> anyhow::Result<Vec<f64>> {
     let spec = deinsum_expr::ExtentSpec::from_flags(Some(sizes), None, None)?;
     let e = crate::Einsum::compile(expr, &spec, &crate::Options::procs(1))?;
     let opts = deinsum_exec::ExecOptions {
@@ -116,7 +108,8 @@ fn compute_runs(expr: &str, sizes: &str, threads: usize, reps: usize) -> anyhow:
             *a += b;
         }
     }
-    Ok(per_run)
+    per_run.sort_by(f64::total_cmp);
+    Ok(per_run.get(per_run.len() / 2).copied().unwrap_or(0.0))
 }
 
 /// `Option` to a plain error.
@@ -237,13 +230,13 @@ fn oversubscription(
                     .map(|_| {
                         s.spawn(|| {
                             start.wait();
-                            compute_runs(expr, sizes, 1, reps)
+                            compute_seconds(expr, sizes, 1, reps)
                         })
                     })
                     .collect();
                 start.wait();
                 let t0 = Instant::now();
-                let results: Vec<anyhow::Result<Vec<f64>>> = handles
+                let results: Vec<anyhow::Result<f64>> = handles
                     .into_iter()
                     .map(|h| {
                         h.join().unwrap_or_else(|_| {
