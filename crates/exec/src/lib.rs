@@ -8,6 +8,7 @@
 //! - [`reference`]: serial evaluators for checks;
 //! - [`preflight`]: memory and rank-count checks made before a run allocates anything.
 
+mod atb;
 pub mod comm;
 pub mod data;
 pub mod execute;

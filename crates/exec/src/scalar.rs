@@ -519,6 +519,98 @@ fn with_scratch<T: bytemuck::Pod, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) 
     r
 }
 
+/// The kernel of [`crate::atb`] for a left operand stored transposed, where it applies: f64
+/// only (f32 runs through faer).
+trait TransposedRows: Sized {
+    /// Computes the product and returns `true`, or returns `false` without touching `c`.
+    #[allow(clippy::too_many_arguments)]
+    fn at_b(
+        _m: usize,
+        _n: usize,
+        _k: usize,
+        _a: &[Self],
+        _b: &[Self],
+        _c: &mut [Self],
+        _accumulate: bool,
+        _b_trans: bool,
+        _threads: usize,
+    ) -> bool {
+        false
+    }
+}
+
+impl TransposedRows for f32 {}
+
+impl TransposedRows for f64 {
+    fn at_b(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f64],
+        b: &[f64],
+        c: &mut [f64],
+        accumulate: bool,
+        b_trans: bool,
+        threads: usize,
+    ) -> bool {
+        if !crate::atb::applies(m, n, k) {
+            return false;
+        }
+        at_b_split(m, m, n, k, a, b, c, accumulate, b_trans, threads)
+    }
+}
+
+/// [`crate::atb::at_b`] on `threads` threads: output rows `0..mm` (of `lda` in `a`'s rows)
+/// cut in two at a whole number of cache lines, the halves run as a rayon join.
+#[allow(clippy::too_many_arguments)]
+fn at_b_split(
+    mm: usize,
+    lda: usize,
+    n: usize,
+    k: usize,
+    a: &[f64],
+    b: &[f64],
+    c: &mut [f64],
+    accumulate: bool,
+    b_trans: bool,
+    threads: usize,
+) -> bool {
+    let mid = (mm * (threads / 2) / threads.max(1)) / 8 * 8;
+    if threads <= 1 || mid < 64 || mm - mid < 64 {
+        return crate::atb::at_b(crate::atb::AtB {
+            m: mm,
+            n,
+            k,
+            a,
+            lda,
+            b,
+            b_trans,
+            c: &mut c[..mm * n],
+            accumulate,
+        });
+    }
+    let t0 = threads / 2;
+    let (c0, c1) = c[..mm * n].split_at_mut(mid * n);
+    let (r0, r1) = rayon::join(
+        || at_b_split(mid, lda, n, k, a, b, c0, accumulate, b_trans, t0),
+        || {
+            at_b_split(
+                mm - mid,
+                lda,
+                n,
+                k,
+                &a[mid..],
+                b,
+                c1,
+                accumulate,
+                b_trans,
+                threads - t0,
+            )
+        },
+    );
+    r0 && r1
+}
+
 macro_rules! impl_scalar {
     ($t:ty, $dtype:expr, $name:expr, $reduce:expr) => {
         impl Scalar for $t {
@@ -555,6 +647,22 @@ macro_rules! impl_scalar {
                 accumulate: bool,
                 layout: Layout,
             ) {
+                let threads = crate::kernels::gemm_threads(m, n, k);
+                if layout.a_trans
+                    && <$t as TransposedRows>::at_b(
+                        m,
+                        n,
+                        k,
+                        a,
+                        b,
+                        c,
+                        accumulate,
+                        layout.b_trans,
+                        threads,
+                    )
+                {
+                    return;
+                }
                 let a = if layout.a_trans {
                     faer::MatRef::from_row_major_slice(&a[..m * k], k, m).transpose()
                 } else {
@@ -571,7 +679,7 @@ macro_rules! impl_scalar {
                 } else {
                     faer::Accum::Replace
                 };
-                split_gemm(c, acc, a, b, crate::kernels::gemm_threads(m, n, k));
+                split_gemm(c, acc, a, b, threads);
             }
             fn all_reduce_sum<C: crate::Communicator>(
                 comm: &C,

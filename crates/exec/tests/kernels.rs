@@ -183,9 +183,13 @@ fn products_split_over_a_rank_pool_equal_one_thread() {
         .unwrap();
     // Operand a, its shape, operand b, its shape, the output.
     type Case<'a> = (&'a str, &'a [usize], &'a str, &'a [usize], &'a [char]);
-    let cases: [Case; 3] = [
+    // The last two: a transposed left operand, few columns and a long summed index (the
+    // kernel of its own, split by rows at whole cache lines).
+    let cases: [Case; 5] = [
         ("ij", &[120, 90], "jk", &[90, 100], &['i', 'k']),
         ("ji", &[100, 60], "kj", &[150, 100], &['i', 'k']),
+        ("ji", &[300, 203], "jk", &[300, 40], &['i', 'k']),
+        ("ji", &[260, 190], "kj", &[24, 260], &['i', 'k']),
         ("bij", &[3, 70, 40], "bjk", &[3, 40, 50], &['b', 'i', 'k']),
     ];
     for (ia, sa, ib, sb, out) in cases {

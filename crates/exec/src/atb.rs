@@ -1,0 +1,601 @@
+//! `c (+)= aᵀ b` in f64 for a left operand stored transposed (`a` is `k x m` row-major, the
+//! `ji,jk->ik` and `ji,kj->ik` steps) and few output columns: the layout faer reads slowest
+//! (0.6 of its plain rate on Sapphire Rapids, issue 12).
+//!
+//! Such a product is bound by streaming `a` from memory (a word of `a` serves only `n`
+//! multiply-adds). Stored transposed, `a` is already what a micro-kernel reads: a row
+//! `a[j, i0..]` is contiguous along the output rows. So the kernel reads `a` in place, in
+//! blocks of [`KB`] rows of the summed index, each tile of `MV` vectors of output rows by `KT`
+//! output columns accumulating over the block into the output held transposed in scratch;
+//! the rows short of a tile are done a few at a time by all columns (broadcast words of `a`
+//! times vectors of a row of `b`). What brings it near the plain rate is a software prefetch
+//! spread over the micro-kernels' iterations, a cache line of the rows [`AHEAD`] rows on per
+//! iteration: without it the strided reads left the hardware prefetchers behind (0.68-0.80 of
+//! the plain rate on 256 x 32 x 2048 and 128 x 32 x 65536), and prefetching a block's rows in
+//! one burst at its start changed nothing. Vectors are read at 64-byte aligned addresses where
+//! the rows allow it (unaligned, every load split a cache line: 0.77 against 0.93). A right
+//! operand stored transposed is copied into order block by block, eight by eight. SIMD and
+//! the prefetch instruction through pulp (AVX-512 or AVX2), so no `unsafe` here.
+
+use pulp::{Simd, WithSimd};
+
+/// Rows of the summed index per block (256 x 32 x 2048, `a` out of cache: 32 rows 0.80, 64
+/// 0.87, 128 0.89-0.90 of the plain rate; a tile reloads its accumulators once per block).
+const KB: usize = 128;
+
+/// Rows of `a` the prefetch runs ahead of the block being computed.
+const AHEAD: usize = 128;
+
+/// Columns up to which [`at_b`] takes a product (a tile covers `KT` columns per pass over its
+/// rows of `a`; with more columns a word of `a` serves enough multiply-adds for faer's
+/// panels).
+const MAX_COLS: usize = 64;
+
+/// Summed extent from which [`at_b`] takes a product (shorter, faer's own panels stay in cache).
+const MIN_DEPTH: usize = 256;
+
+thread_local! {
+    /// Per thread, the output's transposed copy and the block of `b`, kept between calls so
+    /// that repeated steps do not fault fresh pages in.
+    static SCRATCH: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Whether [`at_b`] takes an `m x n x k` product: few output columns, a long summed index and
+/// several vectors of output rows, on a processor with AVX2 or AVX-512.
+pub(crate) fn applies(m: usize, n: usize, k: usize) -> bool {
+    (2..=MAX_COLS).contains(&n) && k >= MIN_DEPTH && m >= 64 && simd_level().is_some()
+}
+
+/// The SIMD level the kernel runs at here, if any.
+#[derive(Clone, Copy)]
+enum Level {
+    #[cfg(target_arch = "x86_64")]
+    V4(pulp::x86::V4),
+    #[cfg(target_arch = "x86_64")]
+    V3(pulp::x86::V3),
+}
+
+fn simd_level() -> Option<Level> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if let Some(s) = pulp::x86::V4::try_new() {
+            return Some(Level::V4(s));
+        }
+        if let Some(s) = pulp::x86::V3::try_new() {
+            return Some(Level::V3(s));
+        }
+    }
+    None
+}
+
+/// The operands of one product. `a[j * lda + i]` is element `(i, j)` of the left operand
+/// (`i < m`, `j < k`); `b` holds the right operand row-major (`k x n`), or its transpose
+/// (`n x k`) when `b_trans`; `c` is `m x n` row-major.
+pub(crate) struct AtB<'a> {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: &'a [f64],
+    pub lda: usize,
+    pub b: &'a [f64],
+    pub b_trans: bool,
+    pub c: &'a mut [f64],
+    /// Add the product to `c` instead of replacing it.
+    pub accumulate: bool,
+}
+
+/// Computes `op` and returns `true`, or returns `false` (and leaves `c` alone) on a processor
+/// without AVX2.
+pub(crate) fn at_b(op: AtB<'_>) -> bool {
+    match simd_level() {
+        #[cfg(target_arch = "x86_64")]
+        Some(Level::V4(s)) => {
+            let fetch = move |p: *const f64| {
+                s.sse
+                    ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T1 }>(p.cast())
+            };
+            pulp::Simd::vectorize(s, Kernel { op, fetch });
+            true
+        }
+        #[cfg(target_arch = "x86_64")]
+        Some(Level::V3(s)) => {
+            let fetch = move |p: *const f64| {
+                s.sse
+                    ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T1 }>(p.cast())
+            };
+            pulp::Simd::vectorize(s, Kernel { op, fetch });
+            true
+        }
+        None => false,
+    }
+}
+
+struct Kernel<'a, F> {
+    op: AtB<'a>,
+    fetch: F,
+}
+
+impl<F: Fn(*const f64) + Copy> WithSimd for Kernel<'_, F> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        // Three vectors by eight columns with AVX-512's 32 registers (faer's own micro-kernel
+        // shape), two by four with the 16 of AVX2; the edge rows six (three) at a time by
+        // four vectors of columns.
+        if S::F64_LANES >= 8 {
+            run::<S, 3, 8, 6, F>(simd, self.op, self.fetch)
+        } else {
+            run::<S, 2, 4, 3, F>(simd, self.op, self.fetch)
+        }
+    }
+}
+
+/// How [`run`] covers output rows `0..m`: tiles of whole vectors from `lo` (the first row
+/// whose words in `a` are 64-byte aligned, when every row of `a` starts at the same
+/// alignment) to `hi`, and the rows before and after them (fewer than a tile's) by rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cover {
+    lo: usize,
+    hi: usize,
+}
+
+impl Cover {
+    fn new(m: usize, head: usize, tile: usize) -> Cover {
+        let lo = if head < m { head } else { 0 };
+        Cover {
+            lo,
+            hi: lo + (m - lo) / tile * tile,
+        }
+    }
+}
+
+/// A software prefetch cursor over rows `0..m` of `a`'s rows: `per` cache lines per step,
+/// until row `end`.
+struct Prefetch<'a, F> {
+    a: &'a [f64],
+    lda: usize,
+    m: usize,
+    row: usize,
+    col: usize,
+    end: usize,
+    per: usize,
+    fetch: F,
+}
+
+impl<F: Fn(*const f64)> Prefetch<'_, F> {
+    #[inline(always)]
+    fn step(&mut self) {
+        for _ in 0..self.per {
+            if self.row >= self.end {
+                return;
+            }
+            if let Some(x) = self.a.get(self.row * self.lda + self.col) {
+                (self.fetch)(x);
+            }
+            self.col += 8;
+            if self.col >= self.m {
+                self.col = 0;
+                self.row += 1;
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn run<S: Simd, const MV: usize, const KT: usize, const RH: usize, F: Fn(*const f64) + Copy>(
+    simd: S,
+    op: AtB<'_>,
+    fetch: F,
+) {
+    let AtB {
+        m,
+        n,
+        k,
+        a,
+        lda,
+        b,
+        b_trans,
+        c,
+        accumulate,
+    } = op;
+    let lanes = S::F64_LANES;
+    // Rows that start at the same alignment (a whole number of cache lines apart) get their
+    // vectors read from aligned addresses (unaligned, every load split a cache line).
+    let head = if (lda * 8).is_multiple_of(64) {
+        a.as_ptr().align_offset(64)
+    } else {
+        0
+    };
+    let cover = Cover::new(m, head, MV * lanes);
+    let vecs = (cover.hi - cover.lo) / lanes;
+    // The tiled rows' output transposed, column `x` at `ct[x * cs..]`, the columns an odd
+    // number of vectors apart (at a power-of-two distance a tile's accumulators share a few
+    // sets of the L1 cache); the edge rows' output row-major, a row `nv` vectors.
+    let cs = vecs | 1;
+    let nv = n.div_ceil(lanes);
+    let bw = nv * lanes;
+    let edge = m - (cover.hi - cover.lo);
+    let (ct_len, cr_len, bb_len) = (n * cs * lanes, edge * bw, KB * bw);
+    let mut store = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    let words = ct_len + cr_len + bb_len;
+    if store.len() < words {
+        store.resize(words, 0.0);
+    }
+    let (ct, rest) = store[..words].split_at_mut(ct_len);
+    let (cr, bblock) = rest.split_at_mut(cr_len);
+    let ct: &mut [S::f64s] = bytemuck::cast_slice_mut(ct);
+    let cr: &mut [S::f64s] = bytemuck::cast_slice_mut(cr);
+    ct.fill(simd.splat_f64s(0.0));
+    cr.fill(simd.splat_f64s(0.0));
+    bblock.fill(0.0);
+    let groups = vecs / MV + edge.div_ceil(RH);
+    let passes = n.div_ceil(KT).max(nv.div_ceil(4));
+    // Cache lines to fetch per block, spread over the micro-kernels' iterations in it.
+    let lines = KB * m.div_ceil(8);
+    let per = lines.div_ceil((groups * passes * KB).max(1)).max(1);
+    let mut pf = Prefetch {
+        a,
+        lda,
+        m,
+        row: 0,
+        col: 0,
+        end: AHEAD.min(k),
+        per: usize::MAX,
+        fetch,
+    };
+    // The first rows at once; later ones a few lines per iteration of the kernels.
+    pf.step();
+    pf.per = per;
+    for j0 in (0..k).step_by(KB) {
+        let rows = KB.min(k - j0);
+        pf.end = (j0 + AHEAD + KB).min(k);
+        // The block's rows of `b`, padded to whole vectors.
+        let bb = &mut bblock[..rows * bw];
+        if b_trans {
+            // The next block's part of each row of the transpose (32 streams the hardware
+            // prefetchers did not keep up with: the copy stalled on them), then this block's.
+            let next = (j0 + KB).min(k)..(j0 + 2 * KB).min(k);
+            for x in 0..n {
+                for j in next.clone().step_by(8) {
+                    fetch(&b[x * k + j]);
+                }
+            }
+            transpose_block(b, k, n, j0, rows, bb, bw);
+        } else {
+            for (dst, src) in bb.chunks_exact_mut(bw).zip(b[j0 * n..].chunks_exact(n)) {
+                dst[..n].copy_from_slice(src);
+            }
+        }
+        let bb = &bblock[..rows * bw];
+        let blk = Block {
+            ab: &a[j0 * lda..],
+            lda,
+            rows,
+            bb,
+            bw,
+        };
+        for t in 0..vecs / MV {
+            let i0 = cover.lo + t * MV * lanes;
+            blk.columns::<S, MV, KT, F>(simd, i0, n, &mut ct[t * MV..], cs, &mut pf);
+        }
+        let bv: &[S::f64s] = bytemuck::cast_slice(bb);
+        // The edge rows: before the tiles (their place in `cr` from 0) and after them (from
+        // `cover.lo`).
+        for (lo, hi, at) in [(0, cover.lo, 0), (cover.hi, m, cover.lo)] {
+            let mut i0 = lo;
+            while i0 < hi {
+                let out = &mut cr[(at + i0 - lo) * nv..];
+                if hi - i0 >= RH {
+                    blk.rows::<S, RH, F>(simd, i0, bv, nv, out, &mut pf);
+                    i0 += RH;
+                } else {
+                    blk.rows::<S, 1, F>(simd, i0, bv, nv, out, &mut pf);
+                    i0 += 1;
+                }
+            }
+        }
+    }
+    let flat: &[f64] = bytemuck::cast_slice(&*ct);
+    let edges: &[f64] = bytemuck::cast_slice(&*cr);
+    let put = |out: &mut f64, y: f64| *out = if accumulate { *out + y } else { y };
+    for (i, row) in c.chunks_exact_mut(n).enumerate().take(m) {
+        if (cover.lo..cover.hi).contains(&i) {
+            let lane = i - cover.lo;
+            for (x, out) in row.iter_mut().enumerate() {
+                put(out, flat[x * cs * lanes + lane]);
+            }
+        } else {
+            let e = if i < cover.lo {
+                i
+            } else {
+                i - cover.hi + cover.lo
+            };
+            for (out, &y) in row.iter_mut().zip(&edges[e * bw..]) {
+                put(out, y);
+            }
+        }
+    }
+    SCRATCH.with(|s| *s.borrow_mut() = store);
+}
+
+/// Rows `j0..j0 + rows` of the `k x n` matrix whose transpose `bt` holds (`n x k`
+/// row-major) into `bb`, a row every `bw` words: eight by eight, each square read as eight
+/// runs of eight words and written as eight.
+fn transpose_block(
+    bt: &[f64],
+    k: usize,
+    n: usize,
+    j0: usize,
+    rows: usize,
+    bb: &mut [f64],
+    bw: usize,
+) {
+    const E: usize = 8;
+    let (nx, nr) = (n / E * E, rows / E * E);
+    for x0 in (0..nx).step_by(E) {
+        for r0 in (0..nr).step_by(E) {
+            let sq: [[f64; E]; E] = std::array::from_fn(|x| {
+                let mut row = [0.0; E];
+                row.copy_from_slice(&bt[(x0 + x) * k + j0 + r0..][..E]);
+                row
+            });
+            for (r, dst) in bb[r0 * bw..].chunks_mut(bw).take(E).enumerate() {
+                let d = &mut dst[x0..x0 + E];
+                for (x, v) in d.iter_mut().enumerate() {
+                    *v = sq[x][r];
+                }
+            }
+        }
+    }
+    // The columns and rows short of a square, word by word.
+    for x in 0..n {
+        let from = if x < nx { nr } else { 0 };
+        for r in from..rows {
+            bb[r * bw + x] = bt[x * k + j0 + r];
+        }
+    }
+}
+
+/// One block of the summed index: its `rows` rows of `a` (`lda` apart) and of `b` (padded to
+/// `bw` words).
+struct Block<'a> {
+    ab: &'a [f64],
+    lda: usize,
+    rows: usize,
+    bb: &'a [f64],
+    bw: usize,
+}
+
+impl Block<'_> {
+    /// One tile's columns, `KT` at a time: the tile's `MV` vectors start at word `i0` of each
+    /// row of `a`; column `x` of the tile is `ct[x * cs..][..MV]`.
+    #[inline(always)]
+    fn columns<S: Simd, const MV: usize, const KT: usize, F: Fn(*const f64)>(
+        &self,
+        simd: S,
+        i0: usize,
+        n: usize,
+        ct: &mut [S::f64s],
+        cs: usize,
+        pf: &mut Prefetch<'_, F>,
+    ) {
+        // Passes of `KT` columns, then of the largest of 16, 8, 4, 2, 1 that fits.
+        let mut k0 = 0;
+        while k0 < n {
+            let rem = n - k0;
+            let w = if rem >= KT {
+                self.tile::<S, MV, KT, F>(simd, i0, k0, ct, cs, pf);
+                KT
+            } else if rem >= 16 && KT > 16 {
+                self.tile::<S, MV, 16, F>(simd, i0, k0, ct, cs, pf);
+                16
+            } else if rem >= 8 && KT > 8 {
+                self.tile::<S, MV, 8, F>(simd, i0, k0, ct, cs, pf);
+                8
+            } else if rem >= 4 {
+                self.tile::<S, MV, 4, F>(simd, i0, k0, ct, cs, pf);
+                4
+            } else if rem >= 2 {
+                self.tile::<S, MV, 2, F>(simd, i0, k0, ct, cs, pf);
+                2
+            } else {
+                self.tile::<S, MV, 1, F>(simd, i0, k0, ct, cs, pf);
+                1
+            };
+            k0 += w;
+        }
+    }
+
+    /// Accumulates columns `k0..k0 + W` of the tile at `i0` over the block into `ct`: per row
+    /// of the block, `MV` vectors of `a` times `W` broadcast words of `b`.
+    #[inline(always)]
+    fn tile<S: Simd, const MV: usize, const W: usize, F: Fn(*const f64)>(
+        &self,
+        simd: S,
+        i0: usize,
+        k0: usize,
+        ct: &mut [S::f64s],
+        cs: usize,
+        pf: &mut Prefetch<'_, F>,
+    ) {
+        let lanes = S::F64_LANES;
+        let mut acc = [[simd.splat_f64s(0.0); MV]; W];
+        for (x, col) in acc.iter_mut().enumerate() {
+            col.copy_from_slice(&ct[(k0 + x) * cs..][..MV]);
+        }
+        for (r, brow) in self.bb.chunks_exact(self.bw).take(self.rows).enumerate() {
+            pf.step();
+            let seg = &self.ab[r * self.lda + i0..][..MV * lanes];
+            let av: [S::f64s; MV] = std::array::from_fn(|v| {
+                bytemuck::pod_read_unaligned(bytemuck::cast_slice(&seg[v * lanes..][..lanes]))
+            });
+            for (col, &bx) in acc.iter_mut().zip(&brow[k0..k0 + W]) {
+                let bv = simd.splat_f64s(bx);
+                for (y, &x) in col.iter_mut().zip(&av) {
+                    *y = simd.mul_add_f64s(x, bv, *y);
+                }
+            }
+        }
+        for (x, col) in acc.iter().enumerate() {
+            ct[(k0 + x) * cs..][..MV].copy_from_slice(col);
+        }
+    }
+
+    /// Accumulates output rows `i0..i0 + H` (all columns, four vectors at a time) over the
+    /// block into `out` (row-major, `nv` vectors a row).
+    #[inline(always)]
+    fn rows<S: Simd, const H: usize, F: Fn(*const f64)>(
+        &self,
+        simd: S,
+        i0: usize,
+        bv: &[S::f64s],
+        nv: usize,
+        out: &mut [S::f64s],
+        pf: &mut Prefetch<'_, F>,
+    ) {
+        let mut v0 = 0;
+        while v0 < nv {
+            let part = Part { i0, v0, nv };
+            match nv - v0 {
+                1 => self.rows_part::<S, H, 1, F>(simd, part, bv, out, pf),
+                2 => self.rows_part::<S, H, 2, F>(simd, part, bv, out, pf),
+                3 => self.rows_part::<S, H, 3, F>(simd, part, bv, out, pf),
+                _ => self.rows_part::<S, H, 4, F>(simd, part, bv, out, pf),
+            }
+            v0 += 4;
+        }
+    }
+
+    /// Rows `i0..i0 + H` by column vectors `v0..v0 + W`: per row of the block, `H` broadcast
+    /// words of `a` times `W` vectors of the row of `b`.
+    #[inline(always)]
+    fn rows_part<S: Simd, const H: usize, const W: usize, F: Fn(*const f64)>(
+        &self,
+        simd: S,
+        part: Part,
+        bv: &[S::f64s],
+        out: &mut [S::f64s],
+        pf: &mut Prefetch<'_, F>,
+    ) {
+        let Part { i0, v0, nv } = part;
+        let mut acc = [[simd.splat_f64s(0.0); W]; H];
+        for (h, row) in acc.iter_mut().enumerate() {
+            row.copy_from_slice(&out[h * nv + v0..][..W]);
+        }
+        for (r, brow) in bv.chunks_exact(nv).take(self.rows).enumerate() {
+            pf.step();
+            let bw: [S::f64s; W] = std::array::from_fn(|x| brow[v0 + x]);
+            let seg = &self.ab[r * self.lda + i0..][..H];
+            for (row, &x) in acc.iter_mut().zip(seg) {
+                let xv = simd.splat_f64s(x);
+                for (y, &bx) in row.iter_mut().zip(&bw) {
+                    *y = simd.mul_add_f64s(xv, bx, *y);
+                }
+            }
+        }
+        for (h, row) in acc.iter().enumerate() {
+            out[h * nv + v0..][..W].copy_from_slice(row);
+        }
+    }
+}
+
+/// Where [`Block::rows_part`] works: from output row `i0` and column vector `v0`, of `nv` a
+/// row.
+#[derive(Clone, Copy)]
+struct Part {
+    i0: usize,
+    v0: usize,
+    nv: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `c` by the definition, for `a` with rows `lda` apart and `b` row-major `k x n`.
+    fn reference(m: usize, n: usize, k: usize, a: &[f64], lda: usize, b: &[f64]) -> Vec<f64> {
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for x in 0..n {
+                c[i * n + x] = (0..k).map(|j| a[j * lda + i] * b[j * n + x]).sum();
+            }
+        }
+        c
+    }
+
+    /// The `n x k` transpose of the row-major `k x n` matrix `b`.
+    fn transposed(b: &[f64], k: usize, n: usize) -> Vec<f64> {
+        (0..n * k).map(|y| b[(y % k) * n + y / k]).collect()
+    }
+
+    #[test]
+    fn equals_the_plain_sum_for_every_remainder_and_alignment() {
+        // Whole and partial tiles and vectors of rows, every column remainder, a partial
+        // block of the summed index, rows longer than the product's (a thread's part), and
+        // `a` starting at every alignment.
+        let shapes = [
+            (64, 32, 256, 64),
+            (70, 7, 300, 70),
+            (131, 13, 513, 131),
+            (256, 32, 2048, 256),
+            (100, 2, 260, 128),
+            (96, 64, 384, 200),
+            (65, 9, 257, 72),
+        ];
+        for &(m, n, k, lda) in &shapes {
+            assert!(applies(m, n, k) || simd_level().is_none());
+            let store: Vec<f64> = (0..lda * k + 8)
+                .map(|x| ((x * 7 % 11) as f64) - 5.0)
+                .collect();
+            let b: Vec<f64> = (0..k * n).map(|x| ((x * 5 % 13) as f64) - 6.0).collect();
+            let bt = transposed(&b, k, n);
+            for (shift, b_trans) in (0..8).flat_map(|s| [(s, false), (s, true)]) {
+                let a = &store[shift..shift + lda * (k - 1) + m];
+                let want = reference(m, n, k, a, lda, &b);
+                let run = |c: &mut [f64], accumulate| {
+                    at_b(AtB {
+                        m,
+                        n,
+                        k,
+                        a,
+                        lda,
+                        b: if b_trans { &bt } else { &b },
+                        b_trans,
+                        c,
+                        accumulate,
+                    })
+                };
+                let mut c = vec![f64::NAN; m * n];
+                if !run(&mut c, false) {
+                    return; // no AVX2 here: the caller runs faer instead
+                }
+                for (x, (g, w)) in c.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - w).abs() <= 1e-9 * w.abs().max(1.0),
+                        "{m}x{n}x{k} lda {lda} shift {shift} b_trans {b_trans} at {x}: {g} vs {w}"
+                    );
+                }
+                // Accumulating adds the product to what is there.
+                let mut c2 = vec![1.0; m * n];
+                run(&mut c2, true);
+                for (g, w) in c2.iter().zip(&want) {
+                    assert!((g - (w + 1.0)).abs() <= 1e-9 * w.abs().max(1.0));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_cover_tiles_whole_vectors_from_the_aligned_row() {
+        for m in [8, 9, 24, 25, 64, 70, 131] {
+            for head in 0..8 {
+                let c = Cover::new(m, head, 24);
+                assert!(c.lo <= c.hi && c.hi <= m);
+                assert_eq!((c.hi - c.lo) % 24, 0);
+                assert!(m - c.hi < 24 + c.lo, "m {m} head {head}: {c:?}");
+                assert_eq!(c.lo, if head < m { head } else { 0 });
+            }
+        }
+    }
+}
