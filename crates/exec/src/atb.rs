@@ -87,7 +87,12 @@ pub(crate) struct AtB<'a> {
 /// Computes `op` and returns `true`, or returns `false` (and leaves `c` alone) on a processor
 /// without AVX2.
 pub(crate) fn at_b(op: AtB<'_>) -> bool {
-    match simd_level() {
+    at_b_at(simd_level(), op)
+}
+
+/// [`at_b`] at SIMD level `level`.
+fn at_b_at(level: Option<Level>, op: AtB<'_>) -> bool {
+    match level {
         #[cfg(target_arch = "x86_64")]
         Some(Level::V4(s)) => {
             let fetch = move |p: *const f64| {
@@ -509,7 +514,8 @@ struct Part {
     nv: usize,
 }
 
-#[cfg(test)]
+// The levels tested are x86 ones (elsewhere the caller runs faer).
+#[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
 
@@ -522,6 +528,16 @@ mod tests {
             }
         }
         c
+    }
+
+    /// Every SIMD level this machine has (AVX-512 machines run the AVX2 kernel too).
+    fn levels() -> Vec<Option<Level>> {
+        let mut v = vec![simd_level()];
+        #[cfg(target_arch = "x86_64")]
+        if let (Some(Level::V4(_)), Some(s)) = (simd_level(), pulp::x86::V3::try_new()) {
+            v.push(Some(Level::V3(s)));
+        }
+        v
     }
 
     /// The `n x k` transpose of the row-major `k x n` matrix `b`.
@@ -550,21 +566,27 @@ mod tests {
                 .collect();
             let b: Vec<f64> = (0..k * n).map(|x| ((x * 5 % 13) as f64) - 6.0).collect();
             let bt = transposed(&b, k, n);
-            for (shift, b_trans) in (0..8).flat_map(|s| [(s, false), (s, true)]) {
+            let cases = levels()
+                .into_iter()
+                .flat_map(|l| (0..8).flat_map(move |s| [(l, s, false), (l, s, true)]));
+            for (level, shift, b_trans) in cases {
                 let a = &store[shift..shift + lda * (k - 1) + m];
                 let want = reference(m, n, k, a, lda, &b);
                 let run = |c: &mut [f64], accumulate| {
-                    at_b(AtB {
-                        m,
-                        n,
-                        k,
-                        a,
-                        lda,
-                        b: if b_trans { &bt } else { &b },
-                        b_trans,
-                        c,
-                        accumulate,
-                    })
+                    at_b_at(
+                        level,
+                        AtB {
+                            m,
+                            n,
+                            k,
+                            a,
+                            lda,
+                            b: if b_trans { &bt } else { &b },
+                            b_trans,
+                            c,
+                            accumulate,
+                        },
+                    )
                 };
                 let mut c = vec![f64::NAN; m * n];
                 if !run(&mut c, false) {
@@ -573,7 +595,7 @@ mod tests {
                 for (x, (g, w)) in c.iter().zip(&want).enumerate() {
                     assert!(
                         (g - w).abs() <= 1e-9 * w.abs().max(1.0),
-                        "{m}x{n}x{k} lda {lda} shift {shift} b_trans {b_trans} at {x}: {g} vs {w}"
+                        "{m}x{n}x{k} lda {lda} shift {shift} b_trans {b_trans} v4 {} at {x}: {g} vs {w}", level.is_some_and(|l| matches!(l, Level::V4(_)))
                     );
                 }
                 // Accumulating adds the product to what is there.
