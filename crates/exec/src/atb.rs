@@ -155,35 +155,40 @@ impl Cover {
     }
 }
 
-/// A software prefetch cursor over rows `0..m` of `a`'s rows: `per` cache lines per step,
-/// until row `end`.
-struct Prefetch<'a, F> {
-    a: &'a [f64],
+/// A software prefetch cursor over words `0..m` of `a`'s rows (`lda` apart): `per` cache
+/// lines per step, up to word `stop`. It only computes addresses (a prefetch never faults),
+/// so it keeps a raw pointer and no bounds checks in the micro-kernels' loops.
+struct Prefetch<F> {
+    base: *const f64,
     lda: usize,
     m: usize,
-    row: usize,
-    col: usize,
-    end: usize,
+    /// The next word to fetch, and the end of its row's part.
+    pos: usize,
+    lim: usize,
+    stop: usize,
     per: usize,
     fetch: F,
 }
 
-impl<F: Fn(*const f64)> Prefetch<'_, F> {
+impl<F: Fn(*const f64)> Prefetch<F> {
     #[inline(always)]
     fn step(&mut self) {
         for _ in 0..self.per {
-            if self.row >= self.end {
+            if self.pos >= self.stop {
                 return;
             }
-            if let Some(x) = self.a.get(self.row * self.lda + self.col) {
-                (self.fetch)(x);
-            }
-            self.col += 8;
-            if self.col >= self.m {
-                self.col = 0;
-                self.row += 1;
+            (self.fetch)(self.base.wrapping_add(self.pos));
+            self.pos += 8;
+            if self.pos >= self.lim {
+                self.pos = self.lim - self.m + self.lda;
+                self.lim = self.pos + self.m;
             }
         }
+    }
+
+    /// Fetch up to row `row` (exclusive).
+    fn until(&mut self, row: usize) {
+        self.stop = row * self.lda;
     }
 }
 
@@ -238,23 +243,24 @@ fn run<S: Simd, const MV: usize, const KT: usize, const RH: usize, F: Fn(*const 
     let passes = n.div_ceil(KT).max(nv.div_ceil(4));
     // Cache lines to fetch per block, spread over the micro-kernels' iterations in it.
     let lines = KB * m.div_ceil(8);
-    let per = lines.div_ceil((groups * passes * KB).max(1)).max(1);
+    let per = lines.div_ceil((groups * passes * KB / 4).max(1)).max(1);
     let mut pf = Prefetch {
-        a,
+        base: a.as_ptr(),
         lda,
         m,
-        row: 0,
-        col: 0,
-        end: AHEAD.min(k),
+        pos: 0,
+        lim: m,
+        stop: 0,
         per: usize::MAX,
         fetch,
     };
+    pf.until(AHEAD.min(k));
     // The first rows at once; later ones a few lines per iteration of the kernels.
     pf.step();
     pf.per = per;
     for j0 in (0..k).step_by(KB) {
         let rows = KB.min(k - j0);
-        pf.end = (j0 + AHEAD + KB).min(k);
+        pf.until((j0 + AHEAD + KB).min(k));
         // The block's rows of `b`, padded to whole vectors.
         let bb = &mut bblock[..rows * bw];
         if b_trans {
@@ -362,6 +368,29 @@ fn transpose_block(
     }
 }
 
+/// One row of a block for [`Block::tile`]: `MV` vectors of `a` (from `arow`) times `W`
+/// broadcast words of `b` (from `brow`), into the accumulators. A function (not a closure) so
+/// that it inherits the SIMD level it is inlined into.
+#[inline(always)]
+fn mul_row<S: Simd, const MV: usize, const W: usize>(
+    simd: S,
+    acc: &mut [[S::f64s; MV]; W],
+    arow: &[f64],
+    brow: &[f64],
+) {
+    let lanes = S::F64_LANES;
+    let seg = &arow[..MV * lanes];
+    let av: [S::f64s; MV] = std::array::from_fn(|v| {
+        bytemuck::pod_read_unaligned(bytemuck::cast_slice(&seg[v * lanes..][..lanes]))
+    });
+    for (col, &bx) in acc.iter_mut().zip(&brow[..W]) {
+        let bv = simd.splat_f64s(bx);
+        for (y, &x) in col.iter_mut().zip(&av) {
+            *y = simd.mul_add_f64s(x, bv, *y);
+        }
+    }
+}
+
 /// One block of the summed index: its `rows` rows of `a` (`lda` apart) and of `b` (padded to
 /// `bw` words).
 struct Block<'a> {
@@ -383,7 +412,7 @@ impl Block<'_> {
         n: usize,
         ct: &mut [S::f64s],
         cs: usize,
-        pf: &mut Prefetch<'_, F>,
+        pf: &mut Prefetch<F>,
     ) {
         // Passes of `KT` columns, then of the largest of 16, 8, 4, 2, 1 that fits.
         let mut k0 = 0;
@@ -422,25 +451,32 @@ impl Block<'_> {
         k0: usize,
         ct: &mut [S::f64s],
         cs: usize,
-        pf: &mut Prefetch<'_, F>,
+        pf: &mut Prefetch<F>,
     ) {
-        let lanes = S::F64_LANES;
         let mut acc = [[simd.splat_f64s(0.0); MV]; W];
         for (x, col) in acc.iter_mut().enumerate() {
             col.copy_from_slice(&ct[(k0 + x) * cs..][..MV]);
         }
-        for (r, brow) in self.bb.chunks_exact(self.bw).take(self.rows).enumerate() {
+        // Four rows per prefetch step, so that the loop's own instructions (which share ports
+        // with the multiply-adds) are few per row.
+        let ab = &self.ab[i0..];
+        let bb = &self.bb[k0..];
+        let (lda, bw) = (self.lda, self.bw);
+        let mut r = 0;
+        while r + 4 <= self.rows {
             pf.step();
-            let seg = &self.ab[r * self.lda + i0..][..MV * lanes];
-            let av: [S::f64s; MV] = std::array::from_fn(|v| {
-                bytemuck::pod_read_unaligned(bytemuck::cast_slice(&seg[v * lanes..][..lanes]))
-            });
-            for (col, &bx) in acc.iter_mut().zip(&brow[k0..k0 + W]) {
-                let bv = simd.splat_f64s(bx);
-                for (y, &x) in col.iter_mut().zip(&av) {
-                    *y = simd.mul_add_f64s(x, bv, *y);
-                }
-            }
+            let a4 = &ab[r * lda..];
+            let b4 = &bb[r * bw..];
+            mul_row::<S, MV, W>(simd, &mut acc, a4, b4);
+            mul_row::<S, MV, W>(simd, &mut acc, &a4[lda..], &b4[bw..]);
+            mul_row::<S, MV, W>(simd, &mut acc, &a4[2 * lda..], &b4[2 * bw..]);
+            mul_row::<S, MV, W>(simd, &mut acc, &a4[3 * lda..], &b4[3 * bw..]);
+            r += 4;
+        }
+        while r < self.rows {
+            pf.step();
+            mul_row::<S, MV, W>(simd, &mut acc, &ab[r * lda..], &bb[r * bw..]);
+            r += 1;
         }
         for (x, col) in acc.iter().enumerate() {
             ct[(k0 + x) * cs..][..MV].copy_from_slice(col);
@@ -457,7 +493,7 @@ impl Block<'_> {
         bv: &[S::f64s],
         nv: usize,
         out: &mut [S::f64s],
-        pf: &mut Prefetch<'_, F>,
+        pf: &mut Prefetch<F>,
     ) {
         let mut v0 = 0;
         while v0 < nv {
@@ -481,7 +517,7 @@ impl Block<'_> {
         part: Part,
         bv: &[S::f64s],
         out: &mut [S::f64s],
-        pf: &mut Prefetch<'_, F>,
+        pf: &mut Prefetch<F>,
     ) {
         let Part { i0, v0, nv } = part;
         let mut acc = [[simd.splat_f64s(0.0); W]; H];
