@@ -277,13 +277,15 @@ fn run<
         per: usize::MAX,
         fetch,
     };
-    pf.until(AHEAD.min(k));
-    // The first rows at once; later ones a few lines per iteration of the kernels.
-    pf.step();
-    pf.per = per;
+    // Twice the lines per step during the first block, so that the cursor gets ahead (a
+    // burst of the first rows' prefetches up front stalled the start: 0.89 against 0.90).
+    pf.per = 2 * per;
     for j0 in (0..k).step_by(KB) {
         let rows = KB.min(k - j0);
         pf.until((j0 + AHEAD + KB).min(k));
+        if j0 > 0 {
+            pf.per = per;
+        }
         // The block's rows of `b`, padded to whole vectors.
         let bb = &mut bblock[..rows * bw];
         if b_trans {
