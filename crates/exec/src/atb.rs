@@ -153,7 +153,7 @@ impl<F: Fn(*const f64) + Copy, T: Transposer> WithSimd for Kernel<'_, F, T> {
 
 /// How [`run`] covers output rows `0..m`: tiles of whole vectors from `lo` (the first row
 /// whose words in `a` are 64-byte aligned, when every row of `a` starts at the same
-/// alignment) to `hi`, and the rows before and after them (fewer than a tile's) by rows.
+/// alignment) to `hi`, and the rows before and after them (fewer than a vector's) by rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Cover {
     lo: usize,
@@ -240,7 +240,7 @@ fn run<
     } else {
         0
     };
-    let cover = Cover::new(m, head, MV * lanes);
+    let cover = Cover::new(m, head, lanes);
     let vecs = (cover.hi - cover.lo) / lanes;
     // The tiled rows' output transposed, column `x` at `ct[x * cs..]`, the columns an odd
     // number of vectors apart (at a power-of-two distance a tile's accumulators share a few
@@ -262,7 +262,7 @@ fn run<
     ct.fill(simd.splat_f64s(0.0));
     cr.fill(simd.splat_f64s(0.0));
     bblock.fill(0.0);
-    let groups = vecs / MV + edge.div_ceil(RH);
+    let groups = vecs.div_ceil(MV) + edge.div_ceil(2);
     let passes = n.div_ceil(KT).max(nv.div_ceil(4));
     // Cache lines to fetch per block, spread over the micro-kernels' iterations in it.
     let lines = KB * m.div_ceil(8);
@@ -315,6 +315,14 @@ fn run<
             let i0 = cover.lo + t * MV * lanes;
             blk.columns::<S, MV, KT, F>(simd, i0, n, &mut ct[t * MV..], cs, &mut pf);
         }
+        // The vectors short of a tile, in one narrower tile.
+        let v0 = vecs / MV * MV;
+        let i0 = cover.lo + v0 * lanes;
+        match vecs - v0 {
+            0 => {}
+            1 => blk.columns::<S, 1, KT, F>(simd, i0, n, &mut ct[v0..], cs, &mut pf),
+            _ => blk.columns::<S, 2, KT, F>(simd, i0, n, &mut ct[v0..], cs, &mut pf),
+        }
         let bv: &[S::f64s] = bytemuck::cast_slice(bb);
         // The edge rows: before the tiles (their place in `cr` from 0) and after them (from
         // `cover.lo`).
@@ -322,13 +330,20 @@ fn run<
             let mut i0 = lo;
             while i0 < hi {
                 let out = &mut cr[(at + i0 - lo) * nv..];
-                if hi - i0 >= RH {
+                let left = hi - i0;
+                i0 += if left >= RH {
                     blk.rows::<S, RH, F>(simd, i0, bv, nv, out, &mut pf);
-                    i0 += RH;
+                    RH
+                } else if left >= 4 && RH > 4 {
+                    blk.rows::<S, 4, F>(simd, i0, bv, nv, out, &mut pf);
+                    4
+                } else if left >= 2 {
+                    blk.rows::<S, 2, F>(simd, i0, bv, nv, out, &mut pf);
+                    2
                 } else {
                     blk.rows::<S, 1, F>(simd, i0, bv, nv, out, &mut pf);
-                    i0 += 1;
-                }
+                    1
+                };
             }
         }
     }
@@ -783,13 +798,13 @@ mod tests {
     }
 
     #[test]
-    fn the_cover_tiles_whole_vectors_from_the_aligned_row() {
+    fn the_cover_takes_whole_vectors_from_the_aligned_row() {
         for m in [8, 9, 24, 25, 64, 70, 131] {
             for head in 0..8 {
-                let c = Cover::new(m, head, 24);
+                let c = Cover::new(m, head, 8);
                 assert!(c.lo <= c.hi && c.hi <= m);
-                assert_eq!((c.hi - c.lo) % 24, 0);
-                assert!(m - c.hi < 24 + c.lo, "m {m} head {head}: {c:?}");
+                assert_eq!((c.hi - c.lo) % 8, 0);
+                assert!(m - c.hi < 8, "m {m} head {head}: {c:?}");
                 assert_eq!(c.lo, if head < m { head } else { 0 });
             }
         }
