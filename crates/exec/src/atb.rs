@@ -370,7 +370,16 @@ fn run<
     let flat: &[f64] = bytemuck::cast_slice(&*ct);
     let edges: &[f64] = bytemuck::cast_slice(&*cr);
     let put = |out: &mut f64, y: f64| *out = if accumulate { *out + y } else { y };
+    let main = cover.hi - cover.lo;
+    if !accumulate && main > 0 {
+        // The tiled rows' output is the transpose of `ct`'s columns: put in place eight by
+        // eight (word by word, this gather was 2% of 256 x 32 x 2048's time).
+        tr.block(flat, cs * lanes, n, 0, main, &mut c[cover.lo * n..], n);
+    }
     for (i, row) in c.chunks_exact_mut(n).enumerate().take(m) {
+        if !accumulate && (cover.lo..cover.hi).contains(&i) {
+            continue;
+        }
         if (cover.lo..cover.hi).contains(&i) {
             let lane = i - cover.lo;
             for (x, out) in row.iter_mut().enumerate() {
