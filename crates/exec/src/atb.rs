@@ -399,56 +399,16 @@ fn run<
     SCRATCH.with(|s| *s.borrow_mut() = store);
 }
 
-/// Puts rows `j0..j0 + rows` of the `k x n` matrix whose transpose `bt` holds (`n x k`
-/// row-major) into `bb`, a row every `bw` words: eight by eight, each square read as eight
-/// runs of eight words and written as eight.
+/// Transposes 8 x 8 squares of words.
 trait Transposer: Copy {
-    #[allow(clippy::too_many_arguments)]
-    fn block(
-        self,
-        bt: &[f64],
-        k: usize,
-        n: usize,
-        j0: usize,
-        rows: usize,
-        bb: &mut [f64],
-        bw: usize,
-    );
-}
+    /// The transpose of `sq` (a row per array).
+    fn square(self, sq: [[f64; 8]; 8]) -> [[f64; 8]; 8];
 
-/// Each square through an array of words (AVX2 machines).
-#[derive(Clone, Copy)]
-struct Words;
-
-/// Each square in eight AVX-512 registers, transposed by 24 shuffles (word by word it cost a
-/// tenth of `ji,kj`'s time at 256 x 32 x 2048).
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
-struct Avx512(pulp::x86::V4);
-
-/// The squares' edges: columns from `nx` and, below it, rows from `nr`, word by word.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn transpose_rest(
-    bt: &[f64],
-    k: usize,
-    n: usize,
-    j0: usize,
-    rows: usize,
-    bb: &mut [f64],
-    bw: usize,
-    (nx, nr): (usize, usize),
-) {
-    for x in 0..n {
-        let from = if x < nx { nr } else { 0 };
-        for r in from..rows {
-            bb[r * bw + x] = bt[x * k + j0 + r];
-        }
-    }
-}
-
-impl Transposer for Words {
+    /// Puts rows `j0..j0 + rows` of the `k x n` matrix whose transpose `bt` holds (`n x k`
+    /// row-major) into `bb`, a row every `bw` words: eight by eight, each square read as eight
+    /// runs of eight words and written as eight, the edges word by word.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn block(
         self,
         bt: &[f64],
@@ -468,34 +428,46 @@ impl Transposer for Words {
                     row.copy_from_slice(&bt[(x0 + x) * k + j0 + r0..][..E]);
                     row
                 });
-                for (r, dst) in bb[r0 * bw..].chunks_mut(bw).take(E).enumerate() {
-                    for (x, v) in dst[x0..x0 + E].iter_mut().enumerate() {
-                        *v = sq[x][r];
-                    }
+                let tr = self.square(sq);
+                for (dst, row) in bb[r0 * bw..].chunks_mut(bw).zip(&tr) {
+                    dst[x0..x0 + E].copy_from_slice(row);
                 }
             }
         }
-        transpose_rest(bt, k, n, j0, rows, bb, bw, (nx, nr));
+        // The columns from `nx` and, below it, the rows from `nr`.
+        for x in 0..n {
+            let from = if x < nx { nr } else { 0 };
+            for r in from..rows {
+                bb[r * bw + x] = bt[x * k + j0 + r];
+            }
+        }
     }
 }
+
+/// Word by word (AVX2 machines).
+#[derive(Clone, Copy)]
+struct Words;
+
+impl Transposer for Words {
+    #[inline(always)]
+    fn square(self, sq: [[f64; 8]; 8]) -> [[f64; 8]; 8] {
+        std::array::from_fn(|r| std::array::from_fn(|x| sq[x][r]))
+    }
+}
+
+/// In eight AVX-512 registers, by 24 shuffles (word by word, putting `b` in order cost a tenth
+/// of `ji,kj`'s time at 256 x 32 x 2048).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Avx512(pulp::x86::V4);
 
 #[cfg(target_arch = "x86_64")]
 impl Transposer for Avx512 {
     #[inline(always)]
-    fn block(
-        self,
-        bt: &[f64],
-        k: usize,
-        n: usize,
-        j0: usize,
-        rows: usize,
-        bb: &mut [f64],
-        bw: usize,
-    ) {
+    fn square(self, sq: [[f64; 8]; 8]) -> [[f64; 8]; 8] {
         use core::arch::x86_64::{__m512d, __m512i};
-        const E: usize = 8;
         let f = self.0.avx512f;
-        let idx = |v: [i64; E]| -> __m512i { bytemuck::cast(v) };
+        let idx = |v: [i64; 8]| -> __m512i { bytemuck::cast(v) };
         // Pairs of words from two registers, then halves.
         let (lo2, hi2) = (
             idx([0, 1, 8, 9, 4, 5, 12, 13]),
@@ -505,48 +477,34 @@ impl Transposer for Avx512 {
             idx([0, 1, 2, 3, 8, 9, 10, 11]),
             idx([4, 5, 6, 7, 12, 13, 14, 15]),
         );
-        let (nx, nr) = (n / E * E, rows / E * E);
-        for x0 in (0..nx).step_by(E) {
-            for r0 in (0..nr).step_by(E) {
-                let r: [__m512d; E] = std::array::from_fn(|x| {
-                    bytemuck::pod_read_unaligned(bytemuck::cast_slice(
-                        &bt[(x0 + x) * k + j0 + r0..][..E],
-                    ))
-                });
-                let t = [
-                    f._mm512_unpacklo_pd(r[0], r[1]),
-                    f._mm512_unpackhi_pd(r[0], r[1]),
-                    f._mm512_unpacklo_pd(r[2], r[3]),
-                    f._mm512_unpackhi_pd(r[2], r[3]),
-                    f._mm512_unpacklo_pd(r[4], r[5]),
-                    f._mm512_unpackhi_pd(r[4], r[5]),
-                    f._mm512_unpacklo_pd(r[6], r[7]),
-                    f._mm512_unpackhi_pd(r[6], r[7]),
-                ];
-                let p = |a, i, b| f._mm512_permutex2var_pd(a, i, b);
-                // u[0]: words 0 and 4 of rows 0-3, u[1]: 1 and 5, u[2]: 2 and 6, u[3]: 3
-                // and 7; u[4..] the same of rows 4-7.
-                let u = [
-                    p(t[0], lo2, t[2]),
-                    p(t[1], lo2, t[3]),
-                    p(t[0], hi2, t[2]),
-                    p(t[1], hi2, t[3]),
-                    p(t[4], lo2, t[6]),
-                    p(t[5], lo2, t[7]),
-                    p(t[4], hi2, t[6]),
-                    p(t[5], hi2, t[7]),
-                ];
-                // v[c]: word c of the eight rows.
-                let v: [__m512d; E] = std::array::from_fn(|c| {
-                    p(u[c % 4], if c < 4 { lo4 } else { hi4 }, u[c % 4 + 4])
-                });
-                for (c, vc) in v.iter().enumerate() {
-                    let words: [f64; E] = bytemuck::cast(*vc);
-                    bb[(r0 + c) * bw + x0..][..E].copy_from_slice(&words);
-                }
-            }
-        }
-        transpose_rest(bt, k, n, j0, rows, bb, bw, (nx, nr));
+        let r: [__m512d; 8] = sq.map(bytemuck::cast);
+        let t = [
+            f._mm512_unpacklo_pd(r[0], r[1]),
+            f._mm512_unpackhi_pd(r[0], r[1]),
+            f._mm512_unpacklo_pd(r[2], r[3]),
+            f._mm512_unpackhi_pd(r[2], r[3]),
+            f._mm512_unpacklo_pd(r[4], r[5]),
+            f._mm512_unpackhi_pd(r[4], r[5]),
+            f._mm512_unpacklo_pd(r[6], r[7]),
+            f._mm512_unpackhi_pd(r[6], r[7]),
+        ];
+        let p = |a, i, b| f._mm512_permutex2var_pd(a, i, b);
+        // u[0]: words 0 and 4 of rows 0-3, u[1]: 1 and 5, u[2]: 2 and 6, u[3]: 3 and 7;
+        // u[4..] the same of rows 4-7.
+        let u = [
+            p(t[0], lo2, t[2]),
+            p(t[1], lo2, t[3]),
+            p(t[0], hi2, t[2]),
+            p(t[1], hi2, t[3]),
+            p(t[4], lo2, t[6]),
+            p(t[5], lo2, t[7]),
+            p(t[4], hi2, t[6]),
+            p(t[5], hi2, t[7]),
+        ];
+        // Row c of the result: word c of the eight rows.
+        std::array::from_fn(|c| {
+            bytemuck::cast(p(u[c % 4], if c < 4 { lo4 } else { hi4 }, u[c % 4 + 4]))
+        })
     }
 }
 

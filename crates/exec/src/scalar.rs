@@ -560,57 +560,44 @@ impl TransposedRows for f64 {
         if !crate::atb::applies(m, n, k) || (b_trans && 4 * n > m) {
             return false;
         }
-        at_b_split(m, m, n, k, a, b, c, accumulate, b_trans, threads)
-    }
-}
-
-/// [`crate::atb::at_b`] on `threads` threads: output rows `0..mm` (of `lda` in `a`'s rows)
-/// cut in two at a whole number of cache lines, the halves run as a rayon join.
-#[allow(clippy::too_many_arguments)]
-fn at_b_split(
-    mm: usize,
-    lda: usize,
-    n: usize,
-    k: usize,
-    a: &[f64],
-    b: &[f64],
-    c: &mut [f64],
-    accumulate: bool,
-    b_trans: bool,
-    threads: usize,
-) -> bool {
-    let mid = (mm * (threads / 2) / threads.max(1)) / 8 * 8;
-    if threads <= 1 || mid < 64 || mm - mid < 64 {
-        return crate::atb::at_b(crate::atb::AtB {
-            m: mm,
+        let op = crate::atb::AtB {
+            m,
             n,
             k,
             a,
-            lda,
+            lda: m,
             b,
             b_trans,
-            c: &mut c[..mm * n],
+            c: &mut c[..m * n],
             accumulate,
-        });
+        };
+        at_b_split(op, threads)
+    }
+}
+
+/// [`crate::atb::at_b`] on `threads` threads: the output rows cut in two at a whole number of
+/// cache lines, the halves run as a rayon join.
+fn at_b_split(op: crate::atb::AtB<'_>, threads: usize) -> bool {
+    let mid = (op.m * (threads / 2) / threads.max(1)) / 8 * 8;
+    if threads <= 1 || mid < 64 || op.m - mid < 64 {
+        return crate::atb::at_b(op);
     }
     let t0 = threads / 2;
-    let (c0, c1) = c[..mm * n].split_at_mut(mid * n);
+    let (c0, c1) = op.c.split_at_mut(mid * op.n);
+    let first = crate::atb::AtB {
+        m: mid,
+        c: c0,
+        ..op
+    };
+    let second = crate::atb::AtB {
+        m: op.m - mid,
+        a: &op.a[mid..],
+        c: c1,
+        ..op
+    };
     let (r0, r1) = rayon::join(
-        || at_b_split(mid, lda, n, k, a, b, c0, accumulate, b_trans, t0),
-        || {
-            at_b_split(
-                mm - mid,
-                lda,
-                n,
-                k,
-                &a[mid..],
-                b,
-                c1,
-                accumulate,
-                b_trans,
-                threads - t0,
-            )
-        },
+        || at_b_split(first, t0),
+        || at_b_split(second, threads - t0),
     );
     r0 && r1
 }
