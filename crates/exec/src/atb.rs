@@ -95,38 +95,25 @@ fn at_b_at(level: Option<Level>, op: AtB<'_>) -> bool {
     match level {
         #[cfg(target_arch = "x86_64")]
         Some(Level::V4(s)) => {
-            let fetch = move |p: *const f64| {
-                s.sse
-                    ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T1 }>(p.cast())
-            };
-            pulp::Simd::vectorize(
-                s,
-                Kernel {
-                    op,
-                    fetch,
-                    tr: Avx512(s),
-                },
-            );
+            let (fetch, tr) = (prefetcher(s.sse), Avx512(s));
+            pulp::Simd::vectorize(s, Kernel { op, fetch, tr });
             true
         }
         #[cfg(target_arch = "x86_64")]
         Some(Level::V3(s)) => {
-            let fetch = move |p: *const f64| {
-                s.sse
-                    ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T1 }>(p.cast())
-            };
-            pulp::Simd::vectorize(
-                s,
-                Kernel {
-                    op,
-                    fetch,
-                    tr: Words,
-                },
-            );
+            let (fetch, tr) = (prefetcher(s.sse), Words);
+            pulp::Simd::vectorize(s, Kernel { op, fetch, tr });
             true
         }
         None => false,
     }
+}
+
+/// A prefetch of the cache line holding an address into L2 (pulp's safe wrapper: a prefetch
+/// never faults).
+#[cfg(target_arch = "x86_64")]
+fn prefetcher(sse: pulp::core_arch::x86::Sse) -> impl Fn(*const f64) + Copy {
+    move |p: *const f64| sse._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T1 }>(p.cast())
 }
 
 struct Kernel<'a, F, T> {
