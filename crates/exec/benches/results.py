@@ -35,6 +35,9 @@ print("Written by `crates/exec/benches/e2e.sh`%s. Times are medians of the contr
       "kernel by kernel; every configuration, numpy's included, keeps its best round. "
       "Target: the ratio at most the kernel's target in every configuration.\n"
       % (" --quick (small sizes)" if quick else "", numpy_info, rounds))
+cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+            if line.startswith("model name")), "?") if os.path.exists("/proc/cpuinfo") else "?"
+print(f"- processor: {cpu}, {os.cpu_count()} logical cores")
 for k, v in load.items():
     print(f"- {k.replace('_', ' ')}: `{v.strip()}`")
 print()
