@@ -6,7 +6,7 @@
 //! group, its multiply-adds on the busiest rank at the GEMM rate of its shape class. A phase
 //! costs its fetches and its compute (their maximum when the fetch is overlapped).
 
-use crate::machine::{Link, Machine, RateClass};
+use crate::machine::{Link, Machine};
 use crate::{Distribution, GroupPlan, MoveKind, Plan, PlanStep, Volume};
 use deinsum_expr::Index;
 
@@ -233,10 +233,8 @@ impl<'a> TimeModel<'a> {
                 };
                 t += words * wb / self.bw;
             }
-            let (cm, cn, ck) = class_mnk;
             let madds = (batch * m * n * k) as f64;
-            let class = RateClass::of(cm, cn, ck);
-            t += 2.0 * madds / (self.m.gemm_rate_on_node(class, threads, self.procs) * share);
+            t += 2.0 * madds / (self.m.gemm_rate_of(class_mnk, threads, self.procs) * share);
         }
         t
     }

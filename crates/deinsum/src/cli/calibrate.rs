@@ -131,13 +131,16 @@ fn class_kernel(class: RateClass, quick: bool) -> (&'static str, String, f64) {
             format!("i={big},j={big},k={big}"),
             (big as f64).powi(3),
         ),
-        // Sides of 48 with a batch: below the large class, as tensor-network steps often are.
+        // One side of 16 (a Tucker rank, a small bond dimension) beside long ones: the medium
+        // steps of TTMc and tensor-network chains. (A batch of 48^3 products, measured here
+        // before, swung between 0.4 and 0.75 of the large rate from one minute to the next on a
+        // shared VM, and ran no kernel's steps.)
         RateClass::Medium => {
-            let b = if quick { 64 } else { 256 };
+            let m = if quick { 8192 } else { 16384 };
             (
-                "bij,bjk->bik",
-                format!("b={b},i=48,j=48,k=48"),
-                b as f64 * 48f64.powi(3),
+                "ij,jk->ik",
+                format!("i={m},j=128,k=16"),
+                (m * 128 * 16) as f64,
             )
         }
         // A Khatri-Rao step: no summed index.
@@ -327,21 +330,25 @@ fn ping_pong<C: deinsum_exec::Communicator>(
     let me = comm.rank();
     let mut times = Vec::with_capacity(reps);
     for _ in 0..reps + 1 {
-        let t = Instant::now();
-        // Round trip: 0 -> 1, then 1 -> 0; ranks beyond 1 take part with nothing.
+        // Round trip: 0 -> 1, then 1 -> 0; ranks beyond 1 take part with nothing. The messages
+        // are made before the clock starts: filling fresh pages is the model's packing, not β
+        // (timed here it made β 50 times too large on a VM with slow first touches).
         let (s1, f1): (Vec<(usize, Vec<f64>)>, Vec<usize>) = match me {
             0 => (vec![(1, vec![1.0; words])], vec![]),
             1 => (vec![], vec![0]),
             _ => (vec![], vec![]),
         };
-        comm.exchange(s1, &f1)?;
         let (s2, f2): (Vec<(usize, Vec<f64>)>, Vec<usize>) = match me {
             0 => (vec![], vec![1]),
             1 => (vec![(0, vec![1.0; words])], vec![]),
             _ => (vec![], vec![]),
         };
-        comm.exchange(s2, &f2)?;
+        comm.barrier()?;
+        let t = Instant::now();
+        let got1 = comm.exchange(s1, &f1)?;
+        let got2 = comm.exchange(s2, &f2)?;
         times.push(t.elapsed().as_secs_f64() / 2.0);
+        drop((got1, got2));
     }
     times.remove(0);
     times.sort_by(f64::total_cmp);
