@@ -369,7 +369,9 @@ fn link_of<C: deinsum_exec::Communicator>(
     Ok(Link { alpha, beta })
 }
 
-/// One collective per kind on `comm`, printed beside the model's prediction for it.
+/// One collective per kind on `comm`, printed beside its network term (α and β alone: the
+/// plan's time model adds the copies into and out of the messages and the reduction's
+/// arithmetic at the stream-copy bandwidth, measured later by rank 0 alone).
 fn collectives<C: deinsum_exec::Communicator>(
     comm: &C,
     link: &Link,
@@ -419,7 +421,7 @@ fn collectives<C: deinsum_exec::Communicator>(
             ),
         ] {
             eprintln!(
-                "collective {name}, {p} ranks, {words} words: {:.3} ms measured, {:.3} ms by the model",
+                "collective {name}, {p} ranks, {words} words: {:.3} ms measured, {:.3} ms by α and β alone (a plan adds packing and reduction at the copy bandwidth)",
                 t * 1e3,
                 model * 1e3
             );
