@@ -258,10 +258,7 @@ fn run<
     let edge_tiles = |mut left: usize| {
         let mut t = 0;
         while left > 0 {
-            left -= [RH, 4, 2, 1]
-                .into_iter()
-                .find(|&h| h <= left && h <= RH)
-                .unwrap_or(1);
+            left -= edge_height(left, RH);
             t += 1;
         }
         t
@@ -337,20 +334,17 @@ fn run<
             let mut i0 = lo;
             while i0 < hi {
                 let out = &mut cr[(at + i0 - lo) * nv..];
-                let left = hi - i0;
-                i0 += if left >= RH {
+                let h = edge_height(hi - i0, RH);
+                if h == RH {
                     blk.rows::<S, RH, F>(simd, i0, bv, nv, out, &mut pf);
-                    RH
-                } else if left >= 4 && RH > 4 {
+                } else if h == 4 {
                     blk.rows::<S, 4, F>(simd, i0, bv, nv, out, &mut pf);
-                    4
-                } else if left >= 2 {
+                } else if h == 2 {
                     blk.rows::<S, 2, F>(simd, i0, bv, nv, out, &mut pf);
-                    2
                 } else {
                     blk.rows::<S, 1, F>(simd, i0, bv, nv, out, &mut pf);
-                    1
-                };
+                }
+                i0 += h;
             }
         }
     }
@@ -384,6 +378,20 @@ fn run<
         }
     }
     SCRATCH.with(|s| *s.borrow_mut() = store);
+}
+
+/// Rows of the next edge tile when `left` edge rows remain and a tile takes at most `rh`: the
+/// edge loop of [`run`] and its prefetch pacing both follow this one rule.
+fn edge_height(left: usize, rh: usize) -> usize {
+    if left >= rh {
+        rh
+    } else if left >= 4 && rh > 4 {
+        4
+    } else if left >= 2 {
+        2
+    } else {
+        1
+    }
 }
 
 /// Transposes 8 x 8 squares of words.
@@ -541,19 +549,13 @@ impl Block<'_> {
         cs: usize,
         pf: &mut Prefetch<F>,
     ) {
-        // Passes of `KT` columns, then of the largest of 16, 8, 4, 2, 1 that fits.
+        // Passes of `KT` columns (8 or 4), then of the largest of 4, 2, 1 that fits.
         let mut k0 = 0;
         while k0 < n {
             let rem = n - k0;
             let w = if rem >= KT {
                 self.tile::<S, MV, KT, F>(simd, i0, k0, ct, cs, pf);
                 KT
-            } else if rem >= 16 && KT > 16 {
-                self.tile::<S, MV, 16, F>(simd, i0, k0, ct, cs, pf);
-                16
-            } else if rem >= 8 && KT > 8 {
-                self.tile::<S, MV, 8, F>(simd, i0, k0, ct, cs, pf);
-                8
             } else if rem >= 4 {
                 self.tile::<S, MV, 4, F>(simd, i0, k0, ct, cs, pf);
                 4

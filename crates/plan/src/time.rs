@@ -188,6 +188,7 @@ impl<'a> TimeModel<'a> {
             let n = prod(&|c| b.contains(&c) && !a.contains(&c), out);
             let k = prod(&|c| b.contains(&c) && !out.contains(&c), a);
             let mut class_mnk = (m, n, k);
+            let madds = (batch * m * n * k) as f64;
             // Layout copies only where the step sums an index: a Hadamard or outer product is
             // written straight in `out`'s order (no GEMM, no permutation), and the small
             // class's rate is measured on such a step, its writes included.
@@ -215,7 +216,6 @@ impl<'a> TimeModel<'a> {
                 let whole = operand(a, b) + operand(b, a) + result;
                 // Or slice by slice, as the executor chooses (`kernels::contract`), when
                 // neither operand sums an index alone.
-                let madds = (batch * m * n * k) as f64;
                 let sliced = (!pre(a, b) && !pre(b, a))
                     .then(|| {
                         [(a, b), (b, a)]
@@ -233,7 +233,6 @@ impl<'a> TimeModel<'a> {
                 };
                 t += words * wb / self.bw;
             }
-            let madds = (batch * m * n * k) as f64;
             t += 2.0 * madds / (self.m.gemm_rate_of(class_mnk, threads, self.procs) * share);
         }
         t
