@@ -388,6 +388,11 @@ impl NativePathInfo {
 
 /// An integer argument as Python's `int()` reads it (NumPy integers and floats included).
 fn to_int(x: &Bound<'_, PyAny>) -> PyResult<i128> {
+    // i64 first: the limited API has no one-call 128-bit conversion (PyO3 builds it from
+    // several calls); on own10's 35 extents this took contract_path from 36.9 to 36.0 µs.
+    if let Ok(v) = x.extract::<i64>() {
+        return Ok(v.into());
+    }
     match x.extract::<i128>() {
         Ok(v) => Ok(v),
         Err(_) => x.py().get_type::<PyInt>().call1((x,))?.extract::<i128>(),

@@ -5,6 +5,10 @@
 //! the fastest mean time of a batch of 10 calls (STRATEGY
 //! `all`: each of the case's strategies in turn).
 
+// As the binary and the Python extension: allocation is a visible part of a small search.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use deinsum_path::{optimize, PathOptions};
 
 #[path = "../benches/cases.rs"]

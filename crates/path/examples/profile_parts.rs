@@ -1,5 +1,9 @@
 //! Splits `optimize`'s time into search and reporting (a development aid).
 
+// As the binary and the Python extension: allocation is a visible part of a small search.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use deinsum_path::{evaluate, optimize, problem, strategy, tree_from_ssa, Flops, PathOptions};
 use std::time::{Duration, Instant};
 

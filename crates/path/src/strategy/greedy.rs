@@ -48,7 +48,11 @@ struct State<'n, 'p, 'a, const W: usize> {
     remaining: FastMap<Bits<W>, usize>,
     /// Size of every SSA id ever created (a key's size never changes, so no map is needed).
     sizes: Vec<f64>,
-    dim_to_ids: Vec<Vec<usize>>,
+    /// The live ids holding each non-output index, as bit rows over the ids (ids stay below
+    /// 2n, so `words` words a row): one allocation where a list per index took a quarter of
+    /// the search's time in allocating and growing.
+    holders: Vec<u64>,
+    words: usize,
     rc2: Bits<W>,
     rc3: Bits<W>,
 }
@@ -95,9 +99,22 @@ impl<const W: usize> State<'_, '_, '_, W> {
         }
     }
 
+    fn row(&self, d: usize) -> &[u64] {
+        &self.holders[d * self.words..(d + 1) * self.words]
+    }
+
+    fn set(&mut self, d: usize, id: usize, on: bool) {
+        let w = &mut self.holders[d * self.words + id / 64];
+        if on {
+            *w |= 1 << (id % 64);
+        } else {
+            *w &= !(1 << (id % 64));
+        }
+    }
+
     fn update_ref_counts(&mut self, dims: Bits<W>) {
         for d in dims.ones() {
-            let count = self.dim_to_ids[d].len();
+            let count: u32 = self.row(d).iter().map(|w| w.count_ones()).sum();
             let mut only = Bits::<W>::EMPTY;
             only.insert(d);
             self.rc2 = self.rc2.minus(only);
@@ -127,7 +144,8 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> PairPath {
         output,
         remaining: FastMap::default(),
         sizes: Vec::with_capacity(2 * n),
-        dim_to_ids: vec![Vec::new(); net.ext.len()],
+        holders: vec![0; net.ext.len() * (2 * n).div_ceil(64)],
+        words: (2 * n).div_ceil(64),
         rc2: Bits::EMPTY,
         rc3: Bits::EMPTY,
     };
@@ -153,7 +171,7 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> PairPath {
     for key in &order {
         let id = st.remaining[key];
         for d in key.minus(output).ones() {
-            st.dim_to_ids[d].push(id);
+            st.set(d, id, true);
         }
     }
     let all: Bits<W> = (0..net.ext.len()).fold(Bits::EMPTY, |mut b, i| {
@@ -162,16 +180,23 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> PairPath {
     });
     st.update_ref_counts(all.minus(output));
     let mut queue: BinaryHeap<Reverse<Cand<W>>> = BinaryHeap::new();
-    for d in 0..st.dim_to_ids.len() {
-        // Sorting in place is safe: the lists are only ever used as sets.
-        let mut ids = std::mem::take(&mut st.dim_to_ids[d]);
-        ids.sort_unstable();
+    // Ids of a bit row in increasing order, into a buffer kept across steps.
+    let mut ids: Vec<usize> = Vec::with_capacity(2 * n);
+    let fill = |ids: &mut Vec<usize>, row: &mut dyn Iterator<Item = u64>| {
+        ids.clear();
+        for (w, mut bits) in row.enumerate() {
+            while bits != 0 {
+                ids.push(64 * w + bits.trailing_zeros() as usize);
+                bits &= bits - 1;
+            }
+        }
+    };
+    for d in 0..net.ext.len() {
+        fill(&mut ids, &mut st.row(d).iter().copied());
         for i in 0..ids.len().saturating_sub(1) {
             st.push_best(ids[i], &keys, &ids[i + 1..], &mut queue);
         }
-        st.dim_to_ids[d] = ids;
     }
-    let mut k2ids: Vec<usize> = Vec::new();
     while let Some(Reverse(c)) = queue.pop() {
         if !st.remaining.contains_key(&c.k1) || !st.remaining.contains_key(&c.k2) {
             continue; // obsolete
@@ -180,10 +205,10 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> PairPath {
         let id1 = st.remaining.remove(&k1).expect("live");
         let id2 = st.remaining.remove(&k2).expect("live");
         for d in k1.minus(output).ones() {
-            st.dim_to_ids[d].retain(|x| *x != id1);
+            st.set(d, id1, false);
         }
         for d in k2.minus(output).ones() {
-            st.dim_to_ids[d].retain(|x| *x != id2);
+            st.set(d, id2, false);
         }
         path.push((id1, id2));
         let mut new_id = next_id;
@@ -198,30 +223,31 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> PairPath {
             st.sizes.push(st.sizes[new_id]);
             next_id += 1;
             for d in k12.minus(output).ones() {
-                for x in st.dim_to_ids[d].iter_mut() {
-                    if *x == old {
-                        *x = merged;
-                    }
+                if st.row(d)[old / 64] >> (old % 64) & 1 == 1 {
+                    st.set(d, old, false);
+                    st.set(d, merged, true);
                 }
             }
             new_id = merged;
         } else {
             for d in k12.minus(output).ones() {
-                st.dim_to_ids[d].push(new_id);
+                st.set(d, new_id, true);
             }
         }
         st.remaining.insert(k12, new_id);
         st.update_ref_counts(k1 | k2.minus(output));
-        k2ids.clear();
-        k2ids.extend(
-            k12.ones()
-                .flat_map(|d| st.dim_to_ids[d].iter().copied())
-                .filter(|x| *x != new_id),
-        );
-        k2ids.sort_unstable();
-        k2ids.dedup();
-        if !k2ids.is_empty() {
-            st.push_best(new_id, &keys, &k2ids, &mut queue);
+        // The live ids sharing an index with the new one, in increasing order.
+        let words = st.words;
+        let union = (0..words).map(|w| {
+            let mut acc = k12.ones().fold(0u64, |a, d| a | st.holders[d * words + w]);
+            if w == new_id / 64 {
+                acc &= !(1 << (new_id % 64));
+            }
+            acc
+        });
+        fill(&mut ids, &mut union.into_iter());
+        if !ids.is_empty() {
+            st.push_best(new_id, &keys, &ids, &mut queue);
         }
     }
     outer_products(net, output, &st.remaining, next_id, &mut path);
