@@ -49,8 +49,8 @@ struct State<'n, 'p, 'a, const W: usize> {
     /// Size of every SSA id ever created (a key's size never changes, so no map is needed).
     sizes: Vec<f64>,
     /// The live ids holding each non-output index, as bit rows over the ids (ids stay below
-    /// 2n, so `words` words a row): one allocation where a list per index took a quarter of
-    /// the search's time in allocating and growing.
+    /// 2n, so `words` words a row): one allocation, where a list per index was allocated,
+    /// grown, filtered and sorted step by step.
     holders: Vec<u64>,
     words: usize,
     rc2: Bits<W>,
