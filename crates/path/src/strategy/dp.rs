@@ -12,10 +12,16 @@
 //! that minimum (costs are non-negative, and a built-in step costs at least its iteration
 //! space); `reference` (tests only) is the earlier implementation it is checked against.
 //!
+//! [`dp_ways`] searches a larger space: each single operand that holds indices of its own is
+//! consumed either as it is (its first step sums them) or after a step that sums them out of
+//! it, whichever makes the tree cheaper, as `optimal` does; the outer-product rule reads each
+//! such operand at its smaller form. So on a connected network its space holds the trees of
+//! this search on the operands as they are and on the operands with those indices summed out.
+//!
 //! Each component is solved in its own numbering of operands (bit `i` is its `i`-th operand),
 //! so a component of up to [`FLAT_MAX`] operands finds its subsets in a flat table.
 
-use super::PairPath;
+use super::SsaPath;
 use crate::bits::Bits;
 use crate::bits::FastMap;
 use crate::net::Net;
@@ -50,6 +56,13 @@ struct Entry<const W: usize> {
     own: Bits<W>,
     /// Whether `cost` is final (the set has left the queue).
     done: bool,
+    /// With single-operand reductions ([`dp_ways`]): bit 0, the tree's first part (`left`) is
+    /// a single operand reduced before the step; bit 1, the second part is.
+    how: u8,
+    /// The least size this entry can enter a step with: `size`, or a reducible single
+    /// operand's size after its reduction (the outer-product rules read it, so that the
+    /// search admits every product that either form of the operand would).
+    small: f64,
 }
 
 /// A copy of a finished entry, as the partner scans read it.
@@ -216,7 +229,7 @@ impl Iterator for Ones {
 }
 
 /// What the whole network shares: its net, each operand's neighbours and own indices.
-struct Dp<'n, 'p, 'a, const W: usize> {
+struct Dp<'n, 'p, 'a, const W: usize, const WAYS: bool> {
     net: &'n Net<'p, 'a, W>,
     builtin: Option<BuiltinCost>,
     sizes: Sizes,
@@ -225,11 +238,14 @@ struct Dp<'n, 'p, 'a, const W: usize> {
     /// Per operand, its non-output indices that no other operand holds (summed by its first
     /// step, which is the only step they can be candidates of while in no other operand).
     own: Vec<Bits<W>>,
+    /// Per operand, when single-operand reductions are searched ([`dp_ways`]) and it has own
+    /// indices: its indices after summing them out, and that step's cost.
+    reduced: Vec<Option<(Bits<W>, f64)>>,
 }
 
 /// One connected component being solved, in its own numbering of operands.
-struct Comp<'d, 'n, 'p, 'a, const W: usize> {
-    d: &'d Dp<'n, 'p, 'a, W>,
+struct Comp<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> {
+    d: &'d Dp<'n, 'p, 'a, W, WAYS>,
     /// Global operand of each local one.
     ops: Vec<usize>,
     /// All local operands.
@@ -247,14 +263,14 @@ struct Store<const W: usize> {
     table: Table,
 }
 
-impl<const W: usize> Dp<'_, '_, '_, W> {
+impl<const W: usize, const WAYS: bool> Dp<'_, '_, '_, W, WAYS> {
     fn size(&self, s: Bits<W>) -> f64 {
         self.sizes.size(self.net, s)
     }
 }
 
-impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
-    fn new(d: &'d Dp<'n, 'p, 'a, W>, g: u128) -> Self {
+impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, WAYS> {
+    fn new(d: &'d Dp<'n, 'p, 'a, W, WAYS>, g: u128) -> Self {
         let ops: Vec<usize> = ones(g).collect();
         let c = ops.len();
         let mut local = vec![0u128; d.net.n()];
@@ -327,6 +343,8 @@ impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
                 left: 0,
                 own: self.d.own[t],
                 done: false,
+                how: 0,
+                small: self.d.reduced[t].map_or(self.leaf_size[i], |(r, _)| self.d.size(r)),
             });
             store.table.insert(1u128 << i, id);
             queue.push(Reverse((0.0f64.to_bits(), id)));
@@ -373,7 +391,7 @@ impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
             return;
         }
         // Any product with a part larger than all its neighbours outgrows each of them.
-        let outer = big.size <= a.widest;
+        let outer = big.small <= a.widest;
         let reach = big.nbr | if outer { a.hops } else { 0 };
         if part.union & reach == 0 || part.costs.first().is_none_or(|&cost| cost > budget) {
             return;
@@ -402,21 +420,38 @@ impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
                 let u = e.ind | big.ind;
                 // The step's iteration space (built-in models only: 0 otherwise).
                 let space = if builtin { self.d.size(u) } else { 0.0 };
+                // Indices a single operand of the step may sum out before it (dp_ways): the
+                // step's least iteration space is without them.
+                let shrink = if WAYS {
+                    self.reducible_own(e) | self.reducible_own(big)
+                } else {
+                    Bits::EMPTY
+                };
+                let least = if shrink == Bits::EMPTY || !builtin {
+                    space
+                } else {
+                    self.d.size(u.minus(shrink))
+                };
                 if conn >> bit & 1 == 0 {
-                    if p.e.size > p.widest {
+                    if p.e.small > p.widest {
                         continue; // as `outer`, for the partner
                     }
                     // An outer product pays only below a common neighbour's size.
                     let meet = ones(e.nbr & big.nbr)
                         .map(|u| self.leaf_size[u])
                         .fold(0.0, f64::max);
-                    let product = if builtin { space } else { self.d.size(u) };
+                    let product = if builtin {
+                        least
+                    } else {
+                        self.d.size(u.minus(shrink))
+                    };
                     if product > meet {
                         continue;
                     }
                 }
-                // A built-in step costs at least its iteration space.
-                if e.cost + big.cost + space > *cap {
+                // A built-in step costs at least its iteration space (a reduction first, at
+                // least the reduced step's).
+                if e.cost + big.cost + least > *cap {
                     continue;
                 }
                 if let Some((id, cost)) = self.combine(store, e, big, space, *cap) {
@@ -457,7 +492,36 @@ impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
             Some(BuiltinCost::MultiplyAdds) => space,
             None => net.step_cost(e1.ind, e2.ind, ind),
         };
-        let cost = base + step;
+        let mut cost = base + step;
+        let mut how = 0u8;
+        if WAYS && (self.reducible_own(e1) != Bits::EMPTY || self.reducible_own(e2) != Bits::EMPTY)
+        {
+            // Each single operand consumed as it is or reduced first (as `optimal` does).
+            let ways = |e: &Entry<W>| [Some((e.ind, 0.0)), self.reduced_of(e)];
+            for (i, wa) in ways(e1).iter().enumerate() {
+                let Some((ka, ca)) = *wa else { continue };
+                for (j, wb) in ways(e2).iter().enumerate() {
+                    let Some((kb, cb)) = *wb else { continue };
+                    if i + j == 0 {
+                        continue; // the step as it is, costed above
+                    }
+                    let all = ka | kb;
+                    // As `Net::step_cost`, with the size tables for the built-in models.
+                    let step = match self.d.builtin {
+                        Some(BuiltinCost::Flops) => {
+                            self.d.size(all) * if all == ind { 1.0 } else { 2.0 }
+                        }
+                        Some(BuiltinCost::MultiplyAdds) => self.d.size(all),
+                        None => net.step_cost(ka, kb, ind),
+                    };
+                    let total = base + ca + cb + step;
+                    if total < cost {
+                        cost = total;
+                        how = (i | j << 1) as u8;
+                    }
+                }
+            }
+        }
         if cost > cap {
             return None;
         }
@@ -468,6 +532,7 @@ impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
             }
             e.cost = cost;
             e.left = e1.set;
+            e.how = how;
             return Some((p, cost));
         }
         let size = self.d.size(ind);
@@ -485,31 +550,102 @@ impl<'d, 'n, 'p, 'a, const W: usize> Comp<'d, 'n, 'p, 'a, W> {
             left: e1.set,
             own: Bits::EMPTY,
             done: false,
+            how,
+            small: size,
         });
         Some((id, cost))
     }
 
-    /// Appends the steps of local set `s`'s tree; returns its node id.
-    fn emit(&self, store: &Store<W>, s: u128, n: usize, path: &mut PairPath) -> usize {
+    /// Appends the steps of local set `s`'s tree (each single operand's reduction, if its
+    /// tree has one, before the step that consumes it); returns its node id.
+    fn emit(&self, store: &Store<W>, s: u128, n: usize, path: &mut SsaPath) -> usize {
         if s & (s - 1) == 0 {
             return self.ops[s.trailing_zeros() as usize];
         }
         let id = store.table.get(s).expect("a built set");
-        let left = store.entries[id as usize].left;
-        let x = self.emit(store, left, n, path);
-        let y = self.emit(store, s ^ left, n, path);
-        path.push((x, y));
+        let Entry { left, how, .. } = store.entries[id as usize];
+        let mut x = self.emit(store, left, n, path);
+        if how & 1 != 0 {
+            path.push(vec![x]);
+            x = n + path.len() - 1;
+        }
+        let mut y = self.emit(store, s ^ left, n, path);
+        if how & 2 != 0 {
+            path.push(vec![y]);
+            y = n + path.len() - 1;
+        }
+        path.push(vec![x, y]);
         n + path.len() - 1
+    }
+
+    /// A single operand's reduced form and that step's cost, if it is searched.
+    fn reduced_of(&self, e: &Entry<W>) -> Option<(Bits<W>, f64)> {
+        if e.set & (e.set - 1) != 0 {
+            return None;
+        }
+        self.d.reduced[self.ops[e.set.trailing_zeros() as usize]]
+    }
+
+    /// The own indices of a single operand that may be summed out before its step.
+    fn reducible_own(&self, e: &Entry<W>) -> Bits<W> {
+        match self.reduced_of(e) {
+            Some(_) => e.own,
+            None => Bits::EMPTY,
+        }
     }
 }
 
 /// The dp path, or `None` when it finds none within the memory limit. With `upper`, the cost
 /// of a feasible path, no cap rises above it: `None` then also when no tree of this search's
 /// space costs at most `upper`.
-pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Option<PairPath> {
+pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Option<SsaPath> {
+    search::<W, false>(net, upper)
+}
+
+/// [`dp`] over a larger space: each single operand with indices of its own is consumed as it is
+/// or after a step that sums them out of it, whichever makes the tree cheaper (as `optimal`
+/// does). On a connected network this space holds the trees [`dp`] finds on the problem as it
+/// is and on the problem with those indices summed out first, so one search replaces the two.
+/// With the outer-product rules read at each operand's smaller form, their outer products too.
+pub(crate) fn dp_ways<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Option<SsaPath> {
+    search::<W, true>(net, upper)
+}
+
+/// Whether every operand is joined to every other through shared summed indices (one
+/// component, as [`dp`] splits them).
+pub(crate) fn connected<const W: usize>(net: &Net<'_, '_, W>) -> bool {
     let n = net.n();
     if n <= 1 {
-        return Some(PairPath::new());
+        return true;
+    }
+    let mut comp = 1u128;
+    let mut frontier = comp;
+    while frontier != 0 {
+        let mut next = 0u128;
+        for t in ones(frontier) {
+            for x in net.inputs[t].minus(net.output).ones() {
+                for (u, k) in net.inputs.iter().enumerate() {
+                    if k.0[x / 64] >> (x % 64) & 1 == 1 {
+                        next |= 1u128 << u;
+                    }
+                }
+            }
+        }
+        frontier = next & !comp;
+        comp |= next;
+    }
+    comp.count_ones() as usize == n
+}
+
+/// [`dp`] (`WAYS` false) or [`dp_ways`] (true): one function, two compiled searches, so that
+/// the plain one carries none of the other's checks.
+fn search<const W: usize, const WAYS: bool>(
+    net: &Net<'_, '_, W>,
+    upper: Option<f64>,
+) -> Option<SsaPath> {
+    let n = net.n();
+    if n <= 1 {
+        return Some(SsaPath::new());
     }
     assert!(n <= MAX_OPERANDS, "caller checks the operand count");
     let mut holders = vec![0u128; net.ext.len()];
@@ -538,17 +674,25 @@ pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Op
             b
         })
         .collect();
-    let d = Dp {
+    let reduced: Vec<_> = (0..n)
+        .map(|t| {
+            let r = net.inputs[t].minus(own[t]);
+            (WAYS && own[t] != Bits::EMPTY && net.fits(r))
+                .then(|| (r, net.nary_cost(&[net.inputs[t]], r)))
+        })
+        .collect();
+    let d: Dp<'_, '_, '_, W, WAYS> = Dp {
         net,
         builtin: net.builtin(),
         sizes: Sizes::new(net),
         nbr_leaf,
         own,
+        reduced,
     };
     // Connected components, in order of their lowest operand.
     let mut seen = 0u128;
     let mut parts: Vec<(usize, Bits<W>)> = Vec::new();
-    let mut path = PairPath::new();
+    let mut path = SsaPath::new();
     // Slack so that rounding in another summation order never prunes the bound's own tree.
     let limit = upper.map(|u| u * (1.0 + 1e-9) + 1e-9);
     for start in 0..n {
@@ -587,7 +731,7 @@ pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Op
         if !net.fits(k12) {
             return None;
         }
-        path.push((ia.min(ib), ia.max(ib)));
+        path.push(vec![ia.min(ib), ia.max(ib)]);
         parts.push((n + path.len() - 1, k12));
     }
     Some(path)
@@ -658,12 +802,16 @@ mod tests {
             })
     }
 
-    fn cost_of(net: &Net<'_, '_, 1>, path: &Option<PairPath>) -> Option<f64> {
-        let ssa: Vec<Vec<usize>> = path.as_ref()?.iter().map(|&(a, b)| vec![a, b]).collect();
+    fn cost_of(net: &Net<'_, '_, 1>, path: &Option<SsaPath>) -> Option<f64> {
         Some(
-            net.path_cost(&ssa)
+            net.path_cost(path.as_ref()?)
                 .expect("a dp path replays within the limit"),
         )
+    }
+
+    /// The reference search's pairs as an SSA path.
+    fn ssa(path: Option<crate::strategy::PairPath>) -> Option<SsaPath> {
+        Some(path?.iter().map(|&(a, b)| vec![a, b]).collect())
     }
 
     /// The new and the reference search agree in cost (and in finding a path) on `c` under
@@ -672,7 +820,7 @@ mod tests {
         let p = Problem::new(c.inputs.clone(), c.output.clone(), &c.extents, limit, model);
         let net = Net::<1>::new(&p);
         let new = cost_of(&net, &dp(&net, upper));
-        let old = cost_of(&net, &reference::dp(&net, upper));
+        let old = cost_of(&net, &ssa(reference::dp(&net, upper)));
         assert_eq!(new, old, "{c:?} limit {limit:?} upper {upper:?}");
     }
 
@@ -750,7 +898,7 @@ mod tests {
             // A bound near the unbounded answer, so that both finding and missing occur.
             let p = Problem::new(c.inputs.clone(), c.output.clone(), &c.extents, limit, m);
             let net = Net::<1>::new(&p);
-            let free = cost_of(&net, &reference::dp(&net, None));
+            let free = cost_of(&net, &ssa(reference::dp(&net, None)));
             let upper = scale.zip(free).map(|(k, f)| (f * k).round());
             agree(&c, m, limit, upper);
             agree(&c, m, limit, None);

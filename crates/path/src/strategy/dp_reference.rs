@@ -2,10 +2,10 @@
 //! entries in a hash map, partners found through per-operand lists): the new one must return
 //! paths of the same cost on every problem and bound.
 
-use super::PairPath;
 use crate::bits::Bits;
 use crate::bits::FastMap;
 use crate::net::Net;
+use crate::strategy::PairPath;
 const MAX_OPERANDS: usize = super::MAX_OPERANDS;
 
 /// Cap raises tried before the cap is lifted altogether.

@@ -5,6 +5,7 @@ mod dp;
 mod greedy;
 mod optimal;
 
+use crate::bits::Bits;
 use crate::net::{Net, Problem};
 use crate::PathError;
 
@@ -135,7 +136,7 @@ impl PathStrategy for Dp {
             });
         }
         // opt_einsum's dp sums out every input's own indices first; both ways are tried.
-        with_singles(p, |q, bound| capped_dp(q, false, bound))
+        dp_with_singles(p, false)
     }
 }
 
@@ -169,7 +170,7 @@ impl PathStrategy for Auto {
             // Greedy's pairwise path, or the same after summing out each input's own indices.
             StrategyKind::Greedy => with_singles(p, |q, _| Greedy.search(q).map(Some)),
             // The cheaper of dp's and greedy's paths, each way of with_singles.
-            StrategyKind::Dp => with_singles(p, |q, bound| capped_dp(q, true, bound)),
+            StrategyKind::Dp => dp_with_singles(p, true),
             _ => chosen.build().search(p),
         }
     }
@@ -198,18 +199,33 @@ fn capped_dp_on<const W: usize>(
     or_greedy: bool,
     bound: Option<f64>,
 ) -> Result<Option<SsaPath>, PathError> {
-    let dp = |cap: Option<f64>| run_dp(net, cap).map(from_pairs);
+    // Greedy's path, as `Greedy` finds it (branch-1 under a memory limit).
+    let greedy = || {
+        if net.p.memory_limit.is_some() {
+            run_branch(net, Some(1), StrategyKind::Greedy.name()).map(from_pairs)
+        } else {
+            run_greedy(net).map(from_pairs)
+        }
+    };
+    let dp = |cap: Option<f64>| run_dp(net, cap);
+    capped(|x| net.path_cost(x), or_greedy, bound, dp, greedy)
+}
+
+/// [`capped_dp`]'s rule over any dp search (`dp(cap)`) and greedy search (`greedy()`, run
+/// only when of use), with `cost` the problem's path cost.
+fn capped(
+    cost: impl Fn(&SsaPath) -> Option<f64>,
+    or_greedy: bool,
+    bound: Option<f64>,
+    dp: impl Fn(Option<f64>) -> Result<SsaPath, PathError>,
+    greedy: impl FnOnce() -> Result<SsaPath, PathError>,
+) -> Result<Option<SsaPath>, PathError> {
     if let (false, Some(b)) = (or_greedy, bound) {
         // dp's own path whatever greedy's: above the bound it is of no use.
         return Ok(dp(Some(b)).ok());
     }
-    // Greedy's path, as `Greedy` finds it (branch-1 under a memory limit).
-    let greedy = if net.p.memory_limit.is_some() {
-        run_branch(net, Some(1), StrategyKind::Greedy.name()).map(from_pairs)
-    } else {
-        run_greedy(net).map(from_pairs)
-    };
-    let upper = greedy.as_ref().ok().and_then(|g| net.path_cost(g));
+    let greedy = greedy();
+    let upper = greedy.as_ref().ok().and_then(&cost);
     let Some(upper) = upper else {
         return match bound {
             Some(b) => Ok(dp(Some(b)).ok()),
@@ -223,11 +239,104 @@ fn capped_dp_on<const W: usize>(
     match dp(Some(upper)) {
         // The cap bounds each connected component's tree; joining the components can still
         // cost more than greedy's path.
-        Ok(path) if or_greedy && net.path_cost(&path).is_none_or(|c| c > upper) => greedy.map(Some),
+        Ok(path) if or_greedy && cost(&path).is_none_or(|c| c > upper) => greedy.map(Some),
         Ok(path) => Ok(Some(path)),
         Err(_) if or_greedy => greedy.map(Some),
         Err(_) => dp(None).map(Some),
     }
+}
+
+/// dp (capped by greedy as [`capped_dp`], `or_greedy` likewise) with single-operand
+/// reductions: on a connected network with operands that hold indices of their own, one
+/// search over each such operand's two forms ([`dp::dp_ways`]), capped by the cheaper of
+/// greedy's paths with and without those reductions; elsewhere [`with_singles`] over
+/// [`capped_dp`]. Never costlier than the latter (the one search's space holds both of its
+/// searches' on a connected network, and greedy caps it the same way).
+fn dp_with_singles(p: &Problem<'_>, or_greedy: bool) -> Result<SsaPath, PathError> {
+    if !own_indices(p).is_empty() {
+        if let Some(path) = with_width!(p, dp_ways_on, or_greedy)? {
+            return Ok(path);
+        }
+    }
+    with_singles(p, |q, bound| capped_dp(q, or_greedy, bound))
+}
+
+/// The inputs that hold an index no other input and not the output holds.
+fn own_indices(p: &Problem<'_>) -> Vec<usize> {
+    let mut holders: crate::bits::FastMap<crate::Index, usize> = Default::default();
+    for c in p.inputs.iter().flatten().chain(p.output.iter()) {
+        *holders.entry(*c).or_insert(0) += 1;
+    }
+    (0..p.num_inputs())
+        .filter(|&t| p.inputs[t].iter().any(|c| holders[c] == 1))
+        .collect()
+}
+
+/// [`dp_with_singles`]'s one search, or `None` where it does not apply.
+fn dp_ways_on<const W: usize>(
+    net: &Net<'_, '_, W>,
+    or_greedy: bool,
+) -> Result<Option<SsaPath>, PathError> {
+    let own = |t: usize| {
+        net.inputs[t].minus(
+            net.inputs
+                .iter()
+                .enumerate()
+                .filter(|&(u, _)| u != t)
+                .fold(net.output, |m, (_, k)| m | *k),
+        )
+    };
+    if net.n() < 2 || (0..net.n()).all(|t| own(t) == Bits::EMPTY) || !dp::connected(net) {
+        return Ok(None);
+    }
+    // The cheaper of greedy's paths on the problem as it is and with own indices summed out
+    // first (as `with_singles` over greedy, on this net).
+    let greedy = || -> Result<SsaPath, PathError> {
+        let search = |x: &Net<'_, '_, W>| {
+            if x.p.memory_limit.is_some() {
+                run_branch(x, Some(1), StrategyKind::Greedy.name()).map(from_pairs)
+            } else {
+                run_greedy(x).map(from_pairs)
+            }
+        };
+        let p = net.p;
+        let reducible: Vec<usize> = (0..net.n()).filter(|&t| own(t) != Bits::EMPTY).collect();
+        let mut holders: crate::bits::FastMap<crate::Index, usize> = Default::default();
+        for c in p.inputs.iter().flatten().chain(p.output.iter()) {
+            *holders.entry(*c).or_insert(0) += 1;
+        }
+        let inputs = p
+            .inputs
+            .iter()
+            .map(|t| t.iter().copied().filter(|c| holders[c] > 1).collect())
+            .collect();
+        let q = Problem::new(inputs, p.output.clone(), p.extents, p.memory_limit, p.cost);
+        let reduced = search(&Net::<W>::new(&q)).map(|pairs| {
+            let n = net.n();
+            let k = reducible.len();
+            // Node ids after the k unary steps, as in `with_singles`.
+            let id = |x: usize| match reducible.binary_search(&x) {
+                Ok(r) if x < n => n + r,
+                _ if x >= n => x + k,
+                _ => x,
+            };
+            let mut ssa: SsaPath = reducible.iter().map(|&t| vec![t]).collect();
+            ssa.extend(pairs.iter().map(|st| st.iter().map(|&x| id(x)).collect()));
+            ssa
+        });
+        let plain = search(net);
+        let cost = |x: &Result<SsaPath, PathError>| x.as_ref().ok().and_then(|x| net.path_cost(x));
+        match (cost(&reduced), cost(&plain)) {
+            (Some(r), Some(a)) if r < a => reduced,
+            (Some(_), None) => reduced,
+            _ => plain,
+        }
+    };
+    let dp = |cap: Option<f64>| {
+        dp::dp_ways(net, cap).ok_or_else(|| memory_error(net.p, StrategyKind::Dp.name(), false))
+    };
+    let path = capped(|x| net.path_cost(x), or_greedy, None, dp, greedy)?;
+    Ok(Some(path.expect("an unbounded search returns a path")))
 }
 
 /// A registered search strategy, as named on the command line and in [`crate::PathOptions`].
@@ -473,14 +582,14 @@ fn run_optimal<const W: usize>(
     optimal::optimal(net, ub).ok_or_else(|| memory_error(net.p, StrategyKind::Optimal.name(), true))
 }
 
-fn run_dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Result<PairPath, PathError> {
+fn run_dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Result<SsaPath, PathError> {
     dp::dp(net, upper).ok_or_else(|| memory_error(net.p, StrategyKind::Dp.name(), false))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cost::{CostModel, Flops};
+    use crate::cost::{CostModel, Flops, MultiplyAdds};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
@@ -577,6 +686,32 @@ mod tests {
             }
         }
 
+        /// dp with single-operand reductions searched in one pass (`dp_with_singles`) costs no
+        /// more than the two searches of `with_singles` it replaces, and no less than the exact
+        /// search over the same choices (`optimal`), with and without a memory limit.
+        #[test]
+        fn one_search_with_reductions_as_cheap_as_two(
+            (inputs, output, extents) in arb_problem(),
+            limit in prop::option::weighted(0.2, 8u128..=500),
+        ) {
+            let models: [&dyn CostModel; 2] = [&Flops, &MultiplyAdds];
+            for (model, or_greedy) in models.into_iter().flat_map(|m| [(m, false), (m, true)]) {
+                let p = Problem::new(inputs.clone(), output.clone(), &extents, limit, model);
+                let exact = Optimal.search(&p).ok().and_then(|x| path_cost(&p, &x));
+                let new = dp_with_singles(&p, or_greedy).ok().and_then(|x| path_cost(&p, &x));
+                let old = with_singles(&p, |q, b| capped_dp(q, or_greedy, b))
+                    .ok()
+                    .and_then(|x| path_cost(&p, &x));
+                if let Some(o) = old {
+                    let n = new.expect("a path wherever the two searches found one");
+                    prop_assert!(n <= o * (1.0 + 1e-12), "or_greedy {}: {} > {}", or_greedy, n, o);
+                }
+                if let (Some(n), Some(x)) = (new, exact) {
+                    prop_assert!(x <= n * (1.0 + 1e-12), "optimal {} > {}", x, n);
+                }
+            }
+        }
+
         /// `auto`'s search between 9 and 14 operands (dp capped by greedy, each way of
         /// with_singles) never returns a path costlier than greedy's, disconnected networks
         /// included (dp's cap bounds each component, not their joins).
@@ -587,9 +722,7 @@ mod tests {
         ) {
             let model: &dyn CostModel = &Flops;
             let p = Problem::new(inputs, output, &extents, limit, model);
-            let auto = with_singles(&p, |q, b| capped_dp(q, true, b))
-                .ok()
-                .and_then(|x| path_cost(&p, &x));
+            let auto = dp_with_singles(&p, true).ok().and_then(|x| path_cost(&p, &x));
             let greedy = with_singles(&p, |q, _| Greedy.search(q).map(Some))
                 .ok()
                 .and_then(|x| path_cost(&p, &x));
