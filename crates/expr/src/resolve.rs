@@ -2,7 +2,6 @@
 
 use crate::syntax::{Ast, Item, Term};
 use crate::{Dim, ExprError, ExtentSpec, Index, Operand, ParsedEinsum};
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// Where an extent came from, for conflict messages.
@@ -26,53 +25,89 @@ impl fmt::Display for Source {
 /// The validated einsum of `ast` under `spec`: the output checked, `...` given fresh labels,
 /// every index its extent and every operand its storage dims.
 pub(crate) fn resolve(expr: &str, ast: &Ast, spec: &ExtentSpec) -> Result<ParsedEinsum, ExprError> {
-    let input_labels: BTreeSet<Index> = ast.inputs.iter().flat_map(|t| t.labels()).collect();
-    check_output(expr, ast, &input_labels)?;
-    check_spec(spec, &input_labels)?;
+    let labels = Labels::of(ast);
+    check_output(expr, ast, &labels)?;
+    check_spec(spec, &labels)?;
 
     // How many dims each operand's `...` covers (0 without `...`).
     let ell_dims = ellipsis_dims(expr, ast, spec)?;
     let nb = ell_dims.iter().copied().max().unwrap_or(0);
-    let ellipsis = fresh_labels(nb, &input_labels)?;
-
-    let mut extents: BTreeMap<Index, usize> = BTreeMap::new();
-    let mut sources: BTreeMap<Index, Source> = BTreeMap::new();
+    let ellipsis = fresh_labels(nb, &labels)?;
     let bext = broadcast_extents(ast, spec, &ell_dims, nb)?;
-    for (b, &c) in ellipsis.iter().enumerate() {
-        extents.insert(c, bext[b]);
-    }
 
     // Extents the shapes give to labels: NumPy broadcasts an extent-1 dim of a named index
     // against the index's other extent, so a label's extent is its one extent other than 1.
-    if let Some(shapes) = &spec.shapes {
-        for (c, (n, src)) in label_extents(ast, shapes)? {
-            set_extent(&mut extents, &mut sources, c, n, src)?;
-        }
-    }
+    let mut extents: Vec<Option<(usize, Source)>> = match &spec.shapes {
+        Some(shapes) => label_extents(ast, shapes, &labels)?,
+        None => vec![None; labels.len()],
+    };
     let ell = EllipsisDims {
         per_operand: &ell_dims,
         labels: &ellipsis,
         extents: &bext,
     };
-    let inputs = (0..ast.inputs.len())
-        .map(|k| storage_dims(ast, spec, k, &extents, &ell))
+    let inputs: Vec<Operand> = (0..ast.inputs.len())
+        .map(|k| storage_dims(ast, spec, k, &labels, &extents, &ell))
         .collect();
 
     for (&c, &n) in &spec.sizes {
-        set_extent(&mut extents, &mut sources, c, n, Source::Sizes)?;
+        // check_spec made sure that every named index is a label.
+        let Some(id) = labels.id(c) else { continue };
+        set_extent(&mut extents[id], c, n, Source::Sizes)?;
     }
-    fill_missing(spec, &input_labels, &mut extents)?;
+    fill_missing(spec, &labels, &mut extents)?;
 
-    let output = output_labels(ast, &ellipsis);
-    let einsum = ParsedEinsum {
+    let output = output_labels(ast, &ellipsis, &labels);
+    // One map at the end, built from sorted pairs (a map grown entry by entry, with a second
+    // one for the sources, was most of the time a 10-operand einsum took to resolve).
+    let mut pairs: Vec<(Index, usize)> = ellipsis.iter().copied().zip(bext).collect();
+    pairs.extend(
+        labels
+            .sorted
+            .iter()
+            .zip(&extents)
+            .filter_map(|(&c, e)| e.map(|(n, _)| (c, n))),
+    );
+    pairs.sort_unstable_by_key(|&(c, _)| c);
+    let extent_of = |c: Index| match pairs.binary_search_by_key(&c, |&(x, _)| x) {
+        Ok(i) => pairs[i].1,
+        Err(_) => 1,
+    };
+    check_sizes(&inputs, &output, ast, extent_of)?;
+    Ok(ParsedEinsum {
         inputs,
         output,
-        extents,
+        extents: pairs.into_iter().collect(),
         implicit_output: ast.output.is_none(),
         ellipsis,
-    };
-    check_sizes(&einsum, ast)?;
-    Ok(einsum)
+    })
+}
+
+/// The labels of the inputs, sorted by code point: their positions are dense ids whose order
+/// is the order a map over the labels iterates in.
+struct Labels {
+    sorted: Vec<Index>,
+}
+
+impl Labels {
+    fn of(ast: &Ast) -> Self {
+        let mut sorted: Vec<Index> = ast.inputs.iter().flat_map(|t| t.labels()).collect();
+        sorted.sort_unstable();
+        sorted.dedup();
+        Labels { sorted }
+    }
+
+    fn len(&self) -> usize {
+        self.sorted.len()
+    }
+
+    fn id(&self, c: Index) -> Option<usize> {
+        self.sorted.binary_search(&c).ok()
+    }
+
+    fn contains(&self, c: Index) -> bool {
+        self.id(c).is_some()
+    }
 }
 
 /// The broadcast extent of each `...` position (counted from the left of the longest): the
@@ -128,7 +163,8 @@ fn storage_dims(
     ast: &Ast,
     spec: &ExtentSpec,
     k: usize,
-    extents: &BTreeMap<Index, usize>,
+    labels: &Labels,
+    extents: &[Option<(usize, Source)>],
     ell: &EllipsisDims<'_>,
 ) -> Operand {
     let nb = ell.labels.len();
@@ -138,7 +174,8 @@ fn storage_dims(
         match item {
             Item::Label(c) => {
                 let n = spec.shapes.as_ref().map_or(0, |s| s[k][dims.len()]);
-                if n == 1 && extents.get(c).is_some_and(|&e| e > 1) {
+                let known = labels.id(*c).and_then(|id| extents[id]);
+                if n == 1 && known.is_some_and(|(e, _)| e > 1) {
                     named_broadcast.push((dims.len(), *c));
                     dims.push(Dim::Broadcast);
                 } else {
@@ -166,19 +203,21 @@ fn storage_dims(
 /// Gives the default extent to every input label still without one, or names them.
 fn fill_missing(
     spec: &ExtentSpec,
-    input_labels: &BTreeSet<Index>,
-    extents: &mut BTreeMap<Index, usize>,
+    labels: &Labels,
+    extents: &mut [Option<(usize, Source)>],
 ) -> Result<(), ExprError> {
-    let missing: Vec<Index> = input_labels
+    let missing: Vec<Index> = labels
+        .sorted
         .iter()
-        .copied()
-        .filter(|c| !extents.contains_key(c))
+        .zip(extents.iter())
+        .filter(|(_, e)| e.is_none())
+        .map(|(&c, _)| c)
         .collect();
     match (spec.default, missing.as_slice()) {
         (_, []) => Ok(()),
         (Some(n), _) => {
-            for c in missing {
-                extents.insert(c, n);
+            for e in extents.iter_mut().filter(|e| e.is_none()) {
+                *e = Some((n, Source::Sizes));
             }
             Ok(())
         }
@@ -211,12 +250,14 @@ impl Term {
 fn label_extents(
     ast: &Ast,
     shapes: &[Vec<usize>],
-) -> Result<BTreeMap<Index, (usize, Source)>, ExprError> {
-    let mut out: BTreeMap<Index, (usize, Source)> = BTreeMap::new();
+    labels: &Labels,
+) -> Result<Vec<Option<(usize, Source)>>, ExprError> {
+    let mut out: Vec<Option<(usize, Source)>> = vec![None; labels.len()];
+    // An operand's few labels: a list, not a map (a map per operand was a tenth of parsing a
+    // 14-operand einsum), one list for all operands.
+    let mut here: Vec<(Index, usize, usize)> = Vec::new();
     for (k, t) in ast.inputs.iter().enumerate() {
-        // An operand's few labels: a list, not a map (a map per operand was a tenth of
-        // parsing a 14-operand einsum).
-        let mut here: Vec<(Index, usize, usize)> = Vec::new();
+        here.clear();
         let mut d = 0;
         for (item, _) in &t.items {
             match item {
@@ -234,17 +275,16 @@ fn label_extents(
                         here.push((*c, d, n));
                     }
                     let src = Source::Shape { operand: k, dim: d };
-                    match out.get(c) {
-                        Some(&(prev, from)) if prev != n && prev != 1 && n != 1 => {
+                    let slot = &mut out[labels.id(*c).expect("an input label")];
+                    match *slot {
+                        Some((prev, from)) if prev != n && prev != 1 && n != 1 => {
                             return Err(ExprError::invalid(format!(
                                 "two different extents for index '{c}': {prev} ({from}) and {n} \
                                  ({src}) (NumPy broadcasts only extent 1 against another extent)"
                             )))
                         }
-                        Some(&(prev, _)) if prev != 1 || n == 1 => {}
-                        _ => {
-                            out.insert(*c, (n, src));
-                        }
+                        Some((prev, _)) if prev != 1 || n == 1 => {}
+                        _ => *slot = Some((n, src)),
                     }
                     d += 1;
                 }
@@ -256,21 +296,21 @@ fn label_extents(
 }
 
 /// Every output index occurs in an input, and only once in the output.
-fn check_output(expr: &str, ast: &Ast, input_labels: &BTreeSet<Index>) -> Result<(), ExprError> {
+fn check_output(expr: &str, ast: &Ast, labels: &Labels) -> Result<(), ExprError> {
     let Some(out) = &ast.output else {
         return Ok(());
     };
-    let mut seen = BTreeSet::new();
+    let mut seen = vec![false; labels.len()];
     for (item, at) in &out.items {
         if let Item::Label(c) = item {
-            if !input_labels.contains(c) {
+            let Some(id) = labels.id(*c) else {
                 return Err(ExprError::semantic(
                     expr,
                     *at,
                     format!("output index '{c}' does not occur in any input"),
                 ));
-            }
-            if !seen.insert(*c) {
+            };
+            if std::mem::replace(&mut seen[id], true) {
                 return Err(ExprError::semantic(
                     expr,
                     *at,
@@ -283,9 +323,9 @@ fn check_output(expr: &str, ast: &Ast, input_labels: &BTreeSet<Index>) -> Result
 }
 
 /// Extents in the spec are >= 1 (a hand-built spec may hold 0) and name indices that exist.
-fn check_spec(spec: &ExtentSpec, input_labels: &BTreeSet<Index>) -> Result<(), ExprError> {
+fn check_spec(spec: &ExtentSpec, labels: &Labels) -> Result<(), ExprError> {
     for (&c, &n) in &spec.sizes {
-        if !input_labels.contains(&c) {
+        if !labels.contains(c) {
             return Err(ExprError::invalid(format!(
                 "--sizes names index '{c}', which does not occur in the einsum"
             )));
@@ -362,7 +402,7 @@ fn ellipsis_dims(expr: &str, ast: &Ast, spec: &ExtentSpec) -> Result<Vec<usize>,
 
 /// Labels for the `...` dims, deterministic and disjoint from the expression's labels:
 /// Greek small letters, then Greek capitals, then CJK ideographs and beyond.
-fn fresh_labels(n: usize, used: &BTreeSet<Index>) -> Result<Vec<Index>, ExprError> {
+fn fresh_labels(n: usize, used: &Labels) -> Result<Vec<Index>, ExprError> {
     let greek_small = (0x3B1..=0x3C9).filter(|&u| u != 0x3C2);
     let greek_capital = (0x391..=0x3A9).filter(|&u| u != 0x3A2);
     let rest = 0x4E00..=0x10FFFF;
@@ -370,7 +410,7 @@ fn fresh_labels(n: usize, used: &BTreeSet<Index>) -> Result<Vec<Index>, ExprErro
         .chain(greek_capital)
         .chain(rest)
         .filter_map(char::from_u32)
-        .filter(|c| c.is_alphabetic() && !used.contains(c))
+        .filter(|&c| c.is_alphabetic() && !used.contains(c))
         .take(n)
         .collect();
     if labels.len() < n {
@@ -381,19 +421,17 @@ fn fresh_labels(n: usize, used: &BTreeSet<Index>) -> Result<Vec<Index>, ExprErro
     Ok(labels)
 }
 
+/// Gives label `c` (whose slot is `slot`) the extent `n` from `src`, or says that it has
+/// another.
 fn set_extent(
-    extents: &mut BTreeMap<Index, usize>,
-    sources: &mut BTreeMap<Index, Source>,
+    slot: &mut Option<(usize, Source)>,
     c: Index,
     n: usize,
     src: Source,
 ) -> Result<(), ExprError> {
-    match extents.get(&c) {
-        Some(&prev) if prev != n => Err(ExprError::invalid(format!(
-            "two different extents for index '{c}': {prev} ({}) and {n} ({src}){}",
-            sources
-                .get(&c)
-                .map_or("'...'".to_string(), |s| s.to_string()),
+    match *slot {
+        Some((prev, from)) if prev != n => Err(ExprError::invalid(format!(
+            "two different extents for index '{c}': {prev} ({from}) and {n} ({src}){}",
             if prev == 1 || n == 1 {
                 " (--sizes must give the extent after broadcasting)"
             } else {
@@ -402,8 +440,7 @@ fn set_extent(
         ))),
         Some(_) => Ok(()),
         None => {
-            extents.insert(c, n);
-            sources.insert(c, src);
+            *slot = Some((n, src));
             Ok(())
         }
     }
@@ -411,7 +448,7 @@ fn set_extent(
 
 /// The explicit output, or NumPy's implicit one: `...` dims first, then the labels that occur
 /// exactly once over all inputs, sorted by code point.
-fn output_labels(ast: &Ast, ellipsis: &[Index]) -> Vec<Index> {
+fn output_labels(ast: &Ast, ellipsis: &[Index], labels: &Labels) -> Vec<Index> {
     match &ast.output {
         Some(t) => {
             let mut out = Vec::new();
@@ -424,29 +461,52 @@ fn output_labels(ast: &Ast, ellipsis: &[Index]) -> Vec<Index> {
             out
         }
         None => {
-            let mut count: BTreeMap<Index, usize> = BTreeMap::new();
+            let mut count = vec![0usize; labels.len()];
             for c in ast.inputs.iter().flat_map(|t| t.labels()) {
-                *count.entry(c).or_insert(0) += 1;
+                count[labels.id(c).expect("an input label")] += 1;
             }
             let mut out = ellipsis.to_vec();
-            out.extend(count.into_iter().filter(|&(_, n)| n == 1).map(|(c, _)| c));
+            out.extend(
+                labels
+                    .sorted
+                    .iter()
+                    .zip(&count)
+                    .filter(|&(_, &n)| n == 1)
+                    .map(|(&c, _)| c),
+            );
             out
         }
     }
 }
 
-/// Element counts of every operand and of the output fit in `usize`.
-fn check_sizes(e: &ParsedEinsum, ast: &Ast) -> Result<(), ExprError> {
-    for (k, op) in e.inputs.iter().enumerate() {
-        if checked_product(&op.shape(&e.extents)).is_none() {
+/// Element counts of every operand and of the output fit in `usize` (`extent_of` gives each
+/// index's extent).
+fn check_sizes(
+    inputs: &[Operand],
+    output: &[Index],
+    ast: &Ast,
+    extent_of: impl Fn(Index) -> usize,
+) -> Result<(), ExprError> {
+    let size = |dims: &mut dyn Iterator<Item = usize>| {
+        let mut acc = 1usize;
+        for d in dims {
+            acc = acc.checked_mul(d)?;
+        }
+        Some(acc)
+    };
+    for (k, op) in inputs.iter().enumerate() {
+        let mut dims = op.dims.iter().map(|d| match d {
+            Dim::Index(c) => extent_of(*c),
+            Dim::Broadcast => 1,
+        });
+        if size(&mut dims).is_none() {
             return Err(ExprError::invalid(format!(
                 "operand {k} ('{}') has more elements than fit in usize",
                 ast.inputs[k].text
             )));
         }
     }
-    let out: Vec<usize> = e.output.iter().map(|c| e.extent(*c)).collect();
-    if checked_product(&out).is_none() {
+    if size(&mut output.iter().map(|&c| extent_of(c))).is_none() {
         return Err(ExprError::invalid(
             "the output has more elements than fit in usize",
         ));
