@@ -91,7 +91,7 @@ def _require_mpi():
     if not _native.HAS_MPI:
         raise RuntimeError(
             "comm= needs deinsum built with MPI, and this extension was built without it: "
-            "reinstall with MATURIN_PEP517_ARGS=\"--features mpi\" pip install ./python "
+            'reinstall with MATURIN_PEP517_ARGS="--features mpi" pip install ./python '
             "(needs an MPI installation, e.g. libopenmpi-dev, and libclang-dev)"
         )
 
@@ -180,13 +180,21 @@ class Plan:
         whole array `a` (None where `input_block` is None), so no rank needs a whole operand.
         Returns `(block, slices)`: this rank's block of the result and where it lies
         (`plan.output_block(rank)`), or None on a rank that returns no block. Every rank of
-        `comm` must call it; the blocks must have one dtype on every rank (pass `dtype=` on a
-        rank that holds no block at all). Refusals (a wrong shape, a missing block) raise on
-        every rank before anything is moved.
+        `comm` must call it. The run's type is float32 or float64 as for `einsum`, promoted
+        over the blocks of all ranks (one more small all-reduce on `comm`), or `dtype` (then
+        the same on every rank). Refusals (a wrong shape, a missing block) raise on every rank
+        before anything is moved.
         """
         _require_mpi()
+        _comm_size(comm)
         present = [b for b in blocks if b is not None]
         _, dt = _as_operands(present, dtype)
+        if dtype is None:
+            # The type every rank's blocks promote to (NumPy's promotion of float32 and float64
+            # is the wider), agreed by all ranks: a rank holding no block has no type of its own.
+            mpi = sys.modules["mpi4py.MPI"]
+            size = comm.allreduce(dt.itemsize if present else 0, op=mpi.MAX)
+            dt = np.dtype(np.float32) if size == 4 else np.dtype(np.float64)
         arrays = [None if b is None else _as_operands([b], dt)[0][0] for b in blocks]
         run = self._native.run_blocks_f32 if dt == np.float32 else self._native.run_blocks_f64
         out = run(arrays, comm, _mpi_threads(threads))
@@ -291,6 +299,8 @@ def _comm_size(comm):
             "comm must be an mpi4py communicator (mpi4py.MPI.Intracomm, e.g. MPI.COMM_WORLD), "
             f"not {type(comm).__name__}"
         )
+    if comm == mpi.COMM_NULL:
+        raise ValueError("comm is MPI.COMM_NULL")
     return comm.Get_size()
 
 

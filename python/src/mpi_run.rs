@@ -53,6 +53,9 @@ fn fortran_handle(obj: &Bound<'_, PyAny>) -> PyResult<c_int> {
     if !obj.is_instance(&mpi.getattr("Comm")?)? {
         return Err(not_comm());
     }
+    if obj.eq(mpi.getattr("COMM_NULL")?)? {
+        return Err(PyValueError::new_err("comm is MPI.COMM_NULL"));
+    }
     if !obj.is_instance(&mpi.getattr("Intracomm")?)? {
         return Err(PyTypeError::new_err(format!(
             "comm must be an intra-communicator (mpi4py.MPI.Intracomm), not {}",
@@ -67,9 +70,6 @@ fn fortran_handle(obj: &Bound<'_, PyAny>) -> PyResult<c_int> {
     }
     if mpi::environment::is_finalized() {
         return Err(PyRuntimeError::new_err("MPI is finalized already"));
-    }
-    if obj.eq(mpi.getattr("COMM_NULL")?)? {
-        return Err(PyValueError::new_err("comm is MPI.COMM_NULL"));
     }
     obj.call_method0("py2f")?.extract::<c_int>()
 }
