@@ -283,7 +283,7 @@ fn check_rank(plan: &deinsum::plan::Plan, rank: usize) -> PyResult<()> {
         return Err(PyValueError::new_err(format!(
             "rank {rank}: the plan is for {} ranks (0 to {})",
             plan.procs,
-            plan.procs - 1
+            plan.procs.saturating_sub(1)
         )));
     }
     Ok(())

@@ -80,8 +80,9 @@ fn fortran_handle(obj: &Bound<'_, PyAny>) -> PyResult<c_int> {
 /// The duplicate's MPI errors abort the job (MPI_ERRORS_ARE_FATAL): mpi4py sets its
 /// communicators to return error codes, which rsmpi's calls do not read.
 fn duplicate(handle: c_int) -> PyResult<MpiComm> {
-    // SAFETY: MPI is initialized and not finalized (checked by `fortran_handle`, under the
-    // GIL, and mpi4py finalizes only at interpreter exit), and `handle` is the Fortran handle
+    // SAFETY: MPI is initialized and not finalized (checked by `fortran_handle` just before;
+    // mpi4py finalizes at interpreter exit, and finalizing from another thread while this one
+    // is in an MPI call is erroneous by the MPI standard), and `handle` is the Fortran handle
     // mpi4py gave for a live intra-communicator (not MPI.COMM_NULL) of the MPI library this
     // process has loaded: MPI_Comm_f2c maps it back to that communicator, which is only read.
     let raw = unsafe { mpi::ffi::RSMPI_Comm_f2c(handle) };
