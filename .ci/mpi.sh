@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The MPI suite of deinsum (called by .ci/run): installs Open MPI when missing, builds with
 # `--features mpi`, runs the MPI test programs and the examples under mpirun -n 1,2,3,4,8,
-# and ends with the line "N passed, M failed". Exit status non-zero on any failure.
+# then the Python package on mpi4py (a venv, the wheel with `--features mpi`, python/tests_mpi
+# under mpirun -n 1,2,3,4), and ends with the line "N passed, M failed". Exit status non-zero
+# on any failure.
 #
-# Environment: DEINSUM_MPI_NPS (default "1 2 3 4 8"), CARGO_TARGET_DIR (shared with the
-# feature-less build so dependencies are reused), DEINSUM_MPI_TIMEOUT seconds per run (300).
+# Environment: DEINSUM_MPI_NPS (default "1 2 3 4 8"), DEINSUM_PY_MPI_NPS (default "1 2 3 4"),
+# CARGO_TARGET_DIR (shared with the feature-less build so dependencies are reused),
+# DEINSUM_MPI_TIMEOUT seconds per run (300), PYTHON (default python3), DEINSUM_PY_MPI_VENV
+# (default $CARGO_TARGET_DIR/py-mpi-venv).
 set -u
 cd "$(dirname "$0")/.."
 
@@ -239,6 +243,39 @@ else
     echo "$out" | tail -20
     bad "an input error under mpirun is printed once (exit $st)"
 fi
+
+# --- Python on MPI (mpi4py) ----------------------------------------------------------------
+# One venv (numpy, pytest, mpi4py from PyPI), one wheel built with the `mpi` feature as the
+# README says, then python/tests_mpi under mpirun -n N: every rank checks its results against
+# numpy.einsum and that the world has the N ranks the launcher was asked for.
+py_start=$(date +%s)
+py_venv="${DEINSUM_PY_MPI_VENV:-$target_dir/py-mpi-venv}"
+py_log=$(mktemp)
+rm -rf "$py_venv"
+if cargo clippy -q --manifest-path python/Cargo.toml --all-targets --features mpi -- -D warnings \
+    >"$py_log" 2>&1; then
+    ok "clippy python/ --features mpi"
+else
+    tail -30 "$py_log"
+    bad "clippy python/ --features mpi"
+fi
+if "${PYTHON:-python3}" -m venv "$py_venv" >"$py_log" 2>&1 \
+    && "$py_venv/bin/python" -m pip install -q --upgrade pip >>"$py_log" 2>&1 \
+    && "$py_venv/bin/python" -m pip install -q numpy pytest mpi4py >>"$py_log" 2>&1 \
+    && MATURIN_PEP517_ARGS="--features mpi" "$py_venv/bin/python" -m pip install -q ./python \
+        >>"$py_log" 2>&1; then
+    ok "pip install ./python with --features mpi and mpi4py ($(($(date +%s) - py_start)) s)"
+    for n in ${DEINSUM_PY_MPI_NPS:-1 2 3 4}; do
+        # From the repository's root: `import deinsum` is the installed package.
+        DEINSUM_MPI_EXPECT=$n run "python tests_mpi -n $n" 0 -- -n "$n" "$py_venv/bin/python" \
+            -m pytest -q --color=no -p no:cacheprovider "$PWD/python/tests_mpi"
+    done
+else
+    tail -30 "$py_log"
+    bad "pip install ./python with --features mpi and mpi4py"
+fi
+rm -f "$py_log"
+echo "Python on MPI: $(($(date +%s) - py_start)) s"
 
 rm -f "$build_log" "$build_log.err"
 finish

@@ -12,6 +12,7 @@ between them and NumPy.
 import functools
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -74,6 +75,32 @@ def _default_threads(procs):
     return max(1, (os.cpu_count() or 1) // max(1, procs))
 
 
+def _mpi_threads(threads):
+    """Threads per rank of a run on MPI: `threads`, else OMP_NUM_THREADS, else 1 (an MPI
+    launcher gives each rank its own core)."""
+    if threads is not None:
+        return int(threads)
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "1")))
+    except ValueError:
+        return 1
+
+
+def _require_mpi():
+    """Raises when the extension was built without MPI (the `mpi` cargo feature)."""
+    if not _native.HAS_MPI:
+        raise RuntimeError(
+            "comm= needs deinsum built with MPI, and this extension was built without it: "
+            'reinstall with MATURIN_PEP517_ARGS="--features mpi" pip install ./python '
+            "(needs an MPI installation, e.g. libopenmpi-dev, and libclang-dev)"
+        )
+
+
+def _slices(ranges):
+    """`[start, stop)` pairs as a tuple of slices (None stays None)."""
+    return None if ranges is None else tuple(slice(s, e) for s, e in ranges)
+
+
 class Plan:
     """A compiled distributed plan: the path, the grids, the moves and their predicted volumes."""
 
@@ -119,13 +146,70 @@ class Plan:
         """Shape of the result."""
         return tuple(self._native.output_shape())
 
-    def run(self, *operands, threads=None, dtype=None):
-        """Runs the plan on in-process ranks and returns the result as a NumPy array."""
-        arrays, dt = _as_operands(operands, dtype)
-        return self._run(arrays, threads, dt)
+    def run(self, *operands, threads=None, dtype=None, comm=None):
+        """Runs the plan and returns the result as a NumPy array.
 
-    def _run(self, arrays, threads, dt):
+        Without `comm`, on `procs` in-process ranks. With `comm` (an mpi4py intra-communicator
+        of exactly `procs` ranks, else ValueError naming both numbers), every rank of `comm`
+        calls `run` with the same whole operands; each rank reads only its own blocks out of
+        them, and every rank returns the whole result. `threads` per rank defaults to
+        OMP_NUM_THREADS, else 1. See `einsum` for the MPI details.
+        """
+        arrays, dt = _as_operands(operands, dtype)
+        return self._run(arrays, threads, dt, comm)
+
+    def input_block(self, k, rank):
+        """Rank `rank`'s block of operand `k`: a tuple of slices, one per dim of the array, so
+        that `a[plan.input_block(k, rank)]` is what that rank passes to `run_blocks`, or None
+        when the rank holds no block of it. Blocks of several ranks may overlap (an operand
+        replicated along part of the grid). An operand that repeats an index (a diagonal) has
+        no such slices: ValueError.
+        """
+        return _slices(self._native.input_block(int(k), int(rank)))
+
+    def output_block(self, rank):
+        """The block of the result that `run_blocks` returns on rank `rank`, as a tuple of
+        slices, or None for a rank that returns none. The blocks of all ranks are disjoint and
+        cover the result."""
+        return _slices(self._native.output_block(int(rank)))
+
+    def run_blocks(self, *blocks, comm, threads=None, dtype=None):
+        """Runs the plan on an mpi4py communicator with each rank passing only its own blocks.
+
+        `blocks[k]` is this rank's block of operand `k`, `a[plan.input_block(k, rank)]` of the
+        whole array `a` (None where `input_block` is None), so no rank needs a whole operand.
+        Returns `(block, slices)`: this rank's block of the result and where it lies
+        (`plan.output_block(rank)`), or None on a rank that returns no block. Every rank of
+        `comm` must call it. The run's type is float32 or float64 as for `einsum`, promoted
+        over the blocks of all ranks (one more small all-reduce on `comm`), or `dtype` (then
+        the same on every rank). Refusals (a wrong shape, a missing block) raise on every rank
+        before anything is moved.
+        """
+        _require_mpi()
+        _comm_size(comm)
+        present = [b for b in blocks if b is not None]
+        _, dt = _as_operands(present, dtype)
+        if dtype is None:
+            # The type every rank's blocks promote to (NumPy's promotion of float32 and float64
+            # is the wider), agreed by all ranks: a rank holding no block has no type of its own.
+            mpi = sys.modules["mpi4py.MPI"]
+            size = comm.allreduce(dt.itemsize if present else 0, op=mpi.MAX)
+            dt = np.dtype(np.float32) if size == 4 else np.dtype(np.float64)
+        arrays = [None if b is None else _as_operands([b], dt)[0][0] for b in blocks]
+        run = self._native.run_blocks_f32 if dt == np.float32 else self._native.run_blocks_f64
+        out = run(arrays, comm, _mpi_threads(threads))
+        if out is None:
+            return None
+        block, ranges = out
+        return block, _slices(ranges)
+
+    def _run(self, arrays, threads, dt, comm=None):
         """`run` on operands `_as_operands` has already converted to `dt`."""
+        if comm is not None:
+            _require_mpi()
+            run = self._native.run_mpi_f32 if dt == np.float32 else self._native.run_mpi_f64
+            out = run(arrays, comm, _mpi_threads(threads))
+            return out[()] if out.ndim == 0 else out
         if threads is None:
             threads = _default_threads(self._native.procs())
         if dt == np.float32:
@@ -145,10 +229,12 @@ def compile(expr, *shapes, procs=1, mem=None, optimize="auto", machine="default"
 
     `machine="default"` plans for the built-in machine model, as `deinsum plan` does (the same
     JSON); `machine="host"` plans for `procs` in-process ranks on this host, as `deinsum run`
-    and `einsum` do (on a host whose cores the ranks fill, no overlapped phases).
+    and `einsum` do (on a host whose cores the ranks fill, no overlapped phases);
+    `machine="mpi"` plans for MPI ranks as `deinsum run` under mpirun does (this node's cores
+    shared by the ranks the launcher put on it), as `einsum(..., comm=)` does.
     """
-    if machine not in ("default", "host"):
-        raise ValueError(f"machine must be 'default' or 'host', not {machine!r}")
+    if machine not in ("default", "host", "mpi"):
+        raise ValueError(f"machine must be 'default', 'host' or 'mpi', not {machine!r}")
     return Plan(
         _native.compile(
             expr,
@@ -156,34 +242,74 @@ def compile(expr, *shapes, procs=1, mem=None, optimize="auto", machine="default"
             int(procs),
             None if mem is None else int(mem),
             _strategy(optimize),
-            machine == "host",
+            machine,
         )
     )
 
 
-def einsum(expr, *operands, procs=1, threads=None, mem=None, optimize="auto", dtype=None):
-    """Evaluates `expr` on NumPy arrays like `numpy.einsum`, on `procs` in-process ranks.
+def einsum(
+    expr, *operands, procs=None, threads=None, mem=None, optimize="auto", dtype=None, comm=None
+):
+    """Evaluates `expr` on NumPy arrays like `numpy.einsum`, on `procs` in-process ranks
+    (default 1), or on the ranks of an mpi4py communicator `comm`.
 
     float32 and float64 are computed as they are; booleans, integers and float16 are converted
     by NumPy's promotion with float32; other types raise TypeError. C-contiguous aligned arrays
     are read in place, others copied once. The GIL is released during the run.
+
+    MPI (`comm=`, an mpi4py intra-communicator such as `MPI.COMM_WORLD`; needs the extension
+    built with the `mpi` feature, else RuntimeError): every rank of `comm` calls `einsum` with
+    the same expression and the same whole operands, as in the usual mpi4py program. The plan
+    is compiled for `comm.Get_size()` ranks (`procs`, if given, must equal it); each rank reads
+    only its own blocks out of the operands, and every rank returns the whole result (gathered
+    to rank 0, then broadcast: each rank needs memory for it). `threads` per rank defaults to
+    OMP_NUM_THREADS, else 1. deinsum's messages go through a private duplicate of `comm`.
+    Arguments any rank refuses (a shape, a dtype differing between ranks) raise on every rank
+    before anything is moved; an error during the run (out of memory) raises on its rank only,
+    so run the program as `mpirun -n N python -m mpi4py script.py` for such an exception to
+    abort the whole job instead of leaving the other ranks waiting. For data that does not fit
+    one node, see `Plan.run_blocks`.
     """
     arrays, dt = _as_operands(operands, dtype)
     shapes = tuple(a.shape for a in arrays)
+    machine = "host"
+    if comm is not None:
+        _require_mpi()
+        size = _comm_size(comm)
+        if procs is not None and int(procs) != size:
+            raise ValueError(f"procs={procs} but the communicator has {size} ranks")
+        procs, machine = size, "mpi"
+    elif procs is None:
+        procs = 1
     if isinstance(expr, str) and isinstance(optimize, (str, bool)):
-        plan = _cached_plan(expr, shapes, procs, mem, optimize)
+        plan = _cached_plan(expr, shapes, procs, mem, optimize, machine)
     else:
-        plan = compile(expr, *shapes, procs=procs, mem=mem, optimize=optimize, machine="host")
+        plan = compile(expr, *shapes, procs=procs, mem=mem, optimize=optimize, machine=machine)
     # The operands are converted already: `Plan.run` would check them a second time.
-    return plan._run(arrays, threads, dt)
+    return plan._run(arrays, threads, dt, comm)
+
+
+def _comm_size(comm):
+    """The size of an mpi4py communicator; TypeError for anything else."""
+    # Looked up, not imported: an mpi4py communicator exists only once mpi4py.MPI is imported,
+    # and importing it would initialize MPI.
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not isinstance(comm, mpi.Comm):
+        raise TypeError(
+            "comm must be an mpi4py communicator (mpi4py.MPI.Intracomm, e.g. MPI.COMM_WORLD), "
+            f"not {type(comm).__name__}"
+        )
+    if comm == mpi.COMM_NULL:
+        raise ValueError("comm is MPI.COMM_NULL")
+    return comm.Get_size()
 
 
 @functools.lru_cache(maxsize=128)
-def _cached_plan(expr, shapes, procs, mem, optimize):
+def _cached_plan(expr, shapes, procs, mem, optimize, machine="host"):
     # Plans are immutable: a call that repeats an einsum on the same shapes (an ALS sweep, a
     # benchmark loop) reuses its plan, as opt_einsum's contract_expression would, instead of
     # searching the path and planning again (about 1 ms for the 5-operand chain).
-    return compile(expr, *shapes, procs=procs, mem=mem, optimize=optimize, machine="host")
+    return compile(expr, *shapes, procs=procs, mem=mem, optimize=optimize, machine=machine)
 
 
 def release_buffers():

@@ -2,6 +2,9 @@
 //! types and back. Every decision (parsing, paths, bounds, plans, execution) is the crates';
 //! `deinsum/__init__.py` holds the Python-facing signatures.
 
+#[cfg(feature = "mpi")]
+mod mpi_run;
+
 use deinsum::cli::InputError;
 use deinsum::expr::ExtentSpec;
 use numpy::ndarray::IxDyn;
@@ -143,6 +146,36 @@ fn run_typed<'py, T: deinsum::Scalar + Element>(
     arrays: Vec<PyReadonlyArrayDyn<'py, T>>,
     threads: usize,
 ) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
+    let slices = operand_slices(e, &arrays)?;
+    let shape = output_shape(e.plan());
+    py.check_signals()?;
+    let short = is_short(e.plan(), slices.iter().map(|s| s.len()).sum());
+    let out = run_interruptible(
+        py,
+        |opts| e.run_local_borrowed(&slices, opts),
+        threads,
+        short,
+    )?;
+    let arr = out.into_pyarray(py);
+    arr.reshape(IxDyn(&shape))
+}
+
+/// The shape of the plan's output.
+fn output_shape(plan: &deinsum::plan::Plan) -> Vec<usize> {
+    let einsum = &plan.einsum;
+    einsum
+        .output()
+        .iter()
+        .map(|c| einsum.extents()[c])
+        .collect()
+}
+
+/// The whole operands' elements, after checking their number and shapes against the plan
+/// (the caller passes C-contiguous, aligned arrays).
+fn operand_slices<'a, 'py, T: deinsum::Scalar + Element>(
+    e: &deinsum::Einsum,
+    arrays: &'a [PyReadonlyArrayDyn<'py, T>],
+) -> PyResult<Vec<&'a [T]>> {
     let einsum = &e.plan().einsum;
     if arrays.len() != einsum.inputs().len() {
         return Err(PyValueError::new_err(format!(
@@ -161,26 +194,99 @@ fn run_typed<'py, T: deinsum::Scalar + Element>(
             )));
         }
     }
-    let slices = arrays
+    arrays
         .iter()
         .map(|a| a.as_slice())
         .collect::<Result<Vec<&[T]>, _>>()
-        .map_err(|e| PyValueError::new_err(format!("operand not C-contiguous: {e}")))?;
-    let shape: Vec<usize> = einsum
-        .output()
+        .map_err(|e| PyValueError::new_err(format!("operand not C-contiguous: {e}")))
+}
+
+/// Rank `rank`'s block of operand `k` in the plan's Load distribution, as `[start, stop)` per
+/// storage dim of the operand (`None`: the rank holds no block of it). An operand that repeats
+/// an index is refused: its block (of the diagonal) is not a slice of the array.
+fn input_block_ranges(
+    plan: &deinsum::plan::Plan,
+    k: usize,
+    rank: usize,
+) -> PyResult<Option<Vec<(usize, usize)>>> {
+    use deinsum::expr::Dim;
+    use deinsum::plan::{PlanStep, TensorKind};
+    let einsum = &plan.einsum;
+    let op = einsum.inputs().get(k).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "operand {k}: the plan takes {} operands",
+            einsum.inputs().len()
+        ))
+    })?;
+    check_rank(plan, rank)?;
+    if op.has_diagonal() {
+        return Err(PyValueError::new_err(format!(
+            "operand {k} repeats an index: its block (of the diagonal) is not a slice of the \
+             array; pass whole operands instead"
+        )));
+    }
+    let load = plan.steps.iter().find_map(|s| match s {
+        PlanStep::Load { tensor, dist } => plan
+            .tensor(*tensor)
+            .filter(|t| t.kind == TensorKind::Input(k))
+            .map(|t| (t, dist)),
+        _ => None,
+    });
+    let Some((t, dist)) = load else {
+        return Ok(None);
+    };
+    let Some(b) = dist.block(rank, &t.shape) else {
+        return Ok(None);
+    };
+    op.dims
         .iter()
-        .map(|c| einsum.extents()[c])
-        .collect();
-    py.check_signals()?;
-    let short = is_short(e.plan(), slices.iter().map(|s| s.len()).sum());
-    let out = run_interruptible(
-        py,
-        |opts| e.run_local_borrowed(&slices, opts),
-        threads,
-        short,
-    )?;
-    let arr = out.into_pyarray(py);
-    arr.reshape(IxDyn(&shape))
+        .map(|d| match d {
+            Dim::Index(c) => t
+                .indices
+                .iter()
+                .position(|x| x == c)
+                .and_then(|i| b.ranges.get(i).copied())
+                .ok_or_else(|| {
+                    PyRuntimeError::new_err(format!("operand {k}: index {c} is not in its block"))
+                }),
+            Dim::Broadcast => Ok((0, 1)),
+        })
+        .collect::<PyResult<Vec<_>>>()
+        .map(Some)
+}
+
+/// The block of the output rank `rank` returns from a run on its own blocks, as `[start, stop)`
+/// per output index (`None` for a rank that returns none): the blocks of all ranks are
+/// disjoint and cover the output.
+fn output_block_ranges(
+    plan: &deinsum::plan::Plan,
+    rank: usize,
+) -> PyResult<Option<Vec<(usize, usize)>>> {
+    check_rank(plan, rank)?;
+    let (id, dist) = &plan.output;
+    let tensor = plan
+        .tensor(*id)
+        .ok_or_else(|| PyRuntimeError::new_err("the plan has no output tensor"))?
+        .clone();
+    let t = deinsum::DistTensor::<f64> {
+        tensor,
+        dist: dist.clone(),
+        local: None,
+        rank,
+    };
+    Ok(t.primary_block(rank).map(|b| b.ranges.to_vec()))
+}
+
+/// Refuses a rank number the plan does not have.
+fn check_rank(plan: &deinsum::plan::Plan, rank: usize) -> PyResult<()> {
+    if rank >= plan.procs {
+        return Err(PyValueError::new_err(format!(
+            "rank {rank}: the plan is for {} ranks (0 to {})",
+            plan.procs,
+            plan.procs.saturating_sub(1)
+        )));
+    }
+    Ok(())
 }
 
 #[pymethods]
@@ -243,29 +349,105 @@ impl NativePlan {
     ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
         run_typed(py, &self.inner, arrays, threads)
     }
+
+    /// Rank `rank`'s block of operand `k`: `[start, stop)` per storage dim, or `None`.
+    fn input_block(&self, k: usize, rank: usize) -> PyResult<Option<Vec<(usize, usize)>>> {
+        input_block_ranges(self.inner.plan(), k, rank)
+    }
+
+    /// The output block rank `rank` returns from a run on blocks: `[start, stop)` per output
+    /// index, or `None`.
+    fn output_block(&self, rank: usize) -> PyResult<Option<Vec<(usize, usize)>>> {
+        output_block_ranges(self.inner.plan(), rank)
+    }
+
+    /// Runs on float64 arrays on an mpi4py communicator; every rank gets the whole result.
+    #[cfg(feature = "mpi")]
+    fn run_mpi_f64<'py>(
+        &self,
+        py: Python<'py>,
+        arrays: Vec<PyReadonlyArrayDyn<'py, f64>>,
+        comm: &Bound<'py, PyAny>,
+        threads: usize,
+    ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
+        mpi_run::run_whole(py, &self.inner, arrays, comm, threads)
+    }
+
+    /// Runs on float32 arrays on an mpi4py communicator; every rank gets the whole result.
+    #[cfg(feature = "mpi")]
+    fn run_mpi_f32<'py>(
+        &self,
+        py: Python<'py>,
+        arrays: Vec<PyReadonlyArrayDyn<'py, f32>>,
+        comm: &Bound<'py, PyAny>,
+        threads: usize,
+    ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+        mpi_run::run_whole(py, &self.inner, arrays, comm, threads)
+    }
+
+    /// Runs on this rank's own float64 blocks; returns its output block and its ranges.
+    #[cfg(feature = "mpi")]
+    #[allow(clippy::type_complexity)]
+    fn run_blocks_f64<'py>(
+        &self,
+        py: Python<'py>,
+        blocks: Vec<Option<PyReadonlyArrayDyn<'py, f64>>>,
+        comm: &Bound<'py, PyAny>,
+        threads: usize,
+    ) -> PyResult<Option<(Bound<'py, PyArrayDyn<f64>>, Vec<(usize, usize)>)>> {
+        mpi_run::run_blocks(py, &self.inner, blocks, comm, threads)
+    }
+
+    /// Runs on this rank's own float32 blocks; returns its output block and its ranges.
+    #[cfg(feature = "mpi")]
+    #[allow(clippy::type_complexity)]
+    fn run_blocks_f32<'py>(
+        &self,
+        py: Python<'py>,
+        blocks: Vec<Option<PyReadonlyArrayDyn<'py, f32>>>,
+        comm: &Bound<'py, PyAny>,
+        threads: usize,
+    ) -> PyResult<Option<(Bound<'py, PyArrayDyn<f32>>, Vec<(usize, usize)>)>> {
+        mpi_run::run_blocks(py, &self.inner, blocks, comm, threads)
+    }
 }
 
 /// Compiles `expr` for operands of `shapes` on `procs` ranks with `mem` words per rank, for
-/// the built-in machine (as `deinsum plan`) or, with `host`, for in-process ranks on this host
-/// (as `deinsum run`).
+/// the built-in machine (`machine="default"`, as `deinsum plan`), for in-process ranks on this
+/// host (`"host"`, as `deinsum run`) or for MPI ranks on this host's node (`"mpi"`, as `deinsum
+/// run` under mpirun: the node's cores shared by the ranks the launcher put on it).
 #[pyfunction]
-#[pyo3(signature = (expr, shapes, procs, mem, optimize, host=false))]
+#[pyo3(signature = (expr, shapes, procs, mem, optimize, machine="default"))]
 fn compile(
     expr: &str,
     shapes: Vec<Vec<usize>>,
     procs: usize,
     mem: Option<u64>,
     optimize: &str,
-    host: bool,
+    machine: &str,
 ) -> PyResult<NativePlan> {
     if procs == 0 {
         return Err(PyValueError::new_err("procs must be at least 1"));
     }
     let e = parse(expr, shapes)?;
-    let base = if host {
-        deinsum::Options::procs_on_this_host(procs)
-    } else {
-        deinsum::Options::procs(procs)
+    let base = match machine {
+        "default" => deinsum::Options::procs(procs),
+        "host" => deinsum::Options::procs_on_this_host(procs),
+        "mpi" => {
+            let on_node = deinsum::exec::preflight::mpi_ranks_on_node()
+                .unwrap_or(procs)
+                .clamp(1, procs);
+            deinsum::Options {
+                machine: deinsum::plan::Machine::default()
+                    .on_host(deinsum::cli::node_cores(), on_node),
+                ..deinsum::Options::procs(procs)
+            }
+        }
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "machine must be 'default', 'host' or 'mpi', not {other:?}"
+            )))
+        }
     };
     let options = deinsum::Options {
         mem,
@@ -532,5 +714,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(contract_path, m)?)?;
     m.add_function(wrap_pyfunction!(bound, m)?)?;
     m.add_function(wrap_pyfunction!(release_buffers, m)?)?;
+    // Whether `comm=` (an mpi4py communicator) is available: the `mpi` feature.
+    m.add("HAS_MPI", cfg!(feature = "mpi"))?;
     Ok(())
 }

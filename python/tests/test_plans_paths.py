@@ -130,5 +130,10 @@ def test_host_plans_describe_this_host_and_run():
     rng = np.random.default_rng(5)
     ops = [rng.standard_normal(s) for s in shapes]
     np.testing.assert_allclose(host.run(*ops), ops[0] @ ops[1], rtol=1e-10)
-    with pytest.raises(ValueError, match="machine must be 'default' or 'host'"):
+    # For MPI ranks: this node's cores shared by the ranks the launcher put on it (outside a
+    # launcher, all of them).
+    mpi = deinsum.compile("ij,jk->ik", *shapes, procs=2, machine="mpi")
+    assert "as this host" in mpi.predicted["machine"]
+    assert "2 rank(s)" in mpi.predicted["machine"]
+    with pytest.raises(ValueError, match="machine must be 'default', 'host' or 'mpi'"):
         deinsum.compile("ij,jk->ik", *shapes, procs=2, machine="cluster")

@@ -320,8 +320,9 @@ pub struct DistTensor<T: 'static> {
 
 impl<T: Scalar> DistTensor<T> {
     /// The block rank `r` holds as the one holder [`DistTensor::gather`] takes it from
-    /// (coordinate 0 along every grid dim that does not split), `None` for the other ranks.
-    fn primary_block(&self, r: usize) -> Option<Block> {
+    /// (coordinate 0 along every grid dim that does not split), `None` for the other ranks:
+    /// the primary blocks of all ranks are disjoint and cover the tensor.
+    pub fn primary_block(&self, r: usize) -> Option<Block> {
         let c = self.dist.grid.coords(r)?;
         let ok = c
             .iter()
