@@ -92,6 +92,19 @@ impl<'p, 'a, const W: usize> Net<'p, 'a, W> {
         }
     }
 
+    /// This net with the indices `drop` taken out of every input (same ids and extents), as
+    /// the problem with those indices summed out of their inputs first.
+    pub(crate) fn without(&self, drop: Bits<W>) -> Self {
+        Net {
+            p: self.p,
+            ext: self.ext.clone(),
+            inputs: self.inputs.iter().map(|k| k.minus(drop)).collect(),
+            output: self.output,
+            limit: self.limit,
+            builtin: self.builtin,
+        }
+    }
+
     /// The built-in model behind the cost, if any.
     pub(crate) fn builtin(&self) -> Option<BuiltinCost> {
         self.builtin

@@ -618,17 +618,20 @@ pub(crate) fn connected<const W: usize>(net: &Net<'_, '_, W>) -> bool {
     if n <= 1 {
         return true;
     }
+    // The operands holding each summed index, then a walk from operand 0 over them.
+    let mut holders = vec![0u128; net.ext.len()];
+    for (t, k) in net.inputs.iter().enumerate() {
+        for x in k.minus(net.output).ones() {
+            holders[x] |= 1u128 << t;
+        }
+    }
     let mut comp = 1u128;
     let mut frontier = comp;
     while frontier != 0 {
         let mut next = 0u128;
         for t in ones(frontier) {
             for x in net.inputs[t].minus(net.output).ones() {
-                for (u, k) in net.inputs.iter().enumerate() {
-                    if k.0[x / 64] >> (x % 64) & 1 == 1 {
-                        next |= 1u128 << u;
-                    }
-                }
+                next |= holders[x];
             }
         }
         frontier = next & !comp;

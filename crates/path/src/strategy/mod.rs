@@ -277,20 +277,21 @@ fn dp_ways_on<const W: usize>(
     net: &Net<'_, '_, W>,
     or_greedy: bool,
 ) -> Result<Option<SsaPath>, PathError> {
-    let own = |t: usize| {
-        net.inputs[t].minus(
-            net.inputs
-                .iter()
-                .enumerate()
-                .filter(|&(u, _)| u != t)
-                .fold(net.output, |m, (_, k)| m | *k),
-        )
-    };
-    if net.n() < 2 || (0..net.n()).all(|t| own(t) == Bits::EMPTY) || !dp::connected(net) {
+    // Indices that one input alone holds (and not the output): those held once, not twice.
+    let (mut once, mut twice) = (Bits::<W>::EMPTY, Bits::<W>::EMPTY);
+    for k in &net.inputs {
+        twice = twice | (once & *k);
+        once = once | *k;
+    }
+    let own = once.minus(twice).minus(net.output);
+    let reducible: Vec<usize> = (0..net.n())
+        .filter(|&t| net.inputs[t].intersects(&own))
+        .collect();
+    if net.n() < 2 || reducible.is_empty() || !dp::connected(net) {
         return Ok(None);
     }
     // The cheaper of greedy's paths on the problem as it is and with own indices summed out
-    // first (as `with_singles` over greedy, on this net).
+    // first (as `with_singles` over greedy, on this net and on it without those indices).
     let greedy = || -> Result<SsaPath, PathError> {
         let search = |x: &Net<'_, '_, W>| {
             if x.p.memory_limit.is_some() {
@@ -299,19 +300,7 @@ fn dp_ways_on<const W: usize>(
                 run_greedy(x).map(from_pairs)
             }
         };
-        let p = net.p;
-        let reducible: Vec<usize> = (0..net.n()).filter(|&t| own(t) != Bits::EMPTY).collect();
-        let mut holders: crate::bits::FastMap<crate::Index, usize> = Default::default();
-        for c in p.inputs.iter().flatten().chain(p.output.iter()) {
-            *holders.entry(*c).or_insert(0) += 1;
-        }
-        let inputs = p
-            .inputs
-            .iter()
-            .map(|t| t.iter().copied().filter(|c| holders[c] > 1).collect())
-            .collect();
-        let q = Problem::new(inputs, p.output.clone(), p.extents, p.memory_limit, p.cost);
-        let reduced = search(&Net::<W>::new(&q)).map(|pairs| {
+        let reduced = search(&net.without(own)).map(|pairs| {
             let n = net.n();
             let k = reducible.len();
             // Node ids after the k unary steps, as in `with_singles`.
