@@ -210,15 +210,19 @@ impl Einsum {
     }
 
     /// Checks, before anything is allocated, that `ranks_on_node` ranks of this plan fit the
-    /// memory this node has available (`/proc/meminfo`; no check where that is unknown).
+    /// memory this node has available (`/proc/meminfo`; no check where that is unknown, nor
+    /// for a run needing at most [`deinsum_exec::preflight::UNCHECKED_BYTES`]).
     pub fn check_fits<T: Scalar>(&self, ranks_on_node: usize) -> Result<(), Error> {
         use deinsum_exec::preflight;
+        let demand = preflight::NodeDemand {
+            word_bytes: T::BYTES,
+            ranks_on_node,
+            extra_words: 0,
+        };
+        if preflight::needed_bytes(&self.plan, demand) <= preflight::UNCHECKED_BYTES {
+            return Ok(());
+        }
         if let Some(avail) = preflight::available_memory() {
-            let demand = preflight::NodeDemand {
-                word_bytes: T::BYTES,
-                ranks_on_node,
-                extra_words: 0,
-            };
             preflight::check_memory(&self.plan, demand, avail)?;
         }
         Ok(())

@@ -116,6 +116,21 @@ pub struct NodeDemand {
     pub extra_words: u128,
 }
 
+/// Below this many bytes a run is not checked against the node's memory before it starts
+/// ([`needed_bytes`]): reading `/proc/meminfo` took 18 µs, half of a small einsum's call from
+/// Python, and a node short of this much fails the run's own allocations with a typed error.
+pub const UNCHECKED_BYTES: u128 = 64 << 20;
+
+/// The bytes a run of `plan` needs on one node: the predicted peak per rank (with message
+/// buffers) times the ranks on this node that hold data, plus `extra_words`.
+pub fn needed_bytes(plan: &Plan, demand: NodeDemand) -> u128 {
+    let wb = demand.word_bytes as u128;
+    let per_rank_words = plan.prediction.max_peak_memory_with_buffers as u128;
+    // Ranks outside every grid hold nothing: at most `ranks_used` ranks carry data.
+    let holders = demand.ranks_on_node.min(plan.ranks_used.max(1)) as u128;
+    per_rank_words * wb * holders + demand.extra_words * wb
+}
+
 /// Compares the plan's predicted peak per rank (with message buffers) times the ranks on this
 /// node, plus `extra_words`, against `available_bytes`.
 pub fn check_memory(
@@ -124,12 +139,9 @@ pub fn check_memory(
     available_bytes: u64,
 ) -> Result<(), PreflightError> {
     let wb = demand.word_bytes as u128;
-    let per_rank_words = plan.prediction.max_peak_memory_with_buffers as u128;
-    // Ranks outside every grid hold nothing: at most `ranks_used` ranks carry data.
-    let holders = demand.ranks_on_node.min(plan.ranks_used.max(1)) as u128;
-    let per_rank_bytes = per_rank_words * wb;
+    let per_rank_bytes = plan.prediction.max_peak_memory_with_buffers as u128 * wb;
     let extra_bytes = demand.extra_words * wb;
-    let needed_bytes = per_rank_bytes * holders + extra_bytes;
+    let needed_bytes = needed_bytes(plan, demand);
     if needed_bytes <= available_bytes as u128 {
         return Ok(());
     }
