@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
 """deinsum from Python against NumPy and opt_einsum, in one process.
 
-  python bench.py [--full] [--repeat N] [--procs P] [--skip-exec] [--skip-path]
+  python bench.py [--full] [--repeat N] [--rounds R] [--procs P] [--skip-exec] [--skip-path]
 
 Execution: the end-to-end kernels of crates/exec/benches/numpy_baseline.py (their --quick sizes
 unless --full), timed as `deinsum.einsum(procs=P)` (default 2, one thread per rank),
 `numpy.einsum(optimize=True)` and `opt_einsum.contract`; minimum of N runs after a warm-up and
 a pause that lets the previous contestant's idle BLAS threads stop spinning, operands made
-beforehand. Planning: `deinsum.contract_path` against `opt_einsum.contract_path`
+beforehand. With R rounds (default 1) the three take turns R times per kernel and the table
+gives the median of each one's times and the median (and range) of the per-round ratios: a
+shared machine's speed drifts between minutes, and a ratio of times taken side by side keeps
+that drift out. Planning: `deinsum.contract_path` against `opt_einsum.contract_path`
 on the equations of crates/path/benches/cases.json (shapes only), per strategy, with the cost
 each finds. Prints markdown tables with the ratios. Needs numpy and opt_einsum.
 """
 
 import importlib.util
 import json
+import statistics
 import os
 import sys
 import time
@@ -69,14 +73,15 @@ def fmt(t):
     return f"{t * 1e3:.2f} ms" if t >= 1e-3 else f"{t * 1e6:.1f} µs"
 
 
-def execution(full, reps, procs):
+def execution(full, reps, procs, rounds):
     spec = importlib.util.spec_from_file_location(
         "numpy_baseline", os.path.join(ROOT, "crates/exec/benches/numpy_baseline.py")
     )
     base = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(base)
     rng = np.random.default_rng(1)
-    print(f"## execution ({'full' if full else 'quick'} sizes, procs={procs}, min of {reps})\n")
+    size = "full" if full else "quick"
+    print(f"## execution ({size} sizes, procs={procs}, min of {reps}, median of {rounds} round(s))\n")
     print("| kernel | einsum | deinsum | numpy optimize=True | opt_einsum | numpy / deinsum | opt_einsum / deinsum |")
     print("|---|---|---|---|---|---|---|")
     for name, expr, big, small in base.KERNELS:
@@ -85,10 +90,19 @@ def execution(full, reps, procs):
         ops = [rng.uniform(-1, 1, [ext[c] for c in op]) for op in ins]
         got = deinsum.einsum(expr, *ops, procs=procs, threads=1)
         np.testing.assert_allclose(got, np.einsum(expr, *ops, optimize=True), rtol=1e-8, atol=1e-8)
-        td = best_time(lambda: deinsum.einsum(expr, *ops, procs=procs, threads=1), reps)
-        tn = best_time(lambda: np.einsum(expr, *ops, optimize=True), reps)
-        to = best_time(lambda: oe.contract(expr, *ops), reps)
-        print(f"| {name} | {expr} | {fmt(td)} | {fmt(tn)} | {fmt(to)} | {tn / td:.2f}× | {to / td:.2f}× |")
+        times = {"d": [], "n": [], "o": []}
+        for _ in range(rounds):
+            times["d"].append(best_time(lambda: deinsum.einsum(expr, *ops, procs=procs, threads=1), reps))
+            times["n"].append(best_time(lambda: np.einsum(expr, *ops, optimize=True), reps))
+            times["o"].append(best_time(lambda: oe.contract(expr, *ops), reps))
+        td, tn, to = (statistics.median(times[k]) for k in "dno")
+
+        def ratio(k):
+            r = [b / a for a, b in zip(times["d"], times[k])]
+            spread = f" ({min(r):.2f}-{max(r):.2f})" if rounds > 1 else ""
+            return f"{statistics.median(r):.2f}×{spread}"
+
+        print(f"| {name} | {expr} | {fmt(td)} | {fmt(tn)} | {fmt(to)} | {ratio('n')} | {ratio('o')} |")
     print()
 
 
@@ -122,7 +136,7 @@ def main():
     reps = int(arg("--repeat", "3"))
     procs = int(arg("--procs", "2"))
     if "--skip-exec" not in sys.argv:
-        execution("--full" in sys.argv, reps, procs)
+        execution("--full" in sys.argv, reps, procs, int(arg("--rounds", "1")))
     if "--skip-path" not in sys.argv:
         planning()
 
