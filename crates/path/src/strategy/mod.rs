@@ -84,11 +84,7 @@ impl PathStrategy for Greedy {
         StrategyKind::Greedy.name()
     }
     fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
-        if p.memory_limit.is_some() {
-            return with_width!(p, run_branch, Some(1), StrategyKind::Greedy.name())
-                .map(from_pairs);
-        }
-        with_width!(p, run_greedy).map(from_pairs)
+        with_width!(p, greedy_on)
     }
 }
 
@@ -199,16 +195,18 @@ fn capped_dp_on<const W: usize>(
     or_greedy: bool,
     bound: Option<f64>,
 ) -> Result<Option<SsaPath>, PathError> {
-    // Greedy's path, as `Greedy` finds it (branch-1 under a memory limit).
-    let greedy = || {
-        if net.p.memory_limit.is_some() {
-            run_branch(net, Some(1), StrategyKind::Greedy.name()).map(from_pairs)
-        } else {
-            run_greedy(net).map(from_pairs)
-        }
-    };
+    let greedy = || greedy_on(net);
     let dp = |cap: Option<f64>| run_dp(net, cap);
     capped(|x| net.path_cost(x), or_greedy, bound, dp, greedy)
+}
+
+/// Greedy's path, as `Greedy` finds it (branch-1 under a memory limit).
+fn greedy_on<const W: usize>(net: &Net<'_, '_, W>) -> Result<SsaPath, PathError> {
+    if net.p.memory_limit.is_some() {
+        run_branch(net, Some(1), StrategyKind::Greedy.name()).map(from_pairs)
+    } else {
+        run_greedy(net).map(from_pairs)
+    }
 }
 
 /// [`capped_dp`]'s rule over any dp search (`dp(cap)`) and greedy search (`greedy()`, run
@@ -293,27 +291,9 @@ fn dp_ways_on<const W: usize>(
     // The cheaper of greedy's paths on the problem as it is and with own indices summed out
     // first (as `with_singles` over greedy, on this net and on it without those indices).
     let greedy = || -> Result<SsaPath, PathError> {
-        let search = |x: &Net<'_, '_, W>| {
-            if x.p.memory_limit.is_some() {
-                run_branch(x, Some(1), StrategyKind::Greedy.name()).map(from_pairs)
-            } else {
-                run_greedy(x).map(from_pairs)
-            }
-        };
-        let reduced = search(&net.without(own)).map(|pairs| {
-            let n = net.n();
-            let k = reducible.len();
-            // Node ids after the k unary steps, as in `with_singles`.
-            let id = |x: usize| match reducible.binary_search(&x) {
-                Ok(r) if x < n => n + r,
-                _ if x >= n => x + k,
-                _ => x,
-            };
-            let mut ssa: SsaPath = reducible.iter().map(|&t| vec![t]).collect();
-            ssa.extend(pairs.iter().map(|st| st.iter().map(|&x| id(x)).collect()));
-            ssa
-        });
-        let plain = search(net);
+        let reduced =
+            greedy_on(&net.without(own)).map(|pairs| unary_first(net.n(), &reducible, &pairs));
+        let plain = greedy_on(net);
         let cost = |x: &Result<SsaPath, PathError>| x.as_ref().ok().and_then(|x| net.path_cost(x));
         match (cost(&reduced), cost(&plain)) {
             (Some(r), Some(a)) if r < a => reduced,
@@ -520,15 +500,7 @@ fn with_singles(
     let Ok(pairs) = unbounded(&q) else {
         return unbounded(p);
     };
-    // Node ids after the k unary steps: reduced input r is n + its rank, later steps shift by k.
-    let k = reducible.len();
-    let id = |x: usize| match reducible.binary_search(&x) {
-        Ok(r) if x < n => n + r,
-        _ if x >= n => x + k,
-        _ => x,
-    };
-    let mut reduced: SsaPath = reducible.iter().map(|&t| vec![t]).collect();
-    reduced.extend(pairs.iter().map(|st| st.iter().map(|&x| id(x)).collect()));
+    let reduced = unary_first(n, &reducible, &pairs);
     let Some(b) = path_cost(p, &reduced) else {
         // A reduced input breaks the memory limit: `p`'s path, if any.
         return Ok(unbounded(p).unwrap_or(reduced));
@@ -541,6 +513,22 @@ fn with_singles(
         // Nothing at most `b`, or nothing at all.
         _ => Ok(reduced),
     }
+}
+
+/// The path of `n` inputs that first sums the own indices out of each input of `reducible`
+/// (sorted), one single-operand step each, then takes the steps of `pairs`, a path over the
+/// reduced inputs.
+fn unary_first(n: usize, reducible: &[usize], pairs: &SsaPath) -> SsaPath {
+    // Node ids after the k unary steps: reduced input r is n + its rank, later steps shift by k.
+    let k = reducible.len();
+    let id = |x: usize| match reducible.binary_search(&x) {
+        Ok(r) if x < n => n + r,
+        _ if x >= n => x + k,
+        _ => x,
+    };
+    let mut ssa: SsaPath = reducible.iter().map(|&t| vec![t]).collect();
+    ssa.extend(pairs.iter().map(|st| st.iter().map(|&x| id(x)).collect()));
+    ssa
 }
 
 fn cost_of<const W: usize>(net: &Net<'_, '_, W>, ssa: &SsaPath) -> Result<Option<f64>, PathError> {
