@@ -2,6 +2,7 @@
 """deinsum from Python against NumPy and opt_einsum, in one process.
 
   python bench.py [--full] [--repeat N] [--rounds R] [--procs P] [--skip-exec] [--skip-path]
+  python bench.py --gemm [--rounds R]
 
 Execution: the end-to-end kernels of crates/exec/benches/numpy_baseline.py (their --quick sizes
 unless --full), timed as `deinsum.einsum(procs=P)` (default 2, one thread per rank),
@@ -13,6 +14,10 @@ shared machine's speed drifts between minutes, and a ratio of times taken side b
 that drift out. Planning: `deinsum.contract_path` against `opt_einsum.contract_path`
 on the equations of crates/path/benches/cases.json (shapes only), per strategy, with the cost
 each finds. Prints markdown tables with the ratios. Needs numpy and opt_einsum.
+
+--gemm: the GEMM backend against NumPy's BLAS on one rank's product of mm at procs=2
+(1024x2048x2048) on one thread each, in turn R times (default 5); run it with
+OPENBLAS_NUM_THREADS=1. mm at procs=2 can be no faster than this ratio allows.
 """
 
 import importlib.util
@@ -132,7 +137,26 @@ def planning():
     print()
 
 
+def gemm(rounds):
+    rng = np.random.default_rng(1)
+    a, b = rng.random((1024, 2048)), rng.random((2048, 2048))
+    flops = 2 * 1024 * 2048 * 2048
+    print("## one rank's GEMM of mm at procs=2 (1024x2048x2048), one thread each, min of 5\n")
+    print("| round | numpy a @ b | deinsum procs=1 threads=1 | numpy / deinsum |")
+    print("|---|---|---|---|")
+    ratios = []
+    for r in range(rounds):
+        tn = best_time(lambda: a @ b, 5)
+        td = best_time(lambda: deinsum.einsum("ij,jk->ik", a, b, procs=1, threads=1), 5)
+        ratios.append(tn / td)
+        print(f"| {r} | {fmt(tn)} ({flops / tn / 1e9:.1f} GFLOP/s) | {fmt(td)} ({flops / td / 1e9:.1f} GFLOP/s) | {tn / td:.3f} |")
+    print(f"\nmedian numpy / deinsum: {statistics.median(ratios):.3f}\n")
+
+
 def main():
+    if "--gemm" in sys.argv:
+        gemm(int(arg("--rounds", "5")))
+        return
     reps = int(arg("--repeat", "3"))
     procs = int(arg("--procs", "2"))
     if "--skip-exec" not in sys.argv:
