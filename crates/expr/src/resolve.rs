@@ -487,26 +487,19 @@ fn check_sizes(
     ast: &Ast,
     extent_of: impl Fn(Index) -> usize,
 ) -> Result<(), ExprError> {
-    let size = |dims: &mut dyn Iterator<Item = usize>| {
-        let mut acc = 1usize;
-        for d in dims {
-            acc = acc.checked_mul(d)?;
-        }
-        Some(acc)
-    };
     for (k, op) in inputs.iter().enumerate() {
-        let mut dims = op.dims.iter().map(|d| match d {
+        let dims = op.dims.iter().map(|d| match d {
             Dim::Index(c) => extent_of(*c),
             Dim::Broadcast => 1,
         });
-        if size(&mut dims).is_none() {
+        if checked_product_of(dims).is_none() {
             return Err(ExprError::invalid(format!(
                 "operand {k} ('{}') has more elements than fit in usize",
                 ast.inputs[k].text
             )));
         }
     }
-    if size(&mut output.iter().map(|&c| extent_of(c))).is_none() {
+    if checked_product_of(output.iter().map(|&c| extent_of(c))).is_none() {
         return Err(ExprError::invalid(
             "the output has more elements than fit in usize",
         ));
@@ -516,7 +509,12 @@ fn check_sizes(
 
 /// Product of `dims`, or `None` on overflow.
 pub fn checked_product(dims: &[usize]) -> Option<usize> {
-    dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+    checked_product_of(dims.iter().copied())
+}
+
+/// [`checked_product`] of dims as they come, without collecting them.
+fn checked_product_of(mut dims: impl Iterator<Item = usize>) -> Option<usize> {
+    dims.try_fold(1usize, |acc, d| acc.checked_mul(d))
 }
 
 fn plural(n: usize) -> &'static str {

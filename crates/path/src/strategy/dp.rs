@@ -476,6 +476,7 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
         cap: f64,
     ) -> Option<(u32, f64)> {
         let net = self.d.net;
+        let builtin = self.d.builtin.is_some();
         let s = e1.set | e2.set;
         let base = e1.cost + e2.cost;
         let u = e1.ind | e2.ind;
@@ -487,12 +488,13 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
                 ind.remove(x);
             }
         }
-        let step = match self.d.builtin {
-            Some(BuiltinCost::Flops) => space * if u == ind { 1.0 } else { 2.0 },
+        // As `Net::step_cost`, with the step's space (the size tables for built-in models).
+        let step = |ka: Bits<W>, kb: Bits<W>, space: f64| match self.d.builtin {
+            Some(BuiltinCost::Flops) => space * if ka | kb == ind { 1.0 } else { 2.0 },
             Some(BuiltinCost::MultiplyAdds) => space,
-            None => net.step_cost(e1.ind, e2.ind, ind),
+            None => net.step_cost(ka, kb, ind),
         };
-        let mut cost = base + step;
+        let mut cost = base + step(e1.ind, e2.ind, space);
         let mut how = 0u8;
         if WAYS && (self.reducible_own(e1) != Bits::EMPTY || self.reducible_own(e2) != Bits::EMPTY)
         {
@@ -505,16 +507,8 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
                     if i + j == 0 {
                         continue; // the step as it is, costed above
                     }
-                    let all = ka | kb;
-                    // As `Net::step_cost`, with the size tables for the built-in models.
-                    let step = match self.d.builtin {
-                        Some(BuiltinCost::Flops) => {
-                            self.d.size(all) * if all == ind { 1.0 } else { 2.0 }
-                        }
-                        Some(BuiltinCost::MultiplyAdds) => self.d.size(all),
-                        None => net.step_cost(ka, kb, ind),
-                    };
-                    let total = base + ca + cb + step;
+                    let space = if builtin { self.d.size(ka | kb) } else { 0.0 };
+                    let total = base + ca + cb + step(ka, kb, space);
                     if total < cost {
                         cost = total;
                         how = (i | j << 1) as u8;
@@ -615,29 +609,46 @@ pub(crate) fn dp_ways<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) 
 /// component, as [`dp`] splits them).
 pub(crate) fn connected<const W: usize>(net: &Net<'_, '_, W>) -> bool {
     let n = net.n();
-    if n <= 1 {
-        return true;
-    }
-    // The operands holding each summed index, then a walk from operand 0 over them.
+    n <= 1 || component(&neighbours(net, &holders(net)), 0).count_ones() as usize == n
+}
+
+/// The operands holding each index.
+fn holders<const W: usize>(net: &Net<'_, '_, W>) -> Vec<u128> {
     let mut holders = vec![0u128; net.ext.len()];
     for (t, k) in net.inputs.iter().enumerate() {
-        for x in k.minus(net.output).ones() {
+        for x in k.ones() {
             holders[x] |= 1u128 << t;
         }
     }
-    let mut comp = 1u128;
+    holders
+}
+
+/// The operands sharing a summed index with each operand (`holders` from [`holders`]).
+fn neighbours<const W: usize>(net: &Net<'_, '_, W>, holders: &[u128]) -> Vec<u128> {
+    (0..net.n())
+        .map(|t| {
+            net.inputs[t]
+                .minus(net.output)
+                .ones()
+                .fold(0u128, |m, x| m | holders[x])
+                & !(1u128 << t)
+        })
+        .collect()
+}
+
+/// The operands joined to `start` through `nbr` (from [`neighbours`]), `start` included.
+fn component(nbr: &[u128], start: usize) -> u128 {
+    let mut comp = 1u128 << start;
     let mut frontier = comp;
     while frontier != 0 {
         let mut next = 0u128;
         for t in ones(frontier) {
-            for x in net.inputs[t].minus(net.output).ones() {
-                next |= holders[x];
-            }
+            next |= nbr[t];
         }
         frontier = next & !comp;
         comp |= next;
     }
-    comp.count_ones() as usize == n
+    comp
 }
 
 /// [`dp`] (`WAYS` false) or [`dp_ways`] (true): one function, two compiled searches, so that
@@ -651,21 +662,8 @@ fn search<const W: usize, const WAYS: bool>(
         return Some(SsaPath::new());
     }
     assert!(n <= MAX_OPERANDS, "caller checks the operand count");
-    let mut holders = vec![0u128; net.ext.len()];
-    for (t, k) in net.inputs.iter().enumerate() {
-        for x in k.ones() {
-            holders[x] |= 1u128 << t;
-        }
-    }
-    let nbr_leaf: Vec<u128> = (0..n)
-        .map(|t| {
-            net.inputs[t]
-                .minus(net.output)
-                .ones()
-                .fold(0u128, |m, x| m | holders[x])
-                & !(1u128 << t)
-        })
-        .collect();
+    let holders = holders(net);
+    let nbr_leaf = neighbours(net, &holders);
     let own: Vec<Bits<W>> = (0..n)
         .map(|t| {
             let mut b = Bits::EMPTY;
@@ -702,16 +700,7 @@ fn search<const W: usize, const WAYS: bool>(
         if seen >> start & 1 == 1 {
             continue;
         }
-        let mut comp = 1u128 << start;
-        let mut frontier = comp;
-        while frontier != 0 {
-            let mut next = 0u128;
-            for t in ones(frontier) {
-                next |= d.nbr_leaf[t];
-            }
-            frontier = next & !comp;
-            comp |= next;
-        }
+        let comp = component(&d.nbr_leaf, start);
         seen |= comp;
         let part = if comp.count_ones() == 1 {
             (start, net.inputs[start])

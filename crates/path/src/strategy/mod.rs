@@ -251,23 +251,33 @@ fn capped(
 /// [`capped_dp`]. Never costlier than the latter (the one search's space holds both of its
 /// searches' on a connected network, and greedy caps it the same way).
 fn dp_with_singles(p: &Problem<'_>, or_greedy: bool) -> Result<SsaPath, PathError> {
-    if !own_indices(p).is_empty() {
+    let own = own_indices(p);
+    if !own.1.is_empty() {
         if let Some(path) = with_width!(p, dp_ways_on, or_greedy)? {
             return Ok(path);
         }
     }
-    with_singles(p, |q, bound| capped_dp(q, or_greedy, bound))
+    with_singles_of(p, own, |q, bound| capped_dp(q, or_greedy, bound))
 }
 
-/// The inputs that hold an index no other input and not the output holds.
-fn own_indices(p: &Problem<'_>) -> Vec<usize> {
+/// Each input without its own indices (those no other input and not the output holds), and
+/// the inputs that have some, in order.
+fn own_indices(p: &Problem<'_>) -> (Vec<Vec<crate::Index>>, Vec<usize>) {
+    // How many inputs hold each index (an input's index list is distinct), the output counting
+    // as one more: an index held once is the input's own.
     let mut holders: crate::bits::FastMap<crate::Index, usize> = Default::default();
     for c in p.inputs.iter().flatten().chain(p.output.iter()) {
         *holders.entry(*c).or_insert(0) += 1;
     }
-    (0..p.num_inputs())
-        .filter(|&t| p.inputs[t].iter().any(|c| holders[c] == 1))
-        .collect()
+    let inputs: Vec<Vec<crate::Index>> = p
+        .inputs
+        .iter()
+        .map(|t| t.iter().copied().filter(|c| holders[c] > 1).collect())
+        .collect();
+    let reducible = (0..p.num_inputs())
+        .filter(|&t| inputs[t].len() < p.inputs[t].len())
+        .collect();
+    (inputs, reducible)
 }
 
 /// [`dp_with_singles`]'s one search, or `None` where it does not apply.
@@ -475,24 +485,19 @@ fn with_singles(
     p: &Problem<'_>,
     search: impl Fn(&Problem<'_>, Option<f64>) -> Result<Option<SsaPath>, PathError>,
 ) -> Result<SsaPath, PathError> {
+    with_singles_of(p, own_indices(p), search)
+}
+
+/// [`with_singles`] with `p`'s [`own_indices`] already found.
+fn with_singles_of(
+    p: &Problem<'_>,
+    (inputs, reducible): (Vec<Vec<crate::Index>>, Vec<usize>),
+    search: impl Fn(&Problem<'_>, Option<f64>) -> Result<Option<SsaPath>, PathError>,
+) -> Result<SsaPath, PathError> {
     let n = p.num_inputs();
     let unbounded = |q: &Problem<'_>| {
         search(q, None).map(|found| found.expect("an unbounded search returns a path"))
     };
-    // How many inputs hold each index (an input's index list is distinct), the output counting
-    // as one more: an index held once is the input's own.
-    let mut holders: crate::bits::FastMap<crate::Index, usize> = Default::default();
-    for c in p.inputs.iter().flatten().chain(p.output.iter()) {
-        *holders.entry(*c).or_insert(0) += 1;
-    }
-    let inputs: Vec<Vec<crate::Index>> = p
-        .inputs
-        .iter()
-        .map(|t| t.iter().copied().filter(|c| holders[c] > 1).collect())
-        .collect();
-    let reducible: Vec<usize> = (0..n)
-        .filter(|&t| inputs[t].len() < p.inputs[t].len())
-        .collect();
     if reducible.is_empty() || n < 2 {
         return unbounded(p);
     }
