@@ -1005,18 +1005,6 @@ impl<T: Scalar> pulp::WithSimd for BatchRows<'_, T> {
 /// Below this many output words a product or copy runs on one thread.
 const PAR_MIN_WORDS: usize = 1 << 16;
 
-/// Runs `f` compiled for the widest vector instructions this processor has (pulp's runtime
-/// dispatch: AVX-512 or AVX2 on x86_64), for element loops the compiler vectorizes itself: built
-/// for the baseline target they run two doubles at a time (the chain's `ija,ja->ia` at 64 on
-/// two ranks took 0.10 ms so).
-#[inline(always)]
-pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
-    pulp::Arch::new().dispatch(
-        #[inline(always)]
-        || f(),
-    )
-}
-
 /// `a * b` over the indices `out` (every index of either operand; none summed): outer
 /// product, Hadamard product or a mix, written straight in `out`'s order, a row of the
 /// output's innermost index at a time, rows split over the rank's threads when large.
