@@ -6,8 +6,8 @@
 //! board per communicator context and call number: every member leaves its messages there and
 //! takes its own once all have arrived, so a collective of P ranks costs one wake-up per rank,
 //! not P. Receives give up when a peer has failed or has exited without sending, so a failing
-//! rank can never deadlock the others. [`InProcess::run`] joins every thread and reports the
-//! first rank that failed, with its own error.
+//! rank can never deadlock the others. [`InProcess::run`] waits for every rank and reports the
+//! first rank that failed, with its own error. Ranks 1.. run on threads kept between runs.
 
 use crate::comm::{CallCounters, Calls, Collective, CommError, Communicator, Traffic};
 use crate::Scalar;
@@ -918,6 +918,64 @@ impl<E: Display> RankFailure<E> {
     }
 }
 
+/// The kept threads that carry ranks 1.. of in-process worlds: a rayon pool of as many
+/// workers as the last world had ranks besides rank 0, and whether a run holds it now.
+struct Kept {
+    busy: bool,
+    /// The pool, its number of workers and the process that started them.
+    pool: Option<(usize, u32, Arc<rayon::ThreadPool>)>,
+}
+
+static CARRIERS: Mutex<Kept> = Mutex::new(Kept {
+    busy: false,
+    pool: None,
+});
+
+/// A run's hold on the carrier threads (released when dropped).
+struct Carriers(Arc<rayon::ThreadPool>);
+
+impl Drop for Carriers {
+    fn drop(&mut self) {
+        lock(&CARRIERS).busy = false;
+    }
+}
+
+/// The kept threads to carry ranks 1.. of a world of `n + 1` ranks, so that a run does not
+/// start and join threads (from Python an 8x8 product on two ranks spent about 0.1 ms so):
+/// the pool of the last world of as many ranks, else a new one kept in its place. `None`
+/// (the caller spawns threads) when another run holds them (two worlds sharing workers could
+/// each wait for a rank queued behind the other's), the calling thread is one of them (a
+/// rank that runs a world of its own), or the pool cannot be built.
+fn carriers(n: usize) -> Option<Carriers> {
+    if n == 0 || deinsum_plan::workers::on_carrier() {
+        return None;
+    }
+    let mut kept = lock(&CARRIERS);
+    if kept.busy {
+        return None;
+    }
+    let pid = std::process::id();
+    let pool = match &kept.pool {
+        Some((m, by, pool)) if *m == n && *by == pid => pool.clone(),
+        _ => {
+            if let Some((_, by, old)) = kept.pool.take() {
+                deinsum_plan::workers::release(by, old);
+            }
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .thread_name(|i| format!("deinsum-rank-{}", i + 1))
+                .start_handler(|_| deinsum_plan::workers::mark_carrier())
+                .build()
+                .ok()?;
+            let pool = Arc::new(pool);
+            kept.pool = Some((n, pid, pool.clone()));
+            pool
+        }
+    };
+    kept.busy = true;
+    Some(Carriers(pool))
+}
+
 /// P ranks as threads of this process: the embedded default backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InProcess {
@@ -949,7 +1007,7 @@ impl InProcess {
     }
 
     /// Runs `f` on every rank, each on its own thread with its own world communicator (rank 0
-    /// on the calling thread), and returns the results in rank order. When ranks fail, the first one to fail is reported
+    /// on the calling thread, the others on threads kept between runs), and returns the results in rank order. When ranks fail, the first one to fail is reported
     /// with its own error (the others, which then see [`CommError::PeerFailed`], are joined
     /// and their secondary errors dropped).
     pub fn run<R, E, F>(&self, f: F) -> Result<Vec<R>, RankFailure<E>>
@@ -991,35 +1049,60 @@ impl InProcess {
             shared.finish(rank);
             out
         };
-        let outcomes: Vec<Outcome<R, E>> = std::thread::scope(|s| {
-            // Ranks 1.. get threads of their own; rank 0 runs on the calling thread, which
-            // would otherwise only wait (one thread fewer to spawn per call).
-            let mut handles = Vec::with_capacity(p - 1);
-            for rank in 1..p {
-                let run_rank = &run_rank;
-                let h = std::thread::Builder::new()
-                    .name(format!("deinsum-rank-{rank}"))
-                    .spawn_scoped(s, move || run_rank(rank));
-                match h {
-                    Ok(h) => handles.push(h),
-                    Err(e) => {
-                        shared.fail(rank, format!("cannot spawn thread: {e}"));
-                        break;
+        let outcomes: Vec<Outcome<R, E>> = match carriers(p - 1) {
+            Some(held) => {
+                let pool = &held.0;
+                // Ranks 1.. on the kept carrier threads, one each (a broadcast job is its
+                // worker's own, never stolen by another), rank 0 on the calling thread.
+                let slots: Vec<Mutex<Option<Outcome<R, E>>>> =
+                    (1..p).map(|_| Mutex::new(None)).collect();
+                let mut first = None;
+                pool.in_place_scope(|s| {
+                    s.spawn_broadcast(|_, ctx| {
+                        let rank = ctx.index() + 1;
+                        *lock(&slots[rank - 1]) = Some(run_rank(rank));
+                    });
+                    first = Some(run_rank(0));
+                });
+                first
+                    .into_iter()
+                    .chain(slots.into_iter().map(|m| {
+                        m.into_inner()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .unwrap_or_else(|| Outcome::Panic("rank did not run".into()))
+                    }))
+                    .collect()
+            }
+            None => std::thread::scope(|s| {
+                // Ranks 1.. get threads of their own; rank 0 runs on the calling thread, which
+                // would otherwise only wait (one thread fewer to spawn per call).
+                let mut handles = Vec::with_capacity(p - 1);
+                for rank in 1..p {
+                    let run_rank = &run_rank;
+                    let h = std::thread::Builder::new()
+                        .name(format!("deinsum-rank-{rank}"))
+                        .spawn_scoped(s, move || run_rank(rank));
+                    match h {
+                        Ok(h) => handles.push(h),
+                        Err(e) => {
+                            shared.fail(rank, format!("cannot spawn thread: {e}"));
+                            break;
+                        }
                     }
                 }
-            }
-            if handles.len() + 1 < p {
-                // A rank is missing: the spawned ones see the failure and return.
-                handles.into_iter().for_each(|h| drop(h.join()));
-                return Vec::new();
-            }
-            let mut outcomes = vec![run_rank(0)];
-            outcomes.extend(handles.into_iter().map(|h| {
-                h.join()
-                    .unwrap_or_else(|e| Outcome::Panic(panic_message(e.as_ref())))
-            }));
-            outcomes
-        });
+                if handles.len() + 1 < p {
+                    // A rank is missing: the spawned ones see the failure and return.
+                    handles.into_iter().for_each(|h| drop(h.join()));
+                    return Vec::new();
+                }
+                let mut outcomes = vec![run_rank(0)];
+                outcomes.extend(handles.into_iter().map(|h| {
+                    h.join()
+                        .unwrap_or_else(|e| Outcome::Panic(panic_message(e.as_ref())))
+                }));
+                outcomes
+            }),
+        };
         crate::linger::ACTIVE.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         if p > 1 {
             // The other cores stay awake for the next run's ranks (crate::linger).

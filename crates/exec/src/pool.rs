@@ -87,8 +87,15 @@ pub struct KeptBuffers {
     pools: Arc<Mutex<Vec<Option<KeptPool>>>>,
 }
 
-/// A rank's kept thread pool and its thread count.
-type KeptPool = (usize, Arc<rayon::ThreadPool>);
+/// A rank's kept thread pool, its thread count and the process that started its threads.
+type KeptPool = (usize, u32, Arc<rayon::ThreadPool>);
+
+/// Lets go of kept pools (forgotten in a forked child, see [`deinsum_plan::workers::release`]).
+fn release_pools(pools: impl Iterator<Item = Option<KeptPool>>) {
+    for (_, by, pool) in pools.flatten() {
+        deinsum_plan::workers::release(by, pool);
+    }
+}
 
 impl std::fmt::Debug for KeptBuffers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -138,13 +145,15 @@ impl KeptBuffers {
     /// than the last).
     pub fn keep_ranks(&self, procs: usize) {
         lock(&self.ranks).truncate(procs);
-        lock(&self.pools).truncate(procs);
+        let mut pools = lock(&self.pools);
+        let from = procs.min(pools.len());
+        release_pools(pools.drain(from..));
     }
 
     /// Frees every kept buffer and ends the kept thread pools.
     pub fn clear(&self) {
         lock(&self.ranks).clear();
-        lock(&self.pools).clear();
+        release_pools(lock(&self.pools).drain(..));
     }
 
     /// Thread pools kept (one per rank number that ran with more than one thread).
@@ -193,10 +202,11 @@ impl RankContext {
         if threads <= 1 {
             return Self::with_free(free, threads, me);
         }
+        let pid = std::process::id();
         let reused = lock(&kept.pools).get(me).and_then(|p| {
             p.as_ref()
-                .filter(|(n, _)| *n == threads)
-                .map(|p| p.1.clone())
+                .filter(|(n, by, _)| *n == threads && *by == pid)
+                .map(|p| p.2.clone())
         });
         if let Some(pool) = reused {
             // Its workers hold this rank's list: the one `free` is (until `clear` or
@@ -211,7 +221,13 @@ impl RankContext {
         while pools.len() <= me {
             pools.push(None);
         }
-        pools[me] = ctx.threads.clone().map(|p| (threads, p));
+        let old = std::mem::replace(
+            &mut pools[me],
+            ctx.threads.clone().map(|p| (threads, pid, p)),
+        );
+        if let Some((_, by, old)) = old {
+            deinsum_plan::workers::release(by, old);
+        }
         Ok(ctx)
     }
 
@@ -409,7 +425,7 @@ pub fn rank_threads() -> usize {
 pub fn on_rank_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     let pool = CONTEXT.with(|c| c.borrow().as_ref().and_then(|ctx| ctx.threads.clone()));
     match pool {
-        Some(p) if rayon::current_thread_index().is_none() => p.install(f),
+        Some(p) if !deinsum_plan::workers::in_worker_pool() => p.install(f),
         _ => f(),
     }
 }

@@ -395,3 +395,90 @@ fn all_gather_shared_failing_build_does_not_hang() {
     });
     assert!(r.is_err());
 }
+
+/// Runs `f` on a thread of its own and fails if it has not returned within a minute (a world
+/// waiting for a rank that never runs would otherwise hang the test binary).
+fn within_a_minute(f: impl FnOnce() + Send + 'static) {
+    let (done, finished) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        f();
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(()) => h.join().unwrap(),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            std::panic::resume_unwind(h.join().unwrap_err())
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("worlds did not finish"),
+    }
+}
+
+/// An all-reduce of every rank's number, checked, and the rank's kernel thread count.
+fn sum_of_ranks(c: &impl Communicator) -> Result<usize, CommError> {
+    let p = c.size();
+    let mut v = vec![c.rank() as f64];
+    c.all_reduce_sum_f64(&mut v)?;
+    assert_eq!(v[0], (p * (p - 1) / 2) as f64);
+    Ok(deinsum_exec::kernels::threads())
+}
+
+#[test]
+fn worlds_run_at_once_from_many_threads_finish() {
+    // Ranks 1.. run on kept threads: worlds started at once from several threads (of the
+    // same and of different sizes) must not queue a rank behind another world's.
+    within_a_minute(|| {
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for i in 0..30 {
+                        let p = [2, 3, 3, 5][(t + i) % 4];
+                        let out = InProcess::new(p).unwrap().run(sum_of_ranks).unwrap();
+                        // A rank's kernels use one thread: the threads carrying ranks are
+                        // not the rank's own pool to split work over.
+                        assert_eq!(out, vec![1; p]);
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|h| h.join().unwrap());
+    });
+}
+
+#[test]
+fn a_rank_runs_a_world_of_its_own() {
+    // Rank 0 runs on the caller's thread and the others on kept threads; either may start a
+    // world inside its own (which then cannot borrow the threads its own world holds).
+    within_a_minute(|| {
+        for _ in 0..10 {
+            let out = InProcess::new(3)
+                .unwrap()
+                .run(|c| {
+                    // As many ranks as the outer world: the same kept threads it holds.
+                    let inner = InProcess::new(3).unwrap().run(sum_of_ranks).unwrap();
+                    assert_eq!(inner, vec![1; 3]);
+                    sum_of_ranks(c)
+                })
+                .unwrap();
+            assert_eq!(out, vec![1; 3]);
+        }
+    });
+}
+
+#[test]
+fn a_failing_rank_on_a_kept_thread_leaves_them_usable() {
+    within_a_minute(|| {
+        for round in 0..5 {
+            let world = InProcess::new(3).unwrap();
+            let err = world
+                .run(|c| {
+                    if c.rank() == 2 {
+                        panic!("rank 2 fails in round {round}");
+                    }
+                    sum_of_ranks(c)
+                })
+                .unwrap_err();
+            assert_eq!(err.rank(), Some(2), "{err}");
+            assert_eq!(world.run(sum_of_ranks).unwrap(), vec![1; 3]);
+        }
+    });
+}

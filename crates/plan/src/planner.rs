@@ -666,10 +666,12 @@ impl<'a> Planner<'a> {
                 break;
             }
         }
-        picked
-            .par_iter()
-            .map(|&(ci, c)| self.schedule(g, c, ci))
-            .collect()
+        crate::workers::install(|| {
+            picked
+                .par_iter()
+                .map(|&(ci, c)| self.schedule(g, c, ci))
+                .collect()
+        })
     }
 
     /// The moves that bring each input of the group to where it rests on candidate `c`.

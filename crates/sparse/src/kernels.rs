@@ -62,6 +62,17 @@ pub fn spmm_into<T: Scalar, I: ColIndex>(
     c: &mut [T],
     add: bool,
 ) -> Result<(), SparseError> {
+    deinsum_plan::workers::install(|| spmm_into_here(a, b, k, c, add))
+}
+
+/// [`spmm_into`] on the pool the calling thread is in.
+fn spmm_into_here<T: Scalar, I: ColIndex>(
+    a: &Csr<T, I>,
+    b: &[T],
+    k: usize,
+    c: &mut [T],
+    add: bool,
+) -> Result<(), SparseError> {
     if b.len() != a.ncols * k || c.len() != a.nrows * k {
         return Err(SparseError::Shape(format!(
             "B has {} and C {} elements, expected {} x {k} and {} x {k}",
@@ -181,6 +192,11 @@ fn row_dot<T: Scalar, I: ColIndex>(idx: &[I], vals: &[T], b: &[T]) -> T {
 /// SDDMM `C_ij = S_ij * sum_r U_ir V_jr` on the pattern of `s` (`ij,ir,jr->ij` with the
 /// output sparse in `s`'s pattern): returns the values in `s`'s entry order.
 pub fn sddmm<T: Scalar>(s: &Csr<T>, u: &[T], v: &[T], r: usize) -> Result<Vec<T>, SparseError> {
+    deinsum_plan::workers::install(|| sddmm_here(s, u, v, r))
+}
+
+/// [`sddmm`] on the pool the calling thread is in.
+fn sddmm_here<T: Scalar>(s: &Csr<T>, u: &[T], v: &[T], r: usize) -> Result<Vec<T>, SparseError> {
     if u.len() != s.nrows * r || v.len() != s.ncols * r {
         return Err(SparseError::Shape(format!(
             "U has {} and V {} elements, expected {} x {r} and {} x {r}",
@@ -224,6 +240,11 @@ pub fn sddmm<T: Scalar>(s: &Csr<T>, u: &[T], v: &[T], r: usize) -> Result<Vec<T>
 /// its nonzeros in a dense accumulator with a marker array (explicit zeros of the products are
 /// kept, as SciPy keeps them).
 pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>, SparseError> {
+    deinsum_plan::workers::install(|| spgemm_here(a, b))
+}
+
+/// [`spgemm`] on the pool the calling thread is in.
+fn spgemm_here<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>, SparseError> {
     if a.ncols != b.nrows {
         return Err(SparseError::Shape(format!(
             "A is {} x {}, B is {} x {}",
@@ -410,8 +431,17 @@ impl<T: Scalar> ModeGroups<T> {
 /// MTTKRP over grouped entries: `M (rows x R)`, row i the sum over its entries of the value
 /// times the elementwise product of the other modes' factor rows. `factors` are the other
 /// modes' row-major factors in mode order, each `R` wide and indexed by the grouped
-/// coordinates. Rows are split over the calling rayon pool.
+/// coordinates. Rows are split over the calling rayon pool (the process's workers outside one).
 pub fn mttkrp_grouped<T: Scalar>(
+    g: &ModeGroups<T>,
+    factors: &[&[T]],
+    r: usize,
+) -> Result<Vec<T>, SparseError> {
+    deinsum_plan::workers::install(|| mttkrp_grouped_here(g, factors, r))
+}
+
+/// [`mttkrp_grouped`] on the pool the calling thread is in.
+fn mttkrp_grouped_here<T: Scalar>(
     g: &ModeGroups<T>,
     factors: &[&[T]],
     r: usize,

@@ -1,0 +1,76 @@
+//! The process's worker threads for data-parallel work outside a rank's own pool (planning
+//! the candidate trees and grids, sparse kernels): a rayon pool kept for the process, used
+//! instead of rayon's global pool because a process forked after using that one (Python's
+//! multiprocessing on Linux) inherits a pool whose threads are not there, and its next
+//! parallel call waits for them forever. This pool is built again in a forked child.
+
+use std::sync::{Arc, Mutex};
+
+thread_local! {
+    /// Whether this thread carries in-process ranks (set by the executor on its kept threads).
+    static CARRIER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling thread as one that carries in-process ranks: a rayon worker whose
+/// pool is not for splitting the rank's work over.
+pub fn mark_carrier() {
+    CARRIER.with(|c| c.set(true));
+}
+
+/// Whether the calling thread carries in-process ranks (see [`mark_carrier`]).
+pub fn on_carrier() -> bool {
+    CARRIER.with(|c| c.get())
+}
+
+/// Whether the calling thread is a worker of a rayon pool its work may split over: a rank's
+/// own pool, this module's, or the caller's pool a rank 0 runs in (not a rank carrier).
+pub fn in_worker_pool() -> bool {
+    rayon::current_thread_index().is_some() && !on_carrier()
+}
+
+/// Runs `f`, whose rayon calls then split over the workers of the pool it runs in: the
+/// calling thread's own when it is a worker (see [`in_worker_pool`]), else the process's kept
+/// pool (as many threads as rayon's default), built again after a fork. When no pool can be
+/// built, `f` runs on the calling thread with rayon's global pool.
+pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if in_worker_pool() {
+        return f();
+    }
+    match kept() {
+        Some(pool) => pool.install(f),
+        None => f(),
+    }
+}
+
+/// The kept pool of this process (`None` when it cannot be built).
+fn kept() -> Option<Arc<rayon::ThreadPool>> {
+    static KEPT: Mutex<Option<(u32, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
+    let pid = std::process::id();
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((by, pool)) = kept.as_ref() {
+        if *by == pid {
+            return Some(pool.clone());
+        }
+    }
+    if let Some((by, old)) = kept.take() {
+        release(by, old);
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .thread_name(|i| format!("deinsum-worker-{i}"))
+        .build()
+        .ok()?;
+    let pool = Arc::new(pool);
+    *kept = Some((pid, pool.clone()));
+    Some(pool)
+}
+
+/// Lets go of a kept pool that process `by` built: dropped when that is this process, else
+/// (the parent of a fork, whose threads this child does not have) forgotten, as dropping it
+/// would signal threads that are not there.
+pub fn release(by: u32, pool: Arc<rayon::ThreadPool>) {
+    if by == std::process::id() {
+        drop(pool);
+    } else {
+        std::mem::forget(pool);
+    }
+}
