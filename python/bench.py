@@ -6,8 +6,8 @@
 
 Execution: the end-to-end kernels of crates/exec/benches/numpy_baseline.py (their --quick sizes
 unless --full), timed as `deinsum.einsum(procs=P)` (default 2, one thread per rank),
-`numpy.einsum(optimize=True)` and `opt_einsum.contract`; minimum of N runs after a warm-up and
-a pause that lets the previous contestant's idle BLAS threads stop spinning, operands made
+`numpy.einsum(optimize=True)` and `opt_einsum.contract`; minimum of N runs (and of as many
+more as fit in 0.2 s, at most 1000) after a warm-up and a pause that lets the previous contestant's idle BLAS threads stop spinning, operands made
 beforehand. With R rounds (default 1) the three take turns R times per kernel and the table
 gives the median of each one's times and the median (and range) of the per-round ratios: a
 shared machine's speed drifts between minutes, and a ratio of times taken side by side keeps
@@ -39,6 +39,12 @@ OPTIMAL_MAX_TENSORS = 10
 DP_MAX_TENSORS = 16
 PLANNING_BUDGET_S = 0.5
 
+# Execution: each contestant's timed runs span at least this long (more than N runs for the
+# short kernels). On this VM a two-thread run falls into stretches of some 10-20 ms where the
+# second core is not there (the chain at 64 on two ranks: 0.48 ms a call, or 0.86 ms, the
+# time of one rank doing it all, for ten calls in a row): ten runs of 1 ms could all fall in one.
+EXEC_SPAN_S = 0.2
+
 
 def arg(name, default):
     if name in sys.argv:
@@ -52,11 +58,14 @@ def settle():
     time.sleep(0.3)
 
 
-def best_time(f, reps):
+def best_time(f, reps, at_least=0.0):
+    """Minimum time of f over `reps` runs, and more while they took less than `at_least`
+    seconds in all (at most 1000 runs)."""
     f()
     settle()
     times = []
-    for _ in range(reps):
+    start = time.perf_counter()
+    while len(times) < reps or (time.perf_counter() - start < at_least and len(times) < 1000):
         t0 = time.perf_counter()
         f()
         times.append(time.perf_counter() - t0)
@@ -86,7 +95,7 @@ def execution(full, reps, procs, rounds):
     spec.loader.exec_module(base)
     rng = np.random.default_rng(1)
     size = "full" if full else "quick"
-    print(f"## execution ({size} sizes, procs={procs}, min of {reps}, median of {rounds} round(s))\n")
+    print(f"## execution ({size} sizes, procs={procs}, min of {reps} runs and of all in {EXEC_SPAN_S} s, median of {rounds} round(s))\n")
     print("| kernel | einsum | deinsum | numpy optimize=True | opt_einsum | numpy / deinsum | opt_einsum / deinsum |")
     print("|---|---|---|---|---|---|---|")
     for name, expr, big, small in base.KERNELS:
@@ -97,9 +106,11 @@ def execution(full, reps, procs, rounds):
         np.testing.assert_allclose(got, np.einsum(expr, *ops, optimize=True), rtol=1e-8, atol=1e-8)
         times = {"d": [], "n": [], "o": []}
         for _ in range(rounds):
-            times["d"].append(best_time(lambda: deinsum.einsum(expr, *ops, procs=procs, threads=1), reps))
-            times["n"].append(best_time(lambda: np.einsum(expr, *ops, optimize=True), reps))
-            times["o"].append(best_time(lambda: oe.contract(expr, *ops), reps))
+            times["d"].append(
+                best_time(lambda: deinsum.einsum(expr, *ops, procs=procs, threads=1), reps, EXEC_SPAN_S)
+            )
+            times["n"].append(best_time(lambda: np.einsum(expr, *ops, optimize=True), reps, EXEC_SPAN_S))
+            times["o"].append(best_time(lambda: oe.contract(expr, *ops), reps, EXEC_SPAN_S))
         td, tn, to = (statistics.median(times[k]) for k in "dno")
 
         def ratio(k):
