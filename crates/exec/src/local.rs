@@ -931,6 +931,11 @@ static CARRIERS: Mutex<Kept> = Mutex::new(Kept {
     pool: None,
 });
 
+/// Worlds of up to this many ranks per core run on kept threads; larger ones spawn theirs, so
+/// that a run of hundreds of oversubscribed ranks (whose start is a small part of its time)
+/// does not leave as many idle threads behind (300 ranks from Python kept 130 MB so).
+const MAX_CARRIED_PER_CORE: usize = 2;
+
 /// A run's hold on the carrier threads (released when dropped).
 struct Carriers(Arc<rayon::ThreadPool>);
 
@@ -943,11 +948,12 @@ impl Drop for Carriers {
 /// The kept threads to carry ranks 1.. of a world of `n + 1` ranks, so that a run does not
 /// start and join threads (from Python an 8x8 product on two ranks spent about 0.1 ms so):
 /// the pool of the last world of as many ranks, else a new one kept in its place. `None`
-/// (the caller spawns threads) when another run holds them (two worlds sharing workers could
+/// (the caller spawns threads) for worlds larger than [`MAX_CARRIED_PER_CORE`] ranks a core,
+/// when another run holds them (two worlds sharing workers could
 /// each wait for a rank queued behind the other's), the calling thread is one of them (a
 /// rank that runs a world of its own), or the pool cannot be built.
 fn carriers(n: usize) -> Option<Carriers> {
-    if n == 0 || deinsum_plan::workers::on_carrier() {
+    if n == 0 || n >= MAX_CARRIED_PER_CORE * cores() || deinsum_plan::workers::on_carrier() {
         return None;
     }
     let mut kept = lock(&CARRIERS);
