@@ -111,6 +111,10 @@ impl Options {
 /// The free buffers in-process runs of [`Einsum::run_local_borrowed`] leave for the next
 /// call (one list per rank number, bounded by the last plan's predicted peak per rank; the
 /// lists of ranks it does not have are freed).
+/// Where a rank copies its output block in [`Einsum::run_local_borrowed`]: the block's start in
+/// the whole and its part of the whole (taken by the rank).
+type Slab<'a, T> = std::sync::Mutex<Option<(usize, &'a mut [T])>>;
+
 fn kept_buffers() -> &'static deinsum_exec::pool::KeptBuffers {
     static KEPT: std::sync::OnceLock<deinsum_exec::pool::KeptBuffers> = std::sync::OnceLock::new();
     KEPT.get_or_init(deinsum_exec::pool::KeptBuffers::new)
@@ -242,11 +246,13 @@ impl Einsum {
     /// first-touch page faults again. With more than one thread per rank, each rank number's
     /// thread pool is kept there too and serves the next call with as many threads.
     ///
-    /// The output is not gathered by messages: the ranks share this process, so their output
-    /// blocks are handed to the caller's thread and put together there
-    /// ([`deinsum_exec::assemble`]: blocks split along the leading indices are appended to the
-    /// first one, others copied once). The plan's moves are made and measured as on any
-    /// communicator; only the gather, which no plan predicts, takes this shortcut.
+    /// The output is not gathered by messages: the ranks share this process. When their
+    /// output blocks tile the row-major whole in order (split along the leading indices,
+    /// [`deinsum_exec::primary_slabs`]), each rank copies its block into its part of the whole
+    /// at the end of its run, all ranks at once; otherwise the blocks are handed to the
+    /// caller's thread and copied once into the whole there ([`deinsum_exec::assemble`]). The
+    /// plan's moves are made and measured as on any communicator; only the gather, which no
+    /// plan predicts, takes this shortcut.
     pub fn run_local_borrowed<T: Scalar>(
         &self,
         operands: &[&[T]],
@@ -272,6 +278,55 @@ impl Einsum {
             shared_plan: true,
             ..options.clone()
         };
+        let out_t = plan.tensor(plan.output.0).ok_or_else(|| {
+            Error::Exec(ExecError::InvalidPlan {
+                step: plan.steps.len(),
+                message: "unknown output tensor".into(),
+            })
+        })?;
+        let oom = |bytes: u128| {
+            Error::Exec(ExecError::OutOfMemory {
+                rank: 0,
+                tensor: out_t.label(),
+                bytes,
+                stage: deinsum_exec::Stage::Gather,
+            })
+        };
+        // When the ranks' output blocks tile the whole in order, each rank copies its own into
+        // the whole at the end of its run, all at once (from Python, mm at 2048 on two ranks:
+        // the caller's thread had grown rank 0's block and appended rank 1's, 32 MB copied
+        // in turn after the run).
+        // One block holding it all is handed over as it is (no copy at all).
+        let slabs = deinsum_exec::primary_slabs(out_t, &plan.output.1, plan.procs)
+            .filter(|s| s.iter().flatten().filter(|r| r.1 > 0).count() > 1);
+        let total: usize = out_t.shape.iter().product();
+        let mut whole = match slabs {
+            Some(_) => {
+                deinsum_exec::pool::take_overwritten::<T>(total).map_err(|e| oom(e.bytes))?
+            }
+            None => Vec::new(),
+        };
+        let dests: Vec<Slab<'_, T>> = {
+            let mut dests: Vec<_> = (0..plan.procs)
+                .map(|_| std::sync::Mutex::new(None))
+                .collect();
+            if let Some(slabs) = &slabs {
+                let mut order: Vec<(usize, usize, usize)> = slabs
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(r, s)| s.map(|(start, len)| (start, len, r)))
+                    .collect();
+                order.sort();
+                let mut rest: &mut [T] = &mut whole;
+                for (start, len, r) in order {
+                    let (dst, tail) = rest.split_at_mut(len);
+                    dests[r] = std::sync::Mutex::new(Some((start, dst)));
+                    rest = tail;
+                }
+            }
+            dests
+        };
+        let spare = |r: usize, v: Vec<T>| kept.give(r, v);
         let blocks = self.on_local_ranks::<T, _>(|comm| {
             let me = comm.rank();
             let opts = ExecOptions {
@@ -280,28 +335,31 @@ impl Einsum {
             };
             let (t, _) = deinsum_exec::execute_lent(plan, comm, operands, &opts)?;
             // Rank 0 takes the output blocks as they are (no messages): see the doc above.
-            Ok(t.into_primary())
+            let block = t.into_primary();
+            let dest = dests[me].lock().unwrap_or_else(|e| e.into_inner()).take();
+            Ok(match (block, dest) {
+                (Some(b), Some((start, dst)))
+                    if deinsum_exec::slab_in(out_t, &b.ranges) == Some((start, dst.len())) =>
+                {
+                    dst.copy_from_slice(&b.data);
+                    spare(me, b.data.into_vec());
+                    None
+                }
+                (b, _) => b,
+            })
         })?;
         let blocks: Vec<_> = blocks
             .into_iter()
             .enumerate()
             .filter_map(|(r, b)| Some((r, b?)))
             .collect();
-        let out_t = plan.tensor(plan.output.0).ok_or_else(|| {
-            Error::Exec(ExecError::InvalidPlan {
-                step: plan.steps.len(),
-                message: "unknown output tensor".into(),
-            })
-        })?;
-        let spare = |r: usize, v: Vec<T>| kept.give(r, v);
-        let out = deinsum_exec::assemble(out_t, blocks, spare).map_err(|e| {
-            Error::Exec(ExecError::OutOfMemory {
-                rank: 0,
-                tensor: out_t.label(),
-                bytes: e.bytes,
-                stage: deinsum_exec::Stage::Gather,
-            })
-        })?;
+        let out = if slabs.is_some() {
+            // Blocks not copied by their rank (none, when the run went as planned) go over it.
+            deinsum_exec::assemble_onto(out_t, whole, blocks, spare)
+        } else {
+            deinsum_exec::assemble(out_t, blocks, spare)
+        }
+        .map_err(|e| oom(e.bytes))?;
         Ok(out)
     }
 

@@ -186,11 +186,20 @@ fn run_local_borrowed_assembles_every_output_layout_for_p_1_to_8() {
         ("ij,ij->", vec![vec![6, 5], vec![6, 5]]),
         ("ik,jk->ijk", vec![vec![3, 5], vec![4, 5]]),
     ];
+    // Runs whose ranks copied their blocks into the whole themselves, and runs put together
+    // after the run: both ways must be taken.
+    let (mut tiled, mut put_together) = (0, 0);
     for (expr, shapes) in cases {
         let (spec, ops) = seeded_operands(&shapes, 3);
         let lent: Vec<&[f64]> = ops.iter().map(|v| v.as_slice()).collect();
         for p in 1..=8 {
             let c = Einsum::compile(expr, &spec, &Options::procs(p)).unwrap();
+            let plan = c.plan();
+            let out_t = plan.tensor(plan.output.0).unwrap();
+            match deinsum::exec::primary_slabs(out_t, &plan.output.1, p) {
+                Some(_) => tiled += 1,
+                None => put_together += 1,
+            }
             let want = naive_seeded(&c.plan().einsum, 3);
             let got = c.run_local_borrowed(&lent, &threads_opt(2)).unwrap();
             let (abs, rel) = max_error(&got, &want);
@@ -200,6 +209,10 @@ fn run_local_borrowed_assembles_every_output_layout_for_p_1_to_8() {
             assert_eq!(got, gathered, "{expr} P={p}");
         }
     }
+    assert!(
+        tiled > 0 && put_together > 0,
+        "{tiled} tiled, {put_together} put together"
+    );
 }
 
 #[test]

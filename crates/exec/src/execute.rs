@@ -419,32 +419,7 @@ pub fn assemble<T: Scalar>(
         .into_iter()
         .filter(|(_, b)| !b.data.is_empty())
         .unzip();
-    // A block is a slab when the dims after its first cut one are whole and those before it
-    // have extent 1: then it is the run [start, start + len) of the row-major order.
-    let slab = |b: &LocalTensor<T>| -> Option<(usize, usize)> {
-        let first = b
-            .ranges
-            .iter()
-            .zip(shape)
-            .position(|(&(s, e), &n)| (s, e) != (0, n))
-            .unwrap_or(0);
-        let outer_ok = b.ranges[..first.min(b.ranges.len())]
-            .iter()
-            .all(|&(s, e)| e - s == 1);
-        let inner_ok = b
-            .ranges
-            .iter()
-            .zip(shape)
-            .skip(first + 1)
-            .all(|(&(s, e), &n)| (s, e) == (0, n));
-        let start = b
-            .ranges
-            .iter()
-            .zip(&strides)
-            .map(|(&(s, _), &st)| s * st)
-            .sum();
-        (outer_ok && inner_ok).then_some((start, b.data.len()))
-    };
+    let slab = |b: &LocalTensor<T>| slab_of(shape, &strides, &b.ranges);
     let runs: Option<Vec<(usize, usize)>> = blocks.iter().map(slab).collect();
     if let Some(mut runs) = runs {
         let mut order: Vec<usize> = (0..blocks.len()).collect();
@@ -470,11 +445,29 @@ pub fn assemble<T: Scalar>(
             return Ok(out);
         }
     }
-    let mut full = LocalTensor::<T>::zeros(
-        tensor.indices.clone(),
-        shape.iter().map(|&n| (0, n)).collect(),
-    )?;
-    for (b, owner) in blocks.into_iter().zip(owners) {
+    let whole = crate::pool::take::<T>(total)?;
+    assemble_onto(
+        tensor,
+        whole,
+        owners.into_iter().zip(blocks).collect(),
+        spare,
+    )
+}
+
+/// `whole` (all of `tensor`, row-major) with `blocks` copied over it where they lie; their
+/// buffers go to `spare` with their owner, as in [`assemble`].
+pub fn assemble_onto<T: Scalar>(
+    tensor: &Tensor,
+    whole: Vec<T>,
+    blocks: Vec<(usize, LocalTensor<T>)>,
+    mut spare: impl FnMut(usize, Vec<T>),
+) -> Result<Vec<T>, OutOfMemory> {
+    let mut full = LocalTensor {
+        indices: tensor.indices.clone(),
+        ranges: tensor.shape.iter().map(|&n| (0, n)).collect(),
+        data: whole.into(),
+    };
+    for (owner, b) in blocks {
         let bx = Block {
             ranges: b.ranges.iter().copied().collect(),
         };
@@ -482,6 +475,84 @@ pub fn assemble<T: Scalar>(
         spare(owner, b.data.into_vec());
     }
     Ok(full.data.into_vec())
+}
+
+/// The run `(start, len)` of the row-major order of `shape` (with `strides`) that the block
+/// `ranges` is, if it is one: the dims after its first cut one are whole and those before it
+/// have extent 1.
+fn slab_of(
+    shape: &[usize],
+    strides: &[usize],
+    ranges: &[(usize, usize)],
+) -> Option<(usize, usize)> {
+    let first = ranges
+        .iter()
+        .zip(shape)
+        .position(|(&(s, e), &n)| (s, e) != (0, n))
+        .unwrap_or(0);
+    let outer_ok = ranges[..first.min(ranges.len())]
+        .iter()
+        .all(|&(s, e)| e - s == 1);
+    let inner_ok = ranges
+        .iter()
+        .zip(shape)
+        .skip(first + 1)
+        .all(|(&(s, e), &n)| (s, e) == (0, n));
+    let start = ranges
+        .iter()
+        .zip(strides)
+        .map(|(&(s, _), &st)| s * st)
+        .sum();
+    let len = ranges.iter().map(|&(s, e)| e - s).product();
+    (outer_ok && inner_ok).then_some((start, len))
+}
+
+/// The run `(start, len)` of `tensor`'s row-major order that the block `ranges` is, if it is
+/// one (see [`primary_slabs`]).
+pub fn slab_in(tensor: &Tensor, ranges: &[(usize, usize)]) -> Option<(usize, usize)> {
+    slab_of(
+        &tensor.shape,
+        &crate::data::strides_of(&tensor.shape),
+        ranges,
+    )
+}
+
+/// Where each rank's primary block of `tensor` distributed as `dist` over `procs` ranks (the
+/// block [`DistTensor::into_primary`] gives) lies in the row-major whole, as `(start, len)`
+/// (`None` for a rank with none), when every such block is one run and the runs tile the
+/// whole: then in-process ranks can copy their blocks straight into the whole, each its own,
+/// instead of one thread putting them together after the run ([`assemble`]).
+pub fn primary_slabs(
+    tensor: &Tensor,
+    dist: &Distribution,
+    procs: usize,
+) -> Option<Vec<Option<(usize, usize)>>> {
+    let shape = &tensor.shape[..];
+    let strides = crate::data::strides_of(shape);
+    let whole = DistTensor::<f64> {
+        tensor: tensor.clone(),
+        dist: dist.clone(),
+        local: None,
+        rank: 0,
+    };
+    let slabs: Vec<Option<(usize, usize)>> = (0..procs)
+        .map(|r| match whole.primary_block(r) {
+            Some(b) => slab_of(shape, &strides, &b.ranges).map(Some),
+            None => Some(None),
+        })
+        .collect::<Option<_>>()?;
+    let mut runs: Vec<(usize, usize)> = slabs
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|r| r.1 > 0)
+        .collect();
+    runs.sort();
+    let total: usize = shape.iter().product();
+    let tiled = runs.first().is_none_or(|r| r.0 == 0)
+        && runs.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0)
+        && runs.last().map_or(total == 0, |r| r.0 + r.1 == total);
+    tiled.then_some(slabs)
 }
 
 /// A hash of the plan's canonical JSON (FNV-1a-style over 8-byte words, streamed while the

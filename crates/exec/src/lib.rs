@@ -30,8 +30,9 @@ pub mod tune;
 pub use comm::{Calls, Collective, CommError, Communicator, Traffic};
 pub use data::Inputs;
 pub use execute::{
-    assemble, execute, execute_lent, execute_measured, gather_reports, plan_hash, DistTensor,
-    ExecError, ExecOptions, RunReport, Stage, StepKind, StepMeasure,
+    assemble, assemble_onto, execute, execute_lent, execute_measured, gather_reports, plan_hash,
+    primary_slabs, slab_in, DistTensor, ExecError, ExecOptions, RunReport, Stage, StepKind,
+    StepMeasure,
 };
 pub use local::{InProcess, LocalComm, RankFailure};
 pub use pool::OutOfMemory;
