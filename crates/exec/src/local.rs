@@ -922,8 +922,8 @@ impl<E: Display> RankFailure<E> {
 /// workers as the last world had ranks besides rank 0, and whether a run holds it now.
 struct Kept {
     busy: bool,
-    /// The pool, its number of workers and the process that started them.
-    pool: Option<(usize, u32, Arc<rayon::ThreadPool>)>,
+    /// The pool and its number of workers.
+    pool: Option<(usize, deinsum_plan::workers::ProcessPool)>,
 }
 
 static CARRIERS: Mutex<Kept> = Mutex::new(Kept {
@@ -960,13 +960,14 @@ fn carriers(n: usize) -> Option<Carriers> {
     if kept.busy {
         return None;
     }
-    let pid = std::process::id();
-    let pool = match &kept.pool {
-        Some((m, by, pool)) if *m == n && *by == pid => pool.clone(),
-        _ => {
-            if let Some((_, by, old)) = kept.pool.take() {
-                deinsum_plan::workers::release(by, old);
-            }
+    let reused = kept
+        .pool
+        .as_ref()
+        .filter(|(m, _)| *m == n)
+        .and_then(|(_, p)| p.here().cloned());
+    let pool = match reused {
+        Some(pool) => pool,
+        None => {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(n)
                 .thread_name(|i| format!("deinsum-rank-{}", i + 1))
@@ -974,7 +975,7 @@ fn carriers(n: usize) -> Option<Carriers> {
                 .build()
                 .ok()?;
             let pool = Arc::new(pool);
-            kept.pool = Some((n, pid, pool.clone()));
+            kept.pool = Some((n, deinsum_plan::workers::ProcessPool::new(pool.clone())));
             pool
         }
     };

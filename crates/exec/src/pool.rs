@@ -87,15 +87,8 @@ pub struct KeptBuffers {
     pools: Arc<Mutex<Vec<Option<KeptPool>>>>,
 }
 
-/// A rank's kept thread pool, its thread count and the process that started its threads.
-type KeptPool = (usize, u32, Arc<rayon::ThreadPool>);
-
-/// Lets go of kept pools (forgotten in a forked child, see [`deinsum_plan::workers::release`]).
-fn release_pools(pools: impl Iterator<Item = Option<KeptPool>>) {
-    for (_, by, pool) in pools.flatten() {
-        deinsum_plan::workers::release(by, pool);
-    }
-}
+/// A rank's kept thread pool and its thread count.
+type KeptPool = (usize, deinsum_plan::workers::ProcessPool);
 
 impl std::fmt::Debug for KeptBuffers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -145,15 +138,13 @@ impl KeptBuffers {
     /// than the last).
     pub fn keep_ranks(&self, procs: usize) {
         lock(&self.ranks).truncate(procs);
-        let mut pools = lock(&self.pools);
-        let from = procs.min(pools.len());
-        release_pools(pools.drain(from..));
+        lock(&self.pools).truncate(procs);
     }
 
     /// Frees every kept buffer and ends the kept thread pools.
     pub fn clear(&self) {
         lock(&self.ranks).clear();
-        release_pools(lock(&self.pools).drain(..));
+        lock(&self.pools).clear();
     }
 
     /// Thread pools kept (one per rank number that ran with more than one thread).
@@ -202,11 +193,10 @@ impl RankContext {
         if threads <= 1 {
             return Self::with_free(free, threads, me);
         }
-        let pid = std::process::id();
         let reused = lock(&kept.pools).get(me).and_then(|p| {
             p.as_ref()
-                .filter(|(n, by, _)| *n == threads && *by == pid)
-                .map(|p| p.2.clone())
+                .filter(|(n, _)| *n == threads)
+                .and_then(|p| p.1.here().cloned())
         });
         if let Some(pool) = reused {
             // Its workers hold this rank's list: the one `free` is (until `clear` or
@@ -221,13 +211,10 @@ impl RankContext {
         while pools.len() <= me {
             pools.push(None);
         }
-        let old = std::mem::replace(
-            &mut pools[me],
-            ctx.threads.clone().map(|p| (threads, pid, p)),
-        );
-        if let Some((_, by, old)) = old {
-            deinsum_plan::workers::release(by, old);
-        }
+        pools[me] = ctx
+            .threads
+            .clone()
+            .map(|p| (threads, deinsum_plan::workers::ProcessPool::new(p)));
         Ok(ctx)
     }
 

@@ -44,33 +44,47 @@ pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 
 /// The kept pool of this process (`None` when it cannot be built).
 fn kept() -> Option<Arc<rayon::ThreadPool>> {
-    static KEPT: Mutex<Option<(u32, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
-    let pid = std::process::id();
+    static KEPT: Mutex<Option<ProcessPool>> = Mutex::new(None);
     let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((by, pool)) = kept.as_ref() {
-        if *by == pid {
-            return Some(pool.clone());
-        }
-    }
-    if let Some((by, old)) = kept.take() {
-        release(by, old);
+    if let Some(pool) = kept.as_ref().and_then(ProcessPool::here) {
+        return Some(pool.clone());
     }
     let pool = rayon::ThreadPoolBuilder::new()
         .thread_name(|i| format!("deinsum-worker-{i}"))
         .build()
         .ok()?;
     let pool = Arc::new(pool);
-    *kept = Some((pid, pool.clone()));
+    *kept = Some(ProcessPool::new(pool.clone()));
     Some(pool)
 }
 
-/// Lets go of a kept pool that process `by` built: dropped when that is this process, else
-/// (the parent of a fork, whose threads this child does not have) forgotten, as dropping it
-/// would signal threads that are not there.
-pub fn release(by: u32, pool: Arc<rayon::ThreadPool>) {
-    if by == std::process::id() {
-        drop(pool);
-    } else {
-        std::mem::forget(pool);
+/// A rayon pool kept across runs, with the process that built it: in that process it is
+/// used and dropped as usual; in a forked child (which has none of its parent's threads) it is
+/// not used, and dropping it forgets it, as dropping it would signal threads that are not there.
+pub struct ProcessPool {
+    by: u32,
+    pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+impl ProcessPool {
+    /// `pool`, built by this process.
+    pub fn new(pool: Arc<rayon::ThreadPool>) -> Self {
+        ProcessPool {
+            by: std::process::id(),
+            pool: Some(pool),
+        }
+    }
+
+    /// The pool, when this process built it.
+    pub fn here(&self) -> Option<&Arc<rayon::ThreadPool>> {
+        self.pool.as_ref().filter(|_| self.by == std::process::id())
+    }
+}
+
+impl Drop for ProcessPool {
+    fn drop(&mut self) {
+        if self.by != std::process::id() {
+            std::mem::forget(self.pool.take());
+        }
     }
 }
