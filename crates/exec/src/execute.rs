@@ -424,11 +424,7 @@ pub fn assemble<T: Scalar>(
     if let Some(mut runs) = runs {
         let mut order: Vec<usize> = (0..blocks.len()).collect();
         order.sort_by_key(|&i| runs[i].0);
-        runs.sort();
-        let consecutive = runs.first().is_some_and(|r| r.0 == 0)
-            && runs.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0)
-            && runs.last().is_some_and(|r| r.0 + r.1 == total);
-        if consecutive {
+        if !runs.is_empty() && tile(&mut runs, total) {
             let mut taken: Vec<Option<Vec<T>>> = blocks
                 .into_iter()
                 .map(|b| Some(b.data.into_vec()))
@@ -547,12 +543,16 @@ pub fn primary_slabs(
         .copied()
         .filter(|r| r.1 > 0)
         .collect();
+    tile(&mut runs, shape.iter().product()).then_some(slabs)
+}
+
+/// Whether the runs `(start, len)`, once sorted (in place), follow each other from 0 to
+/// `total` without gap or overlap.
+fn tile(runs: &mut [(usize, usize)], total: usize) -> bool {
     runs.sort();
-    let total: usize = shape.iter().product();
-    let tiled = runs.first().is_none_or(|r| r.0 == 0)
+    runs.first().is_none_or(|r| r.0 == 0)
         && runs.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0)
-        && runs.last().map_or(total == 0, |r| r.0 + r.1 == total);
-    tiled.then_some(slabs)
+        && runs.last().map_or(total == 0, |r| r.0 + r.1 == total)
 }
 
 /// A hash of the plan's canonical JSON (FNV-1a-style over 8-byte words, streamed while the
