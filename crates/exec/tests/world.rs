@@ -476,3 +476,58 @@ fn a_failing_rank_on_a_kept_thread_leaves_them_usable() {
         }
     });
 }
+
+/// Every typed collective of the in-process backend, generic over the element type: sums,
+/// scatters, broadcasts and gathers give the same values in f32 and f64 (small integers, exact
+/// in both), and move `T::DTYPE.bytes()` bytes per element.
+fn typed_collectives<T: deinsum_exec::Scalar>(p: usize) {
+    let world = InProcess::new(p).unwrap();
+    world
+        .run(|c| {
+            let me = c.rank();
+            let t0 = c.traffic();
+            let mut v = vec![T::from_f64(me as f64), T::from_f64(1.0)];
+            c.all_reduce_sum(&mut v)?;
+            assert_eq!(
+                v,
+                vec![T::from_f64((p * (p - 1) / 2) as f64), T::from_f64(p as f64)]
+            );
+            let t1 = c.traffic();
+            // An all-reduce is counted as an all-gather of the two elements.
+            let bytes = (2 * T::DTYPE.bytes() * (p - 1)) as u64;
+            assert_eq!(
+                (t1.sent - t0.sent, t1.received - t0.received),
+                (bytes, bytes)
+            );
+            // Reduce-scatter with variable counts: rank r gets r elements.
+            let counts: Vec<usize> = (0..p).collect();
+            let total: usize = counts.iter().sum();
+            let send: Vec<T> = (0..total).map(|x| T::from_f64(x as f64)).collect();
+            let got = c.reduce_scatter_v(&send, &counts)?;
+            let off: usize = (0..me).sum();
+            let want: Vec<T> = (off..off + me)
+                .map(|x| T::from_f64((x * p) as f64))
+                .collect();
+            assert_eq!(got, want);
+            let mut b = vec![T::from_f64(if me == 0 { 7.0 } else { 0.0 }); 3];
+            c.broadcast_typed(&mut b, 0)?;
+            assert_eq!(b, vec![T::from_f64(7.0); 3]);
+            let summed = c.reduce_sum(&[T::from_f64(1.0)], p - 1)?;
+            assert_eq!(summed, (me == p - 1).then(|| vec![T::from_f64(p as f64)]));
+            let all = c.all_gather_v(&vec![T::from_f64(me as f64); me], &counts)?;
+            let want: Vec<T> = (0..p)
+                .flat_map(|r| vec![T::from_f64(r as f64); r])
+                .collect();
+            assert_eq!(all, want);
+            Ok::<_, CommError>(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn typed_collectives_in_f32_and_f64() {
+    for p in [1usize, 2, 3, 5] {
+        typed_collectives::<f32>(p);
+        typed_collectives::<f64>(p);
+    }
+}
