@@ -13,6 +13,8 @@
 //!
 //! API boundary: internal (for deinsum's own crates; not part of the facade).
 
+#![warn(missing_docs)]
+
 mod carrier;
 mod cores;
 mod pool;
