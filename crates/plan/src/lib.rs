@@ -19,7 +19,6 @@ mod display;
 mod dtype;
 pub mod machine;
 pub mod time;
-pub mod workers;
 pub use choose::Objective;
 pub use display::{DistributionDisplay, MoveKindDisplay, PlanDisplay};
 pub use dtype::{DType, UnknownDType};
