@@ -230,7 +230,9 @@ class Plan:
             return out[()] if out.ndim == 0 else out
         if threads is None:
             threads = _default_threads(self._native.procs())
-        out = _native_run(self._native, "run", dt)(arrays, int(threads))
+        # run_f64, run_f32, run_c128 or run_c64 of the native plan.
+        run = _native_run(self._native, "run", dt)
+        out = run(arrays, int(threads))
         # numpy.einsum returns a NumPy scalar for a scalar result.
         return out[()] if out.ndim == 0 else out
 
