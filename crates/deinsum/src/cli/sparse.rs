@@ -129,7 +129,7 @@ fn run_typed<T: Scalar>(args: &Args) -> anyhow::Result<ExitCode> {
     deinsum_exec::preflight::check_in_process_ranks(procs)
         .map_err(|e| InputError(e.to_string()))?;
     let plan = job.plan(procs).map_err(input_err)?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = deinsum_runtime::cores();
     let opts = run_options(args, args.threads.unwrap_or((cores / procs).max(1)));
     let world = InProcess::new(procs).map_err(|e| anyhow::anyhow!("{e}"))?;
     let outs = world

@@ -201,11 +201,12 @@ pub fn run_rank<T: Scalar, C: Communicator>(
     plan: &Planned,
     opts: &RunOptions,
 ) -> Result<RankOutcome<T>, SparseError> {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.threads.max(1))
+    let me = comm.rank();
+    let pool = deinsum_runtime::PoolBuilder::new(move |i| format!("deinsum-rank-{me}-worker-{i}"))
+        .threads(opts.threads.max(1))
         .build()
         .map_err(|e| SparseError::Shape(format!("thread pool: {e}")))?;
-    let local = local_part(job, plan, comm.rank())?;
+    let local = local_part(job, plan, me)?;
     for _ in 0..opts.warmup {
         comm.barrier()?;
         step(comm, &local, plan, &pool)?;
