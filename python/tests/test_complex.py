@@ -116,3 +116,10 @@ def test_plan_runs_complex_and_scalar_results():
     got = deinsum.einsum("i,i->", v, v, procs=2)
     want = np.einsum("i,i->", v, v)
     assert type(got) is type(want) and np.isclose(got, want)
+
+
+def test_complex_sparse_operands_are_refused_not_cast():
+    sp = pytest.importorskip("scipy.sparse")
+    a = sp.random(5, 4, density=0.5, format="csr", random_state=1).astype(np.complex128)
+    with pytest.raises(TypeError, match="complex128 is not built yet"):
+        deinsum.einsum("ij,j->i", a, np.ones(4))
