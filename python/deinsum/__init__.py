@@ -192,9 +192,8 @@ class Plan:
         if dtype is None:
             # The type every rank's blocks promote to (NumPy's promotion of float32 and float64
             # is the wider), agreed by all ranks: a rank holding no block has no type of its own.
-            mpi = sys.modules["mpi4py.MPI"]
-            size = comm.allreduce(dt.itemsize if present else 0, op=mpi.MAX)
-            dt = np.dtype(np.float32) if size == 4 else np.dtype(np.float64)
+            names = [n for n in comm.allgather(dt.name if present else None) if n]
+            dt = np.result_type(*names) if names else np.dtype(np.float64)
         arrays = [None if b is None else _as_operands([b], dt)[0][0] for b in blocks]
         run = self._native.run_blocks_f32 if dt == np.float32 else self._native.run_blocks_f64
         out = run(arrays, comm, _mpi_threads(threads))

@@ -18,7 +18,7 @@
 //! partition's imbalance, the predicted words of every rank against the measured ones and
 //! against replication, and the costs counted from the nonzeros.
 
-use super::run::{Args, Backend, Dtype};
+use super::run::{Args, Backend};
 use super::{Format, InputError};
 use anyhow::Context;
 use deinsum_exec::data::seeded_value;
@@ -619,8 +619,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if args.plan.is_some() || args.mem.is_some() {
         return Err(not_built("--plan or --mem with a sparse operand"));
     }
-    if args.dtype == Dtype::F32 {
-        return Err(not_built("--dtype f32"));
+    if args.dtype != deinsum_plan::DType::F64 {
+        return Err(not_built(&format!("--dtype {}", args.dtype)));
     }
     if args.repeat == 0 {
         return Err(InputError("--repeat must be at least 1".into()).into());
