@@ -11,12 +11,13 @@
 
 use crate::comm::{CallCounters, Calls, Collective, CommError, Communicator, Traffic};
 use crate::Scalar;
+use deinsum_runtime::{cores, lock, mark_carrier, on_carrier, PoolBuilder, ProcessPool};
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Communicator context: the world is `[]`, a split appends (split number, color).
@@ -27,11 +28,6 @@ type Msg = Box<dyn Any + Send>;
 
 /// A receiver's word that it has read a shared buffer and let go of it.
 struct Ack;
-
-/// Locks `m`, recovering from poisoning (no panic happens while these locks are held).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// One rank's incoming point-to-point messages, by (context, sending world rank).
 #[derive(Default)]
@@ -50,12 +46,6 @@ struct Mailbox {
 /// wake (more in a virtual machine whose idle core the host has descheduled), which doubled
 /// the time of millisecond kernels' moves; a spin on a core no other rank needs costs nothing.
 const SPIN: Duration = Duration::from_micros(200);
-
-/// The machine's cores (as the system reports what this process may use, read once: the
-/// query reads cgroup files, 2% of a 5-operand chain's run from Python at 64).
-fn cores() -> usize {
-    crate::data::cores()
-}
 
 /// Spins until `changed` holds or [`SPIN`] has passed; whether it held. Between short spins
 /// the thread yields, so that a runnable thread on the same core (a rank's kernel worker
@@ -923,7 +913,7 @@ impl<E: Display> RankFailure<E> {
 struct Kept {
     busy: bool,
     /// The pool and its number of workers.
-    pool: Option<(usize, deinsum_plan::workers::ProcessPool)>,
+    pool: Option<(usize, ProcessPool)>,
 }
 
 static CARRIERS: Mutex<Kept> = Mutex::new(Kept {
@@ -953,7 +943,7 @@ impl Drop for Carriers {
 /// each wait for a rank queued behind the other's), the calling thread is one of them (a
 /// rank that runs a world of its own), or the pool cannot be built.
 fn carriers(n: usize) -> Option<Carriers> {
-    if n == 0 || n >= MAX_CARRIED_PER_CORE * cores() || deinsum_plan::workers::on_carrier() {
+    if n == 0 || n >= MAX_CARRIED_PER_CORE * cores() || on_carrier() {
         return None;
     }
     let mut kept = lock(&CARRIERS);
@@ -968,14 +958,13 @@ fn carriers(n: usize) -> Option<Carriers> {
     let pool = match reused {
         Some(pool) => pool,
         None => {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .thread_name(|i| format!("deinsum-rank-{}", i + 1))
-                .start_handler(|_| deinsum_plan::workers::mark_carrier())
+            let pool = PoolBuilder::new(|i| format!("deinsum-rank-{}", i + 1))
+                .threads(n)
+                .on_start(|_| mark_carrier())
                 .build()
                 .ok()?;
             let pool = Arc::new(pool);
-            kept.pool = Some((n, deinsum_plan::workers::ProcessPool::new(pool.clone())));
+            kept.pool = Some((n, ProcessPool::new(pool.clone())));
             pool
         }
     };

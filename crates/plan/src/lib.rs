@@ -18,7 +18,6 @@ pub mod choose;
 mod display;
 pub mod machine;
 pub mod time;
-pub mod workers;
 pub use display::{DistributionDisplay, MoveKindDisplay, PlanDisplay};
 pub use machine::{Machine, MachineError};
 

@@ -667,7 +667,7 @@ impl<'a> Planner<'a> {
                 break;
             }
         }
-        crate::workers::install(|| {
+        deinsum_runtime::install(|| {
             picked
                 .par_iter()
                 .map(|&(ci, c)| self.schedule(g, c, ci))

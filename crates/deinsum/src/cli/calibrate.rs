@@ -438,9 +438,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let cores = super::node_cores();
     // An MPI launcher binds each rank to its cores: threads beyond them cannot be measured.
-    let usable = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(cores);
+    let usable = deinsum_runtime::cores().min(cores);
     let (link, backend) = measure_network(args.quick)?;
     let Some(link) = link else {
         // Ranks other than 0 of an MPI calibration write nothing.

@@ -160,7 +160,7 @@ fn rank_main<T: Scalar, C: Communicator>(
 fn run_local<T: Scalar>(plan: &Plan, args: &Args) -> anyhow::Result<Outcome> {
     let inputs = inputs_of::<T>(args);
     let world = deinsum_exec::InProcess::new(plan.procs).map_err(ExecError::from)?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = deinsum_runtime::cores();
     let opts = exec_options(args, args.threads.unwrap_or((cores / plan.procs).max(1)));
     let outs = world
         .run(|comm| rank_main(plan, comm, &inputs, &opts, args.check, args.output.as_ref()))

@@ -498,8 +498,8 @@ fn rank_body<C: Communicator>(
     repeat: usize,
 ) -> Result<RankOut, SparseError> {
     let me = comm.rank();
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
+    let pool = deinsum_runtime::PoolBuilder::new(move |i| format!("deinsum-rank-{me}-worker-{i}"))
+        .threads(threads)
         .build()
         .map_err(|e| SparseError::Shape(format!("thread pool: {e}")))?;
     // The inspector's local part, built before the clock starts.
@@ -650,7 +650,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     deinsum_exec::preflight::check_in_process_ranks(procs)
         .map_err(|e| InputError(e.to_string()))?;
     let plan = job.plan(procs)?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = deinsum_runtime::cores();
     let threads = args.threads.unwrap_or((cores / procs).max(1));
     let world = InProcess::new(procs).map_err(|e| anyhow::anyhow!("{e}"))?;
     let outs = world
