@@ -432,32 +432,6 @@ fn sum_parts<T: Scalar>(parts: &[Vec<T>], len: usize) -> Result<Vec<T>, CommErro
     Ok(out)
 }
 
-fn f64s_to_bytes(xs: &[f64]) -> Vec<u8> {
-    xs.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-fn f32s_to_bytes(xs: &[f32]) -> Vec<u8> {
-    xs.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-macro_rules! sum_into {
-    ($buf:expr, $parts:expr, $t:ty, $n:expr) => {{
-        // Sum in rank order so that every rank gets bit-identical results.
-        for x in $buf.iter_mut() {
-            *x = 0.0;
-        }
-        for part in &$parts {
-            if part.len() != $buf.len() * $n {
-                return Err(CommError::Invalid(
-                    "reduction lengths differ between ranks".into(),
-                ));
-            }
-            for (x, c) in $buf.iter_mut().zip(part.chunks_exact($n)) {
-                *x += <$t>::from_le_bytes(c.try_into().expect("chunk size"));
-            }
-        }
-    }};
-}
-
 impl Communicator for LocalComm {
     fn rank(&self) -> usize {
         self.rank
@@ -519,17 +493,12 @@ impl Communicator for LocalComm {
         Ok((got.concat(), counts))
     }
 
-    fn all_reduce_sum_f64(&self, buf: &mut [f64]) -> Result<(), CommError> {
+    fn all_reduce_sum<T: Scalar>(&self, buf: &mut [T]) -> Result<(), CommError> {
         self.count(Collective::AllReduce);
-        let parts = self.all_gather(f64s_to_bytes(buf))?;
-        sum_into!(buf, parts, f64, 8);
-        Ok(())
-    }
-
-    fn all_reduce_sum_f32(&self, buf: &mut [f32]) -> Result<(), CommError> {
-        self.count(Collective::AllReduce);
-        let parts = self.all_gather(f32s_to_bytes(buf))?;
-        sum_into!(buf, parts, f32, 4);
+        let mine = bytes_of(buf);
+        let parts = self.typed_collective::<T>(|_| Some(mine.clone()))?;
+        // Summed in rank order, so every rank gets bit-identical results.
+        buf.copy_from_slice(&sum_parts(&parts, buf.len())?);
         Ok(())
     }
 
@@ -547,25 +516,6 @@ impl Communicator for LocalComm {
             }
         }
         Ok(())
-    }
-
-    fn reduce_scatter_sum_f64(
-        &self,
-        send: &[f64],
-        recv_counts: &[usize],
-    ) -> Result<Vec<f64>, CommError> {
-        crate::comm::check_recv_counts(send.len(), recv_counts, self.size())?;
-        self.count(Collective::ReduceScatter);
-        let mut msgs = Vec::with_capacity(self.size());
-        let mut off = 0;
-        for &c in recv_counts {
-            msgs.push(f64s_to_bytes(&send[off..off + c]));
-            off += c;
-        }
-        let parts = self.collective(msgs)?;
-        let mut out = vec![0.0; recv_counts[self.rank]];
-        sum_into!(out, parts, f64, 8);
-        Ok(out)
     }
 
     fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {

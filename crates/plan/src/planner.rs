@@ -1038,6 +1038,7 @@ impl<'a> Planner<'a> {
             procs,
             mem: opts.mem,
             mem_total: opts.mem_total,
+            dtype: opts.dtype,
             tree: tree.clone(),
             path,
             tensors: self.tensors,
