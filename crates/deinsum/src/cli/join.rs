@@ -102,8 +102,8 @@ enum Done {
     Group(Table, deinsum_exec::Traffic),
 }
 
-/// Runs `deinsum join`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+/// Refuses the MPI backend (asked for, or implied by an MPI launch): joins run in process.
+fn check_backend(args: &Args) -> anyhow::Result<()> {
     if args.backend == Some(Backend::Mpi)
         || (args.backend.is_none() && super::launch_size().is_some())
     {
@@ -115,13 +115,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.procs == 0 {
         return Err(InputError("--procs must be at least 1".into()).into());
     }
-    let kind = JoinKind::from_name(&args.how).map_err(user)?;
-    let strategy = Strategy::from_name(&args.strategy).map_err(user)?;
-    let schema = match &args.schema {
-        Some(s) => Schema::parse(s).map_err(user)?,
-        None => Schema::default(),
-    };
-    let group = match (&args.group_by, &args.sum, args.count) {
+    Ok(())
+}
+
+/// The grouped join asked for by --group-by with --sum or --count, if any.
+fn group_by(args: &Args) -> anyhow::Result<Option<GroupBy>> {
+    Ok(match (&args.group_by, &args.sum, args.count) {
         (Some(g), Some(x), _) => Some(GroupBy {
             group: g.clone(),
             aggregate: Aggregate::Sum(x.clone()),
@@ -134,7 +133,85 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Err(InputError("--group-by needs --sum COL or --count".into()).into())
         }
         _ => None,
+    })
+}
+
+/// Prints the strategies' predictions.
+fn print_explain(ins: &deinsum_join::Inspection, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(ins)?);
+    } else {
+        print!("{}", report::explain_text(ins));
+    }
+    Ok(())
+}
+
+/// Reports a grouped join's ranks and writes its groups.
+fn finish_group(args: &Args, outs: Vec<Done>, json: bool) -> anyhow::Result<()> {
+    let mut parts = Vec::new();
+    let mut bytes = Vec::new();
+    for o in outs {
+        if let Done::Group(t, tr) = o {
+            parts.push(t);
+            bytes.push(tr);
+        }
+    }
+    let table = Table::concat(&parts).map_err(|e| anyhow::anyhow!(e))?;
+    if json {
+        let v = serde_json::json!({
+            "groups": table.rows(),
+            "sent": bytes.iter().map(|t| t.sent).collect::<Vec<_>>(),
+            "received": bytes.iter().map(|t| t.received).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        eprintln!(
+            "group-by over the join: {} groups; bytes sent per rank {:?}",
+            table.rows(),
+            bytes.iter().map(|t| t.sent).collect::<Vec<_>>()
+        );
+    }
+    emit(args, &table, json)
+}
+
+/// Reports a join's ranks (`auto`: the strategy was chosen by cost) and writes its rows.
+fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::Result<()> {
+    let runs: Vec<deinsum_join::RankJoin> = outs
+        .into_iter()
+        .filter_map(|o| match o {
+            Done::Join(r) => Some(*r),
+            _ => None,
+        })
+        .collect();
+    let parts: Vec<Table> = runs.iter().map(|r| r.table.clone()).collect();
+    let table = Table::concat(&parts).map_err(|e| anyhow::anyhow!(e))?;
+    if json {
+        let v = serde_json::json!({
+            "strategy": runs[0].strategy,
+            "auto": auto,
+            "output_rows": table.rows(),
+            "measured_sent": runs.iter().map(|r| r.measured.sent).collect::<Vec<_>>(),
+            "measured_received": runs.iter().map(|r| r.measured.received).collect::<Vec<_>>(),
+            "inspector_sent": runs.iter().map(|r| r.inspector.sent).collect::<Vec<_>>(),
+            "inspection": runs[0].inspection,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        eprint!("{}", report::run_text(&runs, auto));
+    }
+    emit(args, &table, json)
+}
+
+/// Runs `deinsum join`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    check_backend(&args)?;
+    let kind = JoinKind::from_name(&args.how).map_err(user)?;
+    let strategy = Strategy::from_name(&args.strategy).map_err(user)?;
+    let schema = match &args.schema {
+        Some(s) => Schema::parse(s).map_err(user)?,
+        None => Schema::default(),
     };
+    let group = group_by(&args)?;
     let machine = super::calibrate::load_machine(args.machine.as_deref())?
         .on_host(super::node_cores(), args.procs);
     let opts = JoinOptions {
@@ -169,66 +246,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .map_err(failed)?;
     let json = args.format == Format::Json;
     match &outs[0] {
-        Done::Explain(ins) => {
-            if json {
-                println!("{}", serde_json::to_string_pretty(ins)?);
-            } else {
-                print!("{}", report::explain_text(ins));
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
-        Done::Group(..) => {
-            let mut parts = Vec::new();
-            let mut bytes = Vec::new();
-            for o in outs {
-                if let Done::Group(t, tr) = o {
-                    parts.push(t);
-                    bytes.push(tr);
-                }
-            }
-            let table = Table::concat(&parts).map_err(|e| anyhow::anyhow!(e))?;
-            if json {
-                let v = serde_json::json!({
-                    "groups": table.rows(),
-                    "sent": bytes.iter().map(|t| t.sent).collect::<Vec<_>>(),
-                    "received": bytes.iter().map(|t| t.received).collect::<Vec<_>>(),
-                });
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
-                eprintln!(
-                    "group-by over the join: {} groups; bytes sent per rank {:?}",
-                    table.rows(),
-                    bytes.iter().map(|t| t.sent).collect::<Vec<_>>()
-                );
-            }
-            emit(&args, &table, json)?;
-        }
-        Done::Join(_) => {
-            let runs: Vec<deinsum_join::RankJoin> = outs
-                .into_iter()
-                .filter_map(|o| match o {
-                    Done::Join(r) => Some(*r),
-                    _ => None,
-                })
-                .collect();
-            let parts: Vec<Table> = runs.iter().map(|r| r.table.clone()).collect();
-            let table = Table::concat(&parts).map_err(|e| anyhow::anyhow!(e))?;
-            if json {
-                let v = serde_json::json!({
-                    "strategy": runs[0].strategy,
-                    "auto": strategy.is_none(),
-                    "output_rows": table.rows(),
-                    "measured_sent": runs.iter().map(|r| r.measured.sent).collect::<Vec<_>>(),
-                    "measured_received": runs.iter().map(|r| r.measured.received).collect::<Vec<_>>(),
-                    "inspector_sent": runs.iter().map(|r| r.inspector.sent).collect::<Vec<_>>(),
-                    "inspection": runs[0].inspection,
-                });
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
-                eprint!("{}", report::run_text(&runs, strategy.is_none()));
-            }
-            emit(&args, &table, json)?;
-        }
+        Done::Explain(ins) => print_explain(ins, json)?,
+        Done::Group(..) => finish_group(&args, outs, json)?,
+        Done::Join(_) => finish_join(&args, outs, strategy.is_none(), json)?,
     }
     Ok(ExitCode::SUCCESS)
 }

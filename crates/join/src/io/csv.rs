@@ -4,7 +4,7 @@
 //! is NULL. Types are inferred per column (int64, float64, bool, else string; a column with no
 //! value is of the NULL type) and agreed by all ranks, or given by a [`Schema`].
 
-use super::{io_err, Schema};
+use super::common::{io_err, share, Schema};
 use crate::coll;
 use crate::{Column, DataType, JoinError, Table};
 use deinsum_exec::Communicator;
@@ -123,7 +123,7 @@ fn read_local(path: &Path, rank: usize, procs: usize, schema: &Schema) -> Result
     let mut file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
     let size = file.metadata().map_err(|e| io_err(path, e))?.len();
     let (names, start) = header(path, &file)?;
-    let (lo, hi) = super::share(size - start, rank, procs);
+    let (lo, hi) = share(size - start, rank, procs);
     let begin = line_start(&mut file, start, start + lo, size).map_err(|e| io_err(path, e))?;
     let end = line_start(&mut file, start, start + hi, size).map_err(|e| io_err(path, e))?;
     let mut bytes = vec![0u8; (end.saturating_sub(begin)) as usize];

@@ -1,7 +1,7 @@
 //! Parquet through arrow-rs: each rank reads the rows `[N·r/P, N·(r+1)/P)`, from the row
 //! groups that hold them and only those rows of them (a row selection).
 
-use super::io_err;
+use super::common::{io_err, share};
 use crate::{Column, DataType, JoinError, Table};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
@@ -45,7 +45,7 @@ pub fn read_part(rank: usize, procs: usize, path: &Path) -> Result<Table, JoinEr
         .collect::<Result<Vec<_>, _>>()?;
     let meta = builder.metadata().clone();
     let total: u64 = meta.row_groups().iter().map(|g| g.num_rows() as u64).sum();
-    let (lo, hi) = super::share(total, rank, procs);
+    let (lo, hi) = share(total, rank, procs);
     let mut groups = Vec::new();
     let mut selectors = Vec::new();
     let mut at = 0u64;
