@@ -23,6 +23,8 @@ pub use choose::Objective;
 pub use display::{DistributionDisplay, MoveKindDisplay, PlanDisplay};
 pub use dtype::{DType, UnknownDType};
 pub use machine::{Machine, MachineError};
+mod source;
+pub use source::{relabel, Source};
 
 /// Version of the plan JSON schema (docs/plan-schema.md).
 pub const PLAN_VERSION: u32 = 3;
@@ -333,10 +335,14 @@ pub struct PlanOptions {
     pub mem_total: Option<u64>,
     /// How [`build`] finds the contraction tree.
     pub path: deinsum_path::PathOptions,
-    /// When true, every input is loaded directly in the distribution its consuming group
-    /// needs (the caller's data already sits there) and moving it costs nothing; when false
-    /// (default) inputs start in the canonical distribution ([`canonical_distribution`]).
+    /// The source of every operand that [`PlanOptions::sources`] does not list: when true,
+    /// [`Source::Anywhere`] (each such input is loaded where its consuming group computes, or
+    /// canonically when that predicts better); when false (default) [`Source::Canonical`]
+    /// ([`canonical_distribution`]).
     pub inputs_in_place: bool,
+    /// Where each input operand's data is before the plan runs, by operand number
+    /// ([`PlanOptions::source`]); empty by default (every operand as `inputs_in_place` says).
+    pub sources: Vec<Source>,
     /// Load balance slack: a grid is admissible when its busiest rank's iteration box is at
     /// most `1 + balance_tolerance` times the smallest achievable one (default 0.25).
     pub balance_tolerance: f64,
@@ -366,6 +372,7 @@ impl std::fmt::Debug for PlanOptions {
             .field("mem_total", &self.mem_total)
             .field("path.strategy", &self.path.strategy)
             .field("inputs_in_place", &self.inputs_in_place)
+            .field("sources", &self.sources)
             .field("balance_tolerance", &self.balance_tolerance)
             .field("per_rank", &self.per_rank)
             .field("overlap", &self.overlap)
@@ -384,6 +391,7 @@ impl Default for PlanOptions {
             mem_total: None,
             path: deinsum_path::PathOptions::default(),
             inputs_in_place: false,
+            sources: Vec::new(),
             balance_tolerance: 0.25,
             per_rank: false,
             overlap: true,
@@ -457,11 +465,51 @@ pub fn plan_tree(
             path: format!("{path:?}"),
         });
     }
+    let operands: Vec<Vec<Index>> = (0..einsum.num_inputs())
+        .map(|k| einsum.input_indices(k).to_vec())
+        .collect();
+    source::check_sources(opts, &operands)?;
     let fusion = deinsum_soap::analyze(tree, analysis_memory(einsum, opts))?;
     // One pass: `build` searches the least budget around the whole choice.
-    let mut plan = builder::build_once(einsum, tree, path, &fusion, opts)?;
-    time::annotate(&mut plan, &opts.machine);
-    Ok(plan)
+    let planned = |o: &PlanOptions| {
+        builder::build_once(einsum, tree, path.clone(), &fusion, o).map(|mut plan| {
+            time::annotate(&mut plan, &o.machine);
+            plan
+        })
+    };
+    let free = planned(opts);
+    if !opts.any_anywhere(operands.len()) {
+        return free;
+    }
+    // An operand readable anywhere can also be read canonically: the planner places each
+    // group greedily, so the in-place start can predict worse, and the better plan is kept
+    // (with more freedom the prediction is never higher).
+    // Planned again from where the free plan loads them, the later groups' greedy choices can
+    // differ; that plan is a candidate too, so Anywhere is never predicted slower than the
+    // same layouts given.
+    let refined = free
+        .as_ref()
+        .ok()
+        .map(|p| planned(&opts.anywhere_as_loaded(p, operands.len())));
+    let fixed = planned(&opts.anywhere_as_canonical(operands.len()));
+    let mut best = free;
+    for other in refined.into_iter().chain(std::iter::once(fixed)) {
+        best = match (best, other) {
+            (Ok(a), Ok(b)) => Ok(if better(opts.objective, &b, &a) { b } else { a }),
+            (Ok(a), Err(_)) => Ok(a),
+            (Err(_), b) => b,
+        };
+    }
+    best
+}
+
+/// True when plan `b` beats plan `a` under `objective` (strictly, so `a` wins a tie).
+pub(crate) fn better(objective: Objective, b: &Plan, a: &Plan) -> bool {
+    let key = |p: &Plan| match objective {
+        Objective::Volume => (p.prediction.max_per_rank as f64, p.prediction.seconds),
+        _ => (p.prediction.seconds, p.prediction.max_per_rank as f64),
+    };
+    key(b) < key(a)
 }
 
 /// Plans a tree with its fusion ([`builder::build_from`]: grids, moves, predicted words and
@@ -518,6 +566,14 @@ pub enum PlanError {
         limit: u128,
         /// The path in opt_einsum's linear format.
         path: String,
+    },
+    /// A `Given` source does not fit its operand.
+    #[error("the layout given for operand {operand} does not fit it: {why}")]
+    BadSource {
+        /// The operand's number.
+        operand: usize,
+        /// What does not fit.
+        why: String,
     },
     /// The tree or fusion handed in is inconsistent (an upstream bug, not user input).
     #[error("inconsistent plan input: {0}")]
