@@ -23,12 +23,16 @@ pub mod cli;
 pub mod report;
 pub mod session;
 pub use session::{DistArray, EinsumStats, OutLayout, Session, SessionError};
+pub mod sparse_einsum;
+pub mod sparse_summary;
 
 pub use deinsum_exec as exec;
 pub use deinsum_expr as expr;
 pub use deinsum_path as path;
 pub use deinsum_plan as plan;
 pub use deinsum_soap as soap;
+pub use deinsum_sparse as sparse;
+pub use sparse_einsum::{Operand, SparseEinsum, SparseOptions};
 
 pub use deinsum_exec::{
     with_dtype, Communicator, DistTensor, ExecError, ExecOptions, InProcess, Inputs, RunReport,
@@ -54,6 +58,10 @@ pub enum Error {
     /// refused before anything is allocated.
     #[error(transparent)]
     Preflight(#[from] deinsum_exec::preflight::PreflightError),
+    /// A sparse operand cannot be used: a form that is not built, shapes that do not fit,
+    /// a sparse run that failed.
+    #[error(transparent)]
+    Sparse(#[from] deinsum_sparse::SparseError),
     /// A rank of an in-process run failed (its error, or its panic).
     #[error("{0}")]
     Rank(String),

@@ -2,45 +2,10 @@
 //! with the least predicted time (or words, or FLOPs) is kept. The planner itself is not
 //! touched: each candidate goes through [`crate::plan_tree`].
 
+pub use crate::Objective;
 use crate::{plan_tree, Plan, PlanError, PlanOptions};
 use deinsum_expr::ParsedEinsum;
 use rayon::prelude::*;
-
-/// What [`crate::build`] minimises.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Objective {
-    /// Predicted seconds on the machine model.
-    #[default]
-    Time,
-    /// FLOPs of the path alone (the path search's tree, planned as it is).
-    Flops,
-    /// Words received by the busiest rank over the plan.
-    Volume,
-}
-
-impl Objective {
-    /// Every objective's name, as `--objective` takes it.
-    pub const NAMES: [&'static str; 3] = ["time", "flops", "volume"];
-
-    /// The objective named `name`.
-    pub fn from_name(name: &str) -> Option<Objective> {
-        match name {
-            "time" => Some(Objective::Time),
-            "flops" => Some(Objective::Flops),
-            "volume" => Some(Objective::Volume),
-            _ => None,
-        }
-    }
-
-    /// Its name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Objective::Time => "time",
-            Objective::Flops => "flops",
-            Objective::Volume => "volume",
-        }
-    }
-}
 
 /// Candidate trees by FLOPs: at most this many...
 pub const CHEAPEST: usize = 4;
@@ -121,7 +86,7 @@ pub fn choose_within_budget(
     einsum: &ParsedEinsum,
     opts: &PlanOptions,
 ) -> Result<Choice, PlanError> {
-    crate::builder::with_least_budget(opts, |o| choose(einsum, o))
+    crate::driver::with_least_budget(opts, |o| choose(einsum, o))
 }
 
 /// Plans every candidate tree and keeps the least under `opts.objective` (the first on a tie,
@@ -140,7 +105,7 @@ pub fn choose(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Choice, PlanE
         return Ok(first);
     }
     match choose_trees(einsum, &opts.anywhere_as_loaded(&first.plan, n)) {
-        Ok(again) if crate::better(opts.objective, &again.plan, &first.plan) => Ok(again),
+        Ok(again) if crate::driver::better(opts.objective, &again.plan, &first.plan) => Ok(again),
         _ => Ok(first),
     }
 }

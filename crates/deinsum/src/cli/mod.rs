@@ -11,6 +11,7 @@ pub mod plan;
 pub mod plan_file;
 pub mod run;
 pub mod sparse;
+pub mod sparse_inputs;
 
 use std::process::ExitCode;
 
