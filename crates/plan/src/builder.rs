@@ -335,11 +335,20 @@ pub(crate) fn current(
 ) -> Distribution {
     match state.get(&node) {
         Some(State::At(d)) => d.clone(),
-        _ if opts.inputs_in_place => target.clone(),
-        _ => {
-            let t = &tensors[node];
-            canonical_distribution(&t.indices, &t.shape, opts.procs)
-        }
+        _ => start_of(&tensors[node], opts, opts.procs).unwrap_or_else(|| target.clone()),
+    }
+}
+
+/// Where input tensor `t` starts by its source ([`PlanOptions::source`]): `None` when it can
+/// be read where it is used (`Anywhere`; [`crate::plan_tree`] also plans it canonically).
+pub(crate) fn start_of(t: &Tensor, opts: &PlanOptions, procs: usize) -> Option<Distribution> {
+    let crate::TensorKind::Input(k) = t.kind else {
+        return None;
+    };
+    match opts.source(k) {
+        crate::Source::Anywhere => None,
+        crate::Source::Canonical => Some(canonical_distribution(&t.indices, &t.shape, procs)),
+        crate::Source::Given(d) => Some(crate::relabel(&d, &t.indices)),
     }
 }
 

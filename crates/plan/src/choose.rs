@@ -93,7 +93,25 @@ pub fn choose_within_budget(
 /// so the path search's tree wins unless another is strictly better). A candidate the planner
 /// refuses (over the memory budget) is skipped; when all are refused, the first one's error
 /// is returned.
+///
+/// When some operand is [`crate::Source::Anywhere`], every tree is planned once more with
+/// those operands given where the chosen plan loads them, and the better choice is kept: a
+/// tree can do better from those layouts than from its own greedy start, and with it the
+/// prediction for `Anywhere` is never above the one for the layouts it picks.
 pub fn choose(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Choice, PlanError> {
+    let first = choose_trees(einsum, opts)?;
+    let n = einsum.num_inputs();
+    if !opts.any_anywhere(n) {
+        return Ok(first);
+    }
+    match choose_trees(einsum, &opts.anywhere_as_loaded(&first.plan, n)) {
+        Ok(again) if crate::driver::better(opts.objective, &again.plan, &first.plan) => Ok(again),
+        _ => Ok(first),
+    }
+}
+
+/// [`choose`] over the candidate trees, each planned by [`plan_tree`].
+fn choose_trees(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Choice, PlanError> {
     if opts.procs == 0 {
         return Err(PlanError::ZeroProcs);
     }

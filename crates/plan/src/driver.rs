@@ -4,8 +4,10 @@
 
 use crate::overlap;
 use crate::planner::Planner;
+use crate::source;
 use crate::time;
-use crate::{Plan, PlanError, PlanOptions};
+use crate::{Objective, Plan, PlanError, PlanOptions};
+use deinsum_expr::Index;
 use deinsum_expr::ParsedEinsum;
 use deinsum_path::ContractionTree;
 use deinsum_soap::Fusion;
@@ -222,11 +224,51 @@ pub fn plan_tree(
             path: format!("{path:?}"),
         });
     }
+    let operands: Vec<Vec<Index>> = (0..einsum.num_inputs())
+        .map(|k| einsum.input_indices(k).to_vec())
+        .collect();
+    source::check_sources(opts, &operands)?;
     let fusion = deinsum_soap::analyze(tree, analysis_memory(einsum, opts))?;
     // One pass: `build` searches the least budget around the whole choice.
-    let mut plan = build_once(einsum, tree, path, &fusion, opts)?;
-    time::annotate(&mut plan, &opts.machine);
-    Ok(plan)
+    let planned = |o: &PlanOptions| {
+        build_once(einsum, tree, path.clone(), &fusion, o).map(|mut plan| {
+            time::annotate(&mut plan, &o.machine);
+            plan
+        })
+    };
+    let free = planned(opts);
+    if !opts.any_anywhere(operands.len()) {
+        return free;
+    }
+    // An operand readable anywhere can also be read canonically: the planner places each
+    // group greedily, so the in-place start can predict worse, and the better plan is kept
+    // (with more freedom the prediction is never higher).
+    // Planned again from where the free plan loads them, the later groups' greedy choices can
+    // differ; that plan is a candidate too, so Anywhere is never predicted slower than the
+    // same layouts given.
+    let refined = free
+        .as_ref()
+        .ok()
+        .map(|p| planned(&opts.anywhere_as_loaded(p, operands.len())));
+    let fixed = planned(&opts.anywhere_as_canonical(operands.len()));
+    let mut best = free;
+    for other in refined.into_iter().chain(std::iter::once(fixed)) {
+        best = match (best, other) {
+            (Ok(a), Ok(b)) => Ok(if better(opts.objective, &b, &a) { b } else { a }),
+            (Ok(a), Err(_)) => Ok(a),
+            (Err(_), b) => b,
+        };
+    }
+    best
+}
+
+/// True when plan `b` beats plan `a` under `objective` (strictly, so `a` wins a tie).
+pub(crate) fn better(objective: Objective, b: &Plan, a: &Plan) -> bool {
+    let key = |p: &Plan| match objective {
+        Objective::Volume => (p.prediction.max_per_rank as f64, p.prediction.seconds),
+        _ => (p.prediction.seconds, p.prediction.max_per_rank as f64),
+    };
+    key(b) < key(a)
 }
 
 /// Plans a tree with its fusion (`build_untimed`: grids, moves, predicted words and

@@ -22,6 +22,8 @@ pub mod time;
 pub use display::{DistributionDisplay, MoveKindDisplay, PlanDisplay};
 pub use dtype::{DType, UnknownDType};
 pub use machine::{Machine, MachineError};
+mod source;
+pub use source::{relabel, Source};
 
 /// What [`crate::build`] minimises.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -404,10 +406,14 @@ pub struct PlanOptions {
     pub mem_total: Option<u64>,
     /// How [`build`] finds the contraction tree.
     pub path: deinsum_path::PathOptions,
-    /// When true, every input is loaded directly in the distribution its consuming group
-    /// needs (the caller's data already sits there) and moving it costs nothing; when false
-    /// (default) inputs start in the canonical distribution ([`canonical_distribution`]).
+    /// The source of every operand that [`PlanOptions::sources`] does not list: when true,
+    /// [`Source::Anywhere`] (each such input is loaded where its consuming group computes, or
+    /// canonically when that predicts better); when false (default) [`Source::Canonical`]
+    /// ([`canonical_distribution`]).
     pub inputs_in_place: bool,
+    /// Where each input operand's data is before the plan runs, by operand number
+    /// ([`PlanOptions::source`]); empty by default (every operand as `inputs_in_place` says).
+    pub sources: Vec<Source>,
     /// Load balance slack: a grid is admissible when its busiest rank's iteration box is at
     /// most `1 + balance_tolerance` times the smallest achievable one (default 0.25).
     pub balance_tolerance: f64,
@@ -437,6 +443,7 @@ impl std::fmt::Debug for PlanOptions {
             .field("mem_total", &self.mem_total)
             .field("path.strategy", &self.path.strategy)
             .field("inputs_in_place", &self.inputs_in_place)
+            .field("sources", &self.sources)
             .field("balance_tolerance", &self.balance_tolerance)
             .field("per_rank", &self.per_rank)
             .field("overlap", &self.overlap)
@@ -455,6 +462,7 @@ impl Default for PlanOptions {
             mem_total: None,
             path: deinsum_path::PathOptions::default(),
             inputs_in_place: false,
+            sources: Vec::new(),
             balance_tolerance: 0.25,
             per_rank: false,
             overlap: true,
@@ -505,6 +513,14 @@ pub enum PlanError {
         limit: u128,
         /// The path in opt_einsum's linear format.
         path: String,
+    },
+    /// A `Given` source does not fit its operand.
+    #[error("the layout given for operand {operand} does not fit it: {why}")]
+    BadSource {
+        /// The operand's number.
+        operand: usize,
+        /// What does not fit.
+        why: String,
     },
     /// The tree or fusion handed in is inconsistent (an upstream bug, not user input).
     #[error("inconsistent plan input: {0}")]

@@ -3,9 +3,9 @@
 //! steps, and at the end the predictions. [`Planner`] carries what the stages share.
 
 use crate::builder::{
-    add_received, canonical_distribution, current, emit_move, phased_dim, plan_move,
-    reduced_distribution, replicas_of, resting_for, shape_of, windowed, Candidate, Move, State,
-    Totals, EXACT_CANDIDATES, EXACT_MAX_GRID,
+    add_received, current, emit_move, phased_dim, plan_move, reduced_distribution, replicas_of,
+    resting_for, shape_of, start_of, windowed, Candidate, Move, State, Totals, EXACT_CANDIDATES,
+    EXACT_MAX_GRID,
 };
 use crate::busiest_len;
 use crate::grids;
@@ -469,11 +469,7 @@ impl<'a> Planner<'a> {
                 let shape = shape_of(&a.indices, self.einsum.extents());
                 let pos = g.positions(&a.indices);
                 let from = match &self.state[&a.node] {
-                    State::Unloaded if self.opts.inputs_in_place => None,
-                    State::Unloaded => {
-                        let t = &self.tensors[a.node];
-                        Some(canonical_distribution(&t.indices, &t.shape, procs))
-                    }
+                    State::Unloaded => start_of(&self.tensors[a.node], self.opts, procs),
                     State::At(d) => Some(d.clone()),
                 };
                 let (partial_q, partial_block) = match &from {
