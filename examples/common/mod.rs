@@ -10,7 +10,7 @@
 use deinsum::exec::data::seeded_value;
 use deinsum::exec::gather_reports;
 use deinsum::expr::ExtentSpec;
-use deinsum::report::{Backend, Check, ElementType, ReferenceMethod, RunContext, RunSummary};
+use deinsum::report::{Backend, Check, ReferenceMethod, RunContext, RunSummary};
 use deinsum::{Communicator, Einsum, ExecOptions, Inputs, Options};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -135,7 +135,7 @@ pub fn run_on<C: Communicator, E: Example>(
         let plan = compiled.plan();
         let context = RunContext {
             backend,
-            dtype: ElementType::F64,
+            dtype: deinsum::plan::DType::F64,
             warmup: 0,
         };
         let summary = RunSummary::new(plan, &reports, &plan.prediction.step_seconds, context);
@@ -151,7 +151,7 @@ pub fn run_on<C: Communicator, E: Example>(
             ReferenceMethod::Serial,
             &got,
             &want,
-            ElementType::F64.tolerance(),
+            deinsum::plan::DType::F64.tolerance(),
         );
         ok &= check.pass;
         println!(

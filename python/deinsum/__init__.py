@@ -192,9 +192,8 @@ class Plan:
         if dtype is None:
             # The type every rank's blocks promote to (NumPy's promotion of float32 and float64
             # is the wider), agreed by all ranks: a rank holding no block has no type of its own.
-            mpi = sys.modules["mpi4py.MPI"]
-            size = comm.allreduce(dt.itemsize if present else 0, op=mpi.MAX)
-            dt = np.dtype(np.float32) if size == 4 else np.dtype(np.float64)
+            names = [n for n in comm.allgather(dt.name if present else None) if n]
+            dt = np.result_type(*names) if names else np.dtype(np.float64)
         arrays = [None if b is None else _as_operands([b], dt)[0][0] for b in blocks]
         run = self._native.run_blocks_f32 if dt == np.float32 else self._native.run_blocks_f64
         out = run(arrays, comm, _mpi_threads(threads))
@@ -269,7 +268,15 @@ def einsum(
     so run the program as `mpirun -n N python -m mpi4py script.py` for such an exception to
     abort the whole job instead of leaving the other ranks waiting. For data that does not fit
     one node, see `Plan.run_blocks`.
+
+    Sparse operands (`scipy.sparse` CSR, CSC or COO matrices or arrays) run the sparse kernels
+    `deinsum run` runs: SpMV `ij,j->i`, SpMM `ij,jk->ik` and SDDMM `ij,ik,jk->ij` with operand
+    0 sparse, SpGEMM `ij,jk->ik` with both sparse, planned from the pattern on `procs`
+    in-process ranks. The result is a dense ndarray, or a `scipy.sparse.csr_matrix` for a
+    sparse result (SDDMM, SpGEMM); another einsum with a sparse operand raises ValueError.
     """
+    if any(_is_sparse(a) for a in operands):
+        return _sparse_einsum(expr, operands, procs, threads, mem, dtype, comm)
     arrays, dt = _as_operands(operands, dtype)
     shapes = tuple(a.shape for a in arrays)
     machine = "host"
@@ -287,6 +294,44 @@ def einsum(
         plan = compile(expr, *shapes, procs=procs, mem=mem, optimize=optimize, machine=machine)
     # The operands are converted already: `Plan.run` would check them a second time.
     return plan._run(arrays, threads, dt, comm)
+
+
+def _is_sparse(a):
+    """Whether `a` is a SciPy sparse matrix or array (looked up, not imported: SciPy is only
+    needed by callers that pass sparse operands)."""
+    sp = sys.modules.get("scipy.sparse")
+    return sp is not None and sp.issparse(a)
+
+
+def _sparse_einsum(expr, operands, procs, threads, mem, dtype, comm):
+    """`einsum` with SciPy sparse operands (CSR, CSC, COO, matrices or arrays), as `deinsum run
+    --sparse` plans and runs them: SpMV `ij,j->i`, SpMM `ij,jk->ik` and SDDMM `ij,ik,jk->ij`
+    with operand 0 sparse, SpGEMM `ij,jk->ik` with both sparse. Returns a dense ndarray, or a
+    `scipy.sparse.csr_matrix` for a sparse result (SDDMM in its operand's pattern, SpGEMM)."""
+    import scipy.sparse as sp
+
+    if comm is not None:
+        raise ValueError("sparse operands run on in-process ranks only (comm= is not built)")
+    if mem is not None:
+        raise ValueError("mem= does not apply to sparse operands: their plan is built from the pattern")
+    dt = _compute_dtype([np.empty(0, dtype=a.dtype) for a in operands], dtype)
+    ops = []
+    for a in operands:
+        if _is_sparse(a):
+            coo = sp.coo_matrix(a)
+            coords = np.ascontiguousarray(np.stack([coo.row, coo.col], axis=1), dtype=np.int64)
+            vals = np.ascontiguousarray(coo.data, dtype=dt)
+            ops.append(("sparse", [int(n) for n in coo.shape], coords, vals))
+        else:
+            ops.append(("dense", np.ascontiguousarray(np.asarray(a), dtype=dt)))
+    procs = 1 if procs is None else int(procs)
+    threads = _default_threads(procs) if threads is None else int(threads)
+    run = _native.sparse_einsum_f32 if dt == np.float32 else _native.sparse_einsum_f64
+    out = run(expr, ops, procs, threads)
+    if out[0] == "dense":
+        return out[1]
+    _, shape, coords, vals = out
+    return sp.csr_matrix((vals, (coords[:, 0], coords[:, 1])), shape=tuple(shape))
 
 
 def _comm_size(comm):

@@ -4,6 +4,7 @@
 
 #[cfg(feature = "mpi")]
 mod mpi_run;
+mod sparse;
 
 use deinsum::cli::InputError;
 use deinsum::expr::ExtentSpec;
@@ -27,6 +28,7 @@ fn to_py(e: deinsum::Error) -> PyErr {
     match e {
         deinsum::Error::Expr(e) => PyValueError::new_err(e.to_string()),
         deinsum::Error::Plan(m) => PyValueError::new_err(m.to_string()),
+        deinsum::Error::Sparse(e) => PyValueError::new_err(e.to_string()),
         deinsum::Error::Preflight(p) => match p {
             deinsum::exec::preflight::PreflightError::NotEnoughMemory { .. } => {
                 PyMemoryError::new_err(p.to_string())
@@ -714,6 +716,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(contract_path, m)?)?;
     m.add_function(wrap_pyfunction!(bound, m)?)?;
     m.add_function(wrap_pyfunction!(release_buffers, m)?)?;
+    m.add_function(wrap_pyfunction!(sparse::sparse_einsum_f64, m)?)?;
+    m.add_function(wrap_pyfunction!(sparse::sparse_einsum_f32, m)?)?;
     // Whether `comm=` (an mpi4py communicator) is available: the `mpi` feature.
     m.add("HAS_MPI", cfg!(feature = "mpi"))?;
     Ok(())

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::ffi::c_int;
 
 use deinsum::exec::mpi::MpiComm;
-use deinsum::{Communicator, Einsum, ExecOptions, Inputs, Scalar};
+use deinsum::{Communicator, DType, Einsum, ExecOptions, Inputs, Scalar};
 use mpi::raw::FromRaw;
 use mpi::topology::SimpleCommunicator;
 use numpy::ndarray::IxDyn;
@@ -111,18 +111,21 @@ fn duplicate(handle: c_int) -> PyResult<MpiComm> {
     Ok(MpiComm::new(comm))
 }
 
-/// The element type's tag in the ranks' agreement (its size in bytes: 4 or 8).
+/// The element type's tag in the ranks' agreement: its place in [`DType::ALL`], plus one.
 fn type_tag<T: Scalar>() -> u64 {
-    T::BYTES as u64
+    DType::ALL
+        .iter()
+        .position(|&d| d == T::DTYPE)
+        .map_or(0, |i| i as u64 + 1)
 }
 
-/// Name of the element type of tag `tag`.
+/// NumPy's name of the element type of tag `tag` ([`type_tag`]).
 fn type_name(tag: u64) -> &'static str {
-    if tag == 4 {
-        "float32"
-    } else {
-        "float64"
-    }
+    usize::try_from(tag)
+        .ok()
+        .and_then(|t| t.checked_sub(1))
+        .and_then(|i| DType::ALL.get(i))
+        .map_or("an unknown type", |d| d.numpy_name())
 }
 
 /// Every rank's verdict on its own arguments, agreed by one all-reduce: `mine` on this rank,

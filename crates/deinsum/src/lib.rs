@@ -21,16 +21,22 @@
 
 pub mod cli;
 pub mod report;
+pub mod sparse_einsum;
+pub mod sparse_summary;
 
 pub use deinsum_exec as exec;
 pub use deinsum_expr as expr;
 pub use deinsum_path as path;
 pub use deinsum_plan as plan;
 pub use deinsum_soap as soap;
+pub use deinsum_sparse as sparse;
+pub use sparse_einsum::{Operand, SparseEinsum, SparseOptions};
 
 pub use deinsum_exec::{
-    Communicator, DistTensor, ExecError, ExecOptions, InProcess, Inputs, RunReport, Scalar,
+    with_dtype, Communicator, DistTensor, ExecError, ExecOptions, InProcess, Inputs, RunReport,
+    Scalar,
 };
+pub use deinsum_plan::DType;
 
 use deinsum_plan::Plan;
 
@@ -50,6 +56,10 @@ pub enum Error {
     /// refused before anything is allocated.
     #[error(transparent)]
     Preflight(#[from] deinsum_exec::preflight::PreflightError),
+    /// A sparse operand cannot be used: a form that is not built, shapes that do not fit,
+    /// a sparse run that failed.
+    #[error(transparent)]
+    Sparse(#[from] deinsum_sparse::SparseError),
     /// A rank of an in-process run failed (its error, or its panic).
     #[error("{0}")]
     Rank(String),
@@ -72,6 +82,9 @@ pub struct Options {
     pub machine: deinsum_plan::Machine,
     /// What the planner minimises over its candidate paths (default: predicted time).
     pub objective: deinsum_plan::Objective,
+    /// The element type the plan is for (default f64): sizes its predicted bytes and seconds
+    /// ([`deinsum_plan::Plan::dtype`]). A plan runs in any type; this one is what it predicts.
+    pub dtype: DType,
 }
 
 impl Default for Options {
@@ -83,6 +96,7 @@ impl Default for Options {
             overlap: true,
             machine: deinsum_plan::Machine::default(),
             objective: deinsum_plan::Objective::default(),
+            dtype: DType::default(),
         }
     }
 }
@@ -147,6 +161,7 @@ fn build_plan(einsum: &deinsum_expr::ParsedEinsum, o: &Options) -> Result<Plan, 
         overlap: o.overlap,
         machine: o.machine.clone(),
         objective: o.objective,
+        dtype: o.dtype,
         ..deinsum_plan::PlanOptions::default()
     };
     Ok(deinsum_plan::build(einsum, &opts)?)
@@ -219,7 +234,7 @@ impl Einsum {
     pub fn check_fits<T: Scalar>(&self, ranks_on_node: usize) -> Result<(), Error> {
         use deinsum_exec::preflight;
         let demand = preflight::NodeDemand {
-            word_bytes: T::BYTES,
+            dtype: T::DTYPE,
             ranks_on_node,
             extra_words: 0,
         };

@@ -7,46 +7,10 @@
 
 use deinsum_exec::reference::{iteration_space, max_error, naive_seeded, tree_reference};
 use deinsum_exec::{Inputs, RunReport, Scalar, StepKind};
-use deinsum_plan::{Plan, TensorKind};
+use deinsum_plan::{DType, Plan, TensorKind};
 use serde::{Serialize, Serializer};
 use serde_json::json;
 use std::fmt;
-
-/// The element type of a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ElementType {
-    /// Double precision.
-    F64,
-    /// Single precision.
-    F32,
-}
-
-impl ElementType {
-    /// The element type of `T` (`f64` or `f32`).
-    pub fn of<T: Scalar>() -> Self {
-        if T::NAME == "f32" {
-            ElementType::F32
-        } else {
-            ElementType::F64
-        }
-    }
-
-    /// The largest relative error a check accepts in this precision.
-    pub fn tolerance(self) -> f64 {
-        match self {
-            ElementType::F64 => 1e-10,
-            ElementType::F32 => 1e-4,
-        }
-    }
-
-    /// Its name in JSON reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            ElementType::F64 => "f64",
-            ElementType::F32 => "f32",
-        }
-    }
-}
 
 /// Where a run's ranks ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,7 +45,7 @@ pub struct RunContext {
     /// Where the ranks ran.
     pub backend: Backend,
     /// The element type.
-    pub dtype: ElementType,
+    pub dtype: DType,
     /// Untimed runs before the timed ones.
     pub warmup: usize,
 }
@@ -228,12 +192,7 @@ impl Check {
         got: &[f64],
     ) -> Result<Self, ReferenceError> {
         let (method, want) = serial_reference(plan, inputs)?;
-        Ok(Check::compare(
-            method,
-            got,
-            &want,
-            ElementType::of::<T>().tolerance(),
-        ))
+        Ok(Check::compare(method, got, &want, T::DTYPE.tolerance()))
     }
 
     /// The JSON form (`method`, `max_abs_error`, `max_rel_error`, `tolerance`, `pass`).
@@ -729,7 +688,7 @@ mod tests {
         let (plan, mut reports) = two_rank_reports();
         let context = RunContext {
             backend: Backend::Local,
-            dtype: ElementType::of::<f64>(),
+            dtype: DType::F64,
             warmup: 0,
         };
         let counted: Vec<usize> = (0..plan.steps.len())
@@ -775,7 +734,7 @@ mod tests {
 
     #[test]
     fn tolerance_follows_precision() {
-        assert_eq!(ElementType::of::<f64>().tolerance(), 1e-10);
-        assert_eq!(ElementType::of::<f32>().tolerance(), 1e-4);
+        assert_eq!(<f64 as Scalar>::DTYPE.tolerance(), 1e-10);
+        assert_eq!(<f32 as Scalar>::DTYPE.tolerance(), 1e-4);
     }
 }

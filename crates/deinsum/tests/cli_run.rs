@@ -49,6 +49,22 @@ fn json_and_f32() {
     assert_eq!(v["procs"], 5);
 }
 
+/// `--dtype` takes the names of `DType`, lists them in the help as it always has, and refuses
+/// any other with clap's usual message (exit 2).
+#[test]
+fn dtype_names_are_listed_and_checked() {
+    let (code, out, err) = deinsum(&["run", "--help"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("--dtype <DTYPE>"), "{out}");
+    assert!(out.contains("- f64: Double precision"), "{out}");
+    assert!(out.contains("- f32: Single precision"), "{out}");
+    assert!(out.contains("[default: f64]"), "{out}");
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--size", "4", "--dtype", "f16"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("invalid value 'f16'"), "{err}");
+    assert!(err.contains("[possible values: f64, f32]"), "{err}");
+}
+
 #[test]
 fn bad_input_exits_2() {
     let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--size", "4", "--procs", "0"]);

@@ -111,7 +111,6 @@ fn sparse_einsums_not_built_yet_exit_2_saying_so() {
     for args in [
         &["run", "ijk,jk->i", "--sparse", "0"][..],
         &["run", "ij,jk->ik", "--sparse", "1"][..],
-        &["run", "ij,jk->ik", "--sparse", "0", "--dtype", "f32"][..],
         &["run", "ij,ik,jk->ji", "--sparse", "0"][..],
         &["run", "ijk,ja,ka->ia", "--sparse", "0,1"][..],
     ] {
@@ -745,4 +744,151 @@ fn outputs_that_cannot_be_written_exit_2_naming_the_file() {
     }
     assert!(!dir.join("C.npy").exists() && !dir.join("C.csv").exists());
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `--dtype f32` runs every built form in single precision: checked against the dense serial
+/// reference (1e-4 relative), every rank moving exactly the planned bytes, at P = 1, 2, 3.
+#[test]
+fn f32_runs_every_form_and_says_so() {
+    let forms: [&[&str]; 5] = [
+        &[
+            "ij,j->i",
+            "--sparse",
+            "0",
+            "--size",
+            "40",
+            "--density",
+            "0.1",
+        ],
+        &[
+            "ij,jk->ik",
+            "--sparse",
+            "0",
+            "--size",
+            "30",
+            "--density",
+            "0.1",
+        ],
+        &[
+            "ij,ik,jk->ij",
+            "--sparse",
+            "0",
+            "--size",
+            "30",
+            "--density",
+            "0.1",
+        ],
+        &[
+            "ij,jk->ik",
+            "--sparse",
+            "0,1",
+            "--size",
+            "30",
+            "--density",
+            "0.1",
+        ],
+        &[
+            "ijk,ja,ka->ia",
+            "--sparse",
+            "0",
+            "--size",
+            "12",
+            "--density",
+            "0.05",
+        ],
+    ];
+    for form in forms {
+        for p in ["1", "2", "3"] {
+            let mut args = vec!["run"];
+            args.extend_from_slice(form);
+            args.extend([
+                "--procs", p, "--dtype", "f32", "--check", "--format", "json",
+            ]);
+            let (code, out, err) = deinsum(&args);
+            assert_eq!(code, 0, "{args:?}: {out}{err}");
+            let v = json(&out);
+            assert_eq!(v["dtype"], "f32", "{args:?}");
+            assert_eq!(v["measured"]["exact"], true, "{args:?}");
+            assert!(
+                v["check"]["max_rel_error"].as_f64().unwrap() <= 1e-4,
+                "{args:?}: {v}"
+            );
+        }
+    }
+    let (code, out, err) = deinsum(&["run", "ij,j->i", "--sparse", "0", "--dtype", "f32"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("P = 1 (in-process, f32)"), "{out}");
+}
+
+/// `--repeat` and `--warmup` are honoured: the report's median is over the timed runs and
+/// says how many untimed ones came first.
+#[test]
+fn repeat_and_warmup_are_honoured() {
+    let base = ["run", "ij,jk->ik", "--sparse", "0", "--procs", "2"];
+    let mut args = base.to_vec();
+    args.extend(["--repeat", "3", "--warmup", "2"]);
+    let (code, out, err) = deinsum(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("(slowest rank, median of 3, after 2 untimed)"),
+        "{out}"
+    );
+    args.extend(["--format", "json", "--check"]);
+    let (code, out, err) = deinsum(&args);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    assert_eq!(v["warmup"], 2);
+    assert_eq!(
+        v["measured"]["exact"], true,
+        "the first timed run is measured: {v}"
+    );
+    let mut zero = base.to_vec();
+    zero.extend(["--repeat", "0"]);
+    let (code, _, err) = deinsum(&zero);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--repeat must be at least 1"), "{err}");
+}
+
+/// Flags a sparse run cannot honour are refused with exit 2 and a message naming the flag,
+/// never ignored.
+#[test]
+fn flags_a_sparse_run_cannot_honour_are_refused() {
+    let dir = std::env::temp_dir().join(format!("deinsum-sparse-flags-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let html = dir.join("run.html");
+    let machine = dir.join("m.json");
+    std::fs::write(&machine, "{}").unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["--html", html.to_str().unwrap()],
+            "--html does not apply to a sparse run",
+        ),
+        (
+            &["--machine", machine.to_str().unwrap()],
+            "--machine does not apply to a sparse run",
+        ),
+        (
+            &["--objective", "volume"],
+            "--objective does not apply to a sparse run",
+        ),
+        (
+            &["--no-overlap"],
+            "--no-overlap does not apply to a sparse run",
+        ),
+        (
+            &["--mem", "1000"],
+            "--plan or --mem with a sparse operand is not built yet",
+        ),
+        (&["--threads", "0"], "--threads must be at least 1"),
+    ];
+    for (flag, says) in cases {
+        let mut args = vec!["run", "ij,jk->ik", "--sparse", "0"];
+        args.extend_from_slice(flag);
+        let (code, out, err) = deinsum(&args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?} ran: {out}");
+    }
+    assert!(!html.exists(), "a refused --html wrote its page");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -356,3 +356,25 @@ fn a_cancelled_run_stops_with_cancelled_on_every_rank() {
         .unwrap();
     assert_eq!(ok.len(), 45);
 }
+
+/// The facade's `Options::dtype` reaches the plan: an f32 plan records it and holds its
+/// words in half the bytes of the same f64 plan.
+#[test]
+fn options_dtype_reaches_the_plan() {
+    use deinsum::DType;
+    let spec = deinsum::expr::ExtentSpec {
+        default: Some(24),
+        ..Default::default()
+    };
+    let f64_mm = deinsum::Einsum::compile("ij,jk->ik", &spec, &deinsum::Options::procs(2)).unwrap();
+    let f32_opts = deinsum::Options {
+        dtype: DType::F32,
+        ..deinsum::Options::procs(2)
+    };
+    let f32_mm = deinsum::Einsum::compile("ij,jk->ik", &spec, &f32_opts).unwrap();
+    assert_eq!(f64_mm.plan().dtype, DType::F64);
+    assert_eq!(f32_mm.plan().dtype, DType::F32);
+    let words = f64_mm.plan().prediction.max_peak_memory_with_buffers;
+    assert_eq!(words, f32_mm.plan().prediction.max_peak_memory_with_buffers);
+    assert_eq!(2 * f32_mm.plan().bytes(words), f64_mm.plan().bytes(words));
+}

@@ -63,7 +63,7 @@ fn sequence<C: Communicator>(comm: &C, c: &mut Checks, tag: &str) {
         .map(|i| me as f64 * 1000.0 + i as f64 * 0.25)
         .collect();
     let rsum = (p * (p - 1) / 2) as f64;
-    match comm.all_reduce_sum_f64(&mut b64) {
+    match comm.all_reduce_sum(&mut b64) {
         Ok(()) => {
             let want: Vec<f64> = (0..37)
                 .map(|i| rsum * 1000.0 + p as f64 * i as f64 * 0.25)
@@ -73,7 +73,7 @@ fn sequence<C: Communicator>(comm: &C, c: &mut Checks, tag: &str) {
         Err(e) => c.check(false, || format!("{tag} allreduce f64: {e}")),
     }
     let mut b32: Vec<f32> = (0..11).map(|i| (me * 3 + i) as f32).collect();
-    match comm.all_reduce_sum_f32(&mut b32) {
+    match comm.all_reduce_sum(&mut b32) {
         Ok(()) => {
             let want: Vec<f32> = (0..11)
                 .map(|i| (3.0 * rsum) as f32 + (p * i) as f32)
@@ -103,7 +103,7 @@ fn sequence<C: Communicator>(comm: &C, c: &mut Checks, tag: &str) {
     let total: usize = rcounts.iter().sum();
     let off: usize = rcounts[..me].iter().sum();
     let send: Vec<f64> = (0..total).map(|j| me as f64 + j as f64 * 0.5).collect();
-    match comm.reduce_scatter_sum_f64(&send, &rcounts) {
+    match comm.reduce_scatter_v(&send, &rcounts) {
         Ok(got) => {
             let want: Vec<f64> = (0..rcounts[me])
                 .map(|t| rsum + p as f64 * (off + t) as f64 * 0.5)
@@ -115,7 +115,7 @@ fn sequence<C: Communicator>(comm: &C, c: &mut Checks, tag: &str) {
         Err(e) => c.check(false, || format!("{tag} reduce-scatter: {e}")),
     }
     c.check(
-        total == 0 || comm.reduce_scatter_sum_f64(&send[1..], &rcounts).is_err(),
+        total == 0 || comm.reduce_scatter_v(&send[1..], &rcounts).is_err(),
         || format!("{tag} reduce-scatter accepted a short buffer"),
     );
 
@@ -156,7 +156,7 @@ fn sequence<C: Communicator>(comm: &C, c: &mut Checks, tag: &str) {
                 &format!("{tag} split rank (ordered by key)"),
             );
             let mut v = [me as f64];
-            match sub.all_reduce_sum_f64(&mut v) {
+            match sub.all_reduce_sum(&mut v) {
                 Ok(()) => c.eq(
                     v[0],
                     same.iter().sum::<usize>() as f64,
@@ -438,7 +438,7 @@ fn body(world: &MpiComm, c: &mut Checks) {
     // A length mismatch between ranks is an error on every rank, not a hang.
     if p > 1 {
         let mut v = vec![1.0f64; 3 + me % 2];
-        c.check(world.all_reduce_sum_f64(&mut v).is_err(), || {
+        c.check(world.all_reduce_sum(&mut v).is_err(), || {
             "allreduce with lengths differing between ranks returned Ok".into()
         });
     }

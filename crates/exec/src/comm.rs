@@ -25,9 +25,9 @@ pub enum Collective {
     AllToAll,
     /// [`Communicator::all_gather_v`].
     AllGather,
-    /// [`Communicator::reduce_scatter_v`] (and the f64 reduce-scatter).
+    /// [`Communicator::reduce_scatter_v`].
     ReduceScatter,
-    /// [`Communicator::all_reduce_sum`] (and the typed all-reduces).
+    /// [`Communicator::all_reduce_sum`].
     AllReduce,
     /// [`Communicator::broadcast_typed`] (and the byte broadcast).
     Broadcast,
@@ -99,23 +99,6 @@ impl CallCounters {
     }
 }
 
-/// Casts a typed slice to the f64 or f32 slice it is (a Scalar is one of the two).
-pub(crate) enum Typed<'a> {
-    /// f64 elements.
-    F64(&'a mut [f64]),
-    /// f32 elements.
-    F32(&'a mut [f32]),
-}
-
-/// The f64 or f32 view of `buf`.
-pub(crate) fn typed<T: Scalar>(buf: &mut [T]) -> Typed<'_> {
-    if T::NAME == "f64" {
-        Typed::F64(bytemuck::cast_slice_mut(buf))
-    } else {
-        Typed::F32(bytemuck::cast_slice_mut(buf))
-    }
-}
-
 /// A communication failure (a peer failed, a count does not fit, the backend reported an error).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommError {
@@ -159,22 +142,12 @@ pub trait Communicator {
         send_counts: &[usize],
     ) -> Result<(Vec<u8>, Vec<usize>), CommError>;
 
-    /// Element-wise sum over all ranks, in place, for f64.
-    fn all_reduce_sum_f64(&self, buf: &mut [f64]) -> Result<(), CommError>;
-
-    /// Element-wise sum over all ranks, in place, for f32.
-    fn all_reduce_sum_f32(&self, buf: &mut [f32]) -> Result<(), CommError>;
+    /// Element-wise sum over all ranks, in place, for any element type (the backend maps
+    /// `T::DTYPE` to its own datatype).
+    fn all_reduce_sum<T: Scalar>(&self, buf: &mut [T]) -> Result<(), CommError>;
 
     /// Element-wise maximum over all ranks, in place (used to agree on errors and figures).
     fn all_reduce_max_u64(&self, buf: &mut [u64]) -> Result<(), CommError>;
-
-    /// Reduce-scatter with variable counts, f64: sums `send` (length sum of `recv_counts`) over
-    /// all ranks and returns to rank `r` its `recv_counts[r]` elements.
-    fn reduce_scatter_sum_f64(
-        &self,
-        send: &[f64],
-        recv_counts: &[usize],
-    ) -> Result<Vec<f64>, CommError>;
 
     /// Broadcast of bytes from `root`; on non-root ranks `buf` is replaced.
     fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError>;
@@ -307,14 +280,6 @@ pub trait Communicator {
         counts: &[usize],
     ) -> Result<Vec<T>, CommError> {
         p2p::reduce_scatter_v(self, send, counts)
-    }
-
-    /// Element-wise sum over all ranks, in place, for either element type.
-    fn all_reduce_sum<T: Scalar>(&self, buf: &mut [T]) -> Result<(), CommError> {
-        match typed(buf) {
-            Typed::F64(b) => self.all_reduce_sum_f64(b),
-            Typed::F32(b) => self.all_reduce_sum_f32(b),
-        }
     }
 
     /// Broadcast of `buf` (the same length on every rank) from `root`. Counted as root to
@@ -484,7 +449,7 @@ pub fn check_send_counts(
     Ok(total)
 }
 
-/// Checks the arguments of [`Communicator::reduce_scatter_sum_f64`] (one count per rank, counts
+/// Checks the arguments of [`Communicator::reduce_scatter_v`] (one count per rank, counts
 /// adding up to the buffer's length, without overflow), shared by every backend; returns the
 /// total.
 pub fn check_recv_counts(

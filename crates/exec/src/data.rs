@@ -405,12 +405,6 @@ fn copy_runs<T: Scalar>(runs: &[(usize, usize, usize)], src: &[T], dst: &mut [T]
     copy_runs_from(runs, total, &[src], dst, sum, copy_threads(total));
 }
 
-/// Cores of the machine (the cap on threads lent to one copy), read once.
-pub(crate) fn cores() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
 /// Copies the row-major boxes `pieces` (box, its elements) into block `dst`, on the calling
 /// rank's threads and those of the `lent - 1` ranks that wait for the block meanwhile (at
 /// most the machine's cores). The boxes must be disjoint, inside `dst` and as long as their
@@ -435,7 +429,7 @@ pub(crate) fn place_pieces<T: Scalar>(
     let total: usize = runs.iter().map(|r| r.3).sum();
     let per_rank = crate::pool::rank_threads().max(crate::kernels::threads());
     let tasks = (per_rank * lent.max(1))
-        .min(cores())
+        .min(deinsum_runtime::cores())
         .min(total / PAR_MIN_WORDS)
         .max(1);
     let srcs: Vec<&[T]> = pieces.iter().map(|p| p.1).collect();
@@ -514,7 +508,7 @@ fn run_jobs<J: Send>(jobs: Vec<J>, tasks: usize, f: impl Fn(J) + Sync + Send) {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let work = || {
         while let Some(slot) = slots.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-            let job = crate::local::lock(slot).take();
+            let job = deinsum_runtime::lock(slot).take();
             job.into_iter().for_each(&f);
         }
     };

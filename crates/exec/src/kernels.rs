@@ -346,7 +346,7 @@ impl<T: Scalar> LocalBlock<'_, T> {
 /// (the executor installs a pool of [`crate::ExecOptions::threads`] threads around compute
 /// steps), else 1.
 pub fn threads() -> usize {
-    if deinsum_plan::workers::in_worker_pool() {
+    if deinsum_runtime::in_worker_pool() {
         rayon::current_num_threads()
     } else {
         1

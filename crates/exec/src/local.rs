@@ -11,12 +11,13 @@
 
 use crate::comm::{CallCounters, Calls, Collective, CommError, Communicator, Traffic};
 use crate::Scalar;
+use deinsum_runtime::{cores, lock, mark_carrier, on_carrier, PoolBuilder, ProcessPool};
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Communicator context: the world is `[]`, a split appends (split number, color).
@@ -27,11 +28,6 @@ type Msg = Box<dyn Any + Send>;
 
 /// A receiver's word that it has read a shared buffer and let go of it.
 struct Ack;
-
-/// Locks `m`, recovering from poisoning (no panic happens while these locks are held).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// One rank's incoming point-to-point messages, by (context, sending world rank).
 #[derive(Default)]
@@ -50,12 +46,6 @@ struct Mailbox {
 /// wake (more in a virtual machine whose idle core the host has descheduled), which doubled
 /// the time of millisecond kernels' moves; a spin on a core no other rank needs costs nothing.
 const SPIN: Duration = Duration::from_micros(200);
-
-/// The machine's cores (as the system reports what this process may use, read once: the
-/// query reads cgroup files, 2% of a 5-operand chain's run from Python at 64).
-fn cores() -> usize {
-    crate::data::cores()
-}
 
 /// Spins until `changed` holds or [`SPIN`] has passed; whether it held. Between short spins
 /// the thread yields, so that a runnable thread on the same core (a rank's kernel worker
@@ -442,32 +432,6 @@ fn sum_parts<T: Scalar>(parts: &[Vec<T>], len: usize) -> Result<Vec<T>, CommErro
     Ok(out)
 }
 
-fn f64s_to_bytes(xs: &[f64]) -> Vec<u8> {
-    xs.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-fn f32s_to_bytes(xs: &[f32]) -> Vec<u8> {
-    xs.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-macro_rules! sum_into {
-    ($buf:expr, $parts:expr, $t:ty, $n:expr) => {{
-        // Sum in rank order so that every rank gets bit-identical results.
-        for x in $buf.iter_mut() {
-            *x = 0.0;
-        }
-        for part in &$parts {
-            if part.len() != $buf.len() * $n {
-                return Err(CommError::Invalid(
-                    "reduction lengths differ between ranks".into(),
-                ));
-            }
-            for (x, c) in $buf.iter_mut().zip(part.chunks_exact($n)) {
-                *x += <$t>::from_le_bytes(c.try_into().expect("chunk size"));
-            }
-        }
-    }};
-}
-
 impl Communicator for LocalComm {
     fn rank(&self) -> usize {
         self.rank
@@ -529,17 +493,12 @@ impl Communicator for LocalComm {
         Ok((got.concat(), counts))
     }
 
-    fn all_reduce_sum_f64(&self, buf: &mut [f64]) -> Result<(), CommError> {
+    fn all_reduce_sum<T: Scalar>(&self, buf: &mut [T]) -> Result<(), CommError> {
         self.count(Collective::AllReduce);
-        let parts = self.all_gather(f64s_to_bytes(buf))?;
-        sum_into!(buf, parts, f64, 8);
-        Ok(())
-    }
-
-    fn all_reduce_sum_f32(&self, buf: &mut [f32]) -> Result<(), CommError> {
-        self.count(Collective::AllReduce);
-        let parts = self.all_gather(f32s_to_bytes(buf))?;
-        sum_into!(buf, parts, f32, 4);
+        let mine = bytes_of(buf);
+        let parts = self.typed_collective::<T>(|_| Some(mine.clone()))?;
+        // Summed in rank order, so every rank gets bit-identical results.
+        buf.copy_from_slice(&sum_parts(&parts, buf.len())?);
         Ok(())
     }
 
@@ -557,25 +516,6 @@ impl Communicator for LocalComm {
             }
         }
         Ok(())
-    }
-
-    fn reduce_scatter_sum_f64(
-        &self,
-        send: &[f64],
-        recv_counts: &[usize],
-    ) -> Result<Vec<f64>, CommError> {
-        crate::comm::check_recv_counts(send.len(), recv_counts, self.size())?;
-        self.count(Collective::ReduceScatter);
-        let mut msgs = Vec::with_capacity(self.size());
-        let mut off = 0;
-        for &c in recv_counts {
-            msgs.push(f64s_to_bytes(&send[off..off + c]));
-            off += c;
-        }
-        let parts = self.collective(msgs)?;
-        let mut out = vec![0.0; recv_counts[self.rank]];
-        sum_into!(out, parts, f64, 8);
-        Ok(out)
     }
 
     fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
@@ -923,7 +863,7 @@ impl<E: Display> RankFailure<E> {
 struct Kept {
     busy: bool,
     /// The pool and its number of workers.
-    pool: Option<(usize, deinsum_plan::workers::ProcessPool)>,
+    pool: Option<(usize, ProcessPool)>,
 }
 
 static CARRIERS: Mutex<Kept> = Mutex::new(Kept {
@@ -953,7 +893,7 @@ impl Drop for Carriers {
 /// each wait for a rank queued behind the other's), the calling thread is one of them (a
 /// rank that runs a world of its own), or the pool cannot be built.
 fn carriers(n: usize) -> Option<Carriers> {
-    if n == 0 || n >= MAX_CARRIED_PER_CORE * cores() || deinsum_plan::workers::on_carrier() {
+    if n == 0 || n >= MAX_CARRIED_PER_CORE * cores() || on_carrier() {
         return None;
     }
     let mut kept = lock(&CARRIERS);
@@ -968,14 +908,13 @@ fn carriers(n: usize) -> Option<Carriers> {
     let pool = match reused {
         Some(pool) => pool,
         None => {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .thread_name(|i| format!("deinsum-rank-{}", i + 1))
-                .start_handler(|_| deinsum_plan::workers::mark_carrier())
+            let pool = PoolBuilder::new(|i| format!("deinsum-rank-{}", i + 1))
+                .threads(n)
+                .on_start(|_| mark_carrier())
                 .build()
                 .ok()?;
             let pool = Arc::new(pool);
-            kept.pool = Some((n, deinsum_plan::workers::ProcessPool::new(pool.clone())));
+            kept.pool = Some((n, ProcessPool::new(pool.clone())));
             pool
         }
     };

@@ -11,6 +11,11 @@
 //! needs before a variable all-to-all are protocol, not payload. So a run on MPI reports the
 //! same bytes as the same run in-process, and both can be held against the plan's volume.
 //!
+//! Element types meet MPI in one way: a typed collective takes `T::DTYPE` through
+//! [`with_dtype!`](crate::with_dtype) to the primitive of that type, whose rsmpi
+//! `Equivalence` is its MPI datatype (`MPI_FLOAT`, `MPI_DOUBLE`); byte-level collectives
+//! move `MPI_BYTE`s.
+//!
 //! [`Communicator::exchange`] is point-to-point (non-blocking sends, then the receives): ranks
 //! that exchange nothing do not synchronize, and each message is a length header (protocol,
 //! not counted) and the typed buffer itself, received straight into a typed buffer.
@@ -394,19 +399,13 @@ impl Communicator for MpiComm {
         Ok((recv, recv_counts))
     }
 
-    fn all_reduce_sum_f64(&self, buf: &mut [f64]) -> Result<(), CommError> {
+    fn all_reduce_sum<T: Scalar>(&self, buf: &mut [T]) -> Result<(), CommError> {
         self.count(Collective::AllReduce);
-        self.all_reduce_in_place(buf, SystemOperation::sum())?;
-        let b = 8 * buf.len() as u64 * self.peers();
-        self.count_sent(b);
-        self.count_received(b);
-        Ok(())
-    }
-
-    fn all_reduce_sum_f32(&self, buf: &mut [f32]) -> Result<(), CommError> {
-        self.count(Collective::AllReduce);
-        self.all_reduce_in_place(buf, SystemOperation::sum())?;
-        let b = 4 * buf.len() as u64 * self.peers();
+        crate::with_dtype!(T::DTYPE, E => self.all_reduce_in_place::<E>(
+            bytemuck::cast_slice_mut(buf),
+            SystemOperation::sum(),
+        ))?;
+        let b = std::mem::size_of_val(buf) as u64 * self.peers();
         self.count_sent(b);
         self.count_received(b);
         Ok(())
@@ -418,14 +417,6 @@ impl Communicator for MpiComm {
         self.count_sent(b);
         self.count_received(b);
         Ok(())
-    }
-
-    fn reduce_scatter_sum_f64(
-        &self,
-        send: &[f64],
-        recv_counts: &[usize],
-    ) -> Result<Vec<f64>, CommError> {
-        self.reduce_scatter_in(send, recv_counts)
     }
 
     fn calls(&self) -> Calls {
@@ -515,20 +506,12 @@ impl Communicator for MpiComm {
         send: &[T],
         counts: &[usize],
     ) -> Result<Vec<T>, CommError> {
-        let r: Vec<u8> = if T::NAME == "f64" {
-            bytemuck::cast_slice(
-                &self.reduce_scatter_in::<f64>(bytemuck::cast_slice(send), counts)?,
-            )
-            .to_vec()
-        } else {
-            bytemuck::cast_slice(
-                &self.reduce_scatter_in::<f32>(bytemuck::cast_slice(send), counts)?,
-            )
-            .to_vec()
-        };
-        let mut out = vec![T::default(); r.len() / T::BYTES];
-        bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&r);
-        Ok(out)
+        crate::with_dtype!(T::DTYPE, E => {
+            let r = self.reduce_scatter_in::<E>(bytemuck::cast_slice(send), counts)?;
+            let mut out = vec![T::default(); r.len()];
+            out.copy_from_slice(bytemuck::cast_slice(&r));
+            Ok(out)
+        })
     }
 
     fn broadcast_typed<T: Scalar>(&self, buf: &mut [T], root: usize) -> Result<(), CommError> {
@@ -562,19 +545,11 @@ impl Communicator for MpiComm {
         }
         self.count(Collective::Reduce);
         let mut out = typed_buffer::<T>(buf.len());
-        if T::NAME == "f64" {
-            self.reduce_in::<f64>(
-                bytemuck::cast_slice(buf),
-                bytemuck::cast_slice_mut(&mut out),
-                root,
-            );
-        } else {
-            self.reduce_in::<f32>(
-                bytemuck::cast_slice(buf),
-                bytemuck::cast_slice_mut(&mut out),
-                root,
-            );
-        }
+        crate::with_dtype!(T::DTYPE, E => self.reduce_in::<E>(
+            bytemuck::cast_slice(buf),
+            bytemuck::cast_slice_mut(&mut out),
+            root,
+        ));
         let len = std::mem::size_of_val(buf) as u64;
         if self.rank() == root {
             self.count_received(len * self.peers());

@@ -11,7 +11,7 @@
 //! The same context carries the rank's rayon pool, so that box copies on the rank's own thread
 //! ([`crate::data`]) can split over the rank's threads ([`on_rank_pool`]).
 
-use crate::local::lock;
+use deinsum_runtime::{lock, PoolBuilder, ProcessPool};
 use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -88,7 +88,7 @@ pub struct KeptBuffers {
 }
 
 /// A rank's kept thread pool and its thread count.
-type KeptPool = (usize, deinsum_plan::workers::ProcessPool);
+type KeptPool = (usize, ProcessPool);
 
 impl std::fmt::Debug for KeptBuffers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -211,10 +211,7 @@ impl RankContext {
         while pools.len() <= me {
             pools.push(None);
         }
-        pools[me] = ctx
-            .threads
-            .clone()
-            .map(|p| (threads, deinsum_plan::workers::ProcessPool::new(p)));
+        pools[me] = ctx.threads.clone().map(|p| (threads, ProcessPool::new(p)));
         Ok(ctx)
     }
 
@@ -240,10 +237,9 @@ impl RankContext {
                 free: free.clone(),
                 threads: None,
             };
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .thread_name(move |i| format!("deinsum-rank-{me}-worker-{i}"))
-                .start_handler(move |_| worker.attach())
+            let pool = PoolBuilder::new(move |i| format!("deinsum-rank-{me}-worker-{i}"))
+                .threads(threads)
+                .on_start(move |_| worker.attach())
                 .build()?;
             Some(Arc::new(pool))
         } else {
@@ -412,7 +408,7 @@ pub fn rank_threads() -> usize {
 pub fn on_rank_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     let pool = CONTEXT.with(|c| c.borrow().as_ref().and_then(|ctx| ctx.threads.clone()));
     match pool {
-        Some(p) if !deinsum_plan::workers::in_worker_pool() => p.install(f),
+        Some(p) if !deinsum_runtime::in_worker_pool() => p.install(f),
         _ => f(),
     }
 }

@@ -4,7 +4,7 @@
 //! The plan predicts every rank's peak (tensor data plus message buffers) exactly, so a run that
 //! cannot fit is refused up front with the figures, instead of dying in the allocator halfway.
 
-use deinsum_plan::Plan;
+use deinsum_plan::{DType, Plan};
 
 /// At most this many in-process ranks: each is a thread of this process.
 pub const MAX_IN_PROCESS_RANKS: usize = 65_536;
@@ -108,8 +108,9 @@ pub fn check_in_process_ranks(procs: usize) -> Result<(), PreflightError> {
 /// What a run needs on one node.
 #[derive(Clone, Copy, Debug)]
 pub struct NodeDemand {
-    /// Bytes per element (8 for f64, 4 for f32).
-    pub word_bytes: usize,
+    /// The element type the run computes in: a word is [`DType::bytes`] bytes (a plan run as
+    /// planned passes its [`Plan::dtype`](deinsum_plan::Plan::dtype)).
+    pub dtype: DType,
     /// Ranks of the run on this node (all P for in-process runs).
     pub ranks_on_node: usize,
     /// Words needed besides the ranks' own (the serial check's whole tensors), in elements.
@@ -124,7 +125,7 @@ pub const UNCHECKED_BYTES: u128 = 64 << 20;
 /// The bytes a run of `plan` needs on one node: the predicted peak per rank (with message
 /// buffers) times the ranks on this node that hold data, plus `extra_words`.
 pub fn needed_bytes(plan: &Plan, demand: NodeDemand) -> u128 {
-    let wb = demand.word_bytes as u128;
+    let wb = demand.dtype.bytes() as u128;
     let per_rank_words = plan.prediction.max_peak_memory_with_buffers as u128;
     // Ranks outside every grid hold nothing: at most `ranks_used` ranks carry data.
     let holders = demand.ranks_on_node.min(plan.ranks_used.max(1)) as u128;
@@ -138,7 +139,7 @@ pub fn check_memory(
     demand: NodeDemand,
     available_bytes: u64,
 ) -> Result<(), PreflightError> {
-    let wb = demand.word_bytes as u128;
+    let wb = demand.dtype.bytes() as u128;
     let per_rank_bytes = plan.prediction.max_peak_memory_with_buffers as u128 * wb;
     let extra_bytes = demand.extra_words * wb;
     let needed_bytes = needed_bytes(plan, demand);
@@ -159,7 +160,7 @@ pub fn check_memory(
 /// The largest per-rank budget whose ranks fit `available_bytes`, when the tensors themselves
 /// do (a budget cannot go below a rank's share of them).
 fn fit_mem(plan: &Plan, demand: NodeDemand, available_bytes: u64) -> Option<u64> {
-    let wb = demand.word_bytes as u128;
+    let wb = demand.dtype.bytes() as u128;
     let avail = (available_bytes as u128).checked_sub(demand.extra_words * wb)?;
     let ranks = demand.ranks_on_node.min(plan.ranks_used.max(1)).max(1) as u128;
     let node_share = data_words(plan) * wb * ranks / (plan.procs.max(1) as u128);
@@ -178,7 +179,7 @@ fn data_words(plan: &Plan) -> u128 {
 /// What would fit: a smaller budget when the tensors themselves fit this node, otherwise the
 /// number of such nodes the data needs.
 fn advice(plan: &Plan, demand: NodeDemand, available_bytes: u64) -> String {
-    let wb = demand.word_bytes as u128;
+    let wb = demand.dtype.bytes() as u128;
     let extra = demand.extra_words * wb;
     let avail = (available_bytes as u128).saturating_sub(extra);
     let ranks = demand.ranks_on_node.min(plan.ranks_used.max(1)).max(1) as u128;

@@ -1,9 +1,12 @@
-//! The element types the executor computes in.
+//! The element types the executor computes in, and [`with_dtype!`](crate::with_dtype), the one
+//! place a [`DType`] value becomes a Rust type.
 
+use deinsum_plan::DType;
 use std::fmt::Debug;
 use std::ops::{Add, AddAssign, Mul};
 
-/// A floating-point element type of distributed tensors: f64 or f32.
+/// An element type of distributed tensors: f64 or f32 today. Nothing here needs an order
+/// (complex types come next): a check compares [`Scalar::magnitude`]s.
 pub trait Scalar:
     Copy
     + Default
@@ -11,7 +14,6 @@ pub trait Scalar:
     + Send
     + Sync
     + PartialEq
-    + PartialOrd
     + Add<Output = Self>
     + AddAssign
     + Mul<Output = Self>
@@ -19,16 +21,21 @@ pub trait Scalar:
     + bytemuck::Pod
     + 'static
 {
-    /// The `.npy` dtype descriptor (little-endian), `<f8` or `<f4`.
-    const NPY_DTYPE: &'static str;
-    /// A short name, `f64` or `f32`.
-    const NAME: &'static str;
-    /// Size in bytes.
-    const BYTES: usize;
+    /// The element type as a value: its name, size, `.npy` descriptor
+    /// ([`DType::npy_descr`]) and MPI datatype all follow from it.
+    const DTYPE: DType;
+    /// Size in bytes, [`DType::bytes`] of [`Scalar::DTYPE`] (not to be overridden).
+    const BYTES: usize = Self::DTYPE.bytes();
     /// Converts from f64 (rounding for f32).
     fn from_f64(x: f64) -> Self;
+    /// Converts from a signed integer with one rounding (as NumPy's `astype`).
+    fn from_i64(x: i64) -> Self;
+    /// Converts from an unsigned integer with one rounding (as NumPy's `astype`).
+    fn from_u64(x: u64) -> Self;
     /// Converts to f64.
     fn to_f64(self) -> f64;
+    /// The absolute value, as f64 (what error checks compare; a modulus for complex types).
+    fn magnitude(self) -> f64;
     /// Appends the little-endian bytes of `xs` to `out`.
     fn extend_bytes(xs: &[Self], out: &mut Vec<u8>);
     /// Reads little-endian values from `bytes` (length a multiple of [`Scalar::BYTES`]).
@@ -61,11 +68,36 @@ pub trait Scalar:
         accumulate: bool,
         layout: Layout,
     );
-    /// Element-wise sum over all ranks of `comm`, in place (dispatches to the typed collective).
-    fn all_reduce_sum<C: crate::Communicator>(
-        comm: &C,
-        buf: &mut [Self],
-    ) -> Result<(), crate::CommError>;
+}
+
+/// Evaluates `$body` with `$T` the [`Scalar`] of the [`DType`] value `$dtype`:
+/// `with_dtype!(d, T => run::<T>(args))`. The one dispatch from an element type as a value to
+/// a Rust type (the CLI, Python, `.npy` input and the MPI datatypes go through it).
+///
+/// `DType` is `#[non_exhaustive]`, so the match needs a last arm here; it panics naming the
+/// type, and the test `every_dtype_has_a_scalar` fails for a variant missing above it.
+#[macro_export]
+macro_rules! with_dtype {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            other => $crate::scalar::no_scalar(other),
+        }
+    };
+}
+
+/// The last arm of [`with_dtype!`]: an element type this executor has no [`Scalar`] for.
+#[cold]
+#[doc(hidden)]
+pub fn no_scalar(d: DType) -> ! {
+    panic!("element type {d} has no Scalar implementation in deinsum-exec")
 }
 
 /// Storage of a GEMM's operands: `a_trans` means `a` holds the `k x m` transpose row-major,
@@ -603,16 +635,23 @@ fn at_b_split(op: crate::atb::AtB<'_>, threads: usize) -> bool {
 }
 
 macro_rules! impl_scalar {
-    ($t:ty, $dtype:expr, $name:expr, $reduce:expr) => {
+    ($t:ty, $dtype:expr) => {
         impl Scalar for $t {
-            const NPY_DTYPE: &'static str = $dtype;
-            const NAME: &'static str = $name;
-            const BYTES: usize = std::mem::size_of::<$t>();
+            const DTYPE: DType = $dtype;
             fn from_f64(x: f64) -> Self {
+                x as $t
+            }
+            fn from_i64(x: i64) -> Self {
+                x as $t
+            }
+            fn from_u64(x: u64) -> Self {
                 x as $t
             }
             fn to_f64(self) -> f64 {
                 self as f64
+            }
+            fn magnitude(self) -> f64 {
+                self.abs() as f64
             }
             fn extend_bytes(xs: &[Self], out: &mut Vec<u8>) {
                 out.reserve(xs.len() * Self::BYTES);
@@ -672,20 +711,12 @@ macro_rules! impl_scalar {
                 };
                 split_gemm(c, acc, a, b, threads);
             }
-            fn all_reduce_sum<C: crate::Communicator>(
-                comm: &C,
-                buf: &mut [Self],
-            ) -> Result<(), crate::CommError> {
-                $reduce(comm, buf)
-            }
         }
     };
 }
 
-impl_scalar!(f64, "<f8", "f64", |c: &C, b: &mut [f64]| c
-    .all_reduce_sum_f64(b));
-impl_scalar!(f32, "<f4", "f32", |c: &C, b: &mut [f32]| c
-    .all_reduce_sum_f32(b));
+impl_scalar!(f64, DType::F64);
+impl_scalar!(f32, DType::F32);
 
 /// Makes faer's GEMM take its per-thread packing buffers (a few MiB, allocated by faer
 /// without a way to refuse) on the calling thread now, once per thread, before the run's
@@ -712,6 +743,28 @@ pub(crate) fn warm_gemm() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every element type dispatches to the Scalar of that type, whose size it states.
+    #[test]
+    fn every_dtype_has_a_scalar() {
+        for d in DType::ALL {
+            let (dtype, size) = crate::with_dtype!(d, T => (T::DTYPE, std::mem::size_of::<T>()));
+            assert_eq!(dtype, d);
+            assert_eq!(size, d.bytes());
+        }
+        assert_eq!(<f32 as Scalar>::BYTES, 4);
+        assert_eq!(<f64 as Scalar>::BYTES, 8);
+    }
+
+    #[test]
+    fn integer_conversions_round_once() {
+        // 2^24 + 1 is not an f32: rounded once to even, not through f64.
+        assert_eq!(f32::from_i64((1 << 24) + 1), 16_777_216.0);
+        assert_eq!(f32::from_u64(u64::MAX), 18_446_744_073_709_551_616.0);
+        assert_eq!(f64::from_i64(-3), -3.0);
+        assert_eq!((-2.5f32).magnitude(), 2.5);
+        assert_eq!((-2.5f64).magnitude(), 2.5);
+    }
 
     #[test]
     fn cache_sizes_parse() {

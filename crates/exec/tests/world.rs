@@ -22,10 +22,10 @@ fn collectives_and_traffic() {
                 assert_eq!(t.sent, sent_other as u64);
                 assert_eq!(t.received, ((me + 1) * (p - 1)) as u64);
                 let mut v = vec![me as f64, 1.0];
-                c.all_reduce_sum_f64(&mut v)?;
+                c.all_reduce_sum(&mut v)?;
                 assert_eq!(v, vec![(p * (p - 1) / 2) as f64, p as f64]);
                 let mut w = vec![me as f32];
-                c.all_reduce_sum_f32(&mut w)?;
+                c.all_reduce_sum(&mut w)?;
                 assert_eq!(w[0], (p * (p - 1) / 2) as f32);
                 let mut m = vec![me as u64, 100 - me as u64];
                 c.all_reduce_max_u64(&mut m)?;
@@ -34,7 +34,7 @@ fn collectives_and_traffic() {
                 let counts: Vec<usize> = (0..p).collect();
                 let total: usize = counts.iter().sum();
                 let send: Vec<f64> = (0..total).map(|x| x as f64).collect();
-                let got = c.reduce_scatter_sum_f64(&send, &counts)?;
+                let got = c.reduce_scatter_v(&send, &counts)?;
                 let off: usize = (0..me).sum();
                 let want: Vec<f64> = (off..off + me).map(|x| (x * p) as f64).collect();
                 assert_eq!(got, want);
@@ -65,13 +65,13 @@ fn split_forms_sub_communicators() {
             let members: Vec<usize> = (0..6).filter(|r| r % 2 == me % 2).rev().collect();
             assert_eq!(sub.rank(), members.iter().position(|&r| r == me).unwrap());
             let mut v = vec![me as f64];
-            sub.all_reduce_sum_f64(&mut v)?;
+            sub.all_reduce_sum(&mut v)?;
             assert_eq!(v[0], members.iter().sum::<usize>() as f64);
             // A split of a split, and the world still works afterwards.
             let subsub = sub.split(0, sub.rank())?;
             assert_eq!(subsub.size(), 3);
             let mut w = vec![1.0];
-            c.all_reduce_sum_f64(&mut w)?;
+            c.all_reduce_sum(&mut w)?;
             assert_eq!(w[0], 6.0);
             Ok::<_, CommError>(())
         })
@@ -108,7 +108,7 @@ fn panicking_rank_fails_the_run() {
             panic!("kernel blew up");
         }
         let mut v = vec![1.0];
-        c.all_reduce_sum_f64(&mut v)?;
+        c.all_reduce_sum(&mut v)?;
         Ok::<_, CommError>(())
     });
     match r {
@@ -150,17 +150,11 @@ impl Communicator for BytesOnly<'_> {
     fn all_to_all_v(&self, s: &[u8], c: &[usize]) -> Result<(Vec<u8>, Vec<usize>), CommError> {
         self.0.all_to_all_v(s, c)
     }
-    fn all_reduce_sum_f64(&self, b: &mut [f64]) -> Result<(), CommError> {
-        self.0.all_reduce_sum_f64(b)
-    }
-    fn all_reduce_sum_f32(&self, b: &mut [f32]) -> Result<(), CommError> {
-        self.0.all_reduce_sum_f32(b)
+    fn all_reduce_sum<T: deinsum_exec::Scalar>(&self, b: &mut [T]) -> Result<(), CommError> {
+        self.0.all_reduce_sum(b)
     }
     fn all_reduce_max_u64(&self, b: &mut [u64]) -> Result<(), CommError> {
         self.0.all_reduce_max_u64(b)
-    }
-    fn reduce_scatter_sum_f64(&self, s: &[f64], c: &[usize]) -> Result<Vec<f64>, CommError> {
-        self.0.reduce_scatter_sum_f64(s, c)
     }
     fn broadcast(&self, b: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
         self.0.broadcast(b, root)
@@ -245,7 +239,7 @@ fn a_thousand_ranks_meet_in_collectives() {
         .run(|c| {
             c.barrier()?;
             let mut v = vec![1.0];
-            c.all_reduce_sum_f64(&mut v)?;
+            c.all_reduce_sum(&mut v)?;
             Ok::<_, CommError>(v[0])
         })
         .unwrap();
@@ -417,7 +411,7 @@ fn within_a_minute(f: impl FnOnce() + Send + 'static) {
 fn sum_of_ranks(c: &impl Communicator) -> Result<usize, CommError> {
     let p = c.size();
     let mut v = vec![c.rank() as f64];
-    c.all_reduce_sum_f64(&mut v)?;
+    c.all_reduce_sum(&mut v)?;
     assert_eq!(v[0], (p * (p - 1) / 2) as f64);
     Ok(deinsum_exec::kernels::threads())
 }
@@ -481,4 +475,59 @@ fn a_failing_rank_on_a_kept_thread_leaves_them_usable() {
             assert_eq!(world.run(sum_of_ranks).unwrap(), vec![1; 3]);
         }
     });
+}
+
+/// Every typed collective of the in-process backend, generic over the element type: sums,
+/// scatters, broadcasts and gathers give the same values in f32 and f64 (small integers, exact
+/// in both), and move `T::DTYPE.bytes()` bytes per element.
+fn typed_collectives<T: deinsum_exec::Scalar>(p: usize) {
+    let world = InProcess::new(p).unwrap();
+    world
+        .run(|c| {
+            let me = c.rank();
+            let t0 = c.traffic();
+            let mut v = vec![T::from_f64(me as f64), T::from_f64(1.0)];
+            c.all_reduce_sum(&mut v)?;
+            assert_eq!(
+                v,
+                vec![T::from_f64((p * (p - 1) / 2) as f64), T::from_f64(p as f64)]
+            );
+            let t1 = c.traffic();
+            // An all-reduce is counted as an all-gather of the two elements.
+            let bytes = (2 * T::DTYPE.bytes() * (p - 1)) as u64;
+            assert_eq!(
+                (t1.sent - t0.sent, t1.received - t0.received),
+                (bytes, bytes)
+            );
+            // Reduce-scatter with variable counts: rank r gets r elements.
+            let counts: Vec<usize> = (0..p).collect();
+            let total: usize = counts.iter().sum();
+            let send: Vec<T> = (0..total).map(|x| T::from_f64(x as f64)).collect();
+            let got = c.reduce_scatter_v(&send, &counts)?;
+            let off: usize = (0..me).sum();
+            let want: Vec<T> = (off..off + me)
+                .map(|x| T::from_f64((x * p) as f64))
+                .collect();
+            assert_eq!(got, want);
+            let mut b = vec![T::from_f64(if me == 0 { 7.0 } else { 0.0 }); 3];
+            c.broadcast_typed(&mut b, 0)?;
+            assert_eq!(b, vec![T::from_f64(7.0); 3]);
+            let summed = c.reduce_sum(&[T::from_f64(1.0)], p - 1)?;
+            assert_eq!(summed, (me == p - 1).then(|| vec![T::from_f64(p as f64)]));
+            let all = c.all_gather_v(&vec![T::from_f64(me as f64); me], &counts)?;
+            let want: Vec<T> = (0..p)
+                .flat_map(|r| vec![T::from_f64(r as f64); r])
+                .collect();
+            assert_eq!(all, want);
+            Ok::<_, CommError>(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn typed_collectives_in_f32_and_f64() {
+    for p in [1usize, 2, 3, 5] {
+        typed_collectives::<f32>(p);
+        typed_collectives::<f64>(p);
+    }
 }

@@ -138,7 +138,7 @@ pub fn choose(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Choice, PlanE
     let trees = candidate_trees(einsum, opts)?;
     // The trees are planned independently, on all cores (results kept in the trees' order, so
     // the choice is the same as planning them one after another).
-    let planned: Vec<Result<Plan, PlanError>> = crate::workers::install(|| {
+    let planned: Vec<Result<Plan, PlanError>> = deinsum_runtime::install(|| {
         trees
             .par_iter()
             .map(|(_, info)| plan_tree(einsum, &info.tree, info.path.clone(), opts))

@@ -16,11 +16,12 @@ mod schema;
 
 pub mod choose;
 mod display;
+mod dtype;
 pub mod machine;
 pub mod time;
-pub mod workers;
 pub use choose::Objective;
 pub use display::{DistributionDisplay, MoveKindDisplay, PlanDisplay};
+pub use dtype::{DType, UnknownDType};
 pub use machine::{Machine, MachineError};
 
 /// Version of the plan JSON schema (docs/plan-schema.md).
@@ -352,6 +353,9 @@ pub struct PlanOptions {
     pub machine: Machine,
     /// What [`build`] minimises over its candidate paths (default: predicted time).
     pub objective: Objective,
+    /// The element type the plan is for (default f64): its words' size in bytes, for the
+    /// predicted seconds and memory ([`Plan::dtype`]).
+    pub dtype: DType,
 }
 
 impl std::fmt::Debug for PlanOptions {
@@ -367,6 +371,7 @@ impl std::fmt::Debug for PlanOptions {
             .field("overlap", &self.overlap)
             .field("machine", &self.machine.name)
             .field("objective", &self.objective)
+            .field("dtype", &self.dtype)
             .finish()
     }
 }
@@ -384,6 +389,7 @@ impl Default for PlanOptions {
             overlap: true,
             machine: Machine::default(),
             objective: Objective::default(),
+            dtype: DType::default(),
         }
     }
 }
@@ -553,6 +559,10 @@ pub struct Plan {
     /// Per-rank cap on the data with message buffers, in words (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_total: Option<u64>,
+    /// The element type the plan is for: a word of its figures is `dtype.bytes()` bytes
+    /// (absent in the JSON: f64, so f64 plans read and write as before the field existed).
+    #[serde(default, skip_serializing_if = "DType::is_f64")]
+    pub dtype: DType,
     /// The contraction tree.
     #[serde(with = "schema::tree")]
     pub tree: ContractionTree,
@@ -646,6 +656,11 @@ impl Plan {
             let (ms, mr) = m.words_of(rank);
             (s + ms, r + mr)
         })
+    }
+
+    /// `words` of this plan's element type in bytes ([`DType::bytes`] of [`Plan::dtype`]).
+    pub fn bytes(&self, words: u64) -> u128 {
+        u128::from(words) * self.dtype.bytes() as u128
     }
 
     /// Predicted peak memory of `rank` in words: the tensor data alone, and with the message

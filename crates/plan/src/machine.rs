@@ -97,7 +97,8 @@ pub struct Machine {
     pub cores_per_node: usize,
     /// Ranks placed on one node (a job of P ranks uses ceil(P / ranks_per_node) nodes).
     pub ranks_per_node: usize,
-    /// Bytes per word (8 for f64).
+    /// Bytes per word the figures were measured at (8: `deinsum calibrate` measures f64).
+    /// The time model takes a plan's word size from its element type ([`crate::DType`]).
     pub word_bytes: usize,
     /// Measured rates per class, ascending in threads ([`RateClass::ALL`] order).
     pub gemm: Vec<(RateClass, Vec<GemmRate>)>,

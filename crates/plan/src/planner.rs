@@ -666,7 +666,7 @@ impl<'a> Planner<'a> {
                 break;
             }
         }
-        crate::workers::install(|| {
+        deinsum_runtime::install(|| {
             picked
                 .par_iter()
                 .map(|&(ci, c)| self.schedule(g, c, ci))
@@ -1039,6 +1039,7 @@ impl<'a> Planner<'a> {
             procs,
             mem: opts.mem,
             mem_total: opts.mem_total,
+            dtype: opts.dtype,
             tree: tree.clone(),
             path,
             tensors: self.tensors,

@@ -7,7 +7,7 @@
 //! costs its fetches and its compute (their maximum when the fetch is overlapped).
 
 use crate::machine::{Link, Machine};
-use crate::{Distribution, GroupPlan, MoveKind, Plan, PlanStep, Volume};
+use crate::{DType, Distribution, GroupPlan, MoveKind, Plan, PlanStep, Volume};
 use deinsum_expr::Index;
 
 /// Message-size thresholds (bytes) of Open MPI's tuned fixed decision rules: below them the
@@ -24,21 +24,25 @@ fn log2c(q: usize) -> f64 {
     (usize::BITS - q.max(1).saturating_sub(1).leading_zeros()) as f64
 }
 
-/// A plan's time model: the machine and the job size.
+/// A plan's time model: the machine, the job size and the element type.
 pub struct TimeModel<'a> {
     m: &'a Machine,
     procs: usize,
     /// Bytes per second of one rank's memory copies.
     bw: f64,
+    /// Bytes per word: the plan's element type's ([`DType::bytes`]).
+    wb: f64,
 }
 
 impl<'a> TimeModel<'a> {
-    /// The model of `m` for a job of `procs` ranks.
-    pub fn new(m: &'a Machine, procs: usize) -> Self {
+    /// The model of `m` for a job of `procs` ranks computing in `dtype` (a plan's
+    /// [`Plan::dtype`]).
+    pub fn new(m: &'a Machine, procs: usize, dtype: DType) -> Self {
         TimeModel {
             m,
             procs,
             bw: m.rank_bandwidth(procs),
+            wb: dtype.bytes() as f64,
         }
     }
 
@@ -60,7 +64,7 @@ impl<'a> TimeModel<'a> {
         kind: &MoveKind,
         v: &Volume,
     ) -> f64 {
-        let wb = self.m.word_bytes as f64;
+        let wb = self.wb;
         let r = v.max_per_rank as f64 * wb;
         let s = v.max_sent as f64 * wb;
         let pack = (r + s) / self.bw;
@@ -163,7 +167,7 @@ impl<'a> TimeModel<'a> {
         let size = |idx: &[Index]| -> f64 { idx.iter().map(|&c| local(c) as f64).product() };
         let threads = self.m.threads_per_rank(self.procs);
         let share = self.m.core_share(self.procs);
-        let wb = self.m.word_bytes as f64;
+        let wb = self.wb;
         let mut t = 0.0;
         for &si in &g.group.steps {
             let Some(step) = plan.tree.steps.get(si) else {
@@ -417,7 +421,7 @@ pub fn phase_seconds(fetch: f64, compute: f64, overlapped: bool) -> f64 {
 
 /// Sets `plan.prediction`'s predicted seconds (per step and in total) for machine `m`.
 pub fn annotate(plan: &mut Plan, m: &Machine) {
-    let steps = TimeModel::new(m, plan.procs).step_seconds(plan);
+    let steps = TimeModel::new(m, plan.procs, plan.dtype).step_seconds(plan);
     plan.prediction.seconds = steps.iter().sum();
     plan.prediction.step_seconds = steps;
     plan.prediction.machine = m.name.clone();

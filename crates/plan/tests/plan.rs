@@ -424,3 +424,51 @@ fn matmul_under_a_budget_takes_fewer_copies() {
         Err(PlanError::MemoryTooSmall { .. })
     ));
 }
+
+/// A plan records the element type it was built for: f32 moves and holds the same words as
+/// f64 in half the bytes, its JSON says `"dtype": "f32"`, and an f64 plan's JSON has no
+/// `dtype` field (so it reads and writes as before the field existed) and reads back as f64.
+#[test]
+fn plan_records_its_dtype_and_sizes_bytes_by_it() {
+    use deinsum_plan::DType;
+    let e = einsum("ij,jk->ik", None, 96);
+    let f64_plan = build(&e, &opts(4)).unwrap();
+    let f32_plan = build(
+        &e,
+        &PlanOptions {
+            dtype: DType::F32,
+            ..opts(4)
+        },
+    )
+    .unwrap();
+    assert_eq!(f64_plan.dtype, DType::F64);
+    assert_eq!(f32_plan.dtype, DType::F32);
+    // The same geometry and words...
+    assert_eq!(f32_plan.steps, f64_plan.steps);
+    let (w32, w64) = (&f32_plan.prediction, &f64_plan.prediction);
+    assert_eq!(
+        w32.max_peak_memory_with_buffers,
+        w64.max_peak_memory_with_buffers
+    );
+    assert_eq!(w32.max_per_rank, w64.max_per_rank);
+    assert!(w64.max_peak_memory_with_buffers > 0 && w64.max_per_rank > 0);
+    // ...in half the bytes.
+    for words in [w64.max_peak_memory_with_buffers, w64.max_per_rank] {
+        assert_eq!(2 * f32_plan.bytes(words), f64_plan.bytes(words));
+        assert_eq!(f64_plan.bytes(words), 8 * u128::from(words));
+    }
+    // Fewer bytes to move and copy: predicted no slower.
+    assert!(
+        w32.seconds <= w64.seconds,
+        "{} > {}",
+        w32.seconds,
+        w64.seconds
+    );
+
+    let s32 = serde_json::to_string(&f32_plan).unwrap();
+    assert!(s32.contains("\"dtype\":\"f32\""), "{s32}");
+    assert_eq!(Plan::from_json(&s32).unwrap(), f32_plan);
+    let s64 = serde_json::to_string(&f64_plan).unwrap();
+    assert!(!s64.contains("\"dtype\""));
+    assert_eq!(Plan::from_json(&s64).unwrap().dtype, DType::F64);
+}

@@ -62,7 +62,7 @@ pub fn spmm_into<T: Scalar, I: ColIndex>(
     c: &mut [T],
     add: bool,
 ) -> Result<(), SparseError> {
-    deinsum_plan::workers::install(|| spmm_into_here(a, b, k, c, add))
+    deinsum_runtime::install(|| spmm_into_here(a, b, k, c, add))
 }
 
 /// [`spmm_into`] on the pool the calling thread is in.
@@ -192,7 +192,7 @@ fn row_dot<T: Scalar, I: ColIndex>(idx: &[I], vals: &[T], b: &[T]) -> T {
 /// SDDMM `C_ij = S_ij * sum_r U_ir V_jr` on the pattern of `s` (`ij,ir,jr->ij` with the
 /// output sparse in `s`'s pattern): returns the values in `s`'s entry order.
 pub fn sddmm<T: Scalar>(s: &Csr<T>, u: &[T], v: &[T], r: usize) -> Result<Vec<T>, SparseError> {
-    deinsum_plan::workers::install(|| sddmm_here(s, u, v, r))
+    deinsum_runtime::install(|| sddmm_here(s, u, v, r))
 }
 
 /// [`sddmm`] on the pool the calling thread is in.
@@ -240,7 +240,7 @@ fn sddmm_here<T: Scalar>(s: &Csr<T>, u: &[T], v: &[T], r: usize) -> Result<Vec<T
 /// its nonzeros in a dense accumulator with a marker array (explicit zeros of the products are
 /// kept, as SciPy keeps them).
 pub fn spgemm<T: Scalar>(a: &Csr<T>, b: &Csr<T>) -> Result<Csr<T>, SparseError> {
-    deinsum_plan::workers::install(|| spgemm_here(a, b))
+    deinsum_runtime::install(|| spgemm_here(a, b))
 }
 
 /// [`spgemm`] on the pool the calling thread is in.
@@ -437,7 +437,7 @@ pub fn mttkrp_grouped<T: Scalar>(
     factors: &[&[T]],
     r: usize,
 ) -> Result<Vec<T>, SparseError> {
-    deinsum_plan::workers::install(|| mttkrp_grouped_here(g, factors, r))
+    deinsum_runtime::install(|| mttkrp_grouped_here(g, factors, r))
 }
 
 /// [`mttkrp_grouped`] on the pool the calling thread is in.

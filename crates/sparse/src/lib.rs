@@ -17,10 +17,15 @@
 //! - [`dist`]: the distributed SpGEMM (both sparse) and sparse MTTKRP (any mode, over a grid
 //!   of ranks with nnz-balanced cut points);
 //!
+//! - [`einsum`]: sparse einsums as a library: the recogniser of the built forms, one interface
+//!   over the plan kinds ([`einsum::SparsePlan`]), the per-rank run generic over the
+//!   communicator and the element type, and its report;
+//!
 //! every plan's predicted words are exact, held against the communicator's count in the tests.
 
 pub mod cover;
 pub mod dist;
+pub mod einsum;
 pub mod fetch;
 pub mod fine;
 pub mod gen;
@@ -77,6 +82,12 @@ pub enum SparseError {
     /// Shapes that do not fit together.
     #[error("shape mismatch: {0}")]
     Shape(String),
+    /// An einsum with sparse operands whose form is not built.
+    #[error("sparse operands: {0} is not built yet")]
+    NotBuilt(String),
+    /// Options that do not apply to this einsum.
+    #[error("{0}")]
+    Usage(String),
     /// The communicator failed.
     #[error(transparent)]
     Comm(#[from] CommError),

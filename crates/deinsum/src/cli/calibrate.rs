@@ -381,12 +381,12 @@ fn collectives<C: deinsum_exec::Communicator>(
     let reps = 5;
     let mut buf = vec![1.0f64; words];
     let ar = median_time(reps, || {
-        let _ = comm.all_reduce_sum_f64(&mut buf);
+        let _ = comm.all_reduce_sum(&mut buf);
     });
     let counts = vec![words / p; p];
     let send = vec![1.0f64; counts.iter().sum()];
     let rs = median_time(reps, || {
-        let _ = comm.reduce_scatter_sum_f64(&send, &counts);
+        let _ = comm.reduce_scatter_v(&send, &counts);
     });
     let mut bytes = vec![0u8; 8 * words];
     let bc = median_time(reps, || {
@@ -438,9 +438,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let cores = super::node_cores();
     // An MPI launcher binds each rank to its cores: threads beyond them cannot be measured.
-    let usable = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(cores);
+    let usable = deinsum_runtime::cores().min(cores);
     let (link, backend) = measure_network(args.quick)?;
     let Some(link) = link else {
         // Ranks other than 0 of an MPI calibration write nothing.

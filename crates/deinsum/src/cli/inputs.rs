@@ -5,6 +5,7 @@
 
 use super::InputError;
 use deinsum_exec::npy::{fmt_shape, read_header, NpyHeader};
+use deinsum_exec::{with_dtype, DType};
 use deinsum_expr::{Dim, ExtentSpec, Index, ParsedEinsum};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -117,11 +118,11 @@ fn check_consistent(
 
 /// Checks every input file against its operand before any rank reads data: exists, is a
 /// file, holds the operand's shape in a numeric dtype, and is long enough. Returns one note per
-/// file whose dtype is converted to the run's (f32 when `f32_run`, else f64).
+/// file whose dtype is converted to the run's, `dtype`.
 pub fn check_files(
     e: &ParsedEinsum,
     paths: &[PathBuf],
-    f32_run: bool,
+    dtype: DType,
 ) -> Result<Vec<String>, InputError> {
     if paths.len() != e.inputs().len() {
         return Err(InputError(format!(
@@ -133,20 +134,13 @@ pub fn check_files(
     let mut notes = Vec::new();
     for (k, p) in paths.iter().enumerate() {
         header_of(p)?;
-        let h = if f32_run {
-            deinsum_exec::npy::check_operand_file::<f32>(p, &e.inputs()[k], e.extents())
-        } else {
-            deinsum_exec::npy::check_operand_file::<f64>(p, &e.inputs()[k], e.extents())
-        }
+        let h = with_dtype!(dtype, T => {
+            deinsum_exec::npy::check_operand_file::<T>(p, &e.inputs()[k], e.extents())
+        })
         .map_err(|err| InputError(err.to_string()))?;
         let Some(elem) = h.elem_type() else { continue };
-        let own = if f32_run {
-            elem.is::<f32>()
-        } else {
-            elem.is::<f64>()
-        };
-        if !own {
-            let to = if f32_run { "float32" } else { "float64" };
+        if !elem.is_dtype(dtype) {
+            let to = dtype.numpy_name();
             notes.push(format!(
                 "note: {} holds {}; converted to {to} as numpy's astype({to}) does",
                 p.display(),

@@ -11,6 +11,7 @@ pub mod plan;
 pub mod plan_file;
 pub mod run;
 pub mod sparse;
+pub mod sparse_inputs;
 
 use std::process::ExitCode;
 
@@ -100,33 +101,8 @@ fn launcher_count(names: &[&str]) -> Option<usize> {
         .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
 }
 
-/// The cores of this node: the online CPUs (`/sys/devices/system/cpu/online`, which a
-/// launcher's core binding does not shrink), else the cores this process may use.
-pub fn node_cores() -> usize {
-    let usable = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
-        .and_then(|s| cpu_list_len(s.trim()))
-        .filter(|&n| n > 0)
-        .unwrap_or(usable)
-}
-
-/// The number of CPUs in a Linux CPU list such as `0-3,6,8-9` (`None` when malformed).
-fn cpu_list_len(list: &str) -> Option<usize> {
-    list.split(',').try_fold(0usize, |n, part| {
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (
-                a.trim().parse::<usize>().ok()?,
-                b.trim().parse::<usize>().ok()?,
-            ),
-            None => {
-                let a = part.trim().parse::<usize>().ok()?;
-                (a, a)
-            }
-        };
-        (b >= a).then(|| n + b - a + 1)
-    })
-}
+/// The cores of this node (the online CPUs, else the cores this process may use).
+pub use deinsum_runtime::node_cores;
 
 /// The world size when an MPI launcher started this process (`OMPI_COMM_WORLD_SIZE`,
 /// `PMI_SIZE`), else `None`.
@@ -149,16 +125,4 @@ pub fn chain_text(e: &anyhow::Error) -> String {
         out.push_str(&t);
     }
     out
-}
-
-#[cfg(test)]
-mod cpu_list_tests {
-    #[test]
-    fn lists() {
-        assert_eq!(super::cpu_list_len("0-1"), Some(2));
-        assert_eq!(super::cpu_list_len("0-3,6,8-9"), Some(7));
-        assert_eq!(super::cpu_list_len("5"), Some(1));
-        assert_eq!(super::cpu_list_len("3-1"), None);
-        assert_eq!(super::cpu_list_len("x"), None);
-    }
 }

@@ -1,23 +1,45 @@
 //! `deinsum run`: plan an einsum, run it on P ranks, report measured against predicted.
 
 use super::{Format, InputError};
-use crate::report::{Check, ElementType, ReferenceError, RunContext, RunSummary};
+use crate::report::{Check, ReferenceError, RunContext, RunSummary};
 use anyhow::Context;
+use deinsum_exec::with_dtype;
 use deinsum_exec::{
     execute_measured, gather_reports, Communicator, ExecError, ExecOptions, Inputs, RunReport,
     Scalar,
 };
-use deinsum_plan::Plan;
+use deinsum_plan::{DType, Plan};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Element type of the run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Dtype {
-    /// Double precision.
-    F64,
-    /// Single precision.
-    F32,
+/// `--dtype`'s parser: the names of [`DType`] ([`DType::ALL`]), which clap lists and checks
+/// as it does an enum's.
+#[derive(Clone, Copy, Debug)]
+pub struct DTypeParser;
+
+impl clap::builder::TypedValueParser for DTypeParser {
+    type Value = DType;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<DType, clap::Error> {
+        // clap's own check first, so a wrong name gets its usual message and list.
+        let names = clap::builder::PossibleValuesParser::new(DType::ALL.map(DType::name));
+        let name = names.parse_ref(cmd, arg, value)?;
+        name.parse()
+            .map_err(|e| clap::Error::raw(clap::error::ErrorKind::InvalidValue, e))
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(DType::ALL.into_iter().map(|d| {
+            clap::builder::PossibleValue::new(d.name()).help(d.description())
+        })))
+    }
 }
 
 /// Where the ranks run.
@@ -62,8 +84,8 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// Element type.
-    #[arg(long, value_enum, default_value_t = Dtype::F64)]
-    pub dtype: Dtype,
+    #[arg(long, value_parser = DTypeParser, default_value_t = DType::F64)]
+    pub dtype: DType,
     /// Backend [default: mpi when started by an MPI launcher (mpirun, srun) in a build with
     /// the `mpi` feature, else local].
     #[arg(long, value_enum)]
@@ -160,7 +182,7 @@ fn rank_main<T: Scalar, C: Communicator>(
 fn run_local<T: Scalar>(plan: &Plan, args: &Args) -> anyhow::Result<Outcome> {
     let inputs = inputs_of::<T>(args);
     let world = deinsum_exec::InProcess::new(plan.procs).map_err(ExecError::from)?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = deinsum_runtime::cores();
     let opts = exec_options(args, args.threads.unwrap_or((cores / plan.procs).max(1)));
     let outs = world
         .run(|comm| rank_main(plan, comm, &inputs, &opts, args.check, args.output.as_ref()))
@@ -261,7 +283,7 @@ fn preflight<T: Scalar>(
         0
     };
     let demand = pf::NodeDemand {
-        word_bytes: T::BYTES,
+        dtype: T::DTYPE,
         ranks_on_node,
         extra_words,
     };
@@ -374,7 +396,7 @@ fn einsum_of_run(args: &Args, saved: Option<&Plan>) -> anyhow::Result<deinsum_ex
     } else {
         super::einsum_from_args(expr, &args.extents)?
     };
-    let notes = super::inputs::check_files(&einsum, &paths, args.dtype == Dtype::F32)?;
+    let notes = super::inputs::check_files(&einsum, &paths, args.dtype)?;
     if let Some(out) = &args.output {
         super::inputs::check_output(out, &paths)?;
     }
@@ -412,6 +434,7 @@ fn compile(
 ) -> anyhow::Result<crate::Einsum> {
     let opts = crate::Options {
         procs,
+        dtype: args.dtype,
         mem: args.mem,
         overlap: !args.no_overlap,
         machine: run_machine(args, procs)?,
@@ -472,20 +495,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .map_err(|e| InputError(e.to_string()))?;
             let compiled =
                 compile_or_load(&einsum, &args, procs, saved.as_ref(), "this run (--procs)")?;
-            match args.dtype {
-                Dtype::F64 => preflight::<f64>(compiled.plan(), &args, procs, true)?,
-                Dtype::F32 => preflight::<f32>(compiled.plan(), &args, procs, true)?,
-            }
-            let outcome = match args.dtype {
-                Dtype::F64 => run_local::<f64>(compiled.plan(), &args)?,
-                Dtype::F32 => run_local::<f32>(compiled.plan(), &args)?,
-            };
+            let outcome = with_dtype!(args.dtype, T => {
+                preflight::<T>(compiled.plan(), &args, procs, true)?;
+                run_local::<T>(compiled.plan(), &args)?
+            });
             (compiled, Some(outcome))
         }
-        Backend::Mpi => match args.dtype {
-            Dtype::F64 => run_mpi::<f64>(&einsum, &args, saved.as_ref())?,
-            Dtype::F32 => run_mpi::<f32>(&einsum, &args, saved.as_ref())?,
-        },
+        Backend::Mpi => with_dtype!(args.dtype, T => run_mpi::<T>(&einsum, &args, saved.as_ref())?),
     };
     let plan = compiled.plan();
     // Only rank 0 reports.
@@ -509,7 +525,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let context = RunContext {
         backend: backend_of(&args).unwrap_or(Backend::Local).into(),
-        dtype: args.dtype.into(),
+        dtype: args.dtype,
         warmup: args.warmup,
     };
     let summary = RunSummary::new(plan, &outcome.reports, &predicted, context).with_check(check);
@@ -530,7 +546,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn predicted_seconds(plan: &Plan, args: &Args) -> anyhow::Result<Vec<f64>> {
     if args.machine.is_some() && args.plan.is_some() {
         let m = super::calibrate::load_machine(args.machine.as_deref())?;
-        return Ok(deinsum_plan::time::TimeModel::new(&m, plan.procs).step_seconds(plan));
+        return Ok(
+            deinsum_plan::time::TimeModel::new(&m, plan.procs, plan.dtype).step_seconds(plan),
+        );
     }
     Ok(plan.prediction.step_seconds.clone())
 }
@@ -538,25 +556,15 @@ fn predicted_seconds(plan: &Plan, args: &Args) -> anyhow::Result<Vec<f64>> {
 /// The gathered output against the serial reference of the same inputs (the library's check
 /// policy: [`Check::against_reference`]).
 fn check_result(plan: &Plan, args: &Args, got: &[f64]) -> anyhow::Result<Check> {
-    let checked = match args.dtype {
-        Dtype::F64 => Check::against_reference(plan, &inputs_of::<f64>(args), got),
-        Dtype::F32 => Check::against_reference(plan, &inputs_of::<f32>(args), got),
-    };
+    let checked = with_dtype!(args.dtype, T => {
+        Check::against_reference(plan, &inputs_of::<T>(args), got)
+    });
     checked.map_err(|e| match e {
         e @ ReferenceError::OutOfMemory { .. } => {
             anyhow::Error::new(e).context("the serial reference of --check")
         }
         other => other.into(),
     })
-}
-
-impl From<Dtype> for ElementType {
-    fn from(d: Dtype) -> Self {
-        match d {
-            Dtype::F64 => ElementType::F64,
-            Dtype::F32 => ElementType::F32,
-        }
-    }
 }
 
 impl From<Backend> for crate::report::Backend {

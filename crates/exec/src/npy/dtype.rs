@@ -2,6 +2,7 @@
 //! `astype` does (integers and bools to floats, either byte order, f8 to f4 and back).
 
 use crate::scalar::Scalar;
+use deinsum_plan::DType;
 
 /// The kind of a `.npy` element type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,11 +73,24 @@ impl ElemType {
         }
     }
 
+    /// The element type deinsum computes in that this is, in either byte order: the one
+    /// whose `.npy` descriptor ([`DType::npy_descr`]) names the same kind and size.
+    pub fn dtype(&self) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| {
+            ElemType::parse(d.npy_descr())
+                .is_some_and(|e| e.kind == self.kind && e.bytes == self.bytes)
+        })
+    }
+
+    /// True when the bytes are `dtype`'s own, in this machine's order (no conversion needed).
+    pub fn is_dtype(&self, dtype: DType) -> bool {
+        self.dtype() == Some(dtype)
+            && (self.big_endian == cfg!(target_endian = "big") || self.bytes == 1)
+    }
+
     /// True when the bytes are `T`'s own (no conversion needed).
     pub fn is<T: Scalar>(&self) -> bool {
-        self.kind == Kind::Float
-            && self.bytes == T::BYTES
-            && (self.big_endian == cfg!(target_endian = "big") || self.bytes == 1)
+        self.is_dtype(T::DTYPE)
     }
 
     /// Appends the elements in `bytes` (a multiple of `self.bytes` long) to `out`, converted to
@@ -107,19 +121,15 @@ impl ElemType {
         }
     }
 
-    /// One element (its little-endian bits, widened) as `T`. For an f32 run the value is
-    /// rounded to f32 directly (then widened exactly), so no value is rounded twice.
+    /// One element (its little-endian bits, widened) as `T`, rounded once: integers convert
+    /// to `T` directly, floats through f64 (which holds an f4 exactly).
     fn value<T: Scalar>(&self, raw: u64) -> T {
-        let single = T::BYTES == 4;
-        let x = match self.kind {
-            Kind::Bool => f64::from(u8::from(raw != 0)),
-            Kind::Int if single => f64::from(raw as i64 as f32),
-            Kind::Int => raw as i64 as f64,
-            Kind::Uint if single => f64::from(raw as f32),
-            Kind::Uint => raw as f64,
-            Kind::Float if self.bytes == 4 => f64::from(f32::from_bits(raw as u32)),
-            Kind::Float => f64::from_bits(raw),
-        };
-        T::from_f64(x)
+        match self.kind {
+            Kind::Bool => T::from_u64(u64::from(raw != 0)),
+            Kind::Int => T::from_i64(raw as i64),
+            Kind::Uint => T::from_u64(raw),
+            Kind::Float if self.bytes == 4 => T::from_f64(f64::from(f32::from_bits(raw as u32))),
+            Kind::Float => T::from_f64(f64::from_bits(raw)),
+        }
     }
 }

@@ -135,7 +135,7 @@ pub(super) fn check_header(
 pub fn header_bytes<T: Scalar>(shape: &[usize]) -> Vec<u8> {
     let dict = format!(
         "{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}",
-        T::NPY_DTYPE,
+        T::DTYPE.npy_descr(),
         fmt_shape(shape)
     );
     for (major, pre) in [(1u8, 10usize), (2u8, 12usize)] {

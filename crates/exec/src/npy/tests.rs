@@ -362,10 +362,7 @@ impl Communicator for ThreadComm {
     fn all_to_all_v(&self, _: &[u8], _: &[usize]) -> Result<(Vec<u8>, Vec<usize>), CommError> {
         unsupported()
     }
-    fn all_reduce_sum_f64(&self, _: &mut [f64]) -> Result<(), CommError> {
-        unsupported()
-    }
-    fn all_reduce_sum_f32(&self, _: &mut [f32]) -> Result<(), CommError> {
+    fn all_reduce_sum<T: crate::Scalar>(&self, _: &mut [T]) -> Result<(), CommError> {
         unsupported()
     }
     fn all_reduce_max_u64(&self, buf: &mut [u64]) -> Result<(), CommError> {
@@ -375,9 +372,6 @@ impl Communicator for ThreadComm {
         buf[0] = *self.slot.lock().unwrap().iter().max().unwrap();
         self.barrier.wait();
         Ok(())
-    }
-    fn reduce_scatter_sum_f64(&self, _: &[f64], _: &[usize]) -> Result<Vec<f64>, CommError> {
-        unsupported()
     }
     fn broadcast(&self, _: &mut Vec<u8>, _: usize) -> Result<(), CommError> {
         unsupported()

@@ -1,0 +1,187 @@
+//! Thread pools: the one builder every pool of the process goes through, the pool kept for a
+//! process (safe across a fork), and the process's own pool for data-parallel work outside a
+//! rank's pool.
+//!
+//! The process pool is used instead of rayon's global pool because a process forked after
+//! using that one (Python's multiprocessing on Linux) inherits a pool whose threads are not
+//! there, and its next parallel call waits for them forever. This pool is built again in a
+//! forked child.
+
+use crate::carrier::in_worker_pool;
+use crate::sync::lock;
+use std::sync::{Arc, Mutex};
+
+/// Builds a rayon pool of the process: its threads named by the given function, as many as
+/// asked (rayon's default, one per core, unless [`PoolBuilder::threads`] says), each running
+/// an optional start handler before its first job.
+#[derive(Debug)]
+#[must_use = "a PoolBuilder does nothing until built"]
+pub struct PoolBuilder(rayon::ThreadPoolBuilder);
+
+impl PoolBuilder {
+    /// A pool whose `i`-th thread is called `name(i)` (threads are numbered from 0).
+    pub fn new(name: impl FnMut(usize) -> String + 'static) -> Self {
+        PoolBuilder(rayon::ThreadPoolBuilder::new().thread_name(name))
+    }
+
+    /// `n` threads (0 keeps rayon's default, one per core).
+    pub fn threads(self, n: usize) -> Self {
+        PoolBuilder(self.0.num_threads(n))
+    }
+
+    /// Runs `start(i)` on the `i`-th thread when it starts, before it takes any job.
+    pub fn on_start(self, start: impl Fn(usize) + Send + Sync + 'static) -> Self {
+        PoolBuilder(self.0.start_handler(start))
+    }
+
+    /// The pool (an error when its threads cannot be spawned).
+    pub fn build(self) -> Result<rayon::ThreadPool, rayon::ThreadPoolBuildError> {
+        self.0.build()
+    }
+}
+
+/// A rayon pool kept across runs, with the process that built it: in that process it is
+/// used and dropped as usual; in a forked child (which has none of its parent's threads) it is
+/// not used, and dropping it forgets it, as dropping it would signal threads that are not there.
+pub struct ProcessPool {
+    by: u32,
+    pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+impl ProcessPool {
+    /// `pool`, built by this process.
+    pub fn new(pool: Arc<rayon::ThreadPool>) -> Self {
+        Self::built_by(pool, std::process::id())
+    }
+
+    /// `pool`, built by the process `by`.
+    fn built_by(pool: Arc<rayon::ThreadPool>, by: u32) -> Self {
+        ProcessPool {
+            by,
+            pool: Some(pool),
+        }
+    }
+
+    /// The pool, when this process built it.
+    pub fn here(&self) -> Option<&Arc<rayon::ThreadPool>> {
+        self.pool.as_ref().filter(|_| self.by == std::process::id())
+    }
+}
+
+impl Drop for ProcessPool {
+    fn drop(&mut self) {
+        if self.by != std::process::id() {
+            std::mem::forget(self.pool.take());
+        }
+    }
+}
+
+/// Runs `f`, whose rayon calls then split over the workers of the pool it runs in: the
+/// calling thread's own when it is a worker (see [`in_worker_pool`]), else the process's kept
+/// pool (as many threads as rayon's default, named `deinsum-worker-{i}`), built again after a
+/// fork. When no pool can be built, `f` runs on the calling thread with rayon's global pool.
+pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if in_worker_pool() {
+        return f();
+    }
+    match kept() {
+        Some(pool) => pool.install(f),
+        None => f(),
+    }
+}
+
+/// The kept pool of this process (`None` when it cannot be built).
+fn kept() -> Option<Arc<rayon::ThreadPool>> {
+    static KEPT: Mutex<Option<ProcessPool>> = Mutex::new(None);
+    let mut kept = lock(&KEPT);
+    if let Some(pool) = kept.as_ref().and_then(ProcessPool::here) {
+        return Some(pool.clone());
+    }
+    let pool = Arc::new(
+        PoolBuilder::new(|i| format!("deinsum-worker-{i}"))
+            .build()
+            .ok()?,
+    );
+    *kept = Some(ProcessPool::new(pool.clone()));
+    Some(pool)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mark_carrier;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn thread_name() -> String {
+        std::thread::current().name().unwrap_or("").to_string()
+    }
+
+    #[test]
+    fn builder_gives_the_threads_names_and_start_handler_asked() {
+        let started = Arc::new(AtomicUsize::new(0));
+        let seen = started.clone();
+        let pool = PoolBuilder::new(|i| format!("test-pool-{i}"))
+            .threads(3)
+            .on_start(move |_| {
+                seen.fetch_add(1, Ordering::SeqCst);
+            })
+            .build()
+            .unwrap();
+        assert_eq!(pool.current_num_threads(), 3);
+        let mut names = pool.broadcast(|_| thread_name());
+        names.sort();
+        assert_eq!(names, ["test-pool-0", "test-pool-1", "test-pool-2"]);
+        assert_eq!(started.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn builder_defaults_to_rayons_thread_count() {
+        let pool = PoolBuilder::new(|i| format!("test-default-{i}"))
+            .build()
+            .unwrap();
+        let default = rayon::ThreadPoolBuilder::new().build().unwrap();
+        assert_eq!(pool.current_num_threads(), default.current_num_threads());
+    }
+
+    #[test]
+    fn install_runs_on_the_process_pool_outside_a_worker_pool() {
+        assert!(install(thread_name).starts_with("deinsum-worker-"));
+        // Inside a worker pool the work stays on that pool.
+        let own = PoolBuilder::new(|i| format!("test-own-{i}"))
+            .threads(1)
+            .build()
+            .unwrap();
+        assert_eq!(own.install(|| install(thread_name)), "test-own-0");
+        // A rank carrier's pool is not for splitting work over: it goes to the process pool.
+        let carrier = PoolBuilder::new(|i| format!("test-carrier-{i}"))
+            .threads(1)
+            .on_start(|_| mark_carrier())
+            .build()
+            .unwrap();
+        assert!(carrier
+            .install(|| install(thread_name))
+            .starts_with("deinsum-worker-"));
+    }
+
+    #[test]
+    fn a_kept_pool_is_used_only_in_the_process_that_built_it() {
+        let pool = Arc::new(
+            PoolBuilder::new(|i| format!("test-kept-{i}"))
+                .threads(1)
+                .build()
+                .unwrap(),
+        );
+        let here = ProcessPool::new(pool.clone());
+        assert!(here.here().is_some_and(|p| Arc::ptr_eq(p, &pool)));
+        drop(here);
+        assert_eq!(Arc::strong_count(&pool), 1);
+        // As a forked child sees its parent's pool (a real fork needs `unsafe` libc calls;
+        // python/tests/test_fork.py forks a process that uses the pools): another process
+        // built it, so it is not used, and dropping it forgets it rather than signal threads
+        // that are not there.
+        let parents = ProcessPool::built_by(pool.clone(), std::process::id().wrapping_add(1));
+        assert!(parents.here().is_none());
+        drop(parents);
+        assert_eq!(Arc::strong_count(&pool), 2);
+    }
+}
