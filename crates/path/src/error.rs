@@ -22,7 +22,7 @@ pub enum PathError {
         detail: String,
     },
     /// The strategy does not handle this many operands.
-    #[error("the {strategy} strategy handles at most {max} operands, this einsum has {n}; use dp, branch or greedy")]
+    #[error("the {strategy} strategy handles at most {max} operands, this einsum has {n}; use {instead}")]
     TooManyOperands {
         /// Strategy name.
         strategy: String,
@@ -30,6 +30,21 @@ pub enum PathError {
         max: usize,
         /// Operands given.
         n: usize,
+        /// The strategies that take this einsum, as the message lists them.
+        instead: String,
+    },
+    /// The strategy does not handle this many operands joined through summed indices (it
+    /// solves each connected piece of the network apart, any number of pieces).
+    #[error("the {strategy} strategy handles at most {max} operands joined through summed indices, this einsum joins {n}; use {instead}")]
+    TooLargeComponent {
+        /// Strategy name.
+        strategy: String,
+        /// Its limit.
+        max: usize,
+        /// Operands of the largest connected piece.
+        n: usize,
+        /// The strategies that take this einsum, as the message lists them.
+        instead: String,
     },
     /// More distinct indices than the searches represent.
     #[error("too many distinct indices ({0}; at most {max})", max = MAX_INDICES)]

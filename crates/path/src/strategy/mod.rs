@@ -85,10 +85,17 @@ impl PathStrategy for Optimal {
     }
     fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
         if p.num_inputs() > optimal::MAX_OPERANDS {
+            // Strategies that take any such einsum (branch's recursion runs out of stack near a
+            // thousand operands, so not it), dp where its one limit allows.
+            let instead = match largest_component(p) {
+                Ok(c) if c <= dp::MAX_COMPONENT => "dp or greedy",
+                _ => "greedy",
+            };
             return Err(PathError::TooManyOperands {
                 strategy: StrategyKind::Optimal.name().into(),
                 max: optimal::MAX_OPERANDS,
                 n: p.num_inputs(),
+                instead: instead.into(),
             });
         }
         // A feasible path bounds the exact search; without one the search is unbounded.
@@ -115,11 +122,18 @@ impl PathStrategy for Dp {
         StrategyKind::Dp.name()
     }
     fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
-        if p.num_inputs() > dp::MAX_OPERANDS {
-            return Err(PathError::TooManyOperands {
+        // Any number of operands, but each connected piece solved apart has a limit (which
+        // fewer operands in all cannot break: no second pass over the network then).
+        let c = match p.num_inputs() {
+            n if n <= dp::MAX_COMPONENT => n,
+            _ => largest_component(p)?,
+        };
+        if c > dp::MAX_COMPONENT {
+            return Err(PathError::TooLargeComponent {
                 strategy: StrategyKind::Dp.name().into(),
-                max: dp::MAX_OPERANDS,
-                n: p.num_inputs(),
+                max: dp::MAX_COMPONENT,
+                n: c,
+                instead: "greedy".into(),
             });
         }
         // opt_einsum's dp sums out every input's own indices first; both ways are tried.
@@ -553,6 +567,16 @@ fn run_optimal<const W: usize>(
     ub: Option<f64>,
 ) -> Result<SsaPath, PathError> {
     optimal::optimal(net, ub).ok_or_else(|| memory_error(net.p, StrategyKind::Optimal.name(), true))
+}
+
+/// The operand count of `p`'s largest connected piece (operands joined through summed
+/// indices), as dp solves them apart.
+fn largest_component(p: &Problem<'_>) -> Result<usize, PathError> {
+    with_width!(p, largest_component_on)
+}
+
+fn largest_component_on<const W: usize>(net: &Net<'_, '_, W>) -> Result<usize, PathError> {
+    Ok(dp::largest_component(net))
 }
 
 fn run_dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Result<SsaPath, PathError> {
