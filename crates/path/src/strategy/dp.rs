@@ -19,18 +19,28 @@
 //! this search on the operands as they are and on the operands with those indices summed out.
 //!
 //! Each component is solved in its own numbering of operands (bit `i` is its `i`-th operand),
-//! so a component of up to [`FLAT_MAX`] operands finds its subsets in a flat table.
+//! so a component of up to [`FLAT_MAX`] operands finds its subsets in a flat table, one of up
+//! to 128 keeps its sets in a `u128`, and a larger one (up to [`MAX_COMPONENT`] operands) in
+//! the narrowest [`Bits`] that holds it; the network as a whole has no operand limit.
 
 use super::SsaPath;
 use crate::bits::Bits;
 use crate::bits::FastMap;
+use crate::bits::OpSet;
 use crate::net::Net;
 use crate::BuiltinCost;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-/// Largest operand count (operand sets are 128-bit masks).
-pub(crate) const MAX_OPERANDS: usize = 128;
+/// Most operands of one connected component (its operand sets are bit sets of at most 16
+/// words; the subsets such a component builds already outnumber what a search can visit).
+pub(crate) const MAX_COMPONENT: usize = 1024;
+
+/// Smallest component whose operand sets are [`Bits`] rather than a `u128`.
+const WIDE_FROM: usize = 129;
+
+/// Largest set whose operands' bit words rule out overlapping partners (see `join`).
+const FEW_OPERANDS: usize = 16;
 
 /// Largest component whose subsets are looked up in a flat table of 2^n slots (64K x 4 bytes);
 /// larger ones use a hash map.
@@ -38,9 +48,9 @@ const FLAT_MAX: usize = 16;
 
 /// A built set of a component, its result and its cheapest tree so far.
 #[derive(Clone, Copy)]
-struct Entry<const W: usize> {
+struct Entry<const W: usize, S> {
     /// Operands, in the component's numbering.
-    set: u128,
+    set: S,
     /// Result indices.
     ind: Bits<W>,
     /// Elements of the result.
@@ -48,9 +58,9 @@ struct Entry<const W: usize> {
     /// Cost of the cheapest tree found.
     cost: f64,
     /// Operands outside `set` that share a summed index with it.
-    nbr: u128,
-    /// The first part of that tree's last step (0 for a single operand).
-    left: u128,
+    nbr: S,
+    /// The first part of that tree's last step (empty for a single operand).
+    left: S,
     /// For a single operand, its summed indices that no other operand holds (its first step
     /// sums them); empty for a larger set, whose result holds no such index.
     own: Bits<W>,
@@ -67,60 +77,68 @@ struct Entry<const W: usize> {
 
 /// A copy of a finished entry, as the partner scans read it.
 #[derive(Clone, Copy)]
-struct Scan<const W: usize> {
+struct Scan<const W: usize, S> {
     /// `cost + size` with a built-in model (a step costs at least either operand's size),
     /// else `cost`: the least a tree using this entry costs.
     key: f64,
-    e: Entry<W>,
+    e: Entry<W, S>,
     /// Largest operand among the neighbours (an outer product with this entry can pay only
     /// if its result is no larger than a common neighbour).
     widest: f64,
     /// Operands two hops away (neighbours of neighbours, outside the set and its neighbours).
-    hops: u128,
+    hops: S,
 }
 
 /// The finished entries over sets of one size, in the order they finished (by cost).
-#[derive(Default)]
-struct Done<const W: usize> {
-    scans: Vec<Scan<W>>,
+struct Done<const W: usize, S> {
+    scans: Vec<Scan<W, S>>,
     /// `scans[i].e.cost`, apart: the partner scan's binary search over them read a whole
     /// entry per probe and took a sixth of the search's time.
     costs: Vec<f64>,
     /// Operands held by any of `scans`: most expansions find no partner in most sizes, and
     /// this settles it before the scan.
-    union: u128,
+    union: S,
     /// `holds[w * c + t]` bit `i`: `scans[64 w + i]` holds operand `t` (of the `c`); so the
     /// partners of a set are found a word of 64 entries at a time, without reading those that
     /// overlap.
     holds: Vec<u64>,
 }
 
-impl<const W: usize> Done<W> {
-    fn push(&mut self, scan: Scan<W>, c: usize) {
+impl<const W: usize, S: OpSet> Done<W, S> {
+    fn new() -> Self {
+        Done {
+            scans: Vec::new(),
+            costs: Vec::new(),
+            union: S::EMPTY,
+            holds: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, scan: Scan<W, S>, c: usize) {
         let i = self.scans.len();
         if self.holds.len() < (i / 64 + 1) * c {
             // A new word of 64 entries for each operand.
             self.holds.resize((i / 64 + 1) * c, 0);
             self.scans.reserve(64);
         }
-        for t in ones(scan.e.set) {
+        for t in scan.e.set.ones() {
             self.holds[(i / 64) * c + t] |= 1u64 << (i % 64);
         }
         self.costs.push(scan.e.cost);
-        self.union |= scan.e.set;
+        self.union = self.union | scan.e.set;
         self.scans.push(scan);
     }
 }
 
 /// Where a component's entries are found by set.
-enum Table {
+enum Table<S> {
     /// Indexed by the set itself (components of up to [`FLAT_MAX`] operands): the entry id
     /// plus one, 0 for none (so the table starts as zeroed memory).
     Flat(Vec<u32>),
-    Map(FastMap<u128, u32>),
+    Map(FastMap<S, u32>),
 }
 
-impl Table {
+impl<S: OpSet> Table<S> {
     fn new(c: usize) -> Self {
         if c <= FLAT_MAX {
             Table::Flat(vec![0; 1 << c])
@@ -129,16 +147,16 @@ impl Table {
         }
     }
 
-    fn get(&self, s: u128) -> Option<u32> {
+    fn get(&self, s: S) -> Option<u32> {
         match self {
-            Table::Flat(v) => v[s as usize].checked_sub(1),
+            Table::Flat(v) => v[s.low_word()].checked_sub(1),
             Table::Map(m) => m.get(&s).copied(),
         }
     }
 
-    fn insert(&mut self, s: u128, id: u32) {
+    fn insert(&mut self, s: S, id: u32) {
         match self {
-            Table::Flat(v) => v[s as usize] = id + 1,
+            Table::Flat(v) => v[s.low_word()] = id + 1,
             Table::Map(m) => {
                 m.insert(s, id);
             }
@@ -196,45 +214,205 @@ impl Sizes {
     }
 }
 
-/// The operands of a set, in increasing order (by 64-bit halves: most components fit the
-/// lower one, and a 64-bit step is half the work of a 128-bit one).
-fn ones(m: u128) -> Ones {
-    Ones {
-        lo: m as u64,
-        hi: (m >> 64) as u64,
-    }
+/// Lists of operands, one per key, in one allocation (compressed rows): the network-wide
+/// relations, with no bound on the operand count.
+struct Rows {
+    /// Row `k` is `items[start[k]..start[k + 1]]`.
+    start: Vec<usize>,
+    items: Vec<usize>,
 }
 
-struct Ones {
-    lo: u64,
-    hi: u64,
-}
-
-impl Iterator for Ones {
-    type Item = usize;
-
-    fn next(&mut self) -> Option<usize> {
-        if self.lo != 0 {
-            let t = self.lo.trailing_zeros() as usize;
-            self.lo &= self.lo - 1;
-            Some(t)
-        } else if self.hi != 0 {
-            let t = self.hi.trailing_zeros() as usize;
-            self.hi &= self.hi - 1;
-            Some(64 + t)
-        } else {
-            None
+impl Rows {
+    /// The rows of `keys` keys that `each` lists: it calls its argument with `(key, item)`
+    /// for every item (twice, the same calls each time: once to count, once to fill), each
+    /// row in call order.
+    fn new(keys: usize, mut each: impl FnMut(&mut dyn FnMut(usize, usize))) -> Self {
+        let mut start = vec![0; keys + 1];
+        each(&mut |k, _| start[k + 1] += 1);
+        for k in 0..keys {
+            start[k + 1] += start[k];
         }
+        let mut items = vec![0; start[keys]];
+        // Filled through `start[k]` as the next free slot of row `k`, then shifted back.
+        each(&mut |k, x| {
+            items[start[k]] = x;
+            start[k] += 1;
+        });
+        start.copy_within(0..keys, 1);
+        start[0] = 0;
+        Rows { start, items }
+    }
+
+    fn row(&self, k: usize) -> &[usize] {
+        &self.items[self.start[k]..self.start[k + 1]]
     }
 }
 
-/// What the whole network shares: its net, each operand's neighbours and own indices.
+/// The network's operands as a graph: which operands hold each summed (non-output) index, and
+/// which share one (neighbours). Two forms: [`Masks`] up to 128 operands, [`Lists`] for any.
+trait Graph: Sized {
+    /// The graph of `net`.
+    fn of<const W: usize>(net: &Net<'_, '_, W>) -> Self;
+    /// Whether operand `t` alone holds summed index `x`.
+    fn sole(&self, x: usize, t: usize) -> bool;
+    /// Calls `f` on each neighbour of operand `t`.
+    fn each_neighbour(&self, t: usize, f: impl FnMut(usize));
+    /// The connected components: the operands of each in increasing order, the components in
+    /// order of their lowest operand, as rows.
+    fn components(&self) -> Rows;
+}
+
+/// A [`Graph`] of at most 128 operands as bit masks (a small search's set-up takes a few
+/// thousand instructions fewer than through lists).
+struct Masks {
+    holders: Vec<u128>,
+    nbr: Vec<u128>,
+}
+
+impl Graph for Masks {
+    fn of<const W: usize>(net: &Net<'_, '_, W>) -> Self {
+        let mut holders = vec![0u128; net.ext.len()];
+        for (t, k) in net.inputs.iter().enumerate() {
+            for x in k.minus(net.output).ones() {
+                holders[x] |= 1u128 << t;
+            }
+        }
+        let nbr = (0..net.n())
+            .map(|t| {
+                net.inputs[t]
+                    .minus(net.output)
+                    .ones()
+                    .fold(0u128, |m, x| m | holders[x])
+                    & !(1u128 << t)
+            })
+            .collect();
+        Masks { holders, nbr }
+    }
+
+    fn sole(&self, x: usize, t: usize) -> bool {
+        self.holders[x] == 1u128 << t
+    }
+
+    fn each_neighbour(&self, t: usize, f: impl FnMut(usize)) {
+        self.nbr[t].ones().for_each(f);
+    }
+
+    fn components(&self) -> Rows {
+        let n = self.nbr.len();
+        let mut seen = 0u128;
+        let mut rows = Rows {
+            start: vec![0],
+            items: Vec::with_capacity(n),
+        };
+        for first in 0..n {
+            if seen >> first & 1 == 1 {
+                continue;
+            }
+            let mut comp = 1u128 << first;
+            let mut frontier = comp;
+            while frontier != 0 {
+                let next = frontier.ones().fold(0u128, |m, t| m | self.nbr[t]);
+                frontier = next & !comp;
+                comp |= next;
+            }
+            seen |= comp;
+            rows.items.extend(comp.ones());
+            rows.start.push(rows.items.len());
+        }
+        rows
+    }
+}
+
+/// A [`Graph`] of any number of operands as lists.
+struct Lists {
+    /// The operands holding each summed index, by index id.
+    holders: Rows,
+    /// The neighbours of each operand.
+    nbr: Rows,
+}
+
+impl Graph for Lists {
+    fn of<const W: usize>(net: &Net<'_, '_, W>) -> Self {
+        let holders = Rows::new(net.ext.len(), |f| {
+            for (t, k) in net.inputs.iter().enumerate() {
+                for x in k.minus(net.output).ones() {
+                    f(x, t);
+                }
+            }
+        });
+        // Each neighbour once: `mark[u]` is the last operand that listed `u`, plus one.
+        let mut mark = vec![0; net.n()];
+        let nbr = Rows::new(net.n(), |f| {
+            mark.fill(0);
+            for (t, k) in net.inputs.iter().enumerate() {
+                mark[t] = t + 1;
+                for x in k.minus(net.output).ones() {
+                    for &u in holders.row(x) {
+                        if mark[u] != t + 1 {
+                            mark[u] = t + 1;
+                            f(t, u);
+                        }
+                    }
+                }
+            }
+        });
+        Lists { holders, nbr }
+    }
+
+    fn sole(&self, x: usize, t: usize) -> bool {
+        self.holders.row(x) == [t]
+    }
+
+    fn each_neighbour(&self, t: usize, f: impl FnMut(usize)) {
+        self.nbr.row(t).iter().copied().for_each(f);
+    }
+
+    fn components(&self) -> Rows {
+        let n = self.nbr.start.len() - 1;
+        // Operands by component (a breadth-first search from each unseen one).
+        let mut seen = vec![false; n];
+        let mut rows = Rows {
+            start: vec![0],
+            items: Vec::with_capacity(n),
+        };
+        for first in 0..n {
+            if seen[first] {
+                continue;
+            }
+            seen[first] = true;
+            let from = rows.items.len();
+            rows.items.push(first);
+            let mut i = from;
+            while i < rows.items.len() {
+                for &u in self.nbr.row(rows.items[i]) {
+                    if !seen[u] {
+                        seen[u] = true;
+                        rows.items.push(u);
+                    }
+                }
+                i += 1;
+            }
+            rows.items[from..].sort_unstable();
+            rows.start.push(rows.items.len());
+        }
+        rows
+    }
+}
+
+/// The connected components of `net`'s operands, as [`Graph::components`].
+fn components<const W: usize>(net: &Net<'_, '_, W>) -> Rows {
+    if net.n() <= 128 {
+        Masks::of(net).components()
+    } else {
+        Lists::of(net).components()
+    }
+}
+
+/// What the whole network shares: its net, each operand's own indices and reduced form.
 struct Dp<'n, 'p, 'a, const W: usize, const WAYS: bool> {
     net: &'n Net<'p, 'a, W>,
     builtin: Option<BuiltinCost>,
     sizes: Sizes,
-    /// Operands sharing a non-output index with each operand.
-    nbr_leaf: Vec<u128>,
     /// Per operand, its non-output indices that no other operand holds (summed by its first
     /// step, which is the only step they can be candidates of while in no other operand).
     own: Vec<Bits<W>>,
@@ -243,24 +421,25 @@ struct Dp<'n, 'p, 'a, const W: usize, const WAYS: bool> {
     reduced: Vec<Option<(Bits<W>, f64)>>,
 }
 
-/// One connected component being solved, in its own numbering of operands.
-struct Comp<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> {
+/// One connected component being solved, in its own numbering of operands, with its operand
+/// sets of type `S` (which holds at least its operand count).
+struct Comp<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool, S> {
     d: &'d Dp<'n, 'p, 'a, W, WAYS>,
     /// Global operand of each local one.
-    ops: Vec<usize>,
+    ops: &'d [usize],
     /// All local operands.
-    full: u128,
+    full: S,
     /// Local neighbours and sizes of each local operand.
-    nbr: Vec<u128>,
+    nbr: Vec<S>,
     leaf_size: Vec<f64>,
-    /// Local holders of each summed index of the component (0 for the other ids).
-    holders: Vec<u128>,
+    /// Local holders of each summed index of the component (empty for the other ids).
+    holders: Vec<S>,
 }
 
 /// The entries found so far and where each set's entry is.
-struct Store<const W: usize> {
-    entries: Vec<Entry<W>>,
-    table: Table,
+struct Store<const W: usize, S> {
+    entries: Vec<Entry<W, S>>,
+    table: Table<S>,
 }
 
 impl<const W: usize, const WAYS: bool> Dp<'_, '_, '_, W, WAYS> {
@@ -269,29 +448,33 @@ impl<const W: usize, const WAYS: bool> Dp<'_, '_, '_, W, WAYS> {
     }
 }
 
-impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, WAYS> {
-    fn new(d: &'d Dp<'n, 'p, 'a, W, WAYS>, g: u128) -> Self {
-        let ops: Vec<usize> = ones(g).collect();
+impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool, S: OpSet> Comp<'d, 'n, 'p, 'a, W, WAYS, S> {
+    /// The component of global operands `ops` (increasing) of the network's graph `g`.
+    fn new(d: &'d Dp<'n, 'p, 'a, W, WAYS>, ops: &'d [usize], g: &impl Graph) -> Self {
         let c = ops.len();
-        let mut local = vec![0u128; d.net.n()];
+        debug_assert!(c <= S::CAPACITY);
+        // Local number of each global operand of the component.
+        let mut local = vec![usize::MAX; d.net.n()];
         for (i, &t) in ops.iter().enumerate() {
-            local[t] = 1u128 << i;
+            local[t] = i;
         }
-        let to_local = |m: u128| ones(m).fold(0u128, |a, t| a | local[t]);
-        let mut holders = vec![0u128; d.net.ext.len()];
+        let mut holders = vec![S::EMPTY; d.net.ext.len()];
         for (i, &t) in ops.iter().enumerate() {
             for x in d.net.inputs[t].minus(d.net.output).ones() {
-                holders[x] |= 1u128 << i;
+                holders[x] = holders[x] | S::single(i);
             }
         }
         Comp {
             d,
-            full: if c == 128 {
-                u128::MAX
-            } else {
-                (1u128 << c) - 1
-            },
-            nbr: ops.iter().map(|&t| to_local(d.nbr_leaf[t])).collect(),
+            full: S::first(c),
+            nbr: ops
+                .iter()
+                .map(|&t| {
+                    let mut m = S::EMPTY;
+                    g.each_neighbour(t, |u| m = m | S::single(local[u]));
+                    m
+                })
+                .collect(),
             leaf_size: ops.iter().map(|&t| d.size(d.net.inputs[t])).collect(),
             holders,
             ops,
@@ -299,12 +482,12 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
     }
 
     /// An entry as the partner scans read it.
-    fn scan(&self, e: &Entry<W>) -> Scan<W> {
+    fn scan(&self, e: &Entry<W, S>) -> Scan<W, S> {
         let mut widest = 0.0;
-        let mut hops = 0u128;
-        for u in ones(e.nbr) {
+        let mut hops = S::EMPTY;
+        for u in e.nbr.ones() {
             widest = f64::max(widest, self.leaf_size[u]);
-            hops |= self.nbr[u];
+            hops = hops | self.nbr[u];
         }
         Scan {
             key: if self.d.builtin.is_some() {
@@ -324,7 +507,7 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
     /// later is cheaper: Knuth's generalisation of Dijkstra's search), so the search stops when
     /// the whole component leaves, having expanded only sets no costlier than the optimum.
     /// `None` if no tree within `limit` exists; else the entries found.
-    fn solve(&self, limit: Option<f64>) -> Option<Store<W>> {
+    fn solve(&self, limit: Option<f64>) -> Option<Store<W, S>> {
         let c = self.ops.len();
         let mut store = Store {
             entries: Vec::with_capacity(8 * c),
@@ -335,21 +518,21 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
         for (i, &t) in self.ops.iter().enumerate() {
             let id = store.entries.len() as u32;
             store.entries.push(Entry {
-                set: 1u128 << i,
+                set: S::single(i),
                 ind: self.d.net.inputs[t],
                 size: self.leaf_size[i],
                 cost: 0.0,
                 nbr: self.nbr[i],
-                left: 0,
+                left: S::EMPTY,
                 own: self.d.own[t],
                 done: false,
                 how: 0,
                 small: self.d.reduced[t].map_or(self.leaf_size[i], |(r, _)| self.d.size(r)),
             });
-            store.table.insert(1u128 << i, id);
+            store.table.insert(S::single(i), id);
             queue.push(Reverse((0.0f64.to_bits(), id)));
         }
-        let mut done: Vec<Done<W>> = (0..=c).map(|_| Done::default()).collect();
+        let mut done: Vec<Done<W, S>> = (0..=c).map(|_| Done::new()).collect();
         // No tree above the limit, nor above the cheapest whole tree found so far, is of use.
         let mut cap = limit.unwrap_or(f64::INFINITY);
         while let Some(Reverse((bits, id))) = queue.pop() {
@@ -362,7 +545,7 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
                 return Some(store);
             }
             let a = self.scan(&e);
-            let k = e.set.count_ones() as usize;
+            let k = e.set.len();
             for part in &done[1..=c - k] {
                 self.join(part, &a, &mut store, &mut queue, &mut cap);
             }
@@ -376,9 +559,9 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
     /// fits the cap; queues each set whose cost that lowers.
     fn join(
         &self,
-        part: &Done<W>,
-        a: &Scan<W>,
-        store: &mut Store<W>,
+        part: &Done<W, S>,
+        a: &Scan<W, S>,
+        store: &mut Store<W, S>,
         queue: &mut BinaryHeap<Reverse<(u64, u32)>>,
         cap: &mut f64,
     ) {
@@ -392,20 +575,27 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
         }
         // Any product with a part larger than all its neighbours outgrows each of them.
         let outer = big.small <= a.widest;
-        let reach = big.nbr | if outer { a.hops } else { 0 };
-        if part.union & reach == 0 || part.costs.first().is_none_or(|&cost| cost > budget) {
+        let reach = big.nbr | if outer { a.hops } else { S::EMPTY };
+        if (part.union & reach).is_empty() || part.costs.first().is_none_or(|&cost| cost > budget) {
             return;
         }
         // Partners by increasing cost.
         let lim = part.costs.partition_point(|&cost| cost <= budget);
+        // Overlapping partners are ruled out a word at a time from the set's operands when it
+        // has few, else one candidate at a time (on a ring of 200 operands, reading a large
+        // set's operands for each word took minutes).
+        let few = big.set.len() <= FEW_OPERANDS;
         for w in 0..lim.div_ceil(64) {
             let holds = &part.holds[w * c..(w + 1) * c];
-            let word = |set: u128| ones(set).fold(0u64, |acc, t| acc | holds[t]);
+            let word = |set: S| set.ones().fold(0u64, |acc, t| acc | holds[t]);
             // Connected partners hold a neighbour; outer-product ones a set two hops away;
             // neither may overlap.
             let conn = word(big.nbr);
             let hops = if outer { word(a.hops) } else { 0 };
-            let mut cand = (conn | hops) & !word(big.set);
+            let mut cand = conn | hops;
+            if few {
+                cand &= !word(big.set);
+            }
             if lim - 64 * w < 64 {
                 cand &= (1u64 << (lim - 64 * w)) - 1;
             }
@@ -413,7 +603,7 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
                 let bit = cand.trailing_zeros() as usize;
                 cand &= cand - 1;
                 let p = &part.scans[64 * w + bit];
-                if p.key > *cap - big.cost {
+                if p.key > *cap - big.cost || !few && !(p.e.set & big.set).is_empty() {
                     continue;
                 }
                 let e = &p.e;
@@ -437,7 +627,8 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
                         continue; // as `outer`, for the partner
                     }
                     // An outer product pays only below a common neighbour's size.
-                    let meet = ones(e.nbr & big.nbr)
+                    let meet = (e.nbr & big.nbr)
+                        .ones()
                         .map(|u| self.leaf_size[u])
                         .fold(0.0, f64::max);
                     let product = if builtin {
@@ -469,9 +660,9 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
     /// step's iteration space (built-in models).
     fn combine(
         &self,
-        store: &mut Store<W>,
-        e1: &Entry<W>,
-        e2: &Entry<W>,
+        store: &mut Store<W, S>,
+        e1: &Entry<W, S>,
+        e2: &Entry<W, S>,
         space: f64,
         cap: f64,
     ) -> Option<(u32, f64)> {
@@ -484,7 +675,7 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
         // a leaf alone holds, or a shared one that no operand outside holds.
         let mut ind = u.minus(e1.own | e2.own);
         for x in (e1.ind & e2.ind).minus(net.output).ones() {
-            if self.holders[x] & !s == 0 {
+            if (self.holders[x] & !s).is_empty() {
                 ind.remove(x);
             }
         }
@@ -499,7 +690,7 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
         if WAYS && (self.reducible_own(e1) != Bits::EMPTY || self.reducible_own(e2) != Bits::EMPTY)
         {
             // Each single operand consumed as it is or reduced first (as `optimal` does).
-            let ways = |e: &Entry<W>| [Some((e.ind, 0.0)), self.reduced_of(e)];
+            let ways = |e: &Entry<W, S>| [Some((e.ind, 0.0)), self.reduced_of(e)];
             for (i, wa) in ways(e1).iter().enumerate() {
                 let Some((ka, ca)) = *wa else { continue };
                 for (j, wb) in ways(e2).iter().enumerate() {
@@ -552,9 +743,9 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
 
     /// Appends the steps of local set `s`'s tree (each single operand's reduction, if its
     /// tree has one, before the step that consumes it); returns its node id.
-    fn emit(&self, store: &Store<W>, s: u128, n: usize, path: &mut SsaPath) -> usize {
-        if s & (s - 1) == 0 {
-            return self.ops[s.trailing_zeros() as usize];
+    fn emit(&self, store: &Store<W, S>, s: S, n: usize, path: &mut SsaPath) -> usize {
+        if s.is_single() {
+            return self.ops[s.lowest()];
         }
         let id = store.table.get(s).expect("a built set");
         let Entry { left, how, .. } = store.entries[id as usize];
@@ -573,15 +764,15 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
     }
 
     /// A single operand's reduced form and that step's cost, if it is searched.
-    fn reduced_of(&self, e: &Entry<W>) -> Option<(Bits<W>, f64)> {
-        if e.set & (e.set - 1) != 0 {
+    fn reduced_of(&self, e: &Entry<W, S>) -> Option<(Bits<W>, f64)> {
+        if !e.set.is_single() {
             return None;
         }
-        self.d.reduced[self.ops[e.set.trailing_zeros() as usize]]
+        self.d.reduced[self.ops[e.set.lowest()]]
     }
 
     /// The own indices of a single operand that may be summed out before its step.
-    fn reducible_own(&self, e: &Entry<W>) -> Bits<W> {
+    fn reducible_own(&self, e: &Entry<W, S>) -> Bits<W> {
         match self.reduced_of(e) {
             Some(_) => e.own,
             None => Bits::EMPTY,
@@ -593,7 +784,7 @@ impl<'d, 'n, 'p, 'a, const W: usize, const WAYS: bool> Comp<'d, 'n, 'p, 'a, W, W
 /// of a feasible path, no cap rises above it: `None` then also when no tree of this search's
 /// space costs at most `upper`.
 pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Option<SsaPath> {
-    search::<W, false>(net, upper)
+    search::<W, false>(net, upper, WIDE_FROM)
 }
 
 /// [`dp`] over a larger space: each single operand with indices of its own is consumed as it is
@@ -602,73 +793,61 @@ pub(crate) fn dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Op
 /// is and on the problem with those indices summed out first, so one search replaces the two.
 /// With the outer-product rules read at each operand's smaller form, their outer products too.
 pub(crate) fn dp_ways<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Option<SsaPath> {
-    search::<W, true>(net, upper)
+    search::<W, true>(net, upper, WIDE_FROM)
 }
 
 /// Whether every operand is joined to every other through shared summed indices (one
 /// component, as [`dp`] splits them).
 pub(crate) fn connected<const W: usize>(net: &Net<'_, '_, W>) -> bool {
-    let n = net.n();
-    n <= 1 || component(&neighbours(net, &holders(net)), 0).count_ones() as usize == n
+    net.n() <= 1 || components(net).start.len() == 2
 }
 
-/// The operands holding each index.
-fn holders<const W: usize>(net: &Net<'_, '_, W>) -> Vec<u128> {
-    let mut holders = vec![0u128; net.ext.len()];
-    for (t, k) in net.inputs.iter().enumerate() {
-        for x in k.ones() {
-            holders[x] |= 1u128 << t;
-        }
-    }
-    holders
-}
-
-/// The operands sharing a summed index with each operand (`holders` from [`holders`]).
-fn neighbours<const W: usize>(net: &Net<'_, '_, W>, holders: &[u128]) -> Vec<u128> {
-    (0..net.n())
-        .map(|t| {
-            net.inputs[t]
-                .minus(net.output)
-                .ones()
-                .fold(0u128, |m, x| m | holders[x])
-                & !(1u128 << t)
-        })
-        .collect()
-}
-
-/// The operands joined to `start` through `nbr` (from [`neighbours`]), `start` included.
-fn component(nbr: &[u128], start: usize) -> u128 {
-    let mut comp = 1u128 << start;
-    let mut frontier = comp;
-    while frontier != 0 {
-        let mut next = 0u128;
-        for t in ones(frontier) {
-            next |= nbr[t];
-        }
-        frontier = next & !comp;
-        comp |= next;
-    }
-    comp
+/// The operand count of the network's largest connected component (what [`dp`] and
+/// [`dp_ways`] take at most [`MAX_COMPONENT`] of).
+pub(crate) fn largest_component<const W: usize>(net: &Net<'_, '_, W>) -> usize {
+    components(net)
+        .start
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or(0)
 }
 
 /// [`dp`] (`WAYS` false) or [`dp_ways`] (true): one function, two compiled searches, so that
-/// the plain one carries none of the other's checks.
+/// the plain one carries none of the other's checks. Components of `wide_from` operands or
+/// more keep their sets in [`Bits`] ([`WIDE_FROM`]; the tests lower it to check one type
+/// against the other).
 fn search<const W: usize, const WAYS: bool>(
     net: &Net<'_, '_, W>,
     upper: Option<f64>,
+    wide_from: usize,
+) -> Option<SsaPath> {
+    match net.n() {
+        0 | 1 => Some(SsaPath::new()),
+        2..=128 => search_on::<W, WAYS, Masks>(net, upper, wide_from),
+        _ => search_on::<W, WAYS, Lists>(net, upper, wide_from),
+    }
+}
+
+/// [`search`] through the graph form `G`.
+fn search_on<const W: usize, const WAYS: bool, G: Graph>(
+    net: &Net<'_, '_, W>,
+    upper: Option<f64>,
+    wide_from: usize,
 ) -> Option<SsaPath> {
     let n = net.n();
-    if n <= 1 {
-        return Some(SsaPath::new());
-    }
-    assert!(n <= MAX_OPERANDS, "caller checks the operand count");
-    let holders = holders(net);
-    let nbr_leaf = neighbours(net, &holders);
+    let graph = G::of(net);
+    let comps = graph.components();
+    let count = comps.start.len() - 1;
+    assert!(
+        (0..count).all(|k| comps.row(k).len() <= MAX_COMPONENT),
+        "caller checks the component sizes"
+    );
     let own: Vec<Bits<W>> = (0..n)
         .map(|t| {
             let mut b = Bits::EMPTY;
             for x in net.inputs[t].minus(net.output).ones() {
-                if holders[x] == 1u128 << t {
+                if graph.sole(x, t) {
                     b.insert(x);
                 }
             }
@@ -686,30 +865,26 @@ fn search<const W: usize, const WAYS: bool>(
         net,
         builtin: net.builtin(),
         sizes: Sizes::new(net),
-        nbr_leaf,
         own,
         reduced,
     };
-    // Connected components, in order of their lowest operand.
-    let mut seen = 0u128;
     let mut parts: Vec<(usize, Bits<W>)> = Vec::new();
     let mut path = SsaPath::new();
     // Slack so that rounding in another summation order never prunes the bound's own tree.
     let limit = upper.map(|u| u * (1.0 + 1e-9) + 1e-9);
-    for start in 0..n {
-        if seen >> start & 1 == 1 {
-            continue;
-        }
-        let comp = component(&d.nbr_leaf, start);
-        seen |= comp;
-        let part = if comp.count_ones() == 1 {
-            (start, net.inputs[start])
+    for ops in (0..count).map(|k| comps.row(k)) {
+        let c = ops.len();
+        // The narrowest operand set that holds the component.
+        let part = if c == 1 {
+            (ops[0], net.inputs[ops[0]])
+        } else if c < wide_from.min(129) {
+            solve_component::<W, WAYS, u128>(&d, ops, &graph, limit, &mut path)?
+        } else if c <= 256 {
+            solve_component::<W, WAYS, Bits<4>>(&d, ops, &graph, limit, &mut path)?
+        } else if c <= 512 {
+            solve_component::<W, WAYS, Bits<8>>(&d, ops, &graph, limit, &mut path)?
         } else {
-            let c = Comp::new(&d, comp);
-            let store = c.solve(limit)?;
-            let top = store.table.get(c.full).expect("the whole component");
-            let ind = store.entries[top as usize].ind;
-            (c.emit(&store, c.full, n, &mut path), ind)
+            solve_component::<W, WAYS, Bits<16>>(&d, ops, &graph, limit, &mut path)?
         };
         parts.push(part);
     }
@@ -727,6 +902,23 @@ fn search<const W: usize, const WAYS: bool>(
         parts.push((n + path.len() - 1, k12));
     }
     Some(path)
+}
+
+/// Solves the component of global operands `ops` (at least two, at most `S::CAPACITY`),
+/// appending its steps to `path`: its result's node id and indices, or `None` when it has no
+/// tree within `limit` and the memory limit.
+fn solve_component<const W: usize, const WAYS: bool, S: OpSet>(
+    d: &Dp<'_, '_, '_, W, WAYS>,
+    ops: &[usize],
+    graph: &impl Graph,
+    limit: Option<f64>,
+    path: &mut SsaPath,
+) -> Option<(usize, Bits<W>)> {
+    let c = Comp::<W, WAYS, S>::new(d, ops, graph);
+    let store = c.solve(limit)?;
+    let top = store.table.get(c.full).expect("the whole component");
+    let ind = store.entries[top as usize].ind;
+    Some((c.emit(&store, c.full, d.net.n(), path), ind))
 }
 
 #[cfg(test)]
@@ -916,6 +1108,32 @@ mod tests {
         }
     }
 
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// Components kept in [`Bits`] (as those of more than 128 operands are) give the very
+        /// paths of the `u128` sets, and the graph as [`Lists`] those of [`Masks`], with and
+        /// without single-operand reductions and bounds.
+        #[test]
+        fn wide_operand_sets_find_the_same_paths(
+            c in arb_case(2..=11, 12),
+            limit in prop::option::weighted(0.3, 1u128..=400),
+            scale in prop::option::weighted(0.5, 0.3f64..1.5),
+        ) {
+            let p = Problem::new(c.inputs.clone(), c.output.clone(), &c.extents, limit, &Flops);
+            let net = Net::<1>::new(&p);
+            let free = cost_of(&net, &dp(&net, None));
+            let upper = scale.zip(free).map(|(k, f)| (f * k).round());
+            for u in [None, upper] {
+                prop_assert_eq!(search::<1, false>(&net, u, 2), dp(&net, u));
+                prop_assert_eq!(search::<1, true>(&net, u, 2), dp_ways(&net, u));
+                // And with the network's graph as lists (as beyond 128 operands).
+                prop_assert_eq!(search_on::<1, false, Lists>(&net, u, 2), dp(&net, u));
+                prop_assert_eq!(search_on::<1, true, Lists>(&net, u, WIDE_FROM), dp_ways(&net, u));
+            }
+        }
+    }
+
     /// Larger networks than the proptests reach, through the hash-map table (components of
     /// more than `FLAT_MAX` operands): rings and grids of 17 to 24 matrices.
     #[test]
@@ -938,6 +1156,18 @@ mod tests {
                 ladder.extents.insert(rung, 3);
             }
             agree(&ladder, &Flops, None, None);
+            // And through wide operand sets, to the same paths.
+            for case in [&ring, &ladder] {
+                let p = Problem::new(
+                    case.inputs.clone(),
+                    case.output.clone(),
+                    &case.extents,
+                    None,
+                    &Flops,
+                );
+                let net = Net::<1>::new(&p);
+                assert_eq!(search::<1, false>(&net, None, 2), dp(&net, None));
+            }
         }
     }
 }

@@ -6,7 +6,7 @@ use crate::bits::Bits;
 use crate::bits::FastMap;
 use crate::net::Net;
 use crate::strategy::PairPath;
-const MAX_OPERANDS: usize = super::MAX_OPERANDS;
+const MAX_OPERANDS: usize = 128;
 
 /// Cap raises tried before the cap is lifted altogether.
 const MAX_ROUNDS: usize = 1024;

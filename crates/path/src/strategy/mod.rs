@@ -9,14 +9,8 @@ use crate::bits::Bits;
 use crate::net::{Net, Problem};
 use crate::PathError;
 
-/// A contraction path in SSA form: each step names the nodes it consumes (inputs `0..n`, then
-/// step results `n, n+1, ...` in order): two for a pairwise step, one for a single-operand
-/// reduction, all of them for opt_einsum's one-step fallback; a single-operand problem may
-/// have the empty path.
-pub type SsaPath = Vec<Vec<usize>>;
-
-/// A path of pairwise steps only, as the pairwise searches build it.
-pub(crate) type PairPath = Vec<(usize, usize)>;
+pub(crate) use crate::net::PairPath;
+pub use crate::net::{SsaPath, MAX_INDICES};
 
 /// The SSA form of a pairwise path.
 fn from_pairs(pairs: PairPath) -> SsaPath {
@@ -31,9 +25,6 @@ pub trait PathStrategy: Send + Sync {
     /// Finds a path.
     fn search(&self, problem: &Problem<'_>) -> Result<SsaPath, PathError>;
 }
-
-/// Most distinct indices a problem may have (the widest bit set is 64 words).
-pub const MAX_INDICES: usize = 64 * 64;
 
 /// Runs `$f::<W>(&Net::<W>::new($p) $(, $arg)*)` with the narrowest bit-set width that fits.
 macro_rules! with_width {
@@ -94,10 +85,17 @@ impl PathStrategy for Optimal {
     }
     fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
         if p.num_inputs() > optimal::MAX_OPERANDS {
+            // Strategies that take any such einsum (branch's recursion runs out of stack near a
+            // thousand operands, so not it), dp where its one limit allows.
+            let instead = match largest_component(p) {
+                Ok(c) if c <= dp::MAX_COMPONENT => "dp or greedy",
+                _ => "greedy",
+            };
             return Err(PathError::TooManyOperands {
                 strategy: StrategyKind::Optimal.name().into(),
                 max: optimal::MAX_OPERANDS,
                 n: p.num_inputs(),
+                instead: instead.into(),
             });
         }
         // A feasible path bounds the exact search; without one the search is unbounded.
@@ -124,11 +122,18 @@ impl PathStrategy for Dp {
         StrategyKind::Dp.name()
     }
     fn search(&self, p: &Problem<'_>) -> Result<SsaPath, PathError> {
-        if p.num_inputs() > dp::MAX_OPERANDS {
-            return Err(PathError::TooManyOperands {
+        // Any number of operands, but each connected piece solved apart has a limit (which
+        // fewer operands in all cannot break: no second pass over the network then).
+        let c = match p.num_inputs() {
+            n if n <= dp::MAX_COMPONENT => n,
+            _ => largest_component(p)?,
+        };
+        if c > dp::MAX_COMPONENT {
+            return Err(PathError::TooLargeComponent {
                 strategy: StrategyKind::Dp.name().into(),
-                max: dp::MAX_OPERANDS,
-                n: p.num_inputs(),
+                max: dp::MAX_COMPONENT,
+                n: c,
+                instead: "greedy".into(),
             });
         }
         // opt_einsum's dp sums out every input's own indices first; both ways are tried.
@@ -562,6 +567,16 @@ fn run_optimal<const W: usize>(
     ub: Option<f64>,
 ) -> Result<SsaPath, PathError> {
     optimal::optimal(net, ub).ok_or_else(|| memory_error(net.p, StrategyKind::Optimal.name(), true))
+}
+
+/// The operand count of `p`'s largest connected piece (operands joined through summed
+/// indices), as dp solves them apart.
+fn largest_component(p: &Problem<'_>) -> Result<usize, PathError> {
+    with_width!(p, largest_component_on)
+}
+
+fn largest_component_on<const W: usize>(net: &Net<'_, '_, W>) -> Result<usize, PathError> {
+    Ok(dp::largest_component(net))
 }
 
 fn run_dp<const W: usize>(net: &Net<'_, '_, W>, upper: Option<f64>) -> Result<SsaPath, PathError> {
