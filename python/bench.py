@@ -3,6 +3,7 @@
 
   python bench.py [--full] [--repeat N] [--rounds R] [--procs P] [--skip-exec] [--skip-path]
   python bench.py --gemm [--rounds R]
+  python bench.py --complex [--repeat N] [--rounds R] [--procs P]
 
 Execution: the end-to-end kernels of crates/exec/benches/numpy_baseline.py (their --quick sizes
 unless --full), timed as `deinsum.einsum(procs=P)` (default 2, one thread per rank),
@@ -18,6 +19,11 @@ each finds. Prints markdown tables with the ratios. Needs numpy and opt_einsum.
 --gemm: the GEMM backend against NumPy's BLAS on one rank's product of mm at procs=2
 (1024x2048x2048) on one thread each, in turn R times (default 5); run it with
 OPENBLAS_NUM_THREADS=1. mm at procs=2 can be no faster than this ratio allows.
+
+--complex: complex128 kernels (issue 38): mm at 2048, a 30-operand MPS (the norm of a 15-site
+MPS, bond dimension 32, physical dimension 2: 15 ket and 15 bra tensors) and the CCSD-like
+abij,cdab->cdij, timed as the execution table (deinsum at procs=P, numpy optimize=True,
+opt_einsum) with the GFLOP/s of each (8 flops per complex multiply-add).
 """
 
 import importlib.util
@@ -164,7 +170,66 @@ def gemm(rounds):
     print(f"\nmedian numpy / deinsum: {statistics.median(ratios):.3f}\n")
 
 
+def mps_norm(sites, bond, phys):
+    """The einsum of <psi|psi> for an MPS of `sites` sites: ket A_k[l_k, p_k, l_k+1] and bra
+    B_k[m_k, p_k, m_k+1], open ends of extent 1 left out, 2 * sites operands, scalar output."""
+    letters = iter(oe.get_symbol(i) for i in range(10 * sites))
+    ket_bonds = [next(letters) for _ in range(sites - 1)]
+    bra_bonds = [next(letters) for _ in range(sites - 1)]
+    physical = [next(letters) for _ in range(sites)]
+    terms, shapes = [], []
+    for side in (ket_bonds, bra_bonds):
+        for k in range(sites):
+            t = (side[k - 1] if k > 0 else "") + physical[k] + (side[k] if k < sites - 1 else "")
+            terms.append(t)
+            shapes.append(tuple(bond if c in side else phys for c in t))
+    return ",".join(terms) + "->", shapes
+
+
+def complex_kernels(reps, procs, rounds):
+    rng = np.random.default_rng(1)
+    mps, mps_shapes = mps_norm(15, 32, 2)
+    cases = [
+        ("mm 2048", "ij,jk->ik", [(2048, 2048), (2048, 2048)]),
+        ("mps 30 operands, bond 32", mps, mps_shapes),
+        ("ccsd abij,cdab->cdij", "abij,cdab->cdij", [(48, 48, 16, 16), (48, 48, 48, 48)]),
+    ]
+    print(f"## complex128 (procs={procs}, min of {reps} runs and of all in {EXEC_SPAN_S} s, median of {rounds} round(s))\n")
+    print("| kernel | deinsum | numpy optimize=True | opt_einsum | numpy / deinsum | opt_einsum / deinsum | deinsum GFLOP/s |")
+    print("|---|---|---|---|---|---|---|")
+    for name, expr, shapes in cases:
+        ops = [rng.uniform(-1, 1, s) + 1j * rng.uniform(-1, 1, s) for s in shapes]
+        _, info = oe.contract_path(expr, *ops, optimize="auto")
+        madds = float(info.opt_cost) / 2
+        got = deinsum.einsum(expr, *ops, procs=procs, threads=1)
+        want = oe.contract(expr, *ops)
+        assert np.asarray(got).dtype == np.complex128
+        np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-8 * np.abs(want).max())
+        times = {"d": [], "n": [], "o": []}
+        for _ in range(rounds):
+            times["d"].append(
+                best_time(lambda: deinsum.einsum(expr, *ops, procs=procs, threads=1), reps, EXEC_SPAN_S)
+            )
+            times["n"].append(best_time(lambda: np.einsum(expr, *ops, optimize=True), reps, EXEC_SPAN_S))
+            times["o"].append(best_time(lambda: oe.contract(expr, *ops), reps, EXEC_SPAN_S))
+        td, tn, to = (statistics.median(times[k]) for k in "dno")
+
+        def ratio(k):
+            r = [b / a for a, b in zip(times["d"], times[k])]
+            spread = f" ({min(r):.2f}-{max(r):.2f})" if rounds > 1 else ""
+            return f"{statistics.median(r):.2f}×{spread}"
+
+        print(
+            f"| {name} | {fmt(td)} | {fmt(tn)} | {fmt(to)} | {ratio('n')} | {ratio('o')} "
+            f"| {8 * madds / td / 1e9:.1f} |"
+        )
+    print()
+
+
 def main():
+    if "--complex" in sys.argv:
+        complex_kernels(int(arg("--repeat", "3")), int(arg("--procs", "2")), int(arg("--rounds", "1")))
+        return
     if "--gemm" in sys.argv:
         gemm(int(arg("--rounds", "5")))
         return

@@ -20,27 +20,46 @@ from . import _native
 
 __all__ = ["einsum", "contract_path", "compile", "bound", "release_buffers", "Plan", "PathInfo"]
 
-_SUPPORTED = (np.dtype(np.float32), np.dtype(np.float64))
+# The element types deinsum computes in, by the suffix of the native run methods.
+_SUFFIX = {
+    np.dtype(np.float32): "f32",
+    np.dtype(np.float64): "f64",
+    np.dtype(np.complex64): "c64",
+    np.dtype(np.complex128): "c128",
+}
+_SUPPORTED = tuple(_SUFFIX)
+_NAMES = "float32, float64, complex64 or complex128"
 
 
 def _compute_dtype(arrays, dtype):
-    """The element type the run uses: float32 or float64, by NumPy's promotion rules."""
+    """The element type the run uses, by NumPy's promotion rules (np.result_type)."""
     if dtype is not None:
         dt = np.dtype(dtype)
         if dt not in _SUPPORTED:
-            raise TypeError(f"deinsum computes in float32 or float64, not {dt}")
+            raise TypeError(f"deinsum computes in {_NAMES}, not {dt}")
+        if arrays and dt.kind != "c":
+            have = np.result_type(*arrays)
+            if have.kind == "c":
+                # As numpy.einsum (casting='safe'): the imaginary parts would be dropped.
+                raise TypeError(
+                    f"Cannot cast array data from {have!r} to {dt!r} according to the rule "
+                    "'safe'"
+                )
         return dt
     if not arrays:
         return np.dtype(np.float64)
     dt = np.result_type(*arrays)
     if dt in _SUPPORTED:
         return dt
-    if dt.kind in "biuf":
+    if dt.kind in "biuf" and dt.itemsize <= 8:
         # Booleans, integers and float16 promote to the smallest float type that holds them.
         return np.result_type(dt, np.float32)
-    raise TypeError(
-        f"deinsum computes in float32 or float64; operands of type {dt} are not supported"
-    )
+    raise TypeError(f"deinsum computes in {_NAMES}; operands of type {dt} are not supported")
+
+
+def _native_run(native, kind, dt):
+    """The native method running `kind` (`run`, `run_mpi`, `run_blocks`) in `dt`."""
+    return getattr(native, f"{kind}_{_SUFFIX[dt]}")
 
 
 def _as_operands(operands, dtype):
@@ -180,7 +199,7 @@ class Plan:
         whole array `a` (None where `input_block` is None), so no rank needs a whole operand.
         Returns `(block, slices)`: this rank's block of the result and where it lies
         (`plan.output_block(rank)`), or None on a rank that returns no block. Every rank of
-        `comm` must call it. The run's type is float32 or float64 as for `einsum`, promoted
+        `comm` must call it. The run's type is chosen as for `einsum`, promoted
         over the blocks of all ranks (one more small all-reduce on `comm`), or `dtype` (then
         the same on every rank). Refusals (a wrong shape, a missing block) raise on every rank
         before anything is moved.
@@ -195,7 +214,7 @@ class Plan:
             names = [n for n in comm.allgather(dt.name if present else None) if n]
             dt = np.result_type(*names) if names else np.dtype(np.float64)
         arrays = [None if b is None else _as_operands([b], dt)[0][0] for b in blocks]
-        run = self._native.run_blocks_f32 if dt == np.float32 else self._native.run_blocks_f64
+        run = _native_run(self._native, "run_blocks", dt)
         out = run(arrays, comm, _mpi_threads(threads))
         if out is None:
             return None
@@ -206,15 +225,14 @@ class Plan:
         """`run` on operands `_as_operands` has already converted to `dt`."""
         if comm is not None:
             _require_mpi()
-            run = self._native.run_mpi_f32 if dt == np.float32 else self._native.run_mpi_f64
+            run = _native_run(self._native, "run_mpi", dt)
             out = run(arrays, comm, _mpi_threads(threads))
             return out[()] if out.ndim == 0 else out
         if threads is None:
             threads = _default_threads(self._native.procs())
-        if dt == np.float32:
-            out = self._native.run_f32(arrays, int(threads))
-        else:
-            out = self._native.run_f64(arrays, int(threads))
+        # run_f64, run_f32, run_c128 or run_c64 of the native plan.
+        run = _native_run(self._native, "run", dt)
+        out = run(arrays, int(threads))
         # numpy.einsum returns a NumPy scalar for a scalar result.
         return out[()] if out.ndim == 0 else out
 
@@ -252,9 +270,12 @@ def einsum(
     """Evaluates `expr` on NumPy arrays like `numpy.einsum`, on `procs` in-process ranks
     (default 1), or on the ranks of an mpi4py communicator `comm`.
 
-    float32 and float64 are computed as they are; booleans, integers and float16 are converted
-    by NumPy's promotion with float32; other types raise TypeError. C-contiguous aligned arrays
-    are read in place, others copied once. The GIL is released during the run.
+    float32, float64, complex64 and complex128 are computed as they are, mixed operands in
+    the type NumPy promotes them to (np.result_type); booleans, integers and float16 are
+    converted by NumPy's promotion with float32; other types (np.longdouble, clongdouble,
+    objects) raise TypeError naming the type, and so does a real `dtype=` for complex
+    operands (as numpy.einsum's safe casting). C-contiguous aligned arrays are read in place,
+    others copied once. The GIL is released during the run.
 
     MPI (`comm=`, an mpi4py intra-communicator such as `MPI.COMM_WORLD`; needs the extension
     built with the `mpi` feature, else RuntimeError): every rank of `comm` calls `einsum` with
@@ -315,6 +336,9 @@ def _sparse_einsum(expr, operands, procs, threads, mem, dtype, comm):
     if mem is not None:
         raise ValueError("mem= does not apply to sparse operands: their plan is built from the pattern")
     dt = _compute_dtype([np.empty(0, dtype=a.dtype) for a in operands], dtype)
+    if dt.kind == "c":
+        # The sparse kernels run in float32 and float64 only so far.
+        raise TypeError(f"sparse operands: {dt} is not built yet (float32 or float64)")
     ops = []
     for a in operands:
         if _is_sparse(a):

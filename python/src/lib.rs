@@ -10,6 +10,7 @@ use deinsum::cli::InputError;
 use deinsum::expr::ExtentSpec;
 use numpy::ndarray::IxDyn;
 use numpy::PyUntypedArrayMethods;
+use numpy::{Complex32, Complex64};
 use numpy::{Element, IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray};
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -352,6 +353,26 @@ impl NativePlan {
         run_typed(py, &self.inner, arrays, threads)
     }
 
+    /// Runs on complex128 arrays.
+    fn run_c128<'py>(
+        &self,
+        py: Python<'py>,
+        arrays: Vec<PyReadonlyArrayDyn<'py, Complex64>>,
+        threads: usize,
+    ) -> PyResult<Bound<'py, PyArrayDyn<Complex64>>> {
+        run_typed(py, &self.inner, arrays, threads)
+    }
+
+    /// Runs on complex64 arrays.
+    fn run_c64<'py>(
+        &self,
+        py: Python<'py>,
+        arrays: Vec<PyReadonlyArrayDyn<'py, Complex32>>,
+        threads: usize,
+    ) -> PyResult<Bound<'py, PyArrayDyn<Complex32>>> {
+        run_typed(py, &self.inner, arrays, threads)
+    }
+
     /// Rank `rank`'s block of operand `k`: `[start, stop)` per storage dim, or `None`.
     fn input_block(&self, k: usize, rank: usize) -> PyResult<Option<Vec<(usize, usize)>>> {
         input_block_ranges(self.inner.plan(), k, rank)
@@ -385,6 +406,56 @@ impl NativePlan {
         threads: usize,
     ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
         mpi_run::run_whole(py, &self.inner, arrays, comm, threads)
+    }
+
+    /// Runs on complex128 arrays on an mpi4py communicator; every rank gets the whole result.
+    #[cfg(feature = "mpi")]
+    fn run_mpi_c128<'py>(
+        &self,
+        py: Python<'py>,
+        arrays: Vec<PyReadonlyArrayDyn<'py, Complex64>>,
+        comm: &Bound<'py, PyAny>,
+        threads: usize,
+    ) -> PyResult<Bound<'py, PyArrayDyn<Complex64>>> {
+        mpi_run::run_whole(py, &self.inner, arrays, comm, threads)
+    }
+
+    /// Runs on complex64 arrays on an mpi4py communicator; every rank gets the whole result.
+    #[cfg(feature = "mpi")]
+    fn run_mpi_c64<'py>(
+        &self,
+        py: Python<'py>,
+        arrays: Vec<PyReadonlyArrayDyn<'py, Complex32>>,
+        comm: &Bound<'py, PyAny>,
+        threads: usize,
+    ) -> PyResult<Bound<'py, PyArrayDyn<Complex32>>> {
+        mpi_run::run_whole(py, &self.inner, arrays, comm, threads)
+    }
+
+    /// Runs on this rank's own complex128 blocks; returns its output block and its ranges.
+    #[cfg(feature = "mpi")]
+    #[allow(clippy::type_complexity)]
+    fn run_blocks_c128<'py>(
+        &self,
+        py: Python<'py>,
+        blocks: Vec<Option<PyReadonlyArrayDyn<'py, Complex64>>>,
+        comm: &Bound<'py, PyAny>,
+        threads: usize,
+    ) -> PyResult<Option<(Bound<'py, PyArrayDyn<Complex64>>, Vec<(usize, usize)>)>> {
+        mpi_run::run_blocks(py, &self.inner, blocks, comm, threads)
+    }
+
+    /// Runs on this rank's own complex64 blocks; returns its output block and its ranges.
+    #[cfg(feature = "mpi")]
+    #[allow(clippy::type_complexity)]
+    fn run_blocks_c64<'py>(
+        &self,
+        py: Python<'py>,
+        blocks: Vec<Option<PyReadonlyArrayDyn<'py, Complex32>>>,
+        comm: &Bound<'py, PyAny>,
+        threads: usize,
+    ) -> PyResult<Option<(Bound<'py, PyArrayDyn<Complex32>>, Vec<(usize, usize)>)>> {
+        mpi_run::run_blocks(py, &self.inner, blocks, comm, threads)
     }
 
     /// Runs on this rank's own float64 blocks; returns its output block and its ranges.

@@ -21,6 +21,8 @@
 
 pub mod cli;
 pub mod report;
+pub mod session;
+pub use session::{DistArray, EinsumStats, OutLayout, Session, SessionError};
 pub mod sparse_einsum;
 pub mod sparse_summary;
 
@@ -85,6 +87,13 @@ pub struct Options {
     /// The element type the plan is for (default f64): sizes its predicted bytes and seconds
     /// ([`deinsum_plan::Plan::dtype`]). A plan runs in any type; this one is what it predicts.
     pub dtype: DType,
+    /// Where each operand's data is before the run, by operand number
+    /// ([`deinsum_plan::PlanOptions::sources`]); an operand the list does not reach is
+    /// `Canonical`, or [`deinsum_plan::Source::Anywhere`] under `inputs_anywhere`.
+    pub sources: Vec<deinsum_plan::Source>,
+    /// Operands [`Options::sources`] does not list can be read in any layout (generated,
+    /// from `.npy`, lent whole); false by default (they start canonical).
+    pub inputs_anywhere: bool,
 }
 
 impl Default for Options {
@@ -97,6 +106,8 @@ impl Default for Options {
             machine: deinsum_plan::Machine::default(),
             objective: deinsum_plan::Objective::default(),
             dtype: DType::default(),
+            sources: Vec::new(),
+            inputs_anywhere: false,
         }
     }
 }
@@ -162,6 +173,8 @@ fn build_plan(einsum: &deinsum_expr::ParsedEinsum, o: &Options) -> Result<Plan, 
         machine: o.machine.clone(),
         objective: o.objective,
         dtype: o.dtype,
+        inputs_in_place: o.inputs_anywhere,
+        sources: o.sources.clone(),
         ..deinsum_plan::PlanOptions::default()
     };
     Ok(deinsum_plan::build(einsum, &opts)?)
@@ -394,7 +407,7 @@ impl Einsum {
 
     /// Runs `rank` on the plan's P in-process ranks, after the preflight checks (for elements
     /// of `T`), and returns what each rank returned, in rank order.
-    fn on_local_ranks<T: Scalar, R: Send>(
+    pub(crate) fn on_local_ranks<T: Scalar, R: Send>(
         &self,
         rank: impl Fn(&deinsum_exec::LocalComm) -> Result<R, ExecError> + Sync,
     ) -> Result<Vec<R>, Error> {

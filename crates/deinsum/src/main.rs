@@ -31,6 +31,8 @@ enum Command {
     Run(cli::run::Args),
     /// Measure this machine and write the machine file plans predict seconds with.
     Calibrate(cli::calibrate::Args),
+    /// Join two tables (CSV or Parquet) on P ranks, the strategy chosen by predicted cost.
+    Join(cli::join::Args),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
         Command::Plan(a) => cli::plan::run(a),
         Command::Run(a) => cli::run::run(a),
         Command::Calibrate(a) => cli::calibrate::run(a),
+        Command::Join(a) => cli::join::run(a),
     };
     match result {
         Ok(code) => code,

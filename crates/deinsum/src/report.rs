@@ -5,7 +5,7 @@
 //! The CLI's `deinsum run` and the examples only build these and print them: the text form is
 //! the [`Display`](fmt::Display) of [`RunSummary`], the JSON form its serde serialization.
 
-use deinsum_exec::reference::{iteration_space, max_error, naive_seeded, tree_reference};
+use deinsum_exec::reference::{iteration_space, max_error, naive_seeded_as, tree_reference};
 use deinsum_exec::{Inputs, RunReport, Scalar, StepKind};
 use deinsum_plan::{DType, Plan, TensorKind};
 use serde::{Serialize, Serializer};
@@ -97,11 +97,12 @@ pub enum ReferenceError {
 
 /// The output of `plan` computed serially from the same `inputs` (seeded: the naive loop nest
 /// when the iteration space is small, else the serial contraction tree; `.npy` files: the
-/// tree), row-major over the output indices.
-pub fn serial_reference<T: Scalar>(
+/// tree), row-major over the output indices, in `W` (f64 for a real run, complex f64 for a
+/// complex one: [`DType::wide`]).
+pub fn serial_reference<T: Scalar, W: Scalar>(
     plan: &Plan,
     inputs: &Inputs<T>,
-) -> Result<(ReferenceMethod, Vec<f64>), ReferenceError> {
+) -> Result<(ReferenceMethod, Vec<W>), ReferenceError> {
     let e = &plan.einsum;
     // The reference holds whole tensors: a refused allocation names the tensor.
     let refused = |o: deinsum_exec::OutOfMemory| ReferenceError::OutOfMemory {
@@ -114,7 +115,7 @@ pub fn serial_reference<T: Scalar>(
     };
     let leaves = match inputs {
         Inputs::Seeded { seed } if iteration_space(e) <= NAIVE_MAX_POINTS => {
-            return Ok((ReferenceMethod::NaiveLoopNest, naive_seeded(e, *seed)));
+            return Ok((ReferenceMethod::NaiveLoopNest, naive_seeded_as(e, *seed)));
         }
         Inputs::Seeded { seed } => (0..e.inputs().len())
             .map(|k| {
@@ -125,7 +126,7 @@ pub fn serial_reference<T: Scalar>(
         Inputs::Npy(paths) => paths
             .iter()
             .enumerate()
-            .map(|(k, p)| read_leaf::<T>(e, k, p))
+            .map(|(k, p)| read_leaf::<T, W>(e, k, p))
             .collect::<Result<_, _>>()?,
         Inputs::Full(_) | Inputs::Blocks(_) | Inputs::Given(_) => {
             return Err(ReferenceError::Unsupported)
@@ -135,18 +136,21 @@ pub fn serial_reference<T: Scalar>(
     Ok((ReferenceMethod::SerialTree, want))
 }
 
-/// Operand `k` whole from `path`, read as `T` (as the run read it) and widened to f64.
-fn read_leaf<T: Scalar>(
+/// Operand `k` whole from `path`, read as `T` (as the run read it) and widened to `W`.
+fn read_leaf<T: Scalar, W: Scalar>(
     e: &deinsum_expr::ParsedEinsum,
     k: usize,
     path: &std::path::Path,
-) -> Result<deinsum_exec::kernels::LocalTensor<f64>, ReferenceError> {
+) -> Result<deinsum_exec::kernels::LocalTensor<W>, ReferenceError> {
     let op = &e.inputs()[k];
     let shape: Vec<usize> = op.indices.iter().map(|&c| e.extent(c)).collect();
     let b = deinsum_plan::Block::full(&shape);
     let data = deinsum_exec::npy::read_operand_block::<T>(path, op, e.extents(), &b)?
         .into_iter()
-        .map(Scalar::to_f64)
+        .map(|x| {
+            let (re, im) = x.parts();
+            W::from_parts(re, im)
+        })
         .collect();
     Ok(deinsum_exec::kernels::LocalTensor {
         indices: op.indices.clone(),
@@ -172,8 +176,14 @@ pub struct Check {
 }
 
 impl Check {
-    /// Compares `got` with the reference `want` under `tolerance`.
-    pub fn compare(method: ReferenceMethod, got: &[f64], want: &[f64], tolerance: f64) -> Self {
+    /// Compares `got` with the reference `want` under `tolerance` (complex values by the
+    /// magnitude of their difference).
+    pub fn compare<G: Scalar, W: Scalar>(
+        method: ReferenceMethod,
+        got: &[G],
+        want: &[W],
+        tolerance: f64,
+    ) -> Self {
         let (max_abs, max_rel) = max_error(got, want);
         Check {
             method,
@@ -184,15 +194,17 @@ impl Check {
         }
     }
 
-    /// Computes the serial reference of `plan` from `inputs` and compares the gathered `got`
-    /// with it, at the tolerance of `T`'s precision.
-    pub fn against_reference<T: Scalar>(
+    /// Computes the serial reference of `plan` from `inputs` (in double precision of `T`'s
+    /// kind) and compares the gathered `got` with it, at the tolerance of `T`'s precision.
+    pub fn against_reference<T: Scalar, G: Scalar>(
         plan: &Plan,
         inputs: &Inputs<T>,
-        got: &[f64],
+        got: &[G],
     ) -> Result<Self, ReferenceError> {
-        let (method, want) = serial_reference(plan, inputs)?;
-        Ok(Check::compare(method, got, &want, T::DTYPE.tolerance()))
+        deinsum_exec::with_dtype!(T::DTYPE.wide(), W => {
+            let (method, want) = serial_reference::<T, W>(plan, inputs)?;
+            Ok(Check::compare(method, got, &want, T::DTYPE.tolerance()))
+        })
     }
 
     /// The JSON form (`method`, `max_abs_error`, `max_rel_error`, `tolerance`, `pass`).
@@ -418,9 +430,10 @@ impl RunSummary {
             contraction,
             load_seconds: reports.iter().map(|r| r.load_seconds).fold(0.0, f64::max),
             madds,
-            // The rate of the contraction (median run), not of reading the inputs.
+            // The rate of the contraction (median run), not of reading the inputs; real flops,
+            // 8 per complex multiply-add.
             gflops: if med > 0.0 {
-                2.0 * madds / med / 1e9
+                context.dtype.flops_per_madd() * madds / med / 1e9
             } else {
                 0.0
             },

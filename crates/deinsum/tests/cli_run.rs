@@ -56,13 +56,20 @@ fn dtype_names_are_listed_and_checked() {
     let (code, out, err) = deinsum(&["run", "--help"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("--dtype <DTYPE>"), "{out}");
-    assert!(out.contains("- f64: Double precision"), "{out}");
-    assert!(out.contains("- f32: Single precision"), "{out}");
+    assert!(out.contains("- f64:  Double precision"), "{out}");
+    assert!(out.contains("- f32:  Single precision"), "{out}");
     assert!(out.contains("[default: f64]"), "{out}");
     let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--size", "4", "--dtype", "f16"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("invalid value 'f16'"), "{err}");
-    assert!(err.contains("[possible values: f64, f32]"), "{err}");
+    assert!(
+        err.contains("[possible values: f64, f32, c128, c64]"),
+        "{err}"
+    );
+    assert!(
+        out.contains("- c128: Complex, double-precision parts"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -515,5 +522,95 @@ fn a_saved_plan_runs_exactly_and_bad_plan_files_are_refused_before_running() {
     }
     let (code, _, err) = deinsum(&["run", "--plan", dir.join("none.json").to_str().unwrap()]);
     assert_eq!(code, 2, "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Complex runs: seeded c128 and c64 inputs checked against the serial complex reference
+/// (JSON names the dtype); a complex128 `.npy` file (big-endian, Fortran order) times a real
+/// one in a c128 run writes a `<c16` output equal to the product computed here; a complex file
+/// in a real run is refused (exit 2) as NumPy's safe casting refuses it.
+#[test]
+fn complex_runs_seeded_and_from_files() {
+    for (dtype, tol) in [("c128", 1e-10), ("c64", 1e-4)] {
+        let (code, out, err) = deinsum(&[
+            "run",
+            "ij,jk,kl->il",
+            "--sizes",
+            "i=9,j=7,k=5,l=6",
+            "--procs",
+            "7",
+            "--check",
+            "--format",
+            "json",
+            "--dtype",
+            dtype,
+        ]);
+        assert_eq!(code, 0, "{out}{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        assert_eq!(v["dtype"], dtype);
+        assert_eq!(v["check"]["pass"], true);
+        assert!(v["check"]["max_rel_error"].as_f64().unwrap() < tol);
+        assert_eq!(v["volume_exact"], true);
+    }
+    use deinsum::exec::scalar::Complex64;
+    let dir = std::env::temp_dir().join(format!("deinsum-cli-complex-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (m, k, n) = (5usize, 7usize, 4usize);
+    let a: Vec<Complex64> = (0..m * k)
+        .map(|x| Complex64::new((x as f64 * 0.3).sin(), (x as f64 * 0.7).cos()))
+        .collect();
+    let b: Vec<f64> = (0..k * n).map(|x| (x as f64 * 0.37).sin()).collect();
+    let (pa, pb) = (dir.join("Z.npy"), dir.join("B.npy"));
+    let af: Vec<u8> = (0..k)
+        .flat_map(|col| (0..m).map(move |row| row * k + col))
+        .flat_map(|ix| [a[ix].re.to_be_bytes(), a[ix].im.to_be_bytes()].concat())
+        .collect();
+    write_npy_raw(&pa, ">c16", true, &[m, k], &af);
+    let bb: Vec<u8> = b.iter().flat_map(|x| x.to_le_bytes()).collect();
+    write_npy_raw(&pb, "<f8", false, &[k, n], &bb);
+    let out = dir.join("C.npy");
+    let list = format!("{},{}", pa.display(), pb.display());
+    let (code, s, err) = deinsum(&[
+        "run",
+        "ij,jk->ik",
+        "--inputs",
+        &list,
+        "--procs",
+        "3",
+        "--check",
+        "--dtype",
+        "c128",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{s}{err}");
+    assert!(s.contains(": ok"), "{s}");
+    assert!(
+        err.contains("B.npy holds float64; converted to complex128"),
+        "{err}"
+    );
+    let bytes = std::fs::read(&out).unwrap();
+    assert!(String::from_utf8_lossy(&bytes[..64]).contains("'descr': '<c16'"));
+    let got: Vec<Complex64> = deinsum::exec::npy::read_operand_block(
+        &out,
+        &deinsum::expr::Operand::new(vec![
+            deinsum::expr::Dim::Index('i'),
+            deinsum::expr::Dim::Index('k'),
+        ]),
+        &[('i', m), ('k', n)].into_iter().collect(),
+        &deinsum::plan::Block::full(&[m, n]),
+    )
+    .unwrap();
+    let want: Vec<Complex64> = (0..m * n)
+        .map(|ix| (0..k).map(|j| a[ix / n * k + j] * b[j * n + ix % n]).sum())
+        .collect();
+    let (_, rel) = deinsum::exec::reference::max_error(&got, &want);
+    assert!(rel < 1e-13, "{rel}");
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--inputs", &list]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("Z.npy") && err.contains("complex --dtype"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

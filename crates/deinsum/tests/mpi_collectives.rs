@@ -389,6 +389,38 @@ fn sub_grids(world: &MpiComm, c: &mut Checks) {
     }
 }
 
+/// Complex sums through MPI's complex datatypes (both parts summed), after the traffic
+/// checks of [`sequence`] (whose model counts real words only).
+fn complex_sums<C: Communicator>(comm: &C, c: &mut Checks, tag: &str) {
+    let (p, me) = (comm.size(), comm.rank());
+    let rsum = (p * (p - 1) / 2) as f64;
+    use deinsum::exec::scalar::{Complex32, Complex64};
+    let mut z: Vec<Complex64> = (0..13)
+        .map(|i| Complex64::new(me as f64 + i as f64, -(me as f64) * 0.5))
+        .collect();
+    match comm.all_reduce_sum(&mut z) {
+        Ok(()) => {
+            let want: Vec<Complex64> = (0..13)
+                .map(|i| Complex64::new(rsum + (p * i) as f64, -rsum * 0.5))
+                .collect();
+            c.check(z == want, || format!("{tag} allreduce c128 {z:?}"));
+        }
+        Err(e) => c.check(false, || format!("{tag} allreduce c128: {e}")),
+    }
+    let mut z32: Vec<Complex32> = (0..5)
+        .map(|i| Complex32::new(i as f32, me as f32))
+        .collect();
+    match comm.all_reduce_sum(&mut z32) {
+        Ok(()) => {
+            let want: Vec<Complex32> = (0..5)
+                .map(|i| Complex32::new((p * i) as f32, rsum as f32))
+                .collect();
+            c.check(z32 == want, || format!("{tag} allreduce c64 {z32:?}"));
+        }
+        Err(e) => c.check(false, || format!("{tag} allreduce c64: {e}")),
+    }
+}
+
 fn body(world: &MpiComm, c: &mut Checks) {
     sub_grids(world, c);
     let p = world.size();
@@ -412,6 +444,7 @@ fn body(world: &MpiComm, c: &mut Checks) {
             (s, r),
             &format!("{tag} traffic (sent, received) bytes"),
         );
+        complex_sums(&comm, c, &tag);
     }
     // The in-process backend counts the same bytes for the same sequence.
     let local = InProcess::new(p).expect("world");

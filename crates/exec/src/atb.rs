@@ -249,25 +249,7 @@ fn run<
     ct.fill(simd.splat_f64s(0.0));
     cr.fill(simd.splat_f64s(0.0));
     bblock.fill(0.0);
-    // The prefetch steps per block (one every four rows of a tile's pass or an edge tile's
-    // part), and the lines to fetch per block (a row not starting a line spans one more),
-    // counted exactly: with the edge tiles counted as whole passes and rows one line longer
-    // than counted, the cursor fell behind (128 x 32 x 65536 at 0.80 of the plain rate
-    // against 1.0); fetching a quarter or half more per step changed nothing or lost.
-    let passes = n.div_ceil(KT);
-    let edge_tiles = |mut left: usize| {
-        let mut t = 0;
-        while left > 0 {
-            left -= edge_height(left, RH);
-            t += 1;
-        }
-        t
-    };
-    let calls = vecs.div_ceil(MV) * passes
-        + (edge_tiles(cover.lo) + edge_tiles(m - cover.hi)) * nv.div_ceil(4);
-    let steps = (calls * KB.div_ceil(4)).max(1);
-    let lines = KB * (m + 7).div_ceil(8);
-    let per = lines.div_ceil(steps).max(1);
+    let per = prefetch_per_step::<MV, KT, RH>(m, n, cover, vecs, nv);
     // A row's words `0..m` touch the lines from its first word's to its last's: every line
     // the cursor is to fetch holds one of words `0, 8, .., m + 6` (without the last, a row
     // not starting a line left its last line to a demand miss: 128 x 32 x 65536 at 0.80).
@@ -290,8 +272,85 @@ fn run<
         if j0 > 0 {
             pf.per = per;
         }
-        // The block's rows of `b`, padded to whole vectors.
-        let bb = &mut bblock[..rows * bw];
+        let rhs = Rhs { b, b_trans, n, k };
+        rhs.load_block(j0, rows, &mut bblock[..rows * bw], bw, fetch, tr);
+        let bb = &bblock[..rows * bw];
+        let blk = Block {
+            ab: &a[j0 * lda..],
+            lda,
+            rows,
+            bb,
+            bw,
+        };
+        blk.tiles::<S, MV, KT, F>(simd, cover, n, ct, cs, &mut pf);
+        let bv: &[S::f64s] = bytemuck::cast_slice(bb);
+        blk.edges::<S, RH, F>(simd, cover, m, bv, nv, cr, &mut pf);
+    }
+    let out = Out {
+        ct: bytemuck::cast_slice(&*ct),
+        cs: cs * lanes,
+        edges: bytemuck::cast_slice(&*cr),
+        bw,
+        cover,
+    };
+    out.put(c, m, n, accumulate, tr);
+    SCRATCH.with(|s| *s.borrow_mut() = store);
+}
+
+/// Lines the prefetch cursor fetches per step so that it covers a block's rows of `a` over the
+/// block's micro-kernel calls ([`run`]'s pacing).
+#[inline(always)]
+fn prefetch_per_step<const MV: usize, const KT: usize, const RH: usize>(
+    m: usize,
+    n: usize,
+    cover: Cover,
+    vecs: usize,
+    nv: usize,
+) -> usize {
+    // The prefetch steps per block (one every four rows of a tile's pass or an edge tile's
+    // part), and the lines to fetch per block (a row not starting a line spans one more),
+    // counted exactly: with the edge tiles counted as whole passes and rows one line longer
+    // than counted, the cursor fell behind (128 x 32 x 65536 at 0.80 of the plain rate
+    // against 1.0); fetching a quarter or half more per step changed nothing or lost.
+    let passes = n.div_ceil(KT);
+    let edge_tiles = |mut left: usize| {
+        let mut t = 0;
+        while left > 0 {
+            left -= edge_height(left, RH);
+            t += 1;
+        }
+        t
+    };
+    let calls = vecs.div_ceil(MV) * passes
+        + (edge_tiles(cover.lo) + edge_tiles(m - cover.hi)) * nv.div_ceil(4);
+    let steps = (calls * KB.div_ceil(4)).max(1);
+    let lines = KB * (m + 7).div_ceil(8);
+    lines.div_ceil(steps).max(1)
+}
+
+/// The right operand of a product: `k x n` row-major, or its transpose when `b_trans`.
+#[derive(Clone, Copy)]
+struct Rhs<'a> {
+    b: &'a [f64],
+    b_trans: bool,
+    n: usize,
+    k: usize,
+}
+
+impl Rhs<'_> {
+    /// Puts rows `j0..j0 + rows` of `b` into `bb`, a row every `bw` words (padded to whole
+    /// vectors).
+    #[inline(always)]
+    fn load_block<F: Fn(*const f64), T: Transposer>(
+        self,
+        j0: usize,
+        rows: usize,
+        bb: &mut [f64],
+        bw: usize,
+        fetch: F,
+        tr: T,
+    ) {
+        let Rhs { b, b_trans, n, k } = self;
         if b_trans {
             // The next block's part of each row of the transpose (32 streams the hardware
             // prefetchers did not keep up with: the copy stalled on them), then this block's.
@@ -307,77 +366,58 @@ fn run<
                 dst[..n].copy_from_slice(src);
             }
         }
-        let bb = &bblock[..rows * bw];
-        let blk = Block {
-            ab: &a[j0 * lda..],
-            lda,
-            rows,
-            bb,
+    }
+}
+
+/// What [`run`] accumulated: the tiled rows' output transposed (column `x` at `ct[x * cs..]`)
+/// and the edge rows' row-major (a row every `bw` words).
+struct Out<'a> {
+    ct: &'a [f64],
+    cs: usize,
+    edges: &'a [f64],
+    bw: usize,
+    cover: Cover,
+}
+
+impl Out<'_> {
+    /// Writes (or with `accumulate` adds) the `m x n` product into `c`.
+    #[inline(always)]
+    fn put<T: Transposer>(&self, c: &mut [f64], m: usize, n: usize, accumulate: bool, tr: T) {
+        let Out {
+            ct,
+            cs,
+            edges,
             bw,
-        };
-        for t in 0..vecs / MV {
-            let i0 = cover.lo + t * MV * lanes;
-            blk.columns::<S, MV, KT, F>(simd, i0, n, &mut ct[t * MV..], cs, &mut pf);
+            cover,
+        } = *self;
+        let put = |out: &mut f64, y: f64| *out = if accumulate { *out + y } else { y };
+        let main = cover.hi - cover.lo;
+        if !accumulate && main > 0 {
+            // The tiled rows' output is the transpose of `ct`'s columns: put in place eight by
+            // eight (word by word, this gather was 2% of 256 x 32 x 2048's time).
+            tr.block(ct, cs, n, 0, main, &mut c[cover.lo * n..], n);
         }
-        // The vectors short of a tile, in one narrower tile.
-        let v0 = vecs / MV * MV;
-        let i0 = cover.lo + v0 * lanes;
-        match vecs - v0 {
-            0 => {}
-            1 => blk.columns::<S, 1, KT, F>(simd, i0, n, &mut ct[v0..], cs, &mut pf),
-            _ => blk.columns::<S, 2, KT, F>(simd, i0, n, &mut ct[v0..], cs, &mut pf),
-        }
-        let bv: &[S::f64s] = bytemuck::cast_slice(bb);
-        // The edge rows: before the tiles (their place in `cr` from 0) and after them (from
-        // `cover.lo`).
-        for (lo, hi, at) in [(0, cover.lo, 0), (cover.hi, m, cover.lo)] {
-            let mut i0 = lo;
-            while i0 < hi {
-                let out = &mut cr[(at + i0 - lo) * nv..];
-                let h = edge_height(hi - i0, RH);
-                if h == RH {
-                    blk.rows::<S, RH, F>(simd, i0, bv, nv, out, &mut pf);
-                } else if h == 4 {
-                    blk.rows::<S, 4, F>(simd, i0, bv, nv, out, &mut pf);
-                } else if h == 2 {
-                    blk.rows::<S, 2, F>(simd, i0, bv, nv, out, &mut pf);
-                } else {
-                    blk.rows::<S, 1, F>(simd, i0, bv, nv, out, &mut pf);
+        for (i, row) in c.chunks_exact_mut(n).enumerate().take(m) {
+            if !accumulate && (cover.lo..cover.hi).contains(&i) {
+                continue;
+            }
+            if (cover.lo..cover.hi).contains(&i) {
+                let lane = i - cover.lo;
+                for (x, out) in row.iter_mut().enumerate() {
+                    put(out, ct[x * cs + lane]);
                 }
-                i0 += h;
-            }
-        }
-    }
-    let flat: &[f64] = bytemuck::cast_slice(&*ct);
-    let edges: &[f64] = bytemuck::cast_slice(&*cr);
-    let put = |out: &mut f64, y: f64| *out = if accumulate { *out + y } else { y };
-    let main = cover.hi - cover.lo;
-    if !accumulate && main > 0 {
-        // The tiled rows' output is the transpose of `ct`'s columns: put in place eight by
-        // eight (word by word, this gather was 2% of 256 x 32 x 2048's time).
-        tr.block(flat, cs * lanes, n, 0, main, &mut c[cover.lo * n..], n);
-    }
-    for (i, row) in c.chunks_exact_mut(n).enumerate().take(m) {
-        if !accumulate && (cover.lo..cover.hi).contains(&i) {
-            continue;
-        }
-        if (cover.lo..cover.hi).contains(&i) {
-            let lane = i - cover.lo;
-            for (x, out) in row.iter_mut().enumerate() {
-                put(out, flat[x * cs * lanes + lane]);
-            }
-        } else {
-            let e = if i < cover.lo {
-                i
             } else {
-                i - cover.hi + cover.lo
-            };
-            for (out, &y) in row.iter_mut().zip(&edges[e * bw..]) {
-                put(out, y);
+                let e = if i < cover.lo {
+                    i
+                } else {
+                    i - cover.hi + cover.lo
+                };
+                for (out, &y) in row.iter_mut().zip(&edges[e * bw..]) {
+                    put(out, y);
+                }
             }
         }
     }
-    SCRATCH.with(|s| *s.borrow_mut() = store);
 }
 
 /// Rows of the next edge tile when `left` edge rows remain and a tile takes at most `rh`: the
@@ -537,6 +577,66 @@ struct Block<'a> {
 }
 
 impl Block<'_> {
+    /// The block's tiled rows (`cover.lo..cover.hi`, `vecs` vectors), `MV` vectors at a time,
+    /// then the vectors short of a tile in one narrower tile.
+    #[inline(always)]
+    fn tiles<S: Simd, const MV: usize, const KT: usize, F: Fn(*const f64)>(
+        &self,
+        simd: S,
+        cover: Cover,
+        n: usize,
+        ct: &mut [S::f64s],
+        cs: usize,
+        pf: &mut Prefetch<F>,
+    ) {
+        let lanes = S::F64_LANES;
+        let vecs = (cover.hi - cover.lo) / lanes;
+        for t in 0..vecs / MV {
+            let i0 = cover.lo + t * MV * lanes;
+            self.columns::<S, MV, KT, F>(simd, i0, n, &mut ct[t * MV..], cs, pf);
+        }
+        let v0 = vecs / MV * MV;
+        let i0 = cover.lo + v0 * lanes;
+        match vecs - v0 {
+            0 => {}
+            1 => self.columns::<S, 1, KT, F>(simd, i0, n, &mut ct[v0..], cs, pf),
+            _ => self.columns::<S, 2, KT, F>(simd, i0, n, &mut ct[v0..], cs, pf),
+        }
+    }
+
+    /// The block's edge rows: before the tiles (their place in `cr` from 0) and after them
+    /// (from `cover.lo`), [`edge_height`] rows at a time.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn edges<S: Simd, const RH: usize, F: Fn(*const f64)>(
+        &self,
+        simd: S,
+        cover: Cover,
+        m: usize,
+        bv: &[S::f64s],
+        nv: usize,
+        cr: &mut [S::f64s],
+        pf: &mut Prefetch<F>,
+    ) {
+        for (lo, hi, at) in [(0, cover.lo, 0), (cover.hi, m, cover.lo)] {
+            let mut i0 = lo;
+            while i0 < hi {
+                let out = &mut cr[(at + i0 - lo) * nv..];
+                let h = edge_height(hi - i0, RH);
+                if h == RH {
+                    self.rows::<S, RH, F>(simd, i0, bv, nv, out, pf);
+                } else if h == 4 {
+                    self.rows::<S, 4, F>(simd, i0, bv, nv, out, pf);
+                } else if h == 2 {
+                    self.rows::<S, 2, F>(simd, i0, bv, nv, out, pf);
+                } else {
+                    self.rows::<S, 1, F>(simd, i0, bv, nv, out, pf);
+                }
+                i0 += h;
+            }
+        }
+    }
+
     /// One tile's columns, `KT` at a time: the tile's `MV` vectors start at word `i0` of each
     /// row of `a`; column `x` of the tile is `ct[x * cs..][..MV]`.
     #[inline(always)]

@@ -61,6 +61,24 @@ pub fn seeded_value(seed: u64, operand: usize, index: u64) -> f64 {
     ((h >> 11) as f64) * (1.0 / (1u64 << 53) as f64) * 2.0 - 1.0
 }
 
+/// The generator's imaginary part of element `index` of operand `operand`, in [-1, 1): the
+/// real part's generator under another seed, so a complex operand's real parts are the real
+/// operand's values.
+pub fn seeded_imag(seed: u64, operand: usize, index: u64) -> f64 {
+    seeded_value(seed ^ 0x9e37_79b9_7f4a_7c15, operand, index)
+}
+
+/// The generator's element `index` of operand `operand` as `T`: [`seeded_value`], plus
+/// [`seeded_imag`] as its imaginary part for a complex type.
+pub fn seeded<T: Scalar>(seed: u64, operand: usize, index: u64) -> T {
+    let re = seeded_value(seed, operand, index);
+    if T::DTYPE.is_complex() {
+        T::from_parts(re, seeded_imag(seed, operand, index))
+    } else {
+        T::from_f64(re)
+    }
+}
+
 /// Per distinct index of operand `k`, the stride of its storage (summed over the storage dims
 /// it labels, so a diagonal walks the diagonal; broadcast dims sit at coordinate 0).
 pub fn storage_strides(einsum: &ParsedEinsum, k: usize) -> Vec<u64> {
@@ -129,7 +147,7 @@ pub fn seeded_block<T: Scalar>(
     let strides = storage_strides(einsum, k);
     let mut out = crate::pool::take_overwritten(block_len::<T>(block)?)?;
     for_each_storage(block, &strides, |lin, x| {
-        out[lin] = T::from_f64(seeded_value(seed, k, x));
+        out[lin] = seeded::<T>(seed, k, x);
     });
     Ok(out)
 }

@@ -1,6 +1,6 @@
 //! Serial reference evaluators for checks and tests.
 
-use crate::data::seeded_value;
+use crate::data::{seeded, seeded_value};
 use crate::kernels::{eval_step, LocalTensor};
 use crate::pool::OutOfMemory;
 use crate::Scalar;
@@ -13,9 +13,10 @@ pub fn iteration_space(einsum: &ParsedEinsum) -> f64 {
     einsum.extents().values().map(|&n| n as f64).product()
 }
 
-/// The einsum evaluated naively over its full iteration space, in f64, output row-major over
+/// The einsum evaluated naively over its full iteration space, in `W` (f64 for a real
+/// reference, [`crate::scalar::Complex64`] for a complex one), output row-major over
 /// `einsum.output`. `value(k, x)` is element `x` (storage order) of operand `k`.
-pub fn naive(einsum: &ParsedEinsum, value: &dyn Fn(usize, u64) -> f64) -> Vec<f64> {
+pub fn naive<W: Scalar>(einsum: &ParsedEinsum, value: &dyn Fn(usize, u64) -> W) -> Vec<W> {
     let all: Vec<Index> = einsum.all_indices();
     let ext: Vec<usize> = all.iter().map(|&c| einsum.extent(c)).collect();
     let pos = |c: Index| {
@@ -47,19 +48,19 @@ pub fn naive(einsum: &ParsedEinsum, value: &dyn Fn(usize, u64) -> f64) -> Vec<f6
         .collect();
     let out_pos: Vec<usize> = einsum.output().iter().map(|&c| pos(c)).collect();
     let out_len: usize = out_pos.iter().map(|&p| ext[p]).product();
-    let mut out = vec![0.0f64; out_len];
+    let mut out = vec![W::default(); out_len];
     if ext.contains(&0) {
         return out;
     }
     let mut idx = vec![0usize; all.len()];
     loop {
-        let mut prod = 1.0;
+        let mut prod = W::one();
         for (k, dims) in ops.iter().enumerate() {
             let x: u64 = dims
                 .iter()
                 .map(|&(p, s)| p.map_or(0, |p| idx[p] as u64 * s))
                 .sum();
-            prod *= value(k, x);
+            prod = prod * value(k, x);
         }
         let o = out_pos.iter().fold(0usize, |a, &p| a * ext[p] + idx[p]);
         out[o] += prod;
@@ -83,33 +84,39 @@ pub fn naive_seeded(einsum: &ParsedEinsum, seed: u64) -> Vec<f64> {
     naive(einsum, &|k, x| seeded_value(seed, k, x))
 }
 
-/// Operand `k` of the seeded generator as a whole tensor over its distinct indices (f64).
-pub fn seeded_leaf(
+/// The naive reference in `W` for the seeded generator's inputs of `W`'s kind (complex
+/// values for a complex `W`, see [`crate::data::seeded`]).
+pub fn naive_seeded_as<W: Scalar>(einsum: &ParsedEinsum, seed: u64) -> Vec<W> {
+    naive(einsum, &|k, x| seeded::<W>(seed, k, x))
+}
+
+/// Operand `k` of the seeded generator as a whole tensor over its distinct indices, in `W`.
+pub fn seeded_leaf<W: Scalar>(
     einsum: &ParsedEinsum,
     k: usize,
     seed: u64,
-) -> Result<LocalTensor<f64>, OutOfMemory> {
+) -> Result<LocalTensor<W>, OutOfMemory> {
     let idx = einsum.inputs()[k].indices.clone();
     let shape: Vec<usize> = idx.iter().map(|&c| einsum.extent(c)).collect();
     let b = Block::full(&shape);
     Ok(LocalTensor {
         indices: idx,
-        data: crate::data::seeded_block::<f64>(einsum, k, seed, &b)?.into(),
+        data: crate::data::seeded_block::<W>(einsum, k, seed, &b)?.into(),
         ranges: b.ranges.to_vec(),
     })
 }
 
-/// The einsum evaluated serially along `tree` from whole operands `leaves` (f64), for sizes
-/// where the naive loop is too slow. Output row-major over `einsum.output`. A failed
-/// allocation names the tree node it was for.
-pub fn tree_reference(
+/// The einsum evaluated serially along `tree` from whole operands `leaves` (in `W`: f64 or
+/// complex f64 for a reference), for sizes where the naive loop is too slow. Output row-major
+/// over `einsum.output`. A failed allocation names the tree node it was for.
+pub fn tree_reference<W: Scalar>(
     einsum: &ParsedEinsum,
     tree: &ContractionTree,
-    leaves: Vec<LocalTensor<f64>>,
-) -> Result<Vec<f64>, OutOfMemory> {
+    leaves: Vec<LocalTensor<W>>,
+) -> Result<Vec<W>, OutOfMemory> {
     let mut nodes = leaves;
     for st in &tree.steps {
-        let ops: Vec<&LocalTensor<f64>> = st.operands.iter().map(|i| &nodes[i.index()]).collect();
+        let ops: Vec<&LocalTensor<W>> = st.operands.iter().map(|i| &nodes[i.index()]).collect();
         let node = nodes.len();
         let r = eval_step(&ops, &st.output).map_err(|e| e.for_tensor(node))?;
         nodes.push(r);
@@ -120,25 +127,27 @@ pub fn tree_reference(
     }
 }
 
-/// [`tree_reference`] for the seeded generator's inputs.
-pub fn tree_seeded(
+/// [`tree_reference`] for the seeded generator's inputs (of `W`'s kind).
+pub fn tree_seeded<W: Scalar>(
     einsum: &ParsedEinsum,
     tree: &ContractionTree,
     seed: u64,
-) -> Result<Vec<f64>, OutOfMemory> {
+) -> Result<Vec<W>, OutOfMemory> {
     let leaves = (0..einsum.inputs().len())
         .map(|k| seeded_leaf(einsum, k, seed).map_err(|e| e.for_tensor(k)))
         .collect::<Result<_, _>>()?;
     tree_reference(einsum, tree, leaves)
 }
 
-/// Largest absolute and relative (to the reference's largest magnitude) difference.
-pub fn max_error<T: Scalar>(got: &[T], want: &[f64]) -> (f64, f64) {
-    let scale = want.iter().fold(0.0f64, |a, &x| a.max(x.abs()));
-    let abs = got
-        .iter()
-        .zip(want)
-        .fold(0.0f64, |a, (&g, &w)| a.max((g.to_f64() - w).abs()));
+/// Largest absolute and relative (to the reference's largest magnitude) difference; for
+/// complex values the magnitude of the difference. The reference `want` is f64 for a real
+/// `got`, complex f64 for a complex one.
+pub fn max_error<T: Scalar, W: Scalar>(got: &[T], want: &[W]) -> (f64, f64) {
+    let scale = want.iter().fold(0.0f64, |a, &x| a.max(x.magnitude()));
+    let abs = got.iter().zip(want).fold(0.0f64, |a, (&g, &w)| {
+        let ((gr, gi), (wr, wi)) = (g.parts(), w.parts());
+        a.max((gr - wr).hypot(gi - wi))
+    });
     let rel = if scale > 0.0 { abs / scale } else { abs };
     (
         abs,

@@ -5,8 +5,13 @@ use deinsum_plan::DType;
 use std::fmt::Debug;
 use std::ops::{Add, AddAssign, Mul};
 
-/// An element type of distributed tensors: f64 or f32 today. Nothing here needs an order
-/// (complex types come next): a check compares [`Scalar::magnitude`]s.
+/// NumPy's `complex64`: two f32 parts ([`DType::C64`]; faer's `c32`).
+pub use num_complex::Complex32;
+/// NumPy's `complex128`: two f64 parts ([`DType::C128`]; faer's `c64`).
+pub use num_complex::Complex64;
+
+/// An element type of distributed tensors: f64, f32 and the complex types of their
+/// precisions. Nothing here needs an order: a check compares [`Scalar::magnitude`]s.
 pub trait Scalar:
     Copy
     + Default
@@ -26,14 +31,23 @@ pub trait Scalar:
     const DTYPE: DType;
     /// Size in bytes, [`DType::bytes`] of [`Scalar::DTYPE`] (not to be overridden).
     const BYTES: usize = Self::DTYPE.bytes();
-    /// Converts from f64 (rounding for f32).
-    fn from_f64(x: f64) -> Self;
+    /// Converts from f64 (rounding for f32; a real part with no imaginary part).
+    fn from_f64(x: f64) -> Self {
+        Self::from_parts(x, 0.0)
+    }
+    /// The value `re + i im`, rounded to the type's parts; a real type drops `im` (its
+    /// callers refuse complex data for a real type before, as NumPy does).
+    fn from_parts(re: f64, im: f64) -> Self;
+    /// The real and imaginary parts, as f64 (the imaginary part 0 for a real type).
+    fn parts(self) -> (f64, f64);
     /// Converts from a signed integer with one rounding (as NumPy's `astype`).
     fn from_i64(x: i64) -> Self;
     /// Converts from an unsigned integer with one rounding (as NumPy's `astype`).
     fn from_u64(x: u64) -> Self;
-    /// Converts to f64.
-    fn to_f64(self) -> f64;
+    /// Converts to f64: the real part of a complex value.
+    fn to_f64(self) -> f64 {
+        self.parts().0
+    }
     /// The absolute value, as f64 (what error checks compare; a modulus for complex types).
     fn magnitude(self) -> f64;
     /// Appends the little-endian bytes of `xs` to `out`.
@@ -88,6 +102,14 @@ macro_rules! with_dtype {
                 type $T = f64;
                 $body
             }
+            $crate::DType::C64 => {
+                type $T = $crate::scalar::Complex32;
+                $body
+            }
+            $crate::DType::C128 => {
+                type $T = $crate::scalar::Complex64;
+                $body
+            }
             other => $crate::scalar::no_scalar(other),
         }
     };
@@ -114,7 +136,7 @@ pub struct Layout {
 /// halves run as a rayon join (each then cut again), every piece one sequential faer GEMM.
 /// Unlike a GEMM parallelized inside (faer's `Par::rayon`, whose workers meet at spinning
 /// barriers), the pieces never wait on each other, which keeps ranks sharing cores fast.
-fn split_gemm<T: faer::traits::ComplexField + Copy + Send + Sync + From<f32> + bytemuck::Pod>(
+fn split_gemm<T: faer::traits::ComplexField + Copy + Send + Sync + bytemuck::Pod>(
     c: faer::MatMut<'_, T>,
     acc: faer::Accum,
     a: faer::MatRef<'_, T>,
@@ -188,7 +210,7 @@ const PANEL_ROWS: usize = 1024;
 /// A left operand stored transposed (column-major under a row-major `c`) is the one layout
 /// faer reads slowly (0.7-0.9 of its plain rate, on the AMD EPYC of issue 12); see
 /// [`Transposed`] for what is done instead.
-fn tiled_gemm<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
+fn tiled_gemm<T: faer::traits::ComplexField + Copy + bytemuck::Pod>(
     mut c: faer::MatMut<'_, T>,
     acc: faer::Accum,
     a: faer::MatRef<'_, T>,
@@ -201,7 +223,14 @@ fn tiled_gemm<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
         return panels_reordered(c, acc, a, b, way, side);
     }
     if k <= side && n <= side && m <= PANEL_ROWS || k == 0 {
-        faer::linalg::matmul::matmul(c, acc, a, b, T::from(1.0f32), faer::Par::Seq);
+        faer::linalg::matmul::matmul(
+            c,
+            acc,
+            a,
+            b,
+            faer::traits::math_utils::one::<T>(),
+            faer::Par::Seq,
+        );
         return;
     }
     for k0 in (0..k).step_by(side) {
@@ -217,7 +246,7 @@ fn tiled_gemm<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
                     acc_k,
                     a.submatrix(i0, k0, mm, kk),
                     b.submatrix(k0, j0, kk, nn),
-                    T::from(1.0f32),
+                    faer::traits::math_utils::one::<T>(),
                     faer::Par::Seq,
                 );
             }
@@ -311,7 +340,7 @@ impl Transposed {
 }
 
 /// [`tiled_gemm`] for the layouts [`Transposed`] reorders.
-fn panels_reordered<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
+fn panels_reordered<T: faer::traits::ComplexField + Copy + bytemuck::Pod>(
     c: faer::MatMut<'_, T>,
     acc: faer::Accum,
     a: faer::MatRef<'_, T>,
@@ -323,16 +352,21 @@ fn panels_reordered<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck:
         Transposed::ColumnOutput => column_output(c, acc, a, b),
         Transposed::PaddedRows => padded_rows(c, acc, a, b),
         Transposed::PackLeft => pack_left(c, acc, a, b, side),
-        Transposed::InPlace => {
-            faer::linalg::matmul::matmul(c, acc, a, b, T::from(1.0f32), faer::Par::Seq)
-        }
+        Transposed::InPlace => faer::linalg::matmul::matmul(
+            c,
+            acc,
+            a,
+            b,
+            faer::traits::math_utils::one::<T>(),
+            faer::Par::Seq,
+        ),
     }
 }
 
 /// [`Transposed::PackLeft`]: per row block of `c` ([`PACK_ROWS`]) and panel of `k` (`side`),
 /// the panel of `a` copied row-major once and multiplied by each column panel of `b` in turn
 /// (so a word of `a` is copied once whatever `n`).
-fn pack_left<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
+fn pack_left<T: faer::traits::ComplexField + Copy + bytemuck::Pod>(
     mut c: faer::MatMut<'_, T>,
     acc: faer::Accum,
     a: faer::MatRef<'_, T>,
@@ -357,7 +391,7 @@ fn pack_left<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
                         acc_k,
                         ap,
                         b.submatrix(k0, j0, kk, nn),
-                        T::from(1.0f32),
+                        faer::traits::math_utils::one::<T>(),
                         faer::Par::Seq,
                     );
                 }
@@ -373,7 +407,7 @@ const COLUMN_BLOCK_COLS: usize = 512;
 /// eighth of the L2 cache (gemm bench, Sapphire Rapids, 512^3: 64 x 512 blocks at 0.97 of the
 /// plain rate, 128 x 256 at 0.89, whole row blocks of 1024 out of cache at 0.64), each the
 /// whole summed extent in one faer call into column-major scratch, then copied into `c`.
-fn column_output<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
+fn column_output<T: faer::traits::ComplexField + Copy + bytemuck::Pod>(
     mut c: faer::MatMut<'_, T>,
     acc: faer::Accum,
     a: faer::MatRef<'_, T>,
@@ -395,7 +429,7 @@ fn column_output<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Po
                     faer::Accum::Replace,
                     a.subrows(i0, mm),
                     b.subcols(j0, nn),
-                    T::from(1.0f32),
+                    faer::traits::math_utils::one::<T>(),
                     faer::Par::Seq,
                 );
                 let mut dst = c.as_mut().submatrix_mut(i0, j0, mm, nn);
@@ -449,7 +483,7 @@ fn copies_rows(stride_bytes: usize) -> bool {
 /// `a`'s chunk, read in place or, at strides [`copies_rows`] names, copied first column by
 /// column (rows of its storage, contiguous) into 64-byte aligned scratch at a stride of an
 /// odd number of cache lines.
-fn padded_rows<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>(
+fn padded_rows<T: faer::traits::ComplexField + Copy + bytemuck::Pod>(
     mut c: faer::MatMut<'_, T>,
     acc: faer::Accum,
     a: faer::MatRef<'_, T>,
@@ -495,7 +529,7 @@ fn padded_rows<T: faer::traits::ComplexField + Copy + From<f32> + bytemuck::Pod>
                     acc_k,
                     ap,
                     b.subrows(k0, kk),
-                    T::from(1.0f32),
+                    faer::traits::math_utils::one::<T>(),
                     faer::Par::Seq,
                 );
             }
@@ -552,7 +586,7 @@ fn with_scratch<T: bytemuck::Pod, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) 
 }
 
 /// The kernel of [`crate::atb`] for a left operand stored transposed, where it applies: f64
-/// only (f32 runs through faer).
+/// only (f32 and the complex types run through faer: the kernel is real f64 SIMD).
 trait TransposedRows: Sized {
     /// Computes the product and returns `true`, or returns `false` without touching `c`.
     #[allow(clippy::too_many_arguments)]
@@ -572,6 +606,8 @@ trait TransposedRows: Sized {
 }
 
 impl TransposedRows for f32 {}
+impl TransposedRows for Complex32 {}
+impl TransposedRows for Complex64 {}
 
 impl TransposedRows for f64 {
     fn at_b(
@@ -638,17 +674,17 @@ macro_rules! impl_scalar {
     ($t:ty, $dtype:expr) => {
         impl Scalar for $t {
             const DTYPE: DType = $dtype;
-            fn from_f64(x: f64) -> Self {
-                x as $t
+            fn from_parts(re: f64, _im: f64) -> Self {
+                re as $t
+            }
+            fn parts(self) -> (f64, f64) {
+                (self as f64, 0.0)
             }
             fn from_i64(x: i64) -> Self {
                 x as $t
             }
             fn from_u64(x: u64) -> Self {
                 x as $t
-            }
-            fn to_f64(self) -> f64 {
-                self as f64
             }
             fn magnitude(self) -> f64 {
                 self.abs() as f64
@@ -677,39 +713,7 @@ macro_rules! impl_scalar {
                 accumulate: bool,
                 layout: Layout,
             ) {
-                let threads = crate::kernels::gemm_threads(m, n, k);
-                if layout.a_trans
-                    && <$t as TransposedRows>::at_b(
-                        m,
-                        n,
-                        k,
-                        a,
-                        b,
-                        c,
-                        accumulate,
-                        layout.b_trans,
-                        threads,
-                    )
-                {
-                    return;
-                }
-                let a = if layout.a_trans {
-                    faer::MatRef::from_row_major_slice(&a[..m * k], k, m).transpose()
-                } else {
-                    faer::MatRef::from_row_major_slice(&a[..m * k], m, k)
-                };
-                let b = if layout.b_trans {
-                    faer::MatRef::from_row_major_slice(&b[..k * n], n, k).transpose()
-                } else {
-                    faer::MatRef::from_row_major_slice(&b[..k * n], k, n)
-                };
-                let c = faer::MatMut::from_row_major_slice_mut(&mut c[..m * n], m, n);
-                let acc = if accumulate {
-                    faer::Accum::Add
-                } else {
-                    faer::Accum::Replace
-                };
-                split_gemm(c, acc, a, b, threads);
+                faer_gemm(m, n, k, a, b, c, accumulate, layout);
             }
         }
     };
@@ -717,6 +721,101 @@ macro_rules! impl_scalar {
 
 impl_scalar!(f64, DType::F64);
 impl_scalar!(f32, DType::F32);
+
+macro_rules! impl_complex_scalar {
+    ($t:ty, $part:ty, $dtype:expr) => {
+        impl Scalar for $t {
+            const DTYPE: DType = $dtype;
+            fn from_parts(re: f64, im: f64) -> Self {
+                <$t>::new(re as $part, im as $part)
+            }
+            fn parts(self) -> (f64, f64) {
+                (self.re as f64, self.im as f64)
+            }
+            fn from_i64(x: i64) -> Self {
+                <$t>::new(x as $part, 0.0)
+            }
+            fn from_u64(x: u64) -> Self {
+                <$t>::new(x as $part, 0.0)
+            }
+            fn magnitude(self) -> f64 {
+                (self.re as f64).hypot(self.im as f64)
+            }
+            fn extend_bytes(xs: &[Self], out: &mut Vec<u8>) {
+                out.reserve(xs.len() * Self::BYTES);
+                for x in xs {
+                    out.extend_from_slice(&x.re.to_le_bytes());
+                    out.extend_from_slice(&x.im.to_le_bytes());
+                }
+            }
+            fn from_bytes(bytes: &[u8], out: &mut Vec<Self>) {
+                const PART: usize = std::mem::size_of::<$part>();
+                out.reserve(bytes.len() / Self::BYTES);
+                let part = |c: &[u8]| {
+                    let mut a = [0u8; PART];
+                    a.copy_from_slice(c);
+                    <$part>::from_le_bytes(a)
+                };
+                for c in bytes.chunks_exact(Self::BYTES) {
+                    out.push(<$t>::new(part(&c[..PART]), part(&c[PART..])));
+                }
+            }
+            fn gemm_layout(
+                m: usize,
+                n: usize,
+                k: usize,
+                a: &[Self],
+                b: &[Self],
+                c: &mut [Self],
+                accumulate: bool,
+                layout: Layout,
+            ) {
+                faer_gemm(m, n, k, a, b, c, accumulate, layout);
+            }
+        }
+    };
+}
+
+impl_complex_scalar!(Complex32, f32, DType::C64);
+impl_complex_scalar!(Complex64, f64, DType::C128);
+
+/// [`Scalar::gemm_layout`] of every type: the transposed-rows kernel where it applies (f64),
+/// else faer's GEMM split over the rank's threads.
+#[allow(clippy::too_many_arguments)]
+fn faer_gemm<T>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    accumulate: bool,
+    layout: Layout,
+) where
+    T: TransposedRows + faer::traits::ComplexField + Copy + Send + Sync + bytemuck::Pod,
+{
+    let threads = crate::kernels::gemm_threads(m, n, k);
+    if layout.a_trans && T::at_b(m, n, k, a, b, c, accumulate, layout.b_trans, threads) {
+        return;
+    }
+    let a = if layout.a_trans {
+        faer::MatRef::from_row_major_slice(&a[..m * k], k, m).transpose()
+    } else {
+        faer::MatRef::from_row_major_slice(&a[..m * k], m, k)
+    };
+    let b = if layout.b_trans {
+        faer::MatRef::from_row_major_slice(&b[..k * n], n, k).transpose()
+    } else {
+        faer::MatRef::from_row_major_slice(&b[..k * n], k, n)
+    };
+    let c = faer::MatMut::from_row_major_slice_mut(&mut c[..m * n], m, n);
+    let acc = if accumulate {
+        faer::Accum::Add
+    } else {
+        faer::Accum::Replace
+    };
+    split_gemm(c, acc, a, b, threads);
+}
 
 /// Makes faer's GEMM take its per-thread packing buffers (a few MiB, allocated by faer
 /// without a way to refuse) on the calling thread now, once per thread, before the run's
@@ -764,6 +863,40 @@ mod tests {
         assert_eq!(f64::from_i64(-3), -3.0);
         assert_eq!((-2.5f32).magnitude(), 2.5);
         assert_eq!((-2.5f64).magnitude(), 2.5);
+    }
+
+    /// Complex GEMM in every storage of its operands, against a triple loop; parts and
+    /// bytes round-trip.
+    #[test]
+    fn complex_gemm_and_parts() {
+        let (m, n, k) = (37, 29, 300);
+        let z = |x: usize, s: usize| {
+            Complex64::new(((x * s) % 13) as f64 - 6.0, ((x * 3 + s) % 7) as f64 - 3.0)
+        };
+        let a: Vec<Complex64> = (0..m * k).map(|x| z(x, 7)).collect();
+        let b: Vec<Complex64> = (0..k * n).map(|x| z(x, 5)).collect();
+        for (a_trans, b_trans) in [(false, false), (true, false), (false, true), (true, true)] {
+            let at = |i: usize, p: usize| if a_trans { a[p * m + i] } else { a[i * k + p] };
+            let bt = |p: usize, j: usize| if b_trans { b[j * k + p] } else { b[p * n + j] };
+            let mut c = vec![Complex64::new(1.0, -1.0); m * n];
+            let layout = Layout { a_trans, b_trans };
+            Complex64::gemm_layout(m, n, k, &a, &b, &mut c, true, layout);
+            for (i, j) in [(0, 0), (m - 1, n - 1), (17, 3)] {
+                let want = (0..k).fold(Complex64::new(1.0, -1.0), |s, p| s + at(i, p) * bt(p, j));
+                assert_eq!(c[i * n + j], want, "({i}, {j}) with {layout:?}");
+            }
+        }
+        let x = Complex32::from_parts(1.5, -2.25);
+        assert_eq!(x.parts(), (1.5, -2.25));
+        assert_eq!(Complex64::new(3.0, 4.0).magnitude(), 5.0);
+        assert_eq!(Complex64::from_i64(-3), Complex64::new(-3.0, 0.0));
+        let mut bytes = Vec::new();
+        Complex32::extend_bytes(&[x, Complex32::new(0.5, 8.0)], &mut bytes);
+        assert_eq!(bytes.len(), 16);
+        let mut back = Vec::new();
+        Complex32::from_bytes(&bytes, &mut back);
+        assert_eq!(back, vec![x, Complex32::new(0.5, 8.0)]);
+        assert_eq!(<Complex64 as Scalar>::BYTES, 16);
     }
 
     #[test]

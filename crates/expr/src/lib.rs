@@ -46,7 +46,7 @@ mod resolve;
 mod syntax;
 pub use error::ExprError;
 pub use flags::{parse_extent, parse_shapes, parse_sizes};
-pub use resolve::checked_product;
+pub use resolve::{checked_product, parse};
 
 /// An index label: a character for which [`is_index`] holds.
 pub type Index = char;
@@ -312,18 +312,6 @@ pub struct ExtentSpec {
     pub default: Option<usize>,
     /// Per-operand shapes (`--shapes 64x32,32x16`).
     pub shapes: Option<Vec<Vec<usize>>>,
-}
-
-/// Parses and validates `expr` with the extents of `spec` into an [`ParsedEinsum`].
-///
-/// The language is NumPy's (see grammar/einsum.pest): one character per index ([`is_index`]), `,`
-/// between operands, an optional `->` and output, `...` for broadcast dimensions. Without
-/// `->` the output is implicit: the `...` dimensions, then the indices that occur exactly once,
-/// sorted. Extents come from `spec`: shapes (which alone size `...`), then named sizes (which
-/// must agree with the shapes), then the default for the indices left.
-pub fn parse(expr: &str, spec: &ExtentSpec) -> Result<ParsedEinsum, ExprError> {
-    let ast = syntax::parse(expr)?;
-    resolve::resolve(expr, &ast, spec)
 }
 
 impl ParsedEinsum {

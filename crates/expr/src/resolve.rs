@@ -4,6 +4,19 @@ use crate::syntax::{Ast, Item, Term};
 use crate::{Dim, ExprError, ExtentSpec, Index, Operand, ParsedEinsum};
 use std::fmt;
 
+/// Parses and validates `expr` with the extents of `spec` into an [`ParsedEinsum`].
+///
+/// The language is NumPy's (see grammar/einsum.pest): one character per index
+/// ([`crate::is_index`]), `,` between operands, an optional `->` and output, `...` for
+/// broadcast dimensions. Without
+/// `->` the output is implicit: the `...` dimensions, then the indices that occur exactly once,
+/// sorted. Extents come from `spec`: shapes (which alone size `...`), then named sizes (which
+/// must agree with the shapes), then the default for the indices left.
+pub fn parse(expr: &str, spec: &ExtentSpec) -> Result<ParsedEinsum, ExprError> {
+    let ast = crate::syntax::parse(expr)?;
+    resolve(expr, &ast, spec)
+}
+
 /// Where an extent came from, for conflict messages.
 #[derive(Clone, Copy)]
 enum Source {

@@ -5,6 +5,18 @@ use crate::cost::{BuiltinCost, CostModel, StepShape};
 use deinsum_expr::Index;
 use std::collections::BTreeMap;
 
+/// A contraction path in SSA form: each step names the nodes it consumes (inputs `0..n`, then
+/// step results `n, n+1, ...` in order): two for a pairwise step, one for a single-operand
+/// reduction, all of them for opt_einsum's one-step fallback; a single-operand problem may
+/// have the empty path.
+pub type SsaPath = Vec<Vec<usize>>;
+
+/// A path of pairwise steps only, as the pairwise searches build it.
+pub(crate) type PairPath = Vec<(usize, usize)>;
+
+/// Most distinct indices a problem may have (the widest bit set is 64 words).
+pub const MAX_INDICES: usize = 64 * 64;
+
 /// What every strategy receives: the operands' index sets, the output, the extents, the memory
 /// limit and the cost model. Index ids are positions in [`Problem::order`].
 pub struct Problem<'a> {

@@ -1,18 +1,14 @@
 //! The planner's pieces: canonical and reduced distributions, planned moves and their
-//! emission, the running totals, and [`build_from`], which runs the stages of
-//! [`crate::planner::Planner`] over every group.
+//! emission, the running totals, phase windows. Shared by the planner and the overlap pass,
+//! below both (the passes in order are in `driver`).
 
-use crate::memory::tensor_shape;
-use crate::moves::{block_len, MoveView};
-use crate::planner::Planner;
+use crate::moves::MoveView;
+use crate::predict::max_of;
 use crate::PerRank;
 use crate::{
-    Distribution, Grid, GridDim, GroupPlan, Interval, Plan, PlanError, PlanOptions, PlanStep,
-    Tensor, TensorId, Volume, Window,
+    Distribution, Grid, GridDim, Interval, PlanOptions, PlanStep, Tensor, TensorId, Volume, Window,
 };
-use deinsum_expr::{Index, ParsedEinsum};
-use deinsum_path::ContractionTree;
-use deinsum_soap::Fusion;
+use deinsum_expr::Index;
 use std::collections::BTreeMap;
 
 /// How many of the best-modelled grids of a group are scheduled exactly before choosing.
@@ -200,10 +196,6 @@ pub(crate) fn add_received(acc: &mut Vec<u64>, received: &PerRank) {
     }
 }
 
-pub(crate) fn max_of(acc: &[u64]) -> u64 {
-    acc.iter().copied().max().unwrap_or(0)
-}
-
 /// The moves that bring a tensor of `shape` from `from` to `to`: nothing when equal; one
 /// Redistribute when `from` is complete; for partial sums, either one summing Redistribute
 /// straight into `to` or a reduce-scatter followed by a gather, whichever moves fewer words
@@ -343,11 +335,20 @@ pub(crate) fn current(
 ) -> Distribution {
     match state.get(&node) {
         Some(State::At(d)) => d.clone(),
-        _ if opts.inputs_in_place => target.clone(),
-        _ => {
-            let t = &tensors[node];
-            canonical_distribution(&t.indices, &t.shape, opts.procs)
-        }
+        _ => start_of(&tensors[node], opts, opts.procs).unwrap_or_else(|| target.clone()),
+    }
+}
+
+/// Where input tensor `t` starts by its source ([`PlanOptions::source`]): `None` when it can
+/// be read where it is used (`Anywhere`; [`crate::plan_tree`] also plans it canonically).
+pub(crate) fn start_of(t: &Tensor, opts: &PlanOptions, procs: usize) -> Option<Distribution> {
+    let crate::TensorKind::Input(k) = t.kind else {
+        return None;
+    };
+    match opts.source(k) {
+        crate::Source::Anywhere => None,
+        crate::Source::Canonical => Some(canonical_distribution(&t.indices, &t.shape, procs)),
+        crate::Source::Given(d) => Some(crate::relabel(&d, &t.indices)),
     }
 }
 
@@ -356,230 +357,6 @@ pub(crate) fn shape_of(idx: &[Index], ext: &BTreeMap<Index, usize>) -> Vec<usize
     idx.iter()
         .map(|c| ext.get(c).copied().unwrap_or(1))
         .collect()
-}
-
-/// Builds the plan from an already chosen tree and fusion (what [`crate::build`] does after
-/// running the path optimizer and the SOAP analysis), one group at a time through the
-/// planner's stages. The SOAP parallel bound of each group is taken for P ranks and the budget
-/// S (without a budget, the plan's own peak memory per rank).
-pub fn build_from(
-    einsum: &ParsedEinsum,
-    tree: &ContractionTree,
-    path: Vec<Vec<usize>>,
-    fusion: &Fusion,
-    opts: &PlanOptions,
-) -> Result<Plan, PlanError> {
-    with_least_budget(opts, |o| build_once(einsum, tree, path.clone(), fusion, o))
-}
-
-/// Which per-rank cap a budget error is about.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Cap {
-    /// `mem`: the tensor data.
-    Data,
-    /// `mem_total`: the data with message buffers.
-    Total,
-}
-
-impl Cap {
-    /// The cap an error says is too small, with the figure it needs.
-    fn of(e: &PlanError) -> Option<(Cap, u64)> {
-        match e {
-            PlanError::MemoryTooSmall { needed, .. } => Some((Cap::Data, *needed)),
-            PlanError::TotalMemoryTooSmall { needed, .. } => Some((Cap::Total, *needed)),
-            _ => None,
-        }
-    }
-
-    fn get(self, o: &PlanOptions) -> Option<u64> {
-        match self {
-            Cap::Data => o.mem,
-            Cap::Total => o.mem_total,
-        }
-    }
-
-    fn with(self, o: &PlanOptions, s: u64) -> PlanOptions {
-        let mut o = o.clone();
-        match self {
-            Cap::Data => o.mem = Some(s),
-            Cap::Total => o.mem_total = Some(s),
-        }
-        o
-    }
-
-    /// `e` (an error about this cap) with the figure `needed`.
-    fn renamed(e: PlanError, figure: u64) -> PlanError {
-        match e {
-            PlanError::MemoryTooSmall { budget, detail, .. } => PlanError::MemoryTooSmall {
-                budget,
-                needed: figure,
-                detail,
-            },
-            PlanError::TotalMemoryTooSmall { budget, detail, .. } => {
-                PlanError::TotalMemoryTooSmall {
-                    budget,
-                    needed: figure,
-                    detail,
-                }
-            }
-            other => other,
-        }
-    }
-}
-
-/// Runs `build` under `opts`; when a cap is too small, the error's figure is made the least
-/// value of that cap that plans (the other held): searched by doubling from the figure the
-/// planner saw, then bisecting between a cap that fails and one that plans (so the figure
-/// plans and one word less does not). Feasibility is monotone in each cap, so this is exact.
-pub(crate) fn with_least_budget<T>(
-    opts: &PlanOptions,
-    build: impl Fn(&PlanOptions) -> Result<T, PlanError>,
-) -> Result<T, PlanError> {
-    let first = build(opts);
-    let Err(e) = &first else { return first };
-    let Some((cap, needed)) = Cap::of(e) else {
-        return first;
-    };
-    let Some(budget) = cap.get(opts) else {
-        return first;
-    };
-    let plans = |s: u64| -> Result<bool, PlanError> {
-        match build(&cap.with(opts, s)) {
-            Ok(_) => Ok(true),
-            Err(e) if Cap::of(&e).is_some() => Ok(false),
-            Err(e) => Err(e),
-        }
-    };
-    let (mut lo, mut hi) = (budget, needed.max(budget.saturating_add(1)));
-    while !plans(hi)? {
-        if hi == u64::MAX {
-            return first;
-        }
-        lo = hi;
-        hi = hi.saturating_mul(2);
-    }
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if plans(mid)? {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
-    first.map_err(|e| Cap::renamed(e, hi))
-}
-
-/// One pass of the planner's stages under `opts` (its caps applied as given).
-pub(crate) fn build_once(
-    einsum: &ParsedEinsum,
-    tree: &ContractionTree,
-    path: Vec<Vec<usize>>,
-    fusion: &Fusion,
-    opts: &PlanOptions,
-) -> Result<Plan, PlanError> {
-    let Some(s) = opts.mem.or(opts.mem_total) else {
-        return plan_groups(einsum, tree, path, fusion, opts, None).map_err(|(_, e)| e);
-    };
-    // Groups are chosen greedily; when a later group k finds no room under the budget, the
-    // groups before it are planned again under a tighter budget `b`: cut by what k lacked,
-    // the cut doubling while k still finds no room (a deficit of one word once stepped down
-    // one word at a time and ran out of tries), and raised halfway back when the earlier
-    // groups no longer fit (`floor` fails them).
-    let (mut b, mut ok_b, mut floor) = (s, s, 0u64);
-    let (mut k, mut cut) = (0, 0u64);
-    for _ in 0..RETIGHTEN {
-        let tight = (k > 0).then_some((k, b));
-        match plan_groups(einsum, tree, path.clone(), fusion, opts, tight) {
-            Ok(p) => return Ok(p),
-            Err((gi, e)) => match Cap::of(&e) {
-                Some((_, needed)) if gi > 0 && gi >= k => {
-                    cut = if gi == k { cut.saturating_mul(2) } else { 0 };
-                    (k, ok_b) = (gi, b);
-                    cut = cut.max(needed.saturating_sub(s).max(1));
-                    b = b.saturating_sub(cut).max(floor + 1);
-                }
-                Some(_) if gi < k => {
-                    floor = b;
-                    b = floor + (ok_b - floor) / 2;
-                }
-                _ => return Err(e),
-            },
-        }
-        if b <= floor || b >= ok_b {
-            break;
-        }
-    }
-    plan_groups(einsum, tree, path, fusion, opts, None).map_err(|(_, e)| e)
-}
-
-/// The planner's stages over every group (those before `tight.0` under the budget
-/// `tight.1`), then `finish`; an error carries the group it arose in.
-fn plan_groups(
-    einsum: &ParsedEinsum,
-    tree: &ContractionTree,
-    path: Vec<Vec<usize>>,
-    fusion: &Fusion,
-    opts: &PlanOptions,
-    tight: Option<(usize, u64)>,
-) -> Result<Plan, (usize, PlanError)> {
-    let n = fusion.groups.len();
-    let mut planner = Planner::new(einsum, tree, opts).map_err(|e| (0, e))?;
-    planner.tight = tight;
-    for (gi, group) in fusion.groups.iter().enumerate() {
-        planner
-            .plan_group(gi, group, gi + 1 == n)
-            .map_err(|e| (gi, e))?;
-    }
-    // The overlap post-pass: its one call site (a plan in, the same plan pipelined out).
-    planner
-        .finish(path)
-        .map(|plan| crate::overlap::apply(plan, opts))
-        .map_err(|e| (n, e))
-}
-
-/// How many times the groups before one that found no room are planned again.
-const RETIGHTEN: usize = 12;
-
-/// Sets every group's SOAP parallel bounds for `procs` ranks and budget `s_bound`; returns the
-/// per-rank bound of the plan (the binding bound of each group, summed).
-pub(crate) fn set_bounds(groups: &mut [GroupPlan], procs: usize, s_bound: f64) -> f64 {
-    let mut bound_per_rank = 0.0;
-    for g in groups {
-        let b = deinsum_soap::parallel_bound(&g.group, procs, s_bound);
-        g.bound_memory_independent = b.memory_independent;
-        g.bound_memory_dependent = b.memory_dependent;
-        bound_per_rank += b.binding();
-    }
-    bound_per_rank
-}
-
-/// Max over ranks of the words of its blocks of every group's inputs and output, summed over
-/// the groups (ranks outside a group's grid touch nothing of it).
-pub(crate) fn touched(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> u64 {
-    let shape = |id: TensorId| tensor_shape(tensors, id);
-    let mut per_rank: Vec<u64> = Vec::new();
-    for g in groups {
-        let size = g.grid.size().min(procs);
-        if per_rank.len() < size {
-            per_rank.resize(size, 0);
-        }
-        for (id, d) in g.inputs.iter().chain(std::iter::once(&g.output)) {
-            let sh = shape(*id);
-            for (r, w) in per_rank.iter_mut().enumerate().take(size) {
-                *w += block_len(d, r, &sh);
-            }
-        }
-    }
-    per_rank.into_iter().max().unwrap_or(0)
-}
-
-/// Sparse per-rank words from dense counts, or nothing unless `wanted`.
-pub(crate) fn per_rank(dense: &[u64], wanted: bool) -> PerRank {
-    if wanted {
-        PerRank::from_dense(dense.iter().copied())
-    } else {
-        PerRank::new()
-    }
 }
 
 /// Emits one planned move of `tensor` as a Redistribute step, its volume counted into

@@ -2,45 +2,10 @@
 //! with the least predicted time (or words, or FLOPs) is kept. The planner itself is not
 //! touched: each candidate goes through [`crate::plan_tree`].
 
+pub use crate::Objective;
 use crate::{plan_tree, Plan, PlanError, PlanOptions};
 use deinsum_expr::ParsedEinsum;
 use rayon::prelude::*;
-
-/// What [`crate::build`] minimises.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Objective {
-    /// Predicted seconds on the machine model.
-    #[default]
-    Time,
-    /// FLOPs of the path alone (the path search's tree, planned as it is).
-    Flops,
-    /// Words received by the busiest rank over the plan.
-    Volume,
-}
-
-impl Objective {
-    /// Every objective's name, as `--objective` takes it.
-    pub const NAMES: [&'static str; 3] = ["time", "flops", "volume"];
-
-    /// The objective named `name`.
-    pub fn from_name(name: &str) -> Option<Objective> {
-        match name {
-            "time" => Some(Objective::Time),
-            "flops" => Some(Objective::Flops),
-            "volume" => Some(Objective::Volume),
-            _ => None,
-        }
-    }
-
-    /// Its name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Objective::Time => "time",
-            Objective::Flops => "flops",
-            Objective::Volume => "volume",
-        }
-    }
-}
 
 /// Candidate trees by FLOPs: at most this many...
 pub const CHEAPEST: usize = 4;
@@ -121,14 +86,32 @@ pub fn choose_within_budget(
     einsum: &ParsedEinsum,
     opts: &PlanOptions,
 ) -> Result<Choice, PlanError> {
-    crate::builder::with_least_budget(opts, |o| choose(einsum, o))
+    crate::driver::with_least_budget(opts, |o| choose(einsum, o))
 }
 
 /// Plans every candidate tree and keeps the least under `opts.objective` (the first on a tie,
 /// so the path search's tree wins unless another is strictly better). A candidate the planner
 /// refuses (over the memory budget) is skipped; when all are refused, the first one's error
 /// is returned.
+///
+/// When some operand is [`crate::Source::Anywhere`], every tree is planned once more with
+/// those operands given where the chosen plan loads them, and the better choice is kept: a
+/// tree can do better from those layouts than from its own greedy start, and with it the
+/// prediction for `Anywhere` is never above the one for the layouts it picks.
 pub fn choose(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Choice, PlanError> {
+    let first = choose_trees(einsum, opts)?;
+    let n = einsum.num_inputs();
+    if !opts.any_anywhere(n) {
+        return Ok(first);
+    }
+    match choose_trees(einsum, &opts.anywhere_as_loaded(&first.plan, n)) {
+        Ok(again) if crate::driver::better(opts.objective, &again.plan, &first.plan) => Ok(again),
+        _ => Ok(first),
+    }
+}
+
+/// [`choose`] over the candidate trees, each planned by [`plan_tree`].
+fn choose_trees(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Choice, PlanError> {
     if opts.procs == 0 {
         return Err(PlanError::ZeroProcs);
     }

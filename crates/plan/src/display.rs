@@ -186,7 +186,7 @@ fn write_header(f: &mut fmt::Formatter<'_>, plan: &Plan, strategy: &str) -> fmt:
             ),
         },
         if plan.inputs_in_place {
-            "in place (already in their groups' distributions)"
+            "anywhere (each read where its first use computes, or canonically where that predicts faster)"
         } else {
             "in the canonical distribution (C-order blocks, first index over the ranks)"
         }

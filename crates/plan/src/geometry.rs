@@ -158,55 +158,6 @@ impl PhaseCut {
     }
 }
 
-impl crate::GroupPlan {
-    /// The per-index ranges (in `group.indices` order) that `rank` iterates, its grid block
-    /// with the phased index cut to `phase`; `None` for a rank outside the grid.
-    pub fn iteration_box(
-        &self,
-        einsum: &deinsum_expr::ParsedEinsum,
-        rank: usize,
-        phase: Option<PhaseCut>,
-    ) -> Option<Vec<Interval>> {
-        let coords = self.grid.coords(rank)?;
-        let ranges = self.group.indices.iter().map(|&c| {
-            let r = self.grid_range(einsum, c, |p| coords[p]);
-            PhaseCut::apply(phase, c, r)
-        });
-        Some(ranges.collect())
-    }
-
-    /// The busiest rank's range of index `c`, phase `part` 0 of `phase` when it cuts `c`:
-    /// rank 0's, since a ceil-sized cut puts its longest block first.
-    pub fn busiest_range(
-        &self,
-        einsum: &deinsum_expr::ParsedEinsum,
-        c: Index,
-        phase: Option<(Index, usize)>,
-    ) -> Interval {
-        let r = self.grid_range(einsum, c, |_| 0);
-        let cut = phase.map(|(index, count)| PhaseCut {
-            index,
-            count,
-            part: 0,
-        });
-        PhaseCut::apply(cut, c, r)
-    }
-
-    /// Index `c`'s block at the grid coordinates `coord(grid dim)` (whole when not split).
-    fn grid_range(
-        &self,
-        einsum: &deinsum_expr::ParsedEinsum,
-        c: Index,
-        coord: impl Fn(usize) -> usize,
-    ) -> Interval {
-        let whole = Interval::new(0, einsum.extent(c));
-        match self.grid.position(c) {
-            Some(p) => whole.subinterval(self.grid.dims[p].size, coord(p)),
-            None => whole,
-        }
-    }
-}
-
 /// The `part`-th of `parts` ceil-sized blocks of `[lo, hi)`: `[lo + part*b, min(lo + (part+1)*b, hi))`
 /// with `b = ceil((hi-lo)/parts)`; the last blocks may be short or empty.
 pub fn block_range(lo: usize, hi: usize, parts: usize, part: usize) -> (usize, usize) {

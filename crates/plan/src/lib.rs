@@ -19,10 +19,83 @@ mod display;
 mod dtype;
 pub mod machine;
 pub mod time;
-pub use choose::Objective;
 pub use display::{DistributionDisplay, MoveKindDisplay, PlanDisplay};
 pub use dtype::{DType, UnknownDType};
 pub use machine::{Machine, MachineError};
+mod source;
+pub use source::{relabel, Source};
+
+/// What [`crate::build`] minimises.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Objective {
+    /// Predicted seconds on the machine model.
+    #[default]
+    Time,
+    /// FLOPs of the path alone (the path search's tree, planned as it is).
+    Flops,
+    /// Words received by the busiest rank over the plan.
+    Volume,
+}
+
+impl Objective {
+    /// Every objective's name, as `--objective` takes it.
+    pub const NAMES: [&'static str; 3] = ["time", "flops", "volume"];
+
+    /// The objective named `name`.
+    pub fn from_name(name: &str) -> Option<Objective> {
+        match name {
+            "time" => Some(Objective::Time),
+            "flops" => Some(Objective::Flops),
+            "volume" => Some(Objective::Volume),
+            _ => None,
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Objective::Time => "time",
+            Objective::Flops => "flops",
+            Objective::Volume => "volume",
+        }
+    }
+}
+
+/// What a redistribution is, classified from its source, target and `sum` flag. Grid dims are
+/// positions in the source grid (the same grid as the target's for the same-grid kinds).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum MoveKind {
+    /// Nothing crosses ranks: every target block lies in the same rank's source block.
+    Local,
+    /// Same grid: each rank gathers, along the grid dims `dims`, the pieces of its target block
+    /// (or of a phase window of it) that its fibre holds.
+    AllGather {
+        /// The grid dims gathered along.
+        dims: Vec<usize>,
+    },
+    /// Same grid: partial sums along `dims` are reduced and scattered (the target nests the
+    /// summed dims into its split).
+    ReduceScatter {
+        /// The grid dims holding partial sums.
+        dims: Vec<usize>,
+    },
+    /// Same grid: partial sums along `dims` are reduced and every rank of the fibre keeps the sum.
+    AllReduce {
+        /// The grid dims holding partial sums.
+        dims: Vec<usize>,
+    },
+    /// Partial sums reduced onto a single rank.
+    Reduce,
+    /// Blocks gathered onto a single rank.
+    Gather,
+    /// One rank's whole tensor copied to every rank of the target grid.
+    Broadcast,
+    /// Grids of one shape whose blocks match one to one: each rank sends its block to one rank.
+    Permute,
+    /// The general block all-to-all (grid changes, canonical to grid, anything else).
+    AllToAll,
+}
 
 /// Version of the plan JSON schema (docs/plan-schema.md).
 pub const PLAN_VERSION: u32 = 3;
@@ -333,10 +406,14 @@ pub struct PlanOptions {
     pub mem_total: Option<u64>,
     /// How [`build`] finds the contraction tree.
     pub path: deinsum_path::PathOptions,
-    /// When true, every input is loaded directly in the distribution its consuming group
-    /// needs (the caller's data already sits there) and moving it costs nothing; when false
-    /// (default) inputs start in the canonical distribution ([`canonical_distribution`]).
+    /// The source of every operand that [`PlanOptions::sources`] does not list: when true,
+    /// [`Source::Anywhere`] (each such input is loaded where its consuming group computes, or
+    /// canonically when that predicts better); when false (default) [`Source::Canonical`]
+    /// ([`canonical_distribution`]).
     pub inputs_in_place: bool,
+    /// Where each input operand's data is before the plan runs, by operand number
+    /// ([`PlanOptions::source`]); empty by default (every operand as `inputs_in_place` says).
+    pub sources: Vec<Source>,
     /// Load balance slack: a grid is admissible when its busiest rank's iteration box is at
     /// most `1 + balance_tolerance` times the smallest achievable one (default 0.25).
     pub balance_tolerance: f64,
@@ -366,6 +443,7 @@ impl std::fmt::Debug for PlanOptions {
             .field("mem_total", &self.mem_total)
             .field("path.strategy", &self.path.strategy)
             .field("inputs_in_place", &self.inputs_in_place)
+            .field("sources", &self.sources)
             .field("balance_tolerance", &self.balance_tolerance)
             .field("per_rank", &self.per_rank)
             .field("overlap", &self.overlap)
@@ -384,6 +462,7 @@ impl Default for PlanOptions {
             mem_total: None,
             path: deinsum_path::PathOptions::default(),
             inputs_in_place: false,
+            sources: Vec::new(),
             balance_tolerance: 0.25,
             per_rank: false,
             overlap: true,
@@ -392,90 +471,6 @@ impl Default for PlanOptions {
             dtype: DType::default(),
         }
     }
-}
-
-/// Plans `einsum` for `opts.procs` ranks: finds the contraction tree
-/// ([`deinsum_path::optimize`]), the fusion groups and their SOAP bounds
-/// ([`deinsum_soap::analyze`]), then a grid per group, the moves between groups and the
-/// predicted volumes and seconds ([`build_from`]). The SOAP analysis uses the budget S when
-/// given, else an even share of the data (`(inputs + output) / P` words, at least 1); the
-/// per-rank bound beside the prediction uses S, or without a budget the plan's own peak memory
-/// per rank. Under [`Objective::Flops`] the tree is the path search's; otherwise several
-/// candidate trees are planned and the one with the least predicted time (or words) is kept
-/// ([`choose`]).
-pub fn build(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
-    // The SOAP fusion depends on the budget, so the least budget is searched over all of it
-    // (the candidate paths included).
-    builder::with_least_budget(opts, |o| build_once(einsum, o))
-}
-
-/// [`build`] under `opts` as given (no search for the least budget).
-fn build_once(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
-    match opts.objective {
-        Objective::Flops => build_flops(einsum, opts),
-        _ => choose::choose(einsum, opts).map(|c| c.plan),
-    }
-}
-
-/// [`build`] along the path search's tree alone (the flops-optimal one by default), under
-/// `opts` as given.
-pub fn build_flops(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
-    if opts.procs == 0 {
-        return Err(PlanError::ZeroProcs);
-    }
-    let info = deinsum_path::optimize(einsum, &opts.path)?;
-    plan_tree(einsum, &info.tree, info.path.clone(), opts)
-}
-
-/// The SOAP fast memory of the analysis: S, or an even share of the data.
-pub fn analysis_memory(einsum: &ParsedEinsum, opts: &PlanOptions) -> f64 {
-    let data: f64 = (0..einsum.num_inputs())
-        .map(|k| einsum.input_indices(k))
-        .chain(std::iter::once(einsum.output()))
-        .map(|idx| {
-            idx.iter()
-                .map(|&c| einsum.extent(c) as f64)
-                .product::<f64>()
-        })
-        .sum();
-    match opts.mem {
-        Some(s) => s as f64,
-        None => (data / opts.procs.max(1) as f64).max(1.0),
-    }
-}
-
-/// Fuses, bounds and plans one contraction tree (with `path`, its linear form).
-pub fn plan_tree(
-    einsum: &ParsedEinsum,
-    tree: &ContractionTree,
-    path: Vec<Vec<usize>>,
-    opts: &PlanOptions,
-) -> Result<Plan, PlanError> {
-    if tree.has_multi_operand_step() {
-        return Err(PlanError::MultiOperandStep {
-            limit: opts.path.memory_limit.unwrap_or(0),
-            path: format!("{path:?}"),
-        });
-    }
-    let fusion = deinsum_soap::analyze(tree, analysis_memory(einsum, opts))?;
-    // One pass: `build` searches the least budget around the whole choice.
-    let mut plan = builder::build_once(einsum, tree, path, &fusion, opts)?;
-    time::annotate(&mut plan, &opts.machine);
-    Ok(plan)
-}
-
-/// Plans a tree with its fusion ([`builder::build_from`]: grids, moves, predicted words and
-/// memory), then predicts its seconds on `opts.machine` ([`time::annotate`]).
-pub fn build_from(
-    einsum: &ParsedEinsum,
-    tree: &ContractionTree,
-    path: Vec<Vec<usize>>,
-    fusion: &deinsum_soap::Fusion,
-    opts: &PlanOptions,
-) -> Result<Plan, PlanError> {
-    let mut plan = builder::build_from(einsum, tree, path, fusion, opts)?;
-    time::annotate(&mut plan, &opts.machine);
-    Ok(plan)
 }
 
 /// Why a plan cannot be built.
@@ -518,6 +513,14 @@ pub enum PlanError {
         limit: u128,
         /// The path in opt_einsum's linear format.
         path: String,
+    },
+    /// A `Given` source does not fit its operand.
+    #[error("the layout given for operand {operand} does not fit it: {why}")]
+    BadSource {
+        /// The operand's number.
+        operand: usize,
+        /// What does not fit.
+        why: String,
     },
     /// The tree or fusion handed in is inconsistent (an upstream bug, not user input).
     #[error("inconsistent plan input: {0}")]
@@ -586,6 +589,55 @@ pub struct Plan {
     pub inputs_in_place: bool,
 }
 
+impl GroupPlan {
+    /// The per-index ranges (in `group.indices` order) that `rank` iterates, its grid block
+    /// with the phased index cut to `phase`; `None` for a rank outside the grid.
+    pub fn iteration_box(
+        &self,
+        einsum: &deinsum_expr::ParsedEinsum,
+        rank: usize,
+        phase: Option<PhaseCut>,
+    ) -> Option<Vec<Interval>> {
+        let coords = self.grid.coords(rank)?;
+        let ranges = self.group.indices.iter().map(|&c| {
+            let r = self.grid_range(einsum, c, |p| coords[p]);
+            PhaseCut::apply(phase, c, r)
+        });
+        Some(ranges.collect())
+    }
+
+    /// The busiest rank's range of index `c`, phase `part` 0 of `phase` when it cuts `c`:
+    /// rank 0's, since a ceil-sized cut puts its longest block first.
+    pub fn busiest_range(
+        &self,
+        einsum: &deinsum_expr::ParsedEinsum,
+        c: Index,
+        phase: Option<(Index, usize)>,
+    ) -> Interval {
+        let r = self.grid_range(einsum, c, |_| 0);
+        let cut = phase.map(|(index, count)| PhaseCut {
+            index,
+            count,
+            part: 0,
+        });
+        PhaseCut::apply(cut, c, r)
+    }
+
+    /// Index `c`'s block at the grid coordinates `coord(grid dim)` (whole when not split).
+    fn grid_range(
+        &self,
+        einsum: &deinsum_expr::ParsedEinsum,
+        c: Index,
+        coord: impl Fn(usize) -> usize,
+    ) -> Interval {
+        let whole = Interval::new(0, einsum.extent(c));
+        match self.grid.position(c) {
+            Some(p) => whole.subinterval(self.grid.dims[p].size, coord(p)),
+            None => whole,
+        }
+    }
+}
+
 impl Plan {
     /// The tensor with id `id`.
     pub fn tensor(&self, id: TensorId) -> Option<&Tensor> {
@@ -609,82 +661,25 @@ impl Plan {
         serde_json::from_str(text).map_err(|e| PlanError::Json(e.to_string()))
     }
 
-    /// The moves of step `step`: one for a Redistribute, one per fetch of a ComputePhase and
-    /// then one per prefetch, none otherwise (or for a step out of range).
-    pub fn step_moves(&self, step: usize) -> Vec<MoveView> {
-        let shape = |id: TensorId| self.tensor(id).map(|t| t.shape.clone()).unwrap_or_default();
-        match self.steps.get(step) {
-            Some(PlanStep::Redistribute {
-                tensor,
-                from,
-                to,
-                sum,
-                ..
-            }) => vec![MoveView::new(&shape(*tensor), from, to, *sum, self.procs)],
-            Some(PlanStep::ComputePhase {
-                fetch, prefetch, ..
-            }) => fetch
-                .iter()
-                .chain(prefetch)
-                .map(|f| MoveView::new(&shape(f.tensor), &f.from, &f.to, false, self.procs))
-                .collect(),
-            _ => Vec::new(),
-        }
-    }
-
-    /// `rank`'s transfers in step `step`, one list per move of the step ([`Plan::step_moves`]):
-    /// what it receives (its copy to itself included) and what it sends, derived in time
-    /// proportional to its own pieces (O(P) at worst for a sender).
-    pub fn step_transfers(&self, step: usize, rank: usize) -> Vec<Vec<Transfer>> {
-        self.step_moves(step)
-            .iter()
-            .map(|m| m.transfers_of(rank))
-            .collect()
-    }
-
-    /// `rank`'s transfers in every step that moves data: `(step, one list per move)`.
-    pub fn transfers_of(&self, rank: usize) -> Vec<(usize, Vec<Vec<Transfer>>)> {
-        (0..self.steps.len())
-            .map(|s| (s, self.step_transfers(s, rank)))
-            .filter(|(_, t)| !t.is_empty())
-            .collect()
-    }
-
-    /// Words `rank` sends and receives in step `step` (closed form, O(1) per move).
-    pub fn step_words(&self, step: usize, rank: usize) -> (u64, u64) {
-        self.step_moves(step).iter().fold((0, 0), |(s, r), m| {
-            let (ms, mr) = m.words_of(rank);
-            (s + ms, r + mr)
-        })
-    }
-
     /// `words` of this plan's element type in bytes ([`DType::bytes`] of [`Plan::dtype`]).
     pub fn bytes(&self, words: u64) -> u128 {
         u128::from(words) * self.dtype.bytes() as u128
     }
-
-    /// Predicted peak memory of `rank` in words: the tensor data alone, and with the message
-    /// buffers of each step.
-    pub fn peak_of(&self, rank: usize) -> (u64, u64) {
-        memory::Memory::new(
-            &self.steps,
-            &self.tensors,
-            &self.groups,
-            &self.tree,
-            self.procs,
-        )
-        .of_rank(rank)
-    }
 }
 
 mod builder;
+mod driver;
+mod entry;
 mod grids;
 mod memory;
 mod moves;
 pub mod overlap;
 mod per_rank;
 mod planner;
+mod predict;
 pub use builder::{canonical_distribution, reduced_distribution, MIN_CANONICAL_BLOCK};
+pub use driver::{analysis_memory, build_from, plan_tree};
+pub use entry::{build, build_flops};
 pub use grids::{axis_candidates, enumerate as enumerate_grids, tight};
-pub use moves::{block_len, coord, MoveKind, MoveView};
+pub use moves::{block_len, coord, MoveView};
 pub use per_rank::{PerRank, UnorderedRanks};

@@ -364,3 +364,18 @@ fn compute_blocks(
         out.push((d, o.iter().map(ext).collect(), 1));
     }
 }
+
+impl crate::Plan {
+    /// Predicted peak memory of `rank` in words: the tensor data alone, and with the message
+    /// buffers of each step.
+    pub fn peak_of(&self, rank: usize) -> (u64, u64) {
+        Memory::new(
+            &self.steps,
+            &self.tensors,
+            &self.groups,
+            &self.tree,
+            self.procs,
+        )
+        .of_rank(rank)
+    }
+}

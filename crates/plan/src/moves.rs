@@ -8,44 +8,7 @@
 //! grid) sends it. Sender and receiver evaluate the same rule, so both derive the same list
 //! without anyone building the whole schedule.
 
-use crate::{Block, Distribution, Grid, Transfer, Volume};
-use serde::{Deserialize, Serialize};
-
-/// What a redistribution is, classified from its source, target and `sum` flag. Grid dims are
-/// positions in the source grid (the same grid as the target's for the same-grid kinds).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum MoveKind {
-    /// Nothing crosses ranks: every target block lies in the same rank's source block.
-    Local,
-    /// Same grid: each rank gathers, along the grid dims `dims`, the pieces of its target block
-    /// (or of a phase window of it) that its fibre holds.
-    AllGather {
-        /// The grid dims gathered along.
-        dims: Vec<usize>,
-    },
-    /// Same grid: partial sums along `dims` are reduced and scattered (the target nests the
-    /// summed dims into its split).
-    ReduceScatter {
-        /// The grid dims holding partial sums.
-        dims: Vec<usize>,
-    },
-    /// Same grid: partial sums along `dims` are reduced and every rank of the fibre keeps the sum.
-    AllReduce {
-        /// The grid dims holding partial sums.
-        dims: Vec<usize>,
-    },
-    /// Partial sums reduced onto a single rank.
-    Reduce,
-    /// Blocks gathered onto a single rank.
-    Gather,
-    /// One rank's whole tensor copied to every rank of the target grid.
-    Broadcast,
-    /// Grids of one shape whose blocks match one to one: each rank sends its block to one rank.
-    Permute,
-    /// The general block all-to-all (grid changes, canonical to grid, anything else).
-    AllToAll,
-}
+use crate::{Block, Distribution, Grid, MoveKind, PlanStep, TensorId, Transfer, Volume};
 
 /// A nonempty interval of one tensor index under a nested blocking, with the coordinates of
 /// the grid dimensions that produced it (in split-list order; inline, as a partition has a
@@ -853,3 +816,54 @@ fn classify(from: &Distribution, to: &Distribution, sum: bool) -> MoveKind {
 
 #[cfg(test)]
 mod tests;
+
+impl crate::Plan {
+    /// The moves of step `step`: one for a Redistribute, one per fetch of a ComputePhase and
+    /// then one per prefetch, none otherwise (or for a step out of range).
+    pub fn step_moves(&self, step: usize) -> Vec<MoveView> {
+        let shape = |id: TensorId| self.tensor(id).map(|t| t.shape.clone()).unwrap_or_default();
+        match self.steps.get(step) {
+            Some(PlanStep::Redistribute {
+                tensor,
+                from,
+                to,
+                sum,
+                ..
+            }) => vec![MoveView::new(&shape(*tensor), from, to, *sum, self.procs)],
+            Some(PlanStep::ComputePhase {
+                fetch, prefetch, ..
+            }) => fetch
+                .iter()
+                .chain(prefetch)
+                .map(|f| MoveView::new(&shape(f.tensor), &f.from, &f.to, false, self.procs))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// `rank`'s transfers in step `step`, one list per move of the step ([`crate::Plan::step_moves`]):
+    /// what it receives (its copy to itself included) and what it sends, derived in time
+    /// proportional to its own pieces (O(P) at worst for a sender).
+    pub fn step_transfers(&self, step: usize, rank: usize) -> Vec<Vec<Transfer>> {
+        self.step_moves(step)
+            .iter()
+            .map(|m| m.transfers_of(rank))
+            .collect()
+    }
+
+    /// `rank`'s transfers in every step that moves data: `(step, one list per move)`.
+    pub fn transfers_of(&self, rank: usize) -> Vec<(usize, Vec<Vec<Transfer>>)> {
+        (0..self.steps.len())
+            .map(|s| (s, self.step_transfers(s, rank)))
+            .filter(|(_, t)| !t.is_empty())
+            .collect()
+    }
+
+    /// Words `rank` sends and receives in step `step` (closed form, O(1) per move).
+    pub fn step_words(&self, step: usize, rank: usize) -> (u64, u64) {
+        self.step_moves(step).iter().fold((0, 0), |(s, r), m| {
+            let (ms, mr) = m.words_of(rank);
+            (s + ms, r + mr)
+        })
+    }
+}

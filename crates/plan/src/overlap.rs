@@ -19,6 +19,7 @@
 use crate::builder::windowed;
 use crate::memory::Memory;
 use crate::moves::MoveView;
+use crate::predict::set_prediction;
 use crate::{Distribution, Fetch, Phases, Plan, PlanOptions, PlanStep, TensorId, Volume};
 
 /// How many phases a group computed whole is cut into, and when it is worth it.
@@ -404,8 +405,8 @@ fn max_peaks(plan: &Plan) -> (u64, u64) {
     (p.max, p.max_with_buffers)
 }
 
-/// Recomputes the plan's predicted words, peaks and bounds from its steps, as the planner's
-/// `finish` does (the per-rank I/O is unchanged: the groups' distributions are).
+/// Recomputes the plan's predicted words, peaks and bounds from its steps through the planner's
+/// own prediction (the per-rank I/O is unchanged: the groups' distributions are).
 fn refresh_prediction(plan: &mut Plan, opts: &PlanOptions) {
     let procs = plan.procs;
     let (mut received, mut sent) = (vec![0u64; procs], vec![0u64; procs]);
@@ -420,23 +421,13 @@ fn refresh_prediction(plan: &mut Plan, opts: &PlanOptions) {
         }
     }
     let peaks = memory(plan).peaks(opts.per_rank);
-    let max_peak = peaks.max;
-    let s_bound = opts.mem.map_or((max_peak as f64).max(1.0), |s| s as f64);
-    let bound_per_rank = crate::builder::set_bounds(&mut plan.groups, procs, s_bound);
-    let pr = &mut plan.prediction;
-    pr.max_per_rank = received.iter().copied().max().unwrap_or(0);
-    pr.total = received.iter().sum();
-    pr.max_sent_per_rank = sent.iter().copied().max().unwrap_or(0);
-    pr.received = crate::builder::per_rank(&received, opts.per_rank);
-    pr.sent = crate::builder::per_rank(&sent, opts.per_rank);
-    pr.peak_memory = crate::PerRank::from_dense(peaks.per_rank);
-    pr.max_peak_memory = max_peak;
-    pr.peak_memory_with_buffers = crate::PerRank::from_dense(peaks.per_rank_with_buffers);
-    pr.max_peak_memory_with_buffers = peaks.max_with_buffers;
-    pr.bound_per_rank = bound_per_rank;
-    pr.ratio = if bound_per_rank > 0.0 {
-        pr.touched_per_rank as f64 / bound_per_rank
-    } else {
-        f64::NAN
-    };
+    let words = (&received[..], &sent[..]);
+    set_prediction(
+        &mut plan.prediction,
+        &mut plan.groups,
+        words,
+        peaks,
+        procs,
+        opts,
+    );
 }

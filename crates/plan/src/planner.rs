@@ -3,14 +3,15 @@
 //! steps, and at the end the predictions. [`Planner`] carries what the stages share.
 
 use crate::builder::{
-    add_received, canonical_distribution, current, emit_move, max_of, per_rank, phased_dim,
-    plan_move, reduced_distribution, replicas_of, resting_for, shape_of, touched, windowed,
-    Candidate, Move, State, Totals, EXACT_CANDIDATES, EXACT_MAX_GRID,
+    add_received, current, emit_move, phased_dim, plan_move, reduced_distribution, replicas_of,
+    resting_for, shape_of, start_of, windowed, Candidate, Move, State, Totals, EXACT_CANDIDATES,
+    EXACT_MAX_GRID,
 };
 use crate::busiest_len;
 use crate::grids;
 use crate::memory::Memory;
 use crate::moves::{block_len, ranges_of, MoveView};
+use crate::predict::{max_of, set_prediction, touched};
 use crate::{
     Distribution, Fetch, Grid, GridDim, GroupPlan, Phases, Plan, PlanError, PlanOptions, PlanStep,
     Prediction, Tensor, TensorId, TensorKind, PLAN_VERSION,
@@ -468,11 +469,7 @@ impl<'a> Planner<'a> {
                 let shape = shape_of(&a.indices, self.einsum.extents());
                 let pos = g.positions(&a.indices);
                 let from = match &self.state[&a.node] {
-                    State::Unloaded if self.opts.inputs_in_place => None,
-                    State::Unloaded => {
-                        let t = &self.tensors[a.node];
-                        Some(canonical_distribution(&t.indices, &t.shape, procs))
-                    }
+                    State::Unloaded => start_of(&self.tensors[a.node], self.opts, procs),
                     State::At(d) => Some(d.clone()),
                 };
                 let (partial_q, partial_block) = match &from {
@@ -1006,14 +1003,6 @@ impl<'a> Planner<'a> {
                 detail: " (peak over the plan's steps with message buffers)".into(),
             });
         }
-        // The SOAP bound for the budget S, or without one for the plan's own peak per rank.
-        let s_bound = opts.mem.map_or((max_peak as f64).max(1.0), |s| s as f64);
-        let bound_per_rank = crate::builder::set_bounds(&mut self.groups, procs, s_bound);
-        let ratio = if bound_per_rank > 0.0 {
-            touched_per_rank as f64 / bound_per_rank
-        } else {
-            f64::NAN
-        };
         let idle = (ranks_used < procs).then(|| {
             let why = if self.idle_reasons.is_empty() {
                 "no group needs them".to_string()
@@ -1031,7 +1020,13 @@ impl<'a> Planner<'a> {
                 .join(","),
             einsum.output().iter().collect::<String>()
         );
-        let totals = &self.totals;
+        let mut prediction = Prediction {
+            touched_per_rank,
+            // Seconds are predicted after planning (crate::time::annotate).
+            ..Prediction::default()
+        };
+        let words = (&self.totals.received[..], &self.totals.sent[..]);
+        set_prediction(&mut prediction, &mut self.groups, words, peaks, procs, opts);
         Ok(Plan {
             version: PLAN_VERSION,
             expression,
@@ -1046,22 +1041,7 @@ impl<'a> Planner<'a> {
             groups: self.groups,
             steps: self.steps,
             output: (out_id, final_dist),
-            prediction: Prediction {
-                max_per_rank: max_of(&totals.received),
-                total: totals.received.iter().sum(),
-                max_sent_per_rank: max_of(&totals.sent),
-                received: per_rank(&totals.received, opts.per_rank),
-                sent: per_rank(&totals.sent, opts.per_rank),
-                peak_memory: crate::PerRank::from_dense(peaks.per_rank),
-                max_peak_memory: max_peak,
-                peak_memory_with_buffers: crate::PerRank::from_dense(peaks.per_rank_with_buffers),
-                max_peak_memory_with_buffers: max_peak_buf,
-                touched_per_rank,
-                bound_per_rank,
-                ratio,
-                // Seconds are predicted after planning (crate::time::annotate).
-                ..Prediction::default()
-            },
+            prediction,
             idle,
             ranks_used,
             inputs_in_place: opts.inputs_in_place,

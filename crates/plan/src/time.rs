@@ -32,6 +32,8 @@ pub struct TimeModel<'a> {
     bw: f64,
     /// Bytes per word: the plan's element type's ([`DType::bytes`]).
     wb: f64,
+    /// Flops per multiply-add of the element type ([`DType::flops_per_madd`]).
+    fpm: f64,
 }
 
 impl<'a> TimeModel<'a> {
@@ -43,6 +45,7 @@ impl<'a> TimeModel<'a> {
             procs,
             bw: m.rank_bandwidth(procs),
             wb: dtype.bytes() as f64,
+            fpm: dtype.flops_per_madd(),
         }
     }
 
@@ -237,7 +240,7 @@ impl<'a> TimeModel<'a> {
                 };
                 t += words * wb / self.bw;
             }
-            t += 2.0 * madds / (self.m.gemm_rate_of(class_mnk, threads, self.procs) * share);
+            t += self.fpm * madds / (self.m.gemm_rate_of(class_mnk, threads, self.procs) * share);
         }
         t
     }

@@ -472,3 +472,42 @@ fn plan_records_its_dtype_and_sizes_bytes_by_it() {
     assert!(!s64.contains("\"dtype\""));
     assert_eq!(Plan::from_json(&s64).unwrap().dtype, DType::F64);
 }
+
+/// A c128 plan moves the words of an f64 plan at 16 bytes each and counts 8 flops per
+/// multiply-add, so its predicted compute takes 4 times the f64 plan's; the JSON names it and
+/// reads back.
+#[test]
+fn complex_plans_size_words_and_flops_by_their_dtype() {
+    use deinsum_plan::time::TimeModel;
+    use deinsum_plan::{DType, PlanStep};
+    let e = einsum("ij,jk->ik", None, 96);
+    let real = build(&e, &opts(4)).unwrap();
+    for (dtype, bytes) in [(DType::C128, 16), (DType::C64, 8)] {
+        let z = build(&e, &PlanOptions { dtype, ..opts(4) }).unwrap();
+        assert_eq!(z.dtype, dtype);
+        assert_eq!(z.steps, real.steps);
+        let words = real.prediction.max_per_rank;
+        assert_eq!(z.bytes(words), bytes * u128::from(words));
+        let s = serde_json::to_string(&z).unwrap();
+        assert!(
+            s.contains(&format!("\"dtype\":\"{}\"", dtype.name())),
+            "{s}"
+        );
+        assert_eq!(Plan::from_json(&s).unwrap(), z);
+    }
+    let m = deinsum_plan::Machine::default();
+    let step_secs = |d: DType| TimeModel::new(&m, 4, d).step_seconds(&real);
+    let (f, c) = (step_secs(DType::F64), step_secs(DType::C128));
+    let computes: Vec<usize> = (0..real.steps.len())
+        .filter(|&i| matches!(real.steps[i], PlanStep::Compute { .. }))
+        .collect();
+    assert!(!computes.is_empty());
+    for i in computes {
+        assert!(
+            f[i] > 0.0 && (c[i] / f[i] - 4.0).abs() < 1e-9,
+            "step {i}: {} vs {}",
+            c[i],
+            f[i]
+        );
+    }
+}

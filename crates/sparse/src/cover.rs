@@ -33,27 +33,66 @@ pub fn min_vertex_cover(ptr: &[usize], adj: &[u32], right: usize) -> Cover {
         left < NONE as usize && right < NONE as usize,
         "fewer than 2^32 - 1 vertices a side"
     );
-    let mut mate_l = vec![NONE; left];
-    let mut mate_r = vec![NONE; right];
-    // A greedy matching first: most vertices match at once, leaving few phases.
-    for u in 0..left {
-        if let Some(&v) = adj[ptr[u]..ptr[u + 1]]
-            .iter()
-            .find(|&&v| mate_r[v as usize] == NONE)
-        {
-            mate_l[u] = v;
-            mate_r[v as usize] = u as u32;
-        }
-    }
+    let g = Graph { ptr, adj };
+    let mut m = Matching {
+        mate_l: vec![NONE; left],
+        mate_r: vec![NONE; right],
+    };
+    m.greedy(&g);
     let mut dist = vec![NONE; left];
     let mut next = vec![0usize; left];
     let mut queue = Vec::with_capacity(left);
     let mut stack = Vec::new();
     loop {
-        // Layers from the free left vertices by alternating paths; stop at the first layer
-        // that reaches a free right vertex (the shortest augmenting paths).
+        let found = m.layers(&g, &mut dist, &mut queue);
+        if found == NONE {
+            break;
+        }
+        m.augment(&g, &mut dist, &mut next, &mut stack, found);
+    }
+    m.konig(&g, queue)
+}
+
+/// The bipartite graph: left vertex `u`'s right neighbours are `adj[ptr[u]..ptr[u + 1]]`.
+struct Graph<'a> {
+    ptr: &'a [usize],
+    adj: &'a [u32],
+}
+
+impl Graph<'_> {
+    fn neighbours(&self, u: usize) -> &[u32] {
+        &self.adj[self.ptr[u]..self.ptr[u + 1]]
+    }
+}
+
+/// A matching: each left vertex's right mate and each right vertex's left mate, or [`NONE`].
+struct Matching {
+    mate_l: Vec<u32>,
+    mate_r: Vec<u32>,
+}
+
+impl Matching {
+    /// A greedy matching first: most vertices match at once, leaving few phases.
+    fn greedy(&mut self, g: &Graph) {
+        for u in 0..self.mate_l.len() {
+            if let Some(&v) = g
+                .neighbours(u)
+                .iter()
+                .find(|&&v| self.mate_r[v as usize] == NONE)
+            {
+                self.mate_l[u] = v;
+                self.mate_r[v as usize] = u as u32;
+            }
+        }
+    }
+
+    /// Layers from the free left vertices by alternating paths into `dist`; stops at the first
+    /// layer that reaches a free right vertex (the shortest augmenting paths) and returns the
+    /// length of those paths, or [`NONE`] when there is none (the matching is maximum).
+    fn layers(&self, g: &Graph, dist: &mut [u32], queue: &mut Vec<u32>) -> u32 {
+        let (mate_l, mate_r) = (&self.mate_l, &self.mate_r);
         queue.clear();
-        for u in 0..left {
+        for u in 0..mate_l.len() {
             if mate_l[u] == NONE {
                 dist[u] = 0;
                 queue.push(u as u32);
@@ -68,7 +107,7 @@ pub fn min_vertex_cover(ptr: &[usize], adj: &[u32], right: usize) -> Cover {
             if dist[u] >= found {
                 break;
             }
-            for &v in &adj[ptr[u]..ptr[u + 1]] {
+            for &v in g.neighbours(u) {
                 let w = mate_r[v as usize];
                 if w == NONE {
                     found = found.min(dist[u] + 1);
@@ -78,10 +117,22 @@ pub fn min_vertex_cover(ptr: &[usize], adj: &[u32], right: usize) -> Cover {
                 }
             }
         }
-        if found == NONE {
-            break;
-        }
-        // Vertex-disjoint shortest augmenting paths, by depth-first search along the layers.
+        found
+    }
+
+    /// Flips vertex-disjoint shortest augmenting paths (of length `found`), found by
+    /// depth-first search along the layers `dist`.
+    fn augment(
+        &mut self,
+        g: &Graph,
+        dist: &mut [u32],
+        next: &mut [usize],
+        stack: &mut Vec<usize>,
+        found: u32,
+    ) {
+        let (ptr, adj) = (g.ptr, g.adj);
+        let left = self.mate_l.len();
+        let (mate_l, mate_r) = (&mut self.mate_l, &mut self.mate_r);
         next.copy_from_slice(&ptr[..left]);
         for root in 0..left {
             if mate_l[root] != NONE || dist[root] != 0 {
@@ -105,7 +156,7 @@ pub fn min_vertex_cover(ptr: &[usize], adj: &[u32], right: usize) -> Cover {
                         mate_r[v as usize] = s as u32;
                         mate_l[s] = v;
                     }
-                    for &s in &stack {
+                    for &s in stack.iter() {
                         dist[s] = NONE;
                     }
                     break;
@@ -118,36 +169,42 @@ pub fn min_vertex_cover(ptr: &[usize], adj: &[u32], right: usize) -> Cover {
             }
         }
     }
-    // König: Z from the free left vertices, left to right by any edge, right to left by the
-    // matching (every reached right vertex is matched, the matching being maximum).
-    let mut in_z_left = vec![false; left];
-    let mut in_z_right = vec![false; right];
-    queue.clear();
-    for u in 0..left {
-        if mate_l[u] == NONE {
-            in_z_left[u] = true;
-            queue.push(u as u32);
+
+    /// König: Z from the free left vertices, left to right by any edge, right to left by the
+    /// matching (every reached right vertex is matched, the matching being maximum); the cover
+    /// is the left vertices outside Z and the right vertices inside it.
+    fn konig(self, g: &Graph, mut queue: Vec<u32>) -> Cover {
+        let (mate_l, mate_r) = (&self.mate_l, &self.mate_r);
+        let left = mate_l.len();
+        let mut in_z_left = vec![false; left];
+        let mut in_z_right = vec![false; mate_r.len()];
+        queue.clear();
+        for u in 0..left {
+            if mate_l[u] == NONE {
+                in_z_left[u] = true;
+                queue.push(u as u32);
+            }
         }
-    }
-    let mut head = 0;
-    while head < queue.len() {
-        let u = queue[head] as usize;
-        head += 1;
-        for &v in &adj[ptr[u]..ptr[u + 1]] {
-            if !in_z_right[v as usize] {
-                in_z_right[v as usize] = true;
-                let w = mate_r[v as usize] as usize;
-                if !in_z_left[w] {
-                    in_z_left[w] = true;
-                    queue.push(w as u32);
+        let mut head = 0;
+        while head < queue.len() {
+            let u = queue[head] as usize;
+            head += 1;
+            for &v in g.neighbours(u) {
+                if !in_z_right[v as usize] {
+                    in_z_right[v as usize] = true;
+                    let w = mate_r[v as usize] as usize;
+                    if !in_z_left[w] {
+                        in_z_left[w] = true;
+                        queue.push(w as u32);
+                    }
                 }
             }
         }
-    }
-    let matching = mate_l.iter().filter(|&&v| v != NONE).count();
-    Cover {
-        left: in_z_left.iter().map(|&z| !z).collect(),
-        right: in_z_right,
-        matching,
+        let matching = mate_l.iter().filter(|&&v| v != NONE).count();
+        Cover {
+            left: in_z_left.iter().map(|&z| !z).collect(),
+            right: in_z_right,
+            matching,
+        }
     }
 }

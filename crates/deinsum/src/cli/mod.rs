@@ -5,6 +5,7 @@ pub mod bound;
 pub mod calibrate;
 pub mod html;
 pub mod inputs;
+pub mod join;
 pub mod parse;
 pub mod path;
 pub mod plan;

@@ -23,7 +23,8 @@ pub struct Args {
     /// Path search strategy (as `deinsum path --optimize`).
     #[arg(long = "optimize", value_name = "NAME", default_value = "auto")]
     pub optimize: String,
-    /// Plan as if every input already sits in the distribution its group needs (no input moves).
+    /// Inputs can be read in any layout: each is read where its first use computes, or
+    /// canonically where that predicts faster (never predicted slower than without it).
     #[arg(long)]
     pub inputs_in_place: bool,
     /// Also list per-rank figures in the plan (words sent and received per rank, peak memory

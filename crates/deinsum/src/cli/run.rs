@@ -76,8 +76,8 @@ pub struct Args {
     /// Seed of the generated inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Also compute the result serially and compare (exit 1 above 1e-10 relative for f64,
-    /// 1e-4 for f32).
+    /// Also compute the result serially and compare (exit 1 above 1e-10 relative for f64 and
+    /// c128, 1e-4 for f32 and c64; complex values by the magnitude of the difference).
     #[arg(long)]
     pub check: bool,
     /// Output format.
@@ -153,8 +153,33 @@ pub struct Args {
 /// What rank 0 knows at the end of a run.
 struct Outcome {
     reports: Vec<RunReport>,
-    /// The gathered output, as f64 (only with --check).
-    gathered: Option<Vec<f64>>,
+    /// The gathered output (only with --check).
+    gathered: Option<Gathered>,
+}
+
+/// A gathered output widened to double precision of its kind, as the check compares it.
+enum Gathered {
+    /// A real run's output, as f64.
+    Real(Vec<f64>),
+    /// A complex run's output, as complex f64.
+    Complex(Vec<deinsum_exec::scalar::Complex64>),
+}
+
+impl Gathered {
+    fn of<T: Scalar>(v: &[T]) -> Self {
+        if T::DTYPE.is_complex() {
+            Gathered::Complex(
+                v.iter()
+                    .map(|x| {
+                        let (re, im) = x.parts();
+                        deinsum_exec::scalar::Complex64::new(re, im)
+                    })
+                    .collect(),
+            )
+        } else {
+            Gathered::Real(v.iter().map(|x| x.to_f64()).collect())
+        }
+    }
 }
 
 /// The work of one rank, generic over the backend.
@@ -175,7 +200,7 @@ fn rank_main<T: Scalar, C: Communicator>(
     let reports = gather_reports(comm, &rep)?;
     Ok(reports.map(|reports| Outcome {
         reports,
-        gathered: g.map(|v| v.iter().map(|x| x.to_f64()).collect()),
+        gathered: g.map(|v| Gathered::of(&v)),
     }))
 }
 
@@ -509,7 +534,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     };
     let check = if args.check {
-        let got = outcome.gathered.as_deref().context("no gathered output")?;
+        let got = outcome.gathered.as_ref().context("no gathered output")?;
         Some(check_result(plan, &args, got)?)
     } else {
         None
@@ -555,9 +580,13 @@ fn predicted_seconds(plan: &Plan, args: &Args) -> anyhow::Result<Vec<f64>> {
 
 /// The gathered output against the serial reference of the same inputs (the library's check
 /// policy: [`Check::against_reference`]).
-fn check_result(plan: &Plan, args: &Args, got: &[f64]) -> anyhow::Result<Check> {
+fn check_result(plan: &Plan, args: &Args, got: &Gathered) -> anyhow::Result<Check> {
     let checked = with_dtype!(args.dtype, T => {
-        Check::against_reference(plan, &inputs_of::<T>(args), got)
+        let inputs = inputs_of::<T>(args);
+        match got {
+            Gathered::Real(v) => Check::against_reference(plan, &inputs, v),
+            Gathered::Complex(v) => Check::against_reference(plan, &inputs, v),
+        }
     });
     checked.map_err(|e| match e {
         e @ ReferenceError::OutOfMemory { .. } => {

@@ -68,6 +68,11 @@ fn refuse_flags(args: &Args) -> anyhow::Result<()> {
         let what = "--plan or --mem with a sparse operand";
         return Err(InputError(format!("sparse operands: {what} is not built yet")).into());
     }
+    if args.dtype.is_complex() {
+        // Matrix Market `complex`, complex .npz and complex SciPy matrices are not read yet.
+        let what = format!("--dtype {} with a sparse operand", args.dtype);
+        return Err(InputError(format!("sparse operands: {what} is not built yet")).into());
+    }
     let pattern = "its plan is built from the nonzeros' pattern, not by the planner";
     if args.machine.is_some() {
         return refuse(

@@ -79,7 +79,7 @@ pub(super) fn read_header_from(path: &Path, f: &mut File) -> Result<NpyHeader, N
         other => {
             return Err(NpyError::Dtype {
                 path: path.to_path_buf(),
-                expected: "a float, integer or bool dtype".into(),
+                expected: "a float, complex, integer or bool dtype".into(),
                 found: format!("structured dtype {}", other.describe()),
             })
         }
@@ -117,7 +117,7 @@ pub(super) fn check_header(
 ) -> Result<ElemType, NpyError> {
     let elem = ElemType::parse(&h.descr).ok_or_else(|| NpyError::Dtype {
         path: path.to_path_buf(),
-        expected: "a float, integer or bool dtype".into(),
+        expected: "a float, complex, integer or bool dtype".into(),
         found: h.descr.clone(),
     })?;
     if h.shape != expected {

@@ -2,9 +2,10 @@
 //!
 //! The format is NumPy's (versions 1.0, 2.0 and 3.0): a magic string, a version, a header
 //! length, a Python-literal header dictionary (`descr`, `fortran_order`, `shape`), then the raw
-//! data. Arrays in C or Fortran order are read; elements of any float, integer or bool type in
-//! either byte order are converted to the run's dtype as NumPy's `astype` does ([`ElemType`]);
-//! written files are C-ordered little-endian `<f8` or `<f4`.
+//! data. Arrays in C or Fortran order are read; elements of any float, complex, integer or
+//! bool type in either byte order are converted to the run's dtype as NumPy's `astype` does
+//! ([`ElemType`]; complex into a real run is refused); written files are C-ordered
+//! little-endian in the run's dtype (`<f8`, `<f4`, `<c16`, `<c8`).
 //!
 //! Readers map the distinct indices of an operand to its storage dimensions, so operands with
 //! diagonals (an index repeated in one operand) and broadcast dimensions are read in place.

@@ -78,24 +78,23 @@ pub(super) fn for_each_run<E>(
 /// Checks, without reading any data, that the `.npy` file at `path` can hold input operand
 /// `operand`: a dtype convertible to `T`, the operand's storage shape, and a file long enough. Ranks
 /// that hold no block of an operand call this so that a bad file is reported on every rank.
-// `T` is kept so callers name the run's dtype; every numeric file converts to either.
-#[allow(clippy::extra_unused_type_parameters)]
 pub fn check_operand_file<T: Scalar>(
     path: &Path,
     operand: &Operand,
     extents: &BTreeMap<Index, usize>,
 ) -> Result<NpyHeader, NpyError> {
     let mut f = File::open(path).map_err(io_err(path))?;
-    check_open(path, &mut f, operand, extents).map(|(h, _, _)| h)
+    check_open(path, &mut f, operand, extents, T::DTYPE).map(|(h, _, _)| h)
 }
 
-/// Header, dtype, shape and length checks of an open file; returns the header, the operand's
-/// storage shape and the file's element type.
+/// Header, dtype, shape and length checks of an open file read as `dtype`; returns the
+/// header, the operand's storage shape and the file's element type.
 pub(super) fn check_open(
     path: &Path,
     f: &mut File,
     operand: &Operand,
     extents: &BTreeMap<Index, usize>,
+    dtype: deinsum_plan::DType,
 ) -> Result<(NpyHeader, Vec<usize>, ElemType), NpyError> {
     let mut expected = Vec::with_capacity(operand.dims.len());
     for d in &operand.dims {
@@ -108,6 +107,14 @@ pub(super) fn check_open(
     }
     let h = read_header_from(path, f)?;
     let elem = check_header(path, &h, &expected)?;
+    if !elem.converts_to(dtype) {
+        // As NumPy's safe casting: a real run would drop the imaginary parts.
+        return Err(NpyError::Dtype {
+            path: path.to_path_buf(),
+            expected: format!("a real dtype for a {dtype} run (use a complex --dtype)"),
+            found: h.descr.clone(),
+        });
+    }
     let total = h
         .len()
         .ok_or_else(|| invalid(path, "element count overflows u64"))?;
@@ -160,7 +167,7 @@ pub fn read_operand_block<T: Scalar>(
         }
     }
     let mut f = File::open(path).map_err(io_err(path))?;
-    let (h, expected, elem) = check_open(path, &mut f, operand, extents)?;
+    let (h, expected, elem) = check_open(path, &mut f, operand, extents, T::DTYPE)?;
 
     // Storage strides: row-major, or column-major for a Fortran-ordered file.
     let sstride = if h.fortran_order {

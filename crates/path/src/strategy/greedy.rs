@@ -129,6 +129,60 @@ impl<const W: usize> State<'_, '_, '_, W> {
     }
 }
 
+impl<'n, 'p, 'a, const W: usize> State<'n, 'p, 'a, W> {
+    /// The state before the first step: the inputs live (an input with the same index set as
+    /// an earlier one joined to it by a Hadamard product at once, pushed onto `path`), the bit
+    /// rows and reference counts set; with the index set of every id and the next free id.
+    fn seed(
+        net: &'n Net<'p, 'a, W>,
+        output: Bits<W>,
+        path: &mut PairPath,
+    ) -> (Self, Vec<Bits<W>>, usize) {
+        let n = net.n();
+        let mut st = State {
+            net,
+            output,
+            remaining: FastMap::default(),
+            sizes: Vec::with_capacity(2 * n),
+            holders: vec![0; net.ext.len() * (2 * n).div_ceil(64)],
+            words: (2 * n).div_ceil(64),
+            rc2: Bits::EMPTY,
+            rc3: Bits::EMPTY,
+        };
+        let mut next_id = n;
+        // Index set of every SSA id ever created.
+        let mut keys: Vec<Bits<W>> = Vec::with_capacity(2 * n);
+        keys.extend_from_slice(&net.inputs);
+        st.sizes.extend(net.inputs.iter().map(|k| net.size(*k)));
+        // Insertion order of the live keys, for deterministic iteration.
+        let mut order: Vec<Bits<W>> = Vec::new();
+        for (id, key) in net.inputs.iter().enumerate() {
+            if let Some(&old) = st.remaining.get(key) {
+                path.push((old, id));
+                st.remaining.insert(*key, next_id);
+                keys.push(*key);
+                st.sizes.push(st.sizes[id]);
+                next_id += 1;
+            } else {
+                st.remaining.insert(*key, id);
+                order.push(*key);
+            }
+        }
+        for key in &order {
+            let id = st.remaining[key];
+            for d in key.minus(output).ones() {
+                st.set(d, id, true);
+            }
+        }
+        let all: Bits<W> = (0..net.ext.len()).fold(Bits::EMPTY, |mut b, i| {
+            b.insert(i);
+            b
+        });
+        st.update_ref_counts(all.minus(output));
+        (st, keys, next_id)
+    }
+}
+
 /// The greedy path (no memory limit: the caller routes limited searches to branch-1).
 pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> PairPath {
     let n = net.n();
@@ -139,58 +193,10 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> PairPath {
     // An index every operand has can only go at the last step, so treat it as output.
     let common = net.inputs.iter().fold(!Bits::<W>::EMPTY, |a, b| a & *b);
     let output = net.output | common;
-    let mut st = State {
-        net,
-        output,
-        remaining: FastMap::default(),
-        sizes: Vec::with_capacity(2 * n),
-        holders: vec![0; net.ext.len() * (2 * n).div_ceil(64)],
-        words: (2 * n).div_ceil(64),
-        rc2: Bits::EMPTY,
-        rc3: Bits::EMPTY,
-    };
-    let mut next_id = n;
-    // Index set of every SSA id ever created.
-    let mut keys: Vec<Bits<W>> = Vec::with_capacity(2 * n);
-    keys.extend_from_slice(&net.inputs);
-    st.sizes.extend(net.inputs.iter().map(|k| net.size(*k)));
-    // Insertion order of the live keys, for deterministic iteration.
-    let mut order: Vec<Bits<W>> = Vec::new();
-    for (id, key) in net.inputs.iter().enumerate() {
-        if let Some(&old) = st.remaining.get(key) {
-            path.push((old, id));
-            st.remaining.insert(*key, next_id);
-            keys.push(*key);
-            st.sizes.push(st.sizes[id]);
-            next_id += 1;
-        } else {
-            st.remaining.insert(*key, id);
-            order.push(*key);
-        }
-    }
-    for key in &order {
-        let id = st.remaining[key];
-        for d in key.minus(output).ones() {
-            st.set(d, id, true);
-        }
-    }
-    let all: Bits<W> = (0..net.ext.len()).fold(Bits::EMPTY, |mut b, i| {
-        b.insert(i);
-        b
-    });
-    st.update_ref_counts(all.minus(output));
+    let (mut st, mut keys, mut next_id) = State::seed(net, output, &mut path);
     let mut queue: BinaryHeap<Reverse<Cand<W>>> = BinaryHeap::new();
     // Ids of a bit row in increasing order, into a buffer kept across steps.
     let mut ids: Vec<usize> = Vec::with_capacity(2 * n);
-    let fill = |ids: &mut Vec<usize>, row: &mut dyn Iterator<Item = u64>| {
-        ids.clear();
-        for (w, mut bits) in row.enumerate() {
-            while bits != 0 {
-                ids.push(64 * w + bits.trailing_zeros() as usize);
-                bits &= bits - 1;
-            }
-        }
-    };
     for d in 0..net.ext.len() {
         fill(&mut ids, &mut st.row(d).iter().copied());
         for i in 0..ids.len().saturating_sub(1) {
@@ -252,6 +258,17 @@ pub(crate) fn greedy<const W: usize>(net: &Net<'_, '_, W>) -> PairPath {
     }
     outer_products(net, output, &st.remaining, next_id, &mut path);
     path
+}
+
+/// Puts the ids of the bit row `row` into `ids`, in increasing order.
+fn fill(ids: &mut Vec<usize>, row: &mut dyn Iterator<Item = u64>) {
+    ids.clear();
+    for (w, mut bits) in row.enumerate() {
+        while bits != 0 {
+            ids.push(64 * w + bits.trailing_zeros() as usize);
+            bits &= bits - 1;
+        }
+    }
 }
 
 /// Joins the live tensors `remaining` (no two share a non-output index) by outer products,

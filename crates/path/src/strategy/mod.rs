@@ -9,14 +9,8 @@ use crate::bits::Bits;
 use crate::net::{Net, Problem};
 use crate::PathError;
 
-/// A contraction path in SSA form: each step names the nodes it consumes (inputs `0..n`, then
-/// step results `n, n+1, ...` in order): two for a pairwise step, one for a single-operand
-/// reduction, all of them for opt_einsum's one-step fallback; a single-operand problem may
-/// have the empty path.
-pub type SsaPath = Vec<Vec<usize>>;
-
-/// A path of pairwise steps only, as the pairwise searches build it.
-pub(crate) type PairPath = Vec<(usize, usize)>;
+pub(crate) use crate::net::PairPath;
+pub use crate::net::{SsaPath, MAX_INDICES};
 
 /// The SSA form of a pairwise path.
 fn from_pairs(pairs: PairPath) -> SsaPath {
@@ -31,9 +25,6 @@ pub trait PathStrategy: Send + Sync {
     /// Finds a path.
     fn search(&self, problem: &Problem<'_>) -> Result<SsaPath, PathError>;
 }
-
-/// Most distinct indices a problem may have (the widest bit set is 64 words).
-pub const MAX_INDICES: usize = 64 * 64;
 
 /// Runs `$f::<W>(&Net::<W>::new($p) $(, $arg)*)` with the narrowest bit-set width that fits.
 macro_rules! with_width {

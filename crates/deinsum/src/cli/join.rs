@@ -1,0 +1,265 @@
+//! `deinsum join`: a relational join of two tables (CSV or Parquet) on P ranks, with the
+//! strategy chosen by predicted cost or forced; argument mapping and printing only (the work
+//! is deinsum-join's).
+
+use super::{Format, InputError};
+use anyhow::Context;
+use deinsum_exec::{Communicator, InProcess, RankFailure};
+use deinsum_join::agg::{group_join, Aggregate, GroupBy};
+use deinsum_join::io::{self, Schema};
+use deinsum_join::{dist, report, JoinError, JoinKind, JoinOptions, JoinShape, Strategy, Table};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Where the ranks run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// P ranks as threads of this process.
+    Local,
+    /// The MPI ranks this process is one of (not built yet for joins).
+    Mpi,
+}
+
+/// Arguments of `deinsum join`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The left table (.csv, or .parquet/.pq).
+    pub left: PathBuf,
+    /// The right table.
+    pub right: PathBuf,
+    /// Key columns, present in both tables.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        required = true,
+        value_name = "KEY[,KEY...]"
+    )]
+    pub on: Vec<String>,
+    /// inner, left, right or full.
+    #[arg(long, default_value = "inner")]
+    pub how: String,
+    /// auto (least predicted time), shuffle, broadcast, semi or index.
+    #[arg(long, default_value = "auto")]
+    pub strategy: String,
+    /// Number of ranks P (each reads its own row range of both files).
+    #[arg(long, value_name = "P", default_value_t = 1)]
+    pub procs: usize,
+    /// Write the output here (.csv, or .parquet/.pq); otherwise CSV on standard output (text
+    /// format) or nowhere (JSON format).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Group the inner join's rows by this column (with --sum or --count), without
+    /// materializing the join.
+    #[arg(long, value_name = "COL")]
+    pub group_by: Option<String>,
+    /// The sum of this column per group.
+    #[arg(long, value_name = "COL", requires = "group_by")]
+    pub sum: Option<String>,
+    /// The number of joined rows per group.
+    #[arg(long, requires = "group_by", conflicts_with = "sum")]
+    pub count: bool,
+    /// Print every strategy's predicted bytes per rank and seconds; run nothing.
+    #[arg(long)]
+    pub explain: bool,
+    /// Format of the report (text on standard error, JSON on standard output).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Column types instead of inferred ones (CSV), such as `k:int64,name:string`.
+    #[arg(long, value_name = "NAME:TYPE,...")]
+    pub schema: Option<String>,
+    /// Machine model file the predicted seconds are for [default: the built-in model].
+    #[arg(long, value_name = "FILE")]
+    pub machine: Option<PathBuf>,
+    /// Refuse a join whose output exceeds this many bytes, before any row moves.
+    #[arg(long, value_name = "BYTES")]
+    pub max_output_bytes: Option<u64>,
+    /// Backend [default: local].
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
+}
+
+/// A join error as the CLI reports it: the user's (exit 2) unless it is a communication one.
+fn user(e: JoinError) -> anyhow::Error {
+    if e.is_input() {
+        InputError(e.to_string()).into()
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
+/// The first failing rank's error.
+fn failed(e: RankFailure<JoinError>) -> anyhow::Error {
+    match e {
+        RankFailure::Error { error, .. } => user(error),
+        other => anyhow::anyhow!("{other}"),
+    }
+}
+
+/// What each rank returns.
+enum Done {
+    Explain(deinsum_join::Inspection),
+    Join(Box<deinsum_join::RankJoin>),
+    Group(Table, deinsum_exec::Traffic),
+}
+
+/// Refuses the MPI backend (asked for, or implied by an MPI launch): joins run in process.
+fn check_backend(args: &Args) -> anyhow::Result<()> {
+    if args.backend == Some(Backend::Mpi)
+        || (args.backend.is_none() && super::launch_size().is_some())
+    {
+        return Err(InputError(
+            "deinsum join --backend mpi is not built yet: joins run in process (--procs P)".into(),
+        )
+        .into());
+    }
+    if args.procs == 0 {
+        return Err(InputError("--procs must be at least 1".into()).into());
+    }
+    Ok(())
+}
+
+/// The grouped join asked for by --group-by with --sum or --count, if any.
+fn group_by(args: &Args) -> anyhow::Result<Option<GroupBy>> {
+    Ok(match (&args.group_by, &args.sum, args.count) {
+        (Some(g), Some(x), _) => Some(GroupBy {
+            group: g.clone(),
+            aggregate: Aggregate::Sum(x.clone()),
+        }),
+        (Some(g), None, true) => Some(GroupBy {
+            group: g.clone(),
+            aggregate: Aggregate::Count,
+        }),
+        (Some(_), None, false) => {
+            return Err(InputError("--group-by needs --sum COL or --count".into()).into())
+        }
+        _ => None,
+    })
+}
+
+/// Prints the strategies' predictions.
+fn print_explain(ins: &deinsum_join::Inspection, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(ins)?);
+    } else {
+        print!("{}", report::explain_text(ins));
+    }
+    Ok(())
+}
+
+/// Reports a grouped join's ranks and writes its groups.
+fn finish_group(args: &Args, outs: Vec<Done>, json: bool) -> anyhow::Result<()> {
+    let mut parts = Vec::new();
+    let mut bytes = Vec::new();
+    for o in outs {
+        if let Done::Group(t, tr) = o {
+            parts.push(t);
+            bytes.push(tr);
+        }
+    }
+    let table = Table::concat(&parts).map_err(|e| anyhow::anyhow!(e))?;
+    if json {
+        let v = serde_json::json!({
+            "groups": table.rows(),
+            "sent": bytes.iter().map(|t| t.sent).collect::<Vec<_>>(),
+            "received": bytes.iter().map(|t| t.received).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        eprintln!(
+            "group-by over the join: {} groups; bytes sent per rank {:?}",
+            table.rows(),
+            bytes.iter().map(|t| t.sent).collect::<Vec<_>>()
+        );
+    }
+    emit(args, &table, json)
+}
+
+/// Reports a join's ranks (`auto`: the strategy was chosen by cost) and writes its rows.
+fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::Result<()> {
+    let runs: Vec<deinsum_join::RankJoin> = outs
+        .into_iter()
+        .filter_map(|o| match o {
+            Done::Join(r) => Some(*r),
+            _ => None,
+        })
+        .collect();
+    let parts: Vec<Table> = runs.iter().map(|r| r.table.clone()).collect();
+    let table = Table::concat(&parts).map_err(|e| anyhow::anyhow!(e))?;
+    if json {
+        let v = serde_json::json!({
+            "strategy": runs[0].strategy,
+            "auto": auto,
+            "output_rows": table.rows(),
+            "measured_sent": runs.iter().map(|r| r.measured.sent).collect::<Vec<_>>(),
+            "measured_received": runs.iter().map(|r| r.measured.received).collect::<Vec<_>>(),
+            "inspector_sent": runs.iter().map(|r| r.inspector.sent).collect::<Vec<_>>(),
+            "inspection": runs[0].inspection,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        eprint!("{}", report::run_text(&runs, auto));
+    }
+    emit(args, &table, json)
+}
+
+/// Runs `deinsum join`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    check_backend(&args)?;
+    let kind = JoinKind::from_name(&args.how).map_err(user)?;
+    let strategy = Strategy::from_name(&args.strategy).map_err(user)?;
+    let schema = match &args.schema {
+        Some(s) => Schema::parse(s).map_err(user)?,
+        None => Schema::default(),
+    };
+    let group = group_by(&args)?;
+    let machine = super::calibrate::load_machine(args.machine.as_deref())?
+        .on_host(super::node_cores(), args.procs);
+    let opts = JoinOptions {
+        strategy,
+        machine: machine.clone(),
+        output_limit: args.max_output_bytes,
+    };
+    let files = (
+        args.left.display().to_string(),
+        args.right.display().to_string(),
+    );
+    let outs = InProcess::new(args.procs)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .run(|comm| -> Result<Done, JoinError> {
+            let l = io::read_part(comm, &args.left, &schema)?;
+            let r = io::read_part(comm, &args.right, &schema)?;
+            let shape = JoinShape::new(&l, &r, &args.on, kind, (&files.0, &files.1))?;
+            if args.explain {
+                return Ok(Done::Explain(dist::explain(
+                    comm, &shape, &l, &r, &machine,
+                )?));
+            }
+            if let Some(g) = &group {
+                let (t, traffic) = group_join(comm, &shape, &l, &r, g, (&files.0, &files.1))?;
+                return Ok(Done::Group(t, traffic));
+            }
+            let _ = comm.rank();
+            Ok(Done::Join(Box::new(dist::join(
+                comm, &shape, &l, &r, &opts,
+            )?)))
+        })
+        .map_err(failed)?;
+    let json = args.format == Format::Json;
+    match &outs[0] {
+        Done::Explain(ins) => print_explain(ins, json)?,
+        Done::Group(..) => finish_group(&args, outs, json)?,
+        Done::Join(_) => finish_join(&args, outs, strategy.is_none(), json)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the output table to --output, or as CSV on standard output in the text format.
+fn emit(args: &Args, table: &Table, json: bool) -> anyhow::Result<()> {
+    if let Some(out) = &args.output {
+        io::write(out, table).map_err(user)?;
+    } else if !json {
+        let out = std::io::stdout().lock();
+        io::csv::write_to(out, table).context("writing the output")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! The strategies and their predicted cost: bytes each rank sends and receives (exact, from
+//! the inspector) and seconds on a machine model (`deinsum_plan::Machine`: α per message, β
+//! per byte, the rank's memory bandwidth for packing and for the local join).
+
+use crate::JoinError;
+use serde::Serialize;
+
+/// How rows meet their matches across ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// Both tables redistributed by a hash of the key (two all-to-alls), joined locally.
+    Shuffle,
+    /// The smaller table replicated on every rank; the other stays. A kept (outer) broadcast
+    /// side ORs its match flags back to the rows' holders.
+    Broadcast,
+    /// Each rank's distinct left keys to every rank; the right rows with those keys come back.
+    Semi,
+    /// Keys and row numbers to the owners, which build the join index; the right rows'
+    /// non-key columns move last, only for matched pairs (late materialization).
+    Index,
+}
+
+impl Strategy {
+    /// Every strategy, in the order of [`crate::Inspection::predictions`].
+    pub const ALL: [Strategy; 4] = [
+        Strategy::Shuffle,
+        Strategy::Broadcast,
+        Strategy::Semi,
+        Strategy::Index,
+    ];
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Shuffle => "shuffle",
+            Strategy::Broadcast => "broadcast",
+            Strategy::Semi => "semi",
+            Strategy::Index => "index",
+        }
+    }
+
+    /// The strategy of a name; `Ok(None)` for `auto`.
+    pub fn from_name(s: &str) -> Result<Option<Strategy>, JoinError> {
+        Ok(Some(match s.to_ascii_lowercase().as_str() {
+            "auto" => return Ok(None),
+            "shuffle" | "hash" => Strategy::Shuffle,
+            "broadcast" => Strategy::Broadcast,
+            "semi" | "semi-join" | "semijoin" => Strategy::Semi,
+            "index" | "join-index" => Strategy::Index,
+            _ => {
+                return Err(JoinError::Invalid(format!(
+                    "--strategy must be one of auto, shuffle, broadcast, semi, index, got `{s}`"
+                )))
+            }
+        }))
+    }
+}
+
+/// A row read or written by the local hash join costs as much as copying this many bytes.
+const ROW_TOUCH_BYTES: f64 = 64.0;
+
+/// One strategy's predicted figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct Prediction {
+    /// The strategy.
+    pub strategy: Strategy,
+    /// Bytes each rank sends to other ranks.
+    pub sent: Vec<u64>,
+    /// Bytes each rank receives from other ranks.
+    pub received: Vec<u64>,
+    /// Rows each rank's local join reads.
+    pub rows_in: Vec<u64>,
+    /// Output rows each rank produces.
+    pub rows_out: Vec<u64>,
+    /// All-to-all calls.
+    pub calls: usize,
+    /// Predicted seconds of the busiest rank.
+    pub seconds: f64,
+}
+
+impl Prediction {
+    /// The prediction of `strategy` from its figures, timed on `m` for `procs` ranks: per
+    /// call (P-1)·α, the busiest rank's bytes at β, packing and unpacking them at the rank's
+    /// memory bandwidth, and the local join's rows.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        strategy: Strategy,
+        sent: Vec<u64>,
+        received: Vec<u64>,
+        rows_in: Vec<u64>,
+        rows_out: Vec<u64>,
+        calls: usize,
+        m: &deinsum_plan::Machine,
+        procs: usize,
+    ) -> Prediction {
+        let link = if procs > m.ranks_per_node.max(1) {
+            &m.inter_node
+        } else {
+            &m.intra_node
+        };
+        let bw = m.rank_bandwidth(procs).max(1.0);
+        let busiest = |f: &dyn Fn(usize) -> f64| (0..procs).map(f).fold(0.0f64, f64::max);
+        let net = if procs > 1 {
+            calls as f64 * (procs as f64 - 1.0) * link.alpha
+                + busiest(&|r| sent[r].max(received[r]) as f64) * link.beta
+        } else {
+            0.0
+        };
+        let pack = busiest(&|r| (sent[r] + received[r]) as f64) / bw;
+        let local = busiest(&|r| (rows_in[r] + rows_out[r]) as f64) * ROW_TOUCH_BYTES / bw;
+        Prediction {
+            strategy,
+            sent,
+            received,
+            rows_in,
+            rows_out,
+            calls,
+            seconds: net + pack + local,
+        }
+    }
+}

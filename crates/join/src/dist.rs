@@ -1,0 +1,451 @@
+//! The distributed join on tables split by rows: each rank holds some rows of each table and
+//! ends with some rows of the output. Every byte moves through [`coll::all_to_all`], so the
+//! communicator counts it, and each strategy moves exactly what [`crate::inspect`] predicted.
+
+use crate::coll;
+use crate::cost::Strategy;
+use crate::inspect::{inspect, Inspection};
+use crate::kernel::{assemble, hash_join, owner, JoinShape, KeyMap, Keys, Pairs};
+use crate::{Column, JoinError, Table};
+use deinsum_exec::{Communicator, Traffic};
+
+/// How to run a join.
+#[derive(Clone, Debug)]
+pub struct JoinOptions {
+    /// The strategy, or `None` for the least predicted time.
+    pub strategy: Option<Strategy>,
+    /// The machine the time is predicted on.
+    pub machine: deinsum_plan::Machine,
+    /// Refuse outputs over this many (encoded) bytes, before any row moves.
+    pub output_limit: Option<u64>,
+}
+
+/// One rank's result of a distributed join.
+#[derive(Clone, Debug)]
+pub struct RankJoin {
+    /// This rank's output rows.
+    pub table: Table,
+    /// The inspector's figures (the same on every rank).
+    pub inspection: Inspection,
+    /// The strategy that ran.
+    pub strategy: Strategy,
+    /// Bytes this rank moved while the strategy ran (the inspector's excluded).
+    pub measured: Traffic,
+    /// Bytes this rank moved in the inspector pass.
+    pub inspector: Traffic,
+}
+
+fn diff(a: Traffic, b: Traffic) -> Traffic {
+    Traffic {
+        sent: b.sent - a.sent,
+        received: b.received - a.received,
+    }
+}
+
+/// The strategy `auto` takes: the least predicted seconds (the first of equals).
+pub fn choose(ins: &Inspection) -> Strategy {
+    let mut best = Strategy::ALL[0];
+    for s in Strategy::ALL {
+        if ins.prediction(s).seconds < ins.prediction(best).seconds {
+            best = s;
+        }
+    }
+    best
+}
+
+/// Joins this rank's rows `l` and `r` with the other ranks' (collective).
+pub fn join<C: Communicator>(
+    comm: &C,
+    shape: &JoinShape,
+    l: &Table,
+    r: &Table,
+    opts: &JoinOptions,
+) -> Result<RankJoin, JoinError> {
+    let (lk, rk) = (Keys::of(l, &shape.lkeys), Keys::of(r, &shape.rkeys));
+    let t0 = comm.traffic();
+    let inspection = inspect(comm, shape, l, &lk, r, &rk, &opts.machine)?;
+    let t1 = comm.traffic();
+    if let Some(limit) = opts.output_limit {
+        if inspection.output_bytes > limit {
+            return Err(JoinError::TooLarge {
+                rows: inspection.output_rows,
+                bytes: inspection.output_bytes,
+                limit,
+            });
+        }
+    }
+    let strategy = opts.strategy.unwrap_or_else(|| choose(&inspection));
+    let side = Sides {
+        shape,
+        l,
+        lk: &lk,
+        r,
+        rk: &rk,
+    };
+    let table = match strategy {
+        Strategy::Shuffle => shuffle(comm, &side)?,
+        Strategy::Broadcast => broadcast(comm, &side, inspection.broadcast_left)?,
+        Strategy::Semi => semi(comm, &side)?,
+        Strategy::Index => index(comm, &side)?,
+    };
+    let t2 = comm.traffic();
+    Ok(RankJoin {
+        table,
+        inspection,
+        strategy,
+        measured: diff(t1, t2),
+        inspector: diff(t0, t1),
+    })
+}
+
+/// This rank's two tables and their keys.
+struct Sides<'a> {
+    shape: &'a JoinShape,
+    l: &'a Table,
+    lk: &'a Keys,
+    r: &'a Table,
+    rk: &'a Keys,
+}
+
+impl Sides<'_> {
+    /// The output rows of the rows whose key is NULL, where the join kind keeps them.
+    fn null_key_rows(&self) -> Table {
+        let kind = self.shape.kind;
+        let mut pairs: Pairs = Vec::new();
+        if kind.keeps_left() {
+            pairs.extend(
+                (0..self.l.rows())
+                    .filter(|&i| self.lk.get(i).is_none())
+                    .map(|i| (Some(i), None)),
+            );
+        }
+        if kind.keeps_right() {
+            pairs.extend(
+                (0..self.r.rows())
+                    .filter(|&j| self.rk.get(j).is_none())
+                    .map(|j| (None, Some(j))),
+            );
+        }
+        assemble(self.shape, self.l, self.r, &pairs)
+    }
+
+    fn decode_left(&self, bytes: &[u8]) -> Result<Table, JoinError> {
+        Table::decode(&self.shape.lschema.0, &self.shape.lschema.1, bytes)
+            .map_err(JoinError::Invalid)
+    }
+
+    fn decode_right(&self, bytes: &[u8]) -> Result<Table, JoinError> {
+        Table::decode(&self.shape.rschema.0, &self.shape.rschema.1, bytes)
+            .map_err(JoinError::Invalid)
+    }
+}
+
+fn concat(parts: Vec<Table>) -> Result<Table, JoinError> {
+    Table::concat(&parts).map_err(JoinError::Invalid)
+}
+
+/// Each keyed row of `t` to its key's owner, encoded whole.
+fn rows_to_owners(t: &Table, k: &Keys, p: usize) -> Vec<Vec<u8>> {
+    let all: Vec<usize> = (0..t.names().len()).collect();
+    let mut msgs = vec![Vec::new(); p];
+    for i in 0..t.rows() {
+        if let Some(key) = k.get(i) {
+            t.encode_row(i, &all, &mut msgs[owner(key, p)]);
+        }
+    }
+    msgs
+}
+
+/// Shuffle: both tables to the keys' owners, then a local join of what each owner holds.
+fn shuffle<C: Communicator>(comm: &C, s: &Sides) -> Result<Table, JoinError> {
+    let p = comm.size();
+    let lgot = coll::all_to_all(comm, rows_to_owners(s.l, s.lk, p))?.concat();
+    let rgot = coll::all_to_all(comm, rows_to_owners(s.r, s.rk, p))?.concat();
+    let (l, r) = (s.decode_left(&lgot)?, s.decode_right(&rgot)?);
+    drop((lgot, rgot));
+    let (lk, rk) = (Keys::of(&l, &s.shape.lkeys), Keys::of(&r, &s.shape.rkeys));
+    let kind = s.shape.kind;
+    let (pairs, _, _) = hash_join(&lk, &rk, kind.keeps_left(), kind.keeps_right());
+    concat(vec![assemble(s.shape, &l, &r, &pairs), s.null_key_rows()])
+}
+
+/// Broadcast: the keyed rows of one side to every rank; each rank joins them with its rows of
+/// the other side. A kept broadcast side's match flags are OR-reduced onto the rows' holders
+/// (each rank sends every holder one bit per row of it), which emit the unmatched ones.
+fn broadcast<C: Communicator>(comm: &C, s: &Sides, left: bool) -> Result<Table, JoinError> {
+    let (me, p) = (comm.rank(), comm.size());
+    let (xt, xk) = if left { (s.l, s.lk) } else { (s.r, s.rk) };
+    let all: Vec<usize> = (0..xt.names().len()).collect();
+    let keyed: Vec<usize> = (0..xt.rows()).filter(|&i| xk.get(i).is_some()).collect();
+    let mut mine = Vec::new();
+    for &i in &keyed {
+        xt.encode_row(i, &all, &mut mine);
+    }
+    // Rows per holder, to place each holder's flags.
+    let mut counts = vec![0u64; p];
+    counts[me] = keyed.len() as u64;
+    let parts = coll::all_gather(comm, &mine)?;
+    drop(mine);
+    let xs: Vec<Table> = parts
+        .iter()
+        .map(|b| {
+            if left {
+                s.decode_left(b)
+            } else {
+                s.decode_right(b)
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    for (q, t) in xs.iter().enumerate() {
+        counts[q] = t.rows() as u64;
+    }
+    let x = concat(xs)?;
+    let kind = s.shape.kind;
+    let (x_kept, y_kept) = if left {
+        (kind.keeps_left(), kind.keeps_right())
+    } else {
+        (kind.keeps_right(), kind.keeps_left())
+    };
+    let (mut out, matched) = if left {
+        let xk = Keys::of(&x, &s.shape.lkeys);
+        let (pairs, lm, _) = hash_join(&xk, s.rk, false, y_kept);
+        // Right rows with a NULL key are the null-key output's, not the join's.
+        let pairs: Pairs = pairs
+            .into_iter()
+            .filter(|&(a, b)| a.is_some() || b.is_some_and(|j| s.rk.get(j).is_some()))
+            .collect();
+        (vec![assemble(s.shape, &x, s.r, &pairs)], lm)
+    } else {
+        let xk = Keys::of(&x, &s.shape.rkeys);
+        let (pairs, _, rm) = hash_join(s.lk, &xk, y_kept, false);
+        let pairs: Pairs = pairs
+            .into_iter()
+            .filter(|&(a, b)| b.is_some() || a.is_some_and(|i| s.lk.get(i).is_some()))
+            .collect();
+        (vec![assemble(s.shape, s.l, &x, &pairs)], rm)
+    };
+    if x_kept {
+        // Each holder's flags as bits, to the holder.
+        let mut msgs = vec![Vec::new(); p];
+        let mut at = 0usize;
+        for (q, &n) in counts.iter().enumerate() {
+            let n = n as usize;
+            let mut bits = vec![0u8; n.div_ceil(8)];
+            for i in 0..n {
+                if matched[at + i] {
+                    bits[i / 8] |= 1 << (i % 8);
+                }
+            }
+            msgs[q] = bits;
+            at += n;
+        }
+        let got = coll::all_to_all(comm, msgs)?;
+        let n = keyed.len();
+        let unmatched: Vec<usize> = (0..n)
+            .filter(|&i| {
+                !got.iter()
+                    .any(|b| b.get(i / 8).is_some_and(|&w| w & (1 << (i % 8)) != 0))
+            })
+            .map(|i| keyed[i])
+            .collect();
+        let pairs: Pairs = if left {
+            unmatched.iter().map(|&i| (Some(i), None)).collect()
+        } else {
+            unmatched.iter().map(|&j| (None, Some(j))).collect()
+        };
+        out.push(assemble(s.shape, s.l, s.r, &pairs));
+    }
+    out.push(s.null_key_rows());
+    concat(out)
+}
+
+/// Semi-join: every rank's distinct left keys to every rank; each rank returns its right rows
+/// with those keys; each rank joins its left rows with what came back. A right row whose key
+/// no rank's left holds is unmatched, which its holder knows from the key lists.
+fn semi<C: Communicator>(comm: &C, s: &Sides) -> Result<Table, JoinError> {
+    let p = comm.size();
+    let mut distinct: KeyMap<()> = KeyMap::default();
+    let mut list = Vec::new();
+    for i in 0..s.l.rows() {
+        if let Some(k) = s.lk.get(i) {
+            if distinct.insert(k, ()).is_none() {
+                list.extend_from_slice(&(k.len() as u32).to_le_bytes());
+                list.extend_from_slice(k);
+            }
+        }
+    }
+    drop(distinct);
+    let lists = coll::all_gather(comm, &list)?;
+    let all: Vec<usize> = (0..s.r.names().len()).collect();
+    let mut msgs = vec![Vec::new(); p];
+    let mut wanted_anywhere = vec![false; s.r.rows()];
+    for (q, b) in lists.iter().enumerate() {
+        let mut keys: KeyMap<()> = KeyMap::default();
+        let mut b = &b[..];
+        while !b.is_empty() {
+            let n = u32::from_le_bytes(b[..4].try_into().expect("4")) as usize;
+            keys.insert(&b[4..4 + n], ());
+            b = &b[4 + n..];
+        }
+        for (j, wanted) in wanted_anywhere.iter_mut().enumerate() {
+            if s.rk.get(j).is_some_and(|k| keys.contains_key(k)) {
+                s.r.encode_row(j, &all, &mut msgs[q]);
+                *wanted = true;
+            }
+        }
+    }
+    let got = coll::all_to_all(comm, msgs)?.concat();
+    let rr = s.decode_right(&got)?;
+    let rrk = Keys::of(&rr, &s.shape.rkeys);
+    let kind = s.shape.kind;
+    // Left rows with a NULL key go with the null-key output.
+    let (pairs, _, _) = hash_join(s.lk, &rrk, kind.keeps_left(), false);
+    let pairs: Pairs = pairs
+        .into_iter()
+        .filter(|&(a, _)| a.is_some_and(|i| s.lk.get(i).is_some()))
+        .collect();
+    let mut out = vec![assemble(s.shape, s.l, &rr, &pairs)];
+    if kind.keeps_right() {
+        let pairs: Pairs = (0..s.r.rows())
+            .filter(|&j| s.rk.get(j).is_some() && !wanted_anywhere[j])
+            .map(|j| (None, Some(j)))
+            .collect();
+        out.push(assemble(s.shape, s.l, s.r, &pairs));
+    }
+    out.push(s.null_key_rows());
+    concat(out)
+}
+
+/// (rank, row number) pairs of one key's rows on one side.
+type RankRows = Vec<(usize, u64)>;
+
+/// (key, row number) of each keyed row to its key's owner.
+fn key_rows_to_owners(k: &Keys, p: usize) -> Vec<Vec<u8>> {
+    let mut msgs = vec![Vec::new(); p];
+    for i in 0..k.len() {
+        if let Some(key) = k.get(i) {
+            let m = &mut msgs[owner(key, p)];
+            m.extend_from_slice(&(key.len() as u32).to_le_bytes());
+            m.extend_from_slice(key);
+            m.extend_from_slice(&(i as u64).to_le_bytes());
+        }
+    }
+    msgs
+}
+
+/// The (source rank, key, row) entries of received key-row messages.
+fn read_key_rows(got: &[Vec<u8>]) -> Vec<(usize, &[u8], u64)> {
+    let mut out = Vec::new();
+    for (q, b) in got.iter().enumerate() {
+        let mut b = &b[..];
+        while !b.is_empty() {
+            let n = u32::from_le_bytes(b[..4].try_into().expect("4")) as usize;
+            let row = u64::from_le_bytes(b[4 + n..12 + n].try_into().expect("8"));
+            out.push((q, &b[4..4 + n], row));
+            b = &b[12 + n..];
+        }
+    }
+    out
+}
+
+/// Join index: keys and row numbers to the owners, which pair them (the index); each right
+/// row's holder gets its entries and sends the row's non-key columns to the left row's
+/// holder, which assembles the output. Unmatched rows are known to their own holders.
+fn index<C: Communicator>(comm: &C, s: &Sides) -> Result<Table, JoinError> {
+    let p = comm.size();
+    let lgot = coll::all_to_all(comm, key_rows_to_owners(s.lk, p))?;
+    let rgot = coll::all_to_all(comm, key_rows_to_owners(s.rk, p))?;
+    let mut by_key: KeyMap<(RankRows, RankRows)> = KeyMap::default();
+    for (q, k, i) in read_key_rows(&lgot) {
+        by_key.entry(k).or_default().0.push((q, i));
+    }
+    for (q, k, j) in read_key_rows(&rgot) {
+        by_key.entry(k).or_default().1.push((q, j));
+    }
+    // The index entries, to the right rows' holders: (right row, left rank, left row).
+    let mut msgs = vec![Vec::new(); p];
+    for (ls, rs) in by_key.values() {
+        for &(q2, j) in rs {
+            for &(q1, i) in ls {
+                let m = &mut msgs[q2];
+                m.extend_from_slice(&j.to_le_bytes());
+                m.extend_from_slice(&(q1 as u32).to_le_bytes());
+                m.extend_from_slice(&i.to_le_bytes());
+            }
+        }
+    }
+    drop(by_key);
+    drop((lgot, rgot));
+    let entries = coll::all_to_all(comm, msgs)?.concat();
+    let mut rmatched = vec![false; s.r.rows()];
+    let mut msgs = vec![Vec::new(); p];
+    for e in entries.chunks_exact(20) {
+        let j = u64::from_le_bytes(e[..8].try_into().expect("8")) as usize;
+        let q1 = u32::from_le_bytes(e[8..12].try_into().expect("4")) as usize;
+        rmatched[j] = true;
+        let m = &mut msgs[q1];
+        m.extend_from_slice(&e[12..20]);
+        s.r.encode_row(j, &s.shape.rrest, m);
+    }
+    drop(entries);
+    let got = coll::all_to_all(comm, msgs)?.concat();
+    // Left row numbers and the right rows' other columns, pair by pair.
+    let rest_types: Vec<_> = s
+        .shape
+        .rrest
+        .iter()
+        .map(|&c| s.shape.rschema.1[c])
+        .collect();
+    let mut rest: Vec<Column> = rest_types.iter().map(|&t| Column::empty(t)).collect();
+    let mut lrows: Vec<Option<usize>> = Vec::new();
+    let mut b = &got[..];
+    while !b.is_empty() {
+        lrows.push(Some(
+            u64::from_le_bytes(b[..8].try_into().expect("8")) as usize
+        ));
+        b = &b[8..];
+        for c in &mut rest {
+            c.decode_push(&mut b).map_err(JoinError::Invalid)?;
+        }
+    }
+    let mut cols: Vec<Column> = Vec::with_capacity(s.shape.names.len());
+    cols.extend(s.shape.lkeys.iter().map(|&c| s.l.columns()[c].take(&lrows)));
+    cols.extend(s.shape.lrest.iter().map(|&c| s.l.columns()[c].take(&lrows)));
+    cols.extend(rest);
+    let mut out = vec![Table::new(s.shape.names.clone(), cols).map_err(JoinError::Invalid)?];
+    let kind = s.shape.kind;
+    let mut pairs: Pairs = Vec::new();
+    if kind.keeps_left() {
+        let mut lmatched = vec![false; s.l.rows()];
+        for &i in lrows.iter().flatten() {
+            lmatched[i] = true;
+        }
+        pairs.extend(
+            (0..s.l.rows())
+                .filter(|&i| s.lk.get(i).is_some() && !lmatched[i])
+                .map(|i| (Some(i), None)),
+        );
+    }
+    if kind.keeps_right() {
+        pairs.extend(
+            (0..s.r.rows())
+                .filter(|&j| s.rk.get(j).is_some() && !rmatched[j])
+                .map(|j| (None, Some(j))),
+        );
+    }
+    out.push(assemble(s.shape, s.l, s.r, &pairs));
+    out.push(s.null_key_rows());
+    concat(out)
+}
+
+/// The inspector's figures alone (collective): every strategy's prediction, no row moved.
+pub fn explain<C: Communicator>(
+    comm: &C,
+    shape: &JoinShape,
+    l: &Table,
+    r: &Table,
+    machine: &deinsum_plan::Machine,
+) -> Result<Inspection, JoinError> {
+    let (lk, rk) = (Keys::of(l, &shape.lkeys), Keys::of(r, &shape.rkeys));
+    inspect(comm, shape, l, &lk, r, &rk, machine)
+}

@@ -1,0 +1,438 @@
+//! The inspector pass: exact statistics of the keys, gathered at each key's owner, from which
+//! every strategy's bytes per rank are predicted before any row moves.
+//!
+//! Each rank summarizes its rows per distinct key (rows, encoded bytes of whole rows, encoded
+//! bytes of the non-key columns, per side) and sends each summary to the key's owner (an
+//! all-to-all of `4 + len(key) + 48` bytes per distinct key). Owners add up what every
+//! strategy will move for their keys; one sum over ranks makes the figures known everywhere.
+
+use crate::coll;
+use crate::cost::{Prediction, Strategy};
+use crate::kernel::{owner, JoinShape, KeyMap, Keys};
+use crate::{JoinError, Table};
+use deinsum_exec::Communicator;
+use serde::Serialize;
+
+/// A key's summary on one rank: left rows, left whole-row bytes, left non-key bytes, and the
+/// same on the right.
+type Summary = [u64; 6];
+
+/// The per-rank figures the sum over ranks gathers.
+const RANK_FIGS: usize = 6;
+/// Strategy slots: shuffle, broadcast of the left, broadcast of the right, semi-join, index.
+const SLOTS: usize = 5;
+/// Figures per slot and rank: sent, received, rows read by the local join, rows produced.
+const SLOT_FIGS: usize = 4;
+/// Global figures: matched pairs, output bytes.
+const GLOBALS: usize = 2;
+
+/// Bytes of a key in a key list or a (key, row) message: a u32 length and the key.
+pub fn key_msg_bytes(k: &[u8]) -> u64 {
+    4 + k.len() as u64
+}
+
+/// Bytes of a row number in a message.
+pub const ROW_NUMBER: u64 = 8;
+/// Bytes of one entry of the join index sent to a right row's holder: its row, the left
+/// row's rank (u32) and row.
+pub const INDEX_ENTRY: u64 = 8 + 4 + 8;
+
+/// One rank's figures.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RankFigures {
+    /// Left rows held.
+    pub left_rows: u64,
+    /// Right rows held.
+    pub right_rows: u64,
+    /// Left rows with a non-NULL key (the ones that can match and move).
+    pub left_keyed: u64,
+    /// Right rows with a non-NULL key.
+    pub right_keyed: u64,
+    /// Encoded bytes of the keyed left rows.
+    pub left_bytes: u64,
+    /// Encoded bytes of the keyed right rows.
+    pub right_bytes: u64,
+}
+
+/// What the inspector found; the same on every rank.
+#[derive(Clone, Debug, Serialize)]
+pub struct Inspection {
+    /// Ranks.
+    pub procs: usize,
+    /// Per rank.
+    pub ranks: Vec<RankFigures>,
+    /// Output rows.
+    pub output_rows: u64,
+    /// Output bytes (as rows are encoded when they move).
+    pub output_bytes: u64,
+    /// Whether the broadcast join replicates the left table (the smaller in bytes).
+    pub broadcast_left: bool,
+    /// Every strategy's prediction, in [`Strategy::ALL`] order.
+    pub predictions: Vec<Prediction>,
+}
+
+impl Inspection {
+    /// The prediction of `s`.
+    pub fn prediction(&self, s: Strategy) -> &Prediction {
+        &self.predictions[s as usize]
+    }
+}
+
+/// Per-key summaries of this rank's rows.
+fn summarize<'a>(
+    shape: &JoinShape,
+    l: &Table,
+    lk: &'a Keys,
+    r: &Table,
+    rk: &'a Keys,
+) -> KeyMap<'a, Summary> {
+    let mut m: KeyMap<Summary> = KeyMap::default();
+    let (lall, rall) = (shape.lall(), shape.rall());
+    for (t, k, all, rest, off) in [
+        (l, lk, &lall, &shape.lrest, 0),
+        (r, rk, &rall, &shape.rrest, 3),
+    ] {
+        for i in 0..t.rows() {
+            if let Some(key) = k.get(i) {
+                let e = m.entry(key).or_default();
+                e[off] += 1;
+                e[off + 1] += t.row_bytes(i, all) as u64;
+                e[off + 2] += t.row_bytes(i, rest) as u64;
+            }
+        }
+    }
+    m
+}
+
+/// Index of a figure in the summed vector.
+struct Layout {
+    p: usize,
+}
+
+impl Layout {
+    fn len(&self) -> usize {
+        RANK_FIGS * self.p + SLOTS * SLOT_FIGS * self.p + GLOBALS
+    }
+    fn rank(&self, r: usize, f: usize) -> usize {
+        r * RANK_FIGS + f
+    }
+    fn slot(&self, s: usize, f: usize, r: usize) -> usize {
+        RANK_FIGS * self.p + (s * SLOT_FIGS + f) * self.p + r
+    }
+    fn global(&self, g: usize) -> usize {
+        RANK_FIGS * self.p + SLOTS * SLOT_FIGS * self.p + g
+    }
+}
+
+const SENT: usize = 0;
+const RECV: usize = 1;
+const ROWS_IN: usize = 2;
+const ROWS_OUT: usize = 3;
+const SHUFFLE: usize = 0;
+const BCAST_L: usize = 1;
+const BCAST_R: usize = 2;
+const SEMI: usize = 3;
+const INDEX: usize = 4;
+
+/// Adds what every strategy moves for key `k`, whose summaries by rank are `by_rank`, owned
+/// by rank `o`.
+fn add_key(
+    v: &mut [u64],
+    lay: &Layout,
+    shape: &JoinShape,
+    k: &[u8],
+    o: usize,
+    by_rank: &[(usize, Summary)],
+) {
+    let p = lay.p;
+    let (kl, kr) = (shape.kind.keeps_left(), shape.kind.keeps_right());
+    let lc: u64 = by_rank.iter().map(|(_, s)| s[0]).sum();
+    let rc: u64 = by_rank.iter().map(|(_, s)| s[3]).sum();
+    let lfb: u64 = by_rank.iter().map(|(_, s)| s[1]).sum();
+    let rpb: u64 = by_rank.iter().map(|(_, s)| s[5]).sum();
+    let rfb: u64 = by_rank.iter().map(|(_, s)| s[4]).sum();
+    let pairs = lc * rc;
+    // Unmatched rows kept by an outer join (a side whose key the other lacks).
+    let l_un = if rc == 0 && kl { lc } else { 0 };
+    let r_un = if lc == 0 && kr { rc } else { 0 };
+    v[lay.global(0)] += pairs;
+    v[lay.global(1)] += lfb * rc + rpb * lc;
+    if l_un > 0 {
+        v[lay.global(1)] += lfb + shape.rrest.len() as u64 * lc;
+    }
+    if r_un > 0 {
+        v[lay.global(1)] += rfb + shape.lrest.len() as u64 * rc;
+    }
+    let kb = key_msg_bytes(k);
+    let mut add = |slot: usize, f: usize, r: usize, x: u64| v[lay.slot(slot, f, r)] += x;
+    // Shuffle: every keyed row to the owner, joined there.
+    for &(s, e) in by_rank {
+        if s != o {
+            add(SHUFFLE, SENT, s, e[1] + e[4]);
+            add(SHUFFLE, RECV, o, e[1] + e[4]);
+        }
+    }
+    add(SHUFFLE, ROWS_IN, o, lc + rc);
+    add(SHUFFLE, ROWS_OUT, o, pairs + l_un + r_un);
+    // Broadcast of one side (moves follow from per-rank totals): the other side's holders
+    // produce the pairs; a kept unmatched broadcast row comes from its own holder.
+    for &(s, e) in by_rank {
+        // Left broadcast: right rows stay.
+        add(
+            BCAST_L,
+            ROWS_OUT,
+            s,
+            e[3] * lc + if kr && lc == 0 { e[3] } else { 0 },
+        );
+        add(BCAST_L, ROWS_OUT, s, if kl && rc == 0 { e[0] } else { 0 });
+        add(
+            BCAST_R,
+            ROWS_OUT,
+            s,
+            e[0] * rc + if kl && rc == 0 { e[0] } else { 0 },
+        );
+        add(BCAST_R, ROWS_OUT, s, if kr && lc == 0 { e[3] } else { 0 });
+    }
+    // Semi-join: left key lists to every rank, matching right rows back.
+    for &(s, e) in by_rank {
+        if e[0] > 0 {
+            add(SEMI, SENT, s, (p as u64 - 1) * kb);
+            for r in (0..p).filter(|&r| r != s) {
+                add(SEMI, RECV, r, kb);
+            }
+            add(SEMI, ROWS_IN, s, e[0] + rc);
+            add(
+                SEMI,
+                ROWS_OUT,
+                s,
+                e[0] * rc + if kl && rc == 0 { e[0] } else { 0 },
+            );
+        }
+        if e[3] > 0 {
+            for &(r, _) in by_rank.iter().filter(|&&(r, f)| r != s && f[0] > 0) {
+                add(SEMI, SENT, s, e[4]);
+                add(SEMI, RECV, r, e[4]);
+            }
+            if kr && lc == 0 {
+                add(SEMI, ROWS_OUT, s, e[3]);
+            }
+        }
+    }
+    // Join index: (key, row) to the owner, index entries to the right rows' holders, their
+    // non-key columns (with the left row) to the left rows' holders.
+    for &(s, e) in by_rank {
+        if s != o {
+            let b = (e[0] + e[3]) * (kb + ROW_NUMBER);
+            add(INDEX, SENT, s, b);
+            add(INDEX, RECV, o, b);
+        }
+        if s != o && e[3] > 0 {
+            add(INDEX, SENT, o, INDEX_ENTRY * e[3] * lc);
+            add(INDEX, RECV, s, INDEX_ENTRY * e[3] * lc);
+        }
+        for &(s1, f) in by_rank.iter().filter(|&&(s1, f)| s1 != s && f[0] > 0) {
+            let b = f[0] * (ROW_NUMBER * e[3] + e[5]);
+            add(INDEX, SENT, s, b);
+            add(INDEX, RECV, s1, b);
+        }
+        add(
+            INDEX,
+            ROWS_OUT,
+            s,
+            e[0] * rc + if kl && rc == 0 { e[0] } else { 0 },
+        );
+        add(INDEX, ROWS_OUT, s, if kr && lc == 0 { e[3] } else { 0 });
+    }
+    add(INDEX, ROWS_IN, o, lc + rc);
+}
+
+/// Runs the inspector (collective) and predicts every strategy on `machine`.
+pub fn inspect<C: Communicator>(
+    comm: &C,
+    shape: &JoinShape,
+    l: &Table,
+    lk: &Keys,
+    r: &Table,
+    rk: &Keys,
+    machine: &deinsum_plan::Machine,
+) -> Result<Inspection, JoinError> {
+    let (me, p) = (comm.rank(), comm.size());
+    let lay = Layout { p };
+    let mut v = vec![0u64; lay.len()];
+    let local = summarize(shape, l, lk, r, rk);
+    // Summaries to the owners.
+    let mut msgs: Vec<Vec<u8>> = vec![Vec::new(); p];
+    for (k, s) in &local {
+        let m = &mut msgs[owner(k, p)];
+        m.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        m.extend_from_slice(k);
+        for x in s {
+            m.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    drop(local);
+    let got = coll::all_to_all(comm, msgs)?;
+    let mut at_owner: KeyMap<Vec<(usize, Summary)>> = KeyMap::default();
+    for (s, buf) in got.iter().enumerate() {
+        let mut b = &buf[..];
+        while !b.is_empty() {
+            let n = u32::from_le_bytes(b[..4].try_into().expect("4")) as usize;
+            let k = &b[4..4 + n];
+            let mut e = [0u64; 6];
+            for (j, x) in e.iter_mut().enumerate() {
+                let o = 4 + n + 8 * j;
+                *x = u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
+            }
+            at_owner.entry(k).or_default().push((s, e));
+            b = &b[4 + n + 48..];
+        }
+    }
+    for (k, by_rank) in &at_owner {
+        add_key(&mut v, &lay, shape, k, me, by_rank);
+    }
+    // This rank's own figures, and its rows whose key is NULL (they never move; an outer
+    // join keeps them where they are).
+    let (lall, rall) = (shape.lall(), shape.rall());
+    let keyed = |t: &Table, k: &Keys, all: &[usize]| {
+        (0..t.rows())
+            .filter(|&i| k.get(i).is_some())
+            .fold((0u64, 0u64), |(n, b), i| {
+                (n + 1, b + t.row_bytes(i, all) as u64)
+            })
+    };
+    let (ln, lb) = keyed(l, lk, &lall);
+    let (rn, rb) = keyed(r, rk, &rall);
+    for (f, x) in [l.rows() as u64, r.rows() as u64, ln, rn, lb, rb]
+        .into_iter()
+        .enumerate()
+    {
+        v[lay.rank(me, f)] = x;
+    }
+    let (l_null, r_null) = (l.rows() as u64 - ln, r.rows() as u64 - rn);
+    let kept = |kl: bool, kr: bool| (if kl { l_null } else { 0 }) + if kr { r_null } else { 0 };
+    let kept_here = kept(shape.kind.keeps_left(), shape.kind.keeps_right());
+    for slot in 0..SLOTS {
+        v[lay.slot(slot, ROWS_OUT, me)] += kept_here;
+        v[lay.slot(slot, ROWS_IN, me)] += kept_here;
+    }
+    let null_bytes: u64 = {
+        let mut b = 0u64;
+        if shape.kind.keeps_left() {
+            for i in (0..l.rows()).filter(|&i| lk.get(i).is_none()) {
+                b += l.row_bytes(i, &lall) as u64 + shape.rrest.len() as u64;
+            }
+        }
+        if shape.kind.keeps_right() {
+            for i in (0..r.rows()).filter(|&i| rk.get(i).is_none()) {
+                b += r.row_bytes(i, &rall) as u64 + shape.lrest.len() as u64;
+            }
+        }
+        b
+    };
+    v[lay.global(1)] += null_bytes;
+    coll::all_sum(comm, &mut v)?;
+    finish(&v, &lay, shape, machine)
+}
+
+/// The inspection from the summed figures.
+fn finish(
+    v: &[u64],
+    lay: &Layout,
+    shape: &JoinShape,
+    machine: &deinsum_plan::Machine,
+) -> Result<Inspection, JoinError> {
+    let p = lay.p;
+    let ranks: Vec<RankFigures> = (0..p)
+        .map(|r| RankFigures {
+            left_rows: v[lay.rank(r, 0)],
+            right_rows: v[lay.rank(r, 1)],
+            left_keyed: v[lay.rank(r, 2)],
+            right_keyed: v[lay.rank(r, 3)],
+            left_bytes: v[lay.rank(r, 4)],
+            right_bytes: v[lay.rank(r, 5)],
+        })
+        .collect();
+    let lbytes: u64 = ranks.iter().map(|f| f.left_bytes).sum();
+    let rbytes: u64 = ranks.iter().map(|f| f.right_bytes).sum();
+    let broadcast_left = lbytes < rbytes;
+    let slot_vec =
+        |s: usize, f: usize| -> Vec<u64> { (0..p).map(|r| v[lay.slot(s, f, r)]).collect() };
+    let mut predictions = Vec::new();
+    for strategy in Strategy::ALL {
+        let (slot, calls) = match strategy {
+            Strategy::Shuffle => (SHUFFLE, 2),
+            Strategy::Broadcast => (if broadcast_left { BCAST_L } else { BCAST_R }, 1),
+            Strategy::Semi => (SEMI, 2),
+            Strategy::Index => (INDEX, 4),
+        };
+        let mut sent = slot_vec(slot, SENT);
+        let mut received = slot_vec(slot, RECV);
+        let mut rows_in = slot_vec(slot, ROWS_IN);
+        let rows_out = slot_vec(slot, ROWS_OUT);
+        let mut calls = calls;
+        if strategy == Strategy::Broadcast {
+            // The broadcast side's keyed rows go to every other rank; the other side's rows
+            // stay; a kept broadcast side's match flags go back to their holders, one bit a
+            // row (the logical-or reduction).
+            let x = |f: &RankFigures| {
+                if broadcast_left {
+                    f.left_bytes
+                } else {
+                    f.right_bytes
+                }
+            };
+            let xn = |f: &RankFigures| {
+                if broadcast_left {
+                    f.left_keyed
+                } else {
+                    f.right_keyed
+                }
+            };
+            let y = |f: &RankFigures| {
+                if broadcast_left {
+                    f.right_rows
+                } else {
+                    f.left_rows
+                }
+            };
+            let total: u64 = ranks.iter().map(x).sum();
+            let total_n: u64 = ranks.iter().map(xn).sum();
+            let flags = if broadcast_left {
+                shape.kind.keeps_left()
+            } else {
+                shape.kind.keeps_right()
+            };
+            for (r, f) in ranks.iter().enumerate() {
+                sent[r] += (p as u64 - 1) * x(f);
+                received[r] += total - x(f);
+                rows_in[r] += total_n + y(f);
+                if flags {
+                    let own = xn(f).div_ceil(8);
+                    let others: u64 = ranks
+                        .iter()
+                        .enumerate()
+                        .filter(|&(s, _)| s != r)
+                        .map(|(_, g)| xn(g).div_ceil(8))
+                        .sum();
+                    sent[r] += others;
+                    received[r] += (p as u64 - 1) * own;
+                }
+            }
+            if flags {
+                calls += 1;
+            }
+        }
+        predictions.push(Prediction::new(
+            strategy, sent, received, rows_in, rows_out, calls, machine, p,
+        ));
+    }
+    let output_rows = predictions[0].rows_out.iter().sum();
+    Ok(Inspection {
+        procs: p,
+        ranks,
+        output_rows,
+        output_bytes: v[lay.global(1)],
+        broadcast_left,
+        predictions,
+    })
+}

@@ -1,0 +1,45 @@
+//! Reading each rank's part of a table and writing a table: CSV and Parquet, chosen by the
+//! file's extension (`.parquet`/`.pq` is Parquet, anything else CSV).
+
+mod common;
+pub mod csv;
+pub mod parquet;
+
+pub use common::{share, Schema};
+
+use crate::{JoinError, Table};
+use deinsum_exec::Communicator;
+use std::path::Path;
+
+/// Whether `path` names a Parquet file (by its extension).
+pub fn is_parquet(path: &Path) -> bool {
+    matches!(
+        path.extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+            .as_deref(),
+        Some("parquet" | "pq")
+    )
+}
+
+/// This rank's rows of the table in `path` (collective: CSV ranks agree on the types).
+pub fn read_part<C: Communicator>(
+    comm: &C,
+    path: &Path,
+    schema: &Schema,
+) -> Result<Table, JoinError> {
+    if is_parquet(path) {
+        parquet::read_part(comm.rank(), comm.size(), path)
+    } else {
+        csv::read_part(comm, path, schema)
+    }
+}
+
+/// Writes `table` to `path` (Parquet or CSV by the extension).
+pub fn write(path: &Path, table: &Table) -> Result<(), JoinError> {
+    if is_parquet(path) {
+        parquet::write(path, table)
+    } else {
+        csv::write(path, table)
+    }
+}

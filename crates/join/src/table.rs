@@ -1,0 +1,451 @@
+//! The in-memory table: named, typed, nullable columns, and the byte encoding rows travel in.
+//!
+//! A cell is encoded as a tag byte (0: NULL, 1: a value) followed by the value: 8 bytes for
+//! int64 and float64 (little endian), 1 for bool, a u32 length and the UTF-8 bytes for a
+//! string. Every figure the planner predicts is a sum of these sizes, so the encoding is
+//! fixed here and nowhere else.
+
+use serde::Serialize;
+
+/// A column's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataType {
+    /// Only NULLs and no type of its own (an empty CSV column, or one of an empty file): it
+    /// takes the other table's type where it meets one.
+    Null,
+    /// 64-bit signed integers.
+    Int64,
+    /// 64-bit floats.
+    Float64,
+    /// UTF-8 strings.
+    Utf8,
+    /// Booleans.
+    Bool,
+}
+
+impl DataType {
+    /// The name `--schema` and reports use.
+    pub fn name(self) -> &'static str {
+        match self {
+            DataType::Null => "null",
+            DataType::Int64 => "int64",
+            DataType::Float64 => "float64",
+            DataType::Utf8 => "string",
+            DataType::Bool => "bool",
+        }
+    }
+
+    /// The type of a `--schema` name (`int`, `float`, `str` and `boolean` accepted too).
+    pub fn from_name(s: &str) -> Option<DataType> {
+        Some(match s.trim().to_ascii_lowercase().as_str() {
+            "int64" | "int" | "bigint" | "integer" => DataType::Int64,
+            "float64" | "float" | "double" => DataType::Float64,
+            "string" | "str" | "utf8" | "varchar" => DataType::Utf8,
+            "bool" | "boolean" => DataType::Bool,
+            _ => return None,
+        })
+    }
+}
+
+/// One column's cells.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Column {
+    /// `n` NULLs of no type.
+    Null(usize),
+    /// int64 cells.
+    Int64(Vec<Option<i64>>),
+    /// float64 cells.
+    Float64(Vec<Option<f64>>),
+    /// string cells.
+    Utf8(Vec<Option<String>>),
+    /// bool cells.
+    Bool(Vec<Option<bool>>),
+}
+
+/// Bytes of an encoded NULL cell.
+pub const NULL_CELL: usize = 1;
+
+impl Column {
+    /// An empty column of type `t`.
+    pub fn empty(t: DataType) -> Column {
+        Column::nulls(t, 0)
+    }
+
+    /// `n` NULLs of type `t`.
+    pub fn nulls(t: DataType, n: usize) -> Column {
+        match t {
+            DataType::Null => Column::Null(n),
+            DataType::Int64 => Column::Int64(vec![None; n]),
+            DataType::Float64 => Column::Float64(vec![None; n]),
+            DataType::Utf8 => Column::Utf8(vec![None; n]),
+            DataType::Bool => Column::Bool(vec![None; n]),
+        }
+    }
+
+    /// Its type.
+    pub fn dtype(&self) -> DataType {
+        match self {
+            Column::Null(_) => DataType::Null,
+            Column::Int64(_) => DataType::Int64,
+            Column::Float64(_) => DataType::Float64,
+            Column::Utf8(_) => DataType::Utf8,
+            Column::Bool(_) => DataType::Bool,
+        }
+    }
+
+    /// Number of cells.
+    pub fn len(&self) -> usize {
+        match self {
+            Column::Null(n) => *n,
+            Column::Int64(v) => v.len(),
+            Column::Float64(v) => v.len(),
+            Column::Utf8(v) => v.len(),
+            Column::Bool(v) => v.len(),
+        }
+    }
+
+    /// Whether it has no cells.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether cell `i` is NULL.
+    pub fn is_null(&self, i: usize) -> bool {
+        match self {
+            Column::Null(_) => true,
+            Column::Int64(v) => v[i].is_none(),
+            Column::Float64(v) => v[i].is_none(),
+            Column::Utf8(v) => v[i].is_none(),
+            Column::Bool(v) => v[i].is_none(),
+        }
+    }
+
+    /// Encoded bytes of cell `i`.
+    pub fn cell_bytes(&self, i: usize) -> usize {
+        match self {
+            Column::Null(_) => NULL_CELL,
+            Column::Int64(v) => v[i].map_or(NULL_CELL, |_| 9),
+            Column::Float64(v) => v[i].map_or(NULL_CELL, |_| 9),
+            Column::Bool(v) => v[i].map_or(NULL_CELL, |_| 2),
+            Column::Utf8(v) => v[i].as_ref().map_or(NULL_CELL, |s| 5 + s.len()),
+        }
+    }
+
+    /// Appends the encoding of cell `i` to `out`.
+    pub fn encode_cell(&self, i: usize, out: &mut Vec<u8>) {
+        match self {
+            Column::Null(_) => out.push(0),
+            Column::Int64(v) => put(out, v[i].map(i64::to_le_bytes).as_ref().map(|b| &b[..])),
+            Column::Float64(v) => put(out, v[i].map(f64::to_le_bytes).as_ref().map(|b| &b[..])),
+            Column::Bool(v) => put(out, v[i].map(|b| [b as u8]).as_ref().map(|b| &b[..])),
+            Column::Utf8(v) => match &v[i] {
+                None => out.push(0),
+                Some(s) => {
+                    out.push(1);
+                    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                    out.extend_from_slice(s.as_bytes());
+                }
+            },
+        }
+    }
+
+    /// Appends the value of cell `i` without its tag (strings with their length) to `out`,
+    /// as a key is made of; `false` (nothing written) for a NULL. Floats are normalized so
+    /// that equal numbers give equal bytes (-0 as 0, every NaN as one).
+    pub fn key_value(&self, i: usize, out: &mut Vec<u8>) -> bool {
+        match self {
+            Column::Null(_) => false,
+            Column::Int64(v) => v[i].is_some_and(|x| {
+                out.extend_from_slice(&x.to_le_bytes());
+                true
+            }),
+            Column::Float64(v) => v[i].is_some_and(|x| {
+                let x = if x == 0.0 {
+                    0.0
+                } else if x.is_nan() {
+                    f64::NAN
+                } else {
+                    x
+                };
+                out.extend_from_slice(&x.to_bits().to_le_bytes());
+                true
+            }),
+            Column::Bool(v) => v[i].is_some_and(|x| {
+                out.push(x as u8);
+                true
+            }),
+            Column::Utf8(v) => v[i].as_ref().is_some_and(|s| {
+                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+                true
+            }),
+        }
+    }
+
+    /// Decodes one cell from the front of `buf` and appends it.
+    pub fn decode_push(&mut self, buf: &mut &[u8]) -> Result<(), String> {
+        let tag = take(buf, 1)?[0];
+        let null = tag == 0;
+        match self {
+            Column::Null(n) => {
+                if !null {
+                    return Err("a value in a NULL column".into());
+                }
+                *n += 1;
+            }
+            Column::Int64(v) => v.push(if null {
+                None
+            } else {
+                Some(i64::from_le_bytes(take(buf, 8)?.try_into().expect("8")))
+            }),
+            Column::Float64(v) => v.push(if null {
+                None
+            } else {
+                Some(f64::from_le_bytes(take(buf, 8)?.try_into().expect("8")))
+            }),
+            Column::Bool(v) => v.push(if null {
+                None
+            } else {
+                Some(take(buf, 1)?[0] != 0)
+            }),
+            Column::Utf8(v) => v.push(if null {
+                None
+            } else {
+                let n = u32::from_le_bytes(take(buf, 4)?.try_into().expect("4")) as usize;
+                let s = take(buf, n)?;
+                Some(String::from_utf8(s.to_vec()).map_err(|e| e.to_string())?)
+            }),
+        }
+        Ok(())
+    }
+
+    /// The cells at `rows` in that order, NULL where the row is `None`.
+    pub fn take(&self, rows: &[Option<usize>]) -> Column {
+        fn pick<T: Clone>(v: &[Option<T>], rows: &[Option<usize>]) -> Vec<Option<T>> {
+            rows.iter().map(|r| r.and_then(|i| v[i].clone())).collect()
+        }
+        match self {
+            Column::Null(_) => Column::Null(rows.len()),
+            Column::Int64(v) => Column::Int64(pick(v, rows)),
+            Column::Float64(v) => Column::Float64(pick(v, rows)),
+            Column::Utf8(v) => Column::Utf8(pick(v, rows)),
+            Column::Bool(v) => Column::Bool(pick(v, rows)),
+        }
+    }
+
+    /// The cells at `rows` (all present).
+    pub fn take_rows(&self, rows: &[usize]) -> Column {
+        let r: Vec<Option<usize>> = rows.iter().map(|&i| Some(i)).collect();
+        self.take(&r)
+    }
+
+    /// This column with `other`'s cells appended (types must agree; a NULL column takes the
+    /// other's type).
+    pub fn append(&mut self, other: &Column) -> Result<(), String> {
+        if self.dtype() == DataType::Null && other.dtype() != DataType::Null {
+            *self = Column::nulls(other.dtype(), self.len());
+        }
+        match (self, other) {
+            (Column::Null(a), Column::Null(b)) => *a += b,
+            (s, Column::Null(b)) => {
+                let extra = Column::nulls(s.dtype(), *b);
+                s.append(&extra)?;
+            }
+            (Column::Int64(a), Column::Int64(b)) => a.extend_from_slice(b),
+            (Column::Float64(a), Column::Float64(b)) => a.extend_from_slice(b),
+            (Column::Utf8(a), Column::Utf8(b)) => a.extend_from_slice(b),
+            (Column::Bool(a), Column::Bool(b)) => a.extend_from_slice(b),
+            (s, o) => {
+                return Err(format!(
+                    "cannot append {} cells to a {} column",
+                    o.dtype().name(),
+                    s.dtype().name()
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// Cell by cell, `self`'s value where it has one, else `other`'s (SQL COALESCE); both of
+    /// one length.
+    pub fn coalesce(&self, other: &Column) -> Column {
+        fn co<T: Clone>(a: &[Option<T>], b: &[Option<T>]) -> Vec<Option<T>> {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| x.clone().or_else(|| y.clone()))
+                .collect()
+        }
+        match (self, other) {
+            (Column::Null(_), o) => o.clone(),
+            (s, Column::Null(_)) => s.clone(),
+            (Column::Int64(a), Column::Int64(b)) => Column::Int64(co(a, b)),
+            (Column::Float64(a), Column::Float64(b)) => Column::Float64(co(a, b)),
+            (Column::Utf8(a), Column::Utf8(b)) => Column::Utf8(co(a, b)),
+            (Column::Bool(a), Column::Bool(b)) => Column::Bool(co(a, b)),
+            (s, _) => s.clone(),
+        }
+    }
+
+    /// Cell `i` as text (empty for NULL), as CSV writes it.
+    pub fn text(&self, i: usize) -> String {
+        match self {
+            Column::Null(_) => String::new(),
+            Column::Int64(v) => v[i].map(|x| x.to_string()).unwrap_or_default(),
+            Column::Float64(v) => v[i].map(|x| x.to_string()).unwrap_or_default(),
+            Column::Bool(v) => v[i].map(|x| x.to_string()).unwrap_or_default(),
+            Column::Utf8(v) => v[i].clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// Appends a tagged cell: NULL for `None`, else the value's bytes.
+fn put(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
+    match bytes {
+        None => out.push(0),
+        Some(b) => {
+            out.push(1);
+            out.extend_from_slice(b);
+        }
+    }
+}
+
+/// The first `n` bytes of `buf`, which then starts after them.
+fn take<'a>(buf: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
+    if buf.len() < n {
+        return Err("truncated row".into());
+    }
+    let (a, b) = buf.split_at(n);
+    *buf = b;
+    Ok(a)
+}
+
+/// A table: named columns of one length.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Table {
+    names: Vec<String>,
+    columns: Vec<Column>,
+}
+
+impl Table {
+    /// A table of `names` and `columns`; the lengths must agree.
+    pub fn new(names: Vec<String>, columns: Vec<Column>) -> Result<Table, String> {
+        if names.len() != columns.len() {
+            return Err(format!(
+                "{} names for {} columns",
+                names.len(),
+                columns.len()
+            ));
+        }
+        if let Some(c) = columns.iter().find(|c| c.len() != columns[0].len()) {
+            return Err(format!(
+                "columns of {} and {} rows",
+                columns[0].len(),
+                c.len()
+            ));
+        }
+        Ok(Table { names, columns })
+    }
+
+    /// A table of no rows with the names and types of `self`.
+    pub fn empty_like(&self) -> Table {
+        Table {
+            names: self.names.clone(),
+            columns: self
+                .columns
+                .iter()
+                .map(|c| Column::empty(c.dtype()))
+                .collect(),
+        }
+    }
+
+    /// Column names.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Columns.
+    pub fn columns(&self) -> &[Column] {
+        &self.columns
+    }
+
+    /// Column types.
+    pub fn dtypes(&self) -> Vec<DataType> {
+        self.columns.iter().map(Column::dtype).collect()
+    }
+
+    /// The column named `name`.
+    pub fn column(&self, name: &str) -> Option<&Column> {
+        self.position(name).map(|i| &self.columns[i])
+    }
+
+    /// The position of the column named `name`.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.columns.first().map_or(0, Column::len)
+    }
+
+    /// Encoded bytes of row `i` over the columns `cols`.
+    pub fn row_bytes(&self, i: usize, cols: &[usize]) -> usize {
+        cols.iter().map(|&c| self.columns[c].cell_bytes(i)).sum()
+    }
+
+    /// Appends the encoding of row `i` over the columns `cols` to `out`.
+    pub fn encode_row(&self, i: usize, cols: &[usize], out: &mut Vec<u8>) {
+        for &c in cols {
+            self.columns[c].encode_cell(i, out);
+        }
+    }
+
+    /// The rows of `buf` (encoded over every column of a table of `types`, back to back).
+    pub fn decode(names: &[String], types: &[DataType], mut buf: &[u8]) -> Result<Table, String> {
+        let mut columns: Vec<Column> = types.iter().map(|&t| Column::empty(t)).collect();
+        while !buf.is_empty() {
+            for c in &mut columns {
+                c.decode_push(&mut buf)?;
+            }
+        }
+        Table::new(names.to_vec(), columns)
+    }
+
+    /// The rows at `rows` in that order.
+    pub fn take_rows(&self, rows: &[usize]) -> Table {
+        Table {
+            names: self.names.clone(),
+            columns: self.columns.iter().map(|c| c.take_rows(rows)).collect(),
+        }
+    }
+
+    /// The tables' rows back to back (names from the first; types must agree, a NULL column
+    /// taking the other's type).
+    pub fn concat(parts: &[Table]) -> Result<Table, String> {
+        let Some(first) = parts.first() else {
+            return Err("no tables to concatenate".into());
+        };
+        let mut out = first.clone();
+        for t in &parts[1..] {
+            if t.columns.len() != out.columns.len() {
+                return Err("tables of different widths".into());
+            }
+            for (a, b) in out.columns.iter_mut().zip(&t.columns) {
+                a.append(b)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The table with column `i` replaced (same length).
+    pub fn with_column(mut self, i: usize, c: Column) -> Table {
+        self.columns[i] = c;
+        self
+    }
+
+    /// Its parts.
+    pub fn into_parts(self) -> (Vec<String>, Vec<Column>) {
+        (self.names, self.columns)
+    }
+}

@@ -1,0 +1,84 @@
+//! The plan's prediction from its moves' words and its memory peaks: one function serves the
+//! planner's `finish` and the overlap pass, which recomputes it after rewriting steps.
+
+use crate::memory::{tensor_shape, Peaks};
+use crate::moves::block_len;
+use crate::{GroupPlan, PerRank, PlanOptions, Prediction, Tensor, TensorId};
+
+/// Sets every group's SOAP parallel bounds for `procs` ranks and budget `s_bound`; returns the
+/// per-rank bound of the plan (the binding bound of each group, summed).
+pub(crate) fn set_bounds(groups: &mut [GroupPlan], procs: usize, s_bound: f64) -> f64 {
+    let mut bound_per_rank = 0.0;
+    for g in groups {
+        let b = deinsum_soap::parallel_bound(&g.group, procs, s_bound);
+        g.bound_memory_independent = b.memory_independent;
+        g.bound_memory_dependent = b.memory_dependent;
+        bound_per_rank += b.binding();
+    }
+    bound_per_rank
+}
+
+/// Max over ranks of the words of its blocks of every group's inputs and output, summed over
+/// the groups (ranks outside a group's grid touch nothing of it).
+pub(crate) fn touched(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> u64 {
+    let shape = |id: TensorId| tensor_shape(tensors, id);
+    let mut per_rank: Vec<u64> = Vec::new();
+    for g in groups {
+        let size = g.grid.size().min(procs);
+        if per_rank.len() < size {
+            per_rank.resize(size, 0);
+        }
+        for (id, d) in g.inputs.iter().chain(std::iter::once(&g.output)) {
+            let sh = shape(*id);
+            for (r, w) in per_rank.iter_mut().enumerate().take(size) {
+                *w += block_len(d, r, &sh);
+            }
+        }
+    }
+    per_rank.into_iter().max().unwrap_or(0)
+}
+
+/// Sparse per-rank words from dense counts, or nothing unless `wanted`.
+pub(crate) fn per_rank(dense: &[u64], wanted: bool) -> PerRank {
+    if wanted {
+        PerRank::from_dense(dense.iter().copied())
+    } else {
+        PerRank::new()
+    }
+}
+
+/// Fills `pr` from each rank's words `received` and `sent` over the plan's steps and the memory
+/// `peaks` on `procs` ranks: the word totals, the peaks, every group's SOAP bound (for the budget S, or without
+/// one the plan's own peak) and the ratio of `pr.touched_per_rank` to the bound. The planner's
+/// `finish` and the overlap pass both predict through here, so their figures cannot drift.
+pub(crate) fn set_prediction(
+    pr: &mut Prediction,
+    groups: &mut [GroupPlan],
+    (received, sent): (&[u64], &[u64]),
+    peaks: Peaks,
+    procs: usize,
+    opts: &PlanOptions,
+) {
+    let s_bound = opts.mem.map_or((peaks.max as f64).max(1.0), |s| s as f64);
+    let bound_per_rank = set_bounds(groups, procs, s_bound);
+    pr.max_per_rank = max_of(received);
+    pr.total = received.iter().sum();
+    pr.max_sent_per_rank = max_of(sent);
+    pr.received = per_rank(received, opts.per_rank);
+    pr.sent = per_rank(sent, opts.per_rank);
+    pr.peak_memory = PerRank::from_dense(peaks.per_rank);
+    pr.max_peak_memory = peaks.max;
+    pr.peak_memory_with_buffers = PerRank::from_dense(peaks.per_rank_with_buffers);
+    pr.max_peak_memory_with_buffers = peaks.max_with_buffers;
+    pr.bound_per_rank = bound_per_rank;
+    pr.ratio = if bound_per_rank > 0.0 {
+        pr.touched_per_rank as f64 / bound_per_rank
+    } else {
+        f64::NAN
+    };
+}
+
+/// The largest of `acc`, 0 when empty.
+pub(crate) fn max_of(acc: &[u64]) -> u64 {
+    acc.iter().copied().max().unwrap_or(0)
+}
