@@ -38,54 +38,38 @@ pub trait SparsePlan {
     }
 }
 
-fn words_to_bytes(words: u64, value_bytes: usize) -> u64 {
-    words * value_bytes as u64
+/// The plan kinds that count words of values: bytes are words times the value's size.
+macro_rules! word_plan {
+    ($plan:ty, $kind:literal $(, $work:expr)?) => {
+        impl SparsePlan for $plan {
+            fn kind(&self) -> &'static str {
+                $kind
+            }
+            fn procs(&self) -> usize {
+                self.procs
+            }
+            fn received_bytes(&self, r: usize, vb: usize) -> u64 {
+                self.received_words(r) * vb as u64
+            }
+            fn sent_bytes(&self, r: usize, vb: usize) -> u64 {
+                self.sent_words(r) * vb as u64
+            }
+            fn replication_bytes(&self, r: usize, vb: usize) -> u64 {
+                self.replication_words(r) * vb as u64
+            }
+            fn nnz(&self) -> &[usize] {
+                &self.nnz
+            }
+            $(fn work_imbalance(&self) -> Option<f64> {
+                Some($work(self))
+            })?
+        }
+    };
 }
 
-impl SparsePlan for HaloPlan {
-    fn kind(&self) -> &'static str {
-        "halo"
-    }
-    fn procs(&self) -> usize {
-        self.procs
-    }
-    fn received_bytes(&self, r: usize, vb: usize) -> u64 {
-        words_to_bytes(self.received_words(r), vb)
-    }
-    fn sent_bytes(&self, r: usize, vb: usize) -> u64 {
-        words_to_bytes(self.sent_words(r), vb)
-    }
-    fn replication_bytes(&self, r: usize, vb: usize) -> u64 {
-        words_to_bytes(self.replication_words(r), vb)
-    }
-    fn nnz(&self) -> &[usize] {
-        &self.nnz
-    }
-}
-
-impl SparsePlan for FinePlan {
-    fn kind(&self) -> &'static str {
-        "fine"
-    }
-    fn procs(&self) -> usize {
-        self.procs
-    }
-    fn received_bytes(&self, r: usize, vb: usize) -> u64 {
-        words_to_bytes(self.received_words(r), vb)
-    }
-    fn sent_bytes(&self, r: usize, vb: usize) -> u64 {
-        words_to_bytes(self.sent_words(r), vb)
-    }
-    fn replication_bytes(&self, r: usize, vb: usize) -> u64 {
-        words_to_bytes(self.replication_words(r), vb)
-    }
-    fn nnz(&self) -> &[usize] {
-        &self.nnz
-    }
-    fn work_imbalance(&self) -> Option<f64> {
-        Some(FinePlan::work_imbalance(self))
-    }
-}
+word_plan!(HaloPlan, "halo");
+word_plan!(FinePlan, "fine", FinePlan::work_imbalance);
+word_plan!(MttkrpPlan, "mttkrp");
 
 impl SparsePlan for SpgemmPlan {
     fn kind(&self) -> &'static str {
@@ -112,27 +96,6 @@ impl SparsePlan for SpgemmPlan {
     }
     fn work_imbalance(&self) -> Option<f64> {
         Some(SpgemmPlan::work_imbalance(self))
-    }
-}
-
-impl SparsePlan for MttkrpPlan {
-    fn kind(&self) -> &'static str {
-        "mttkrp"
-    }
-    fn procs(&self) -> usize {
-        self.procs
-    }
-    fn received_bytes(&self, r: usize, vb: usize) -> u64 {
-        words_to_bytes(self.received_words(r), vb)
-    }
-    fn sent_bytes(&self, r: usize, vb: usize) -> u64 {
-        words_to_bytes(self.sent_words(r), vb)
-    }
-    fn replication_bytes(&self, r: usize, vb: usize) -> u64 {
-        words_to_bytes(self.replication_words(r), vb)
-    }
-    fn nnz(&self) -> &[usize] {
-        &self.nnz
     }
 }
 
