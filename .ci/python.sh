@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The Python package's suite (called by .ci/run): a fresh venv, numpy pytest hypothesis scipy
+# tensorly (the CP-ALS reference of test_session.py)
 # from PyPI (SciPy reads back the sparse files `deinsum run --output` writes), the package
 # installed with the README's own command (`pip install ./python`, a release
 # build of the abi3 wheel through maturin), then pytest on python/tests/. The tests compare
@@ -22,7 +23,7 @@ VENV="${DEINSUM_PY_VENV:-$CARGO_TARGET_DIR/py-venv}"
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q numpy pytest hypothesis scipy duckdb
+"$VENV/bin/python" -m pip install -q numpy pytest hypothesis scipy duckdb tensorly
 
 cargo build -q -p deinsum
 export DEINSUM_CLI="$CARGO_TARGET_DIR/debug/deinsum"

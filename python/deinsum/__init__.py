@@ -20,6 +20,11 @@ from . import _native
 
 __all__ = ["einsum", "contract_path", "compile", "bound", "release_buffers", "Plan", "PathInfo"]
 
+# Tensors that stay distributed between einsums (python/src/session.rs).
+from ._native import DistArray, Layout, Session  # noqa: E402
+
+__all__ += ["Session", "DistArray", "Layout"]
+
 # The element types deinsum computes in, by the suffix of the native run methods.
 _SUFFIX = {
     np.dtype(np.float32): "f32",

@@ -4,6 +4,7 @@
 
 #[cfg(feature = "mpi")]
 mod mpi_run;
+mod session;
 mod sparse;
 
 use deinsum::cli::InputError;
@@ -787,6 +788,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(contract_path, m)?)?;
     m.add_function(wrap_pyfunction!(bound, m)?)?;
     m.add_function(wrap_pyfunction!(release_buffers, m)?)?;
+    session::register(m)?;
     m.add_function(wrap_pyfunction!(sparse::sparse_einsum_f64, m)?)?;
     m.add_function(wrap_pyfunction!(sparse::sparse_einsum_f32, m)?)?;
     // Whether `comm=` (an mpi4py communicator) is available: the `mpi` feature.

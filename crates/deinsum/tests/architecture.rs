@@ -62,8 +62,6 @@ const CYCLE_ALLOWLIST: &[&str] = &[
     "deinsum-python: deinsum-python, deinsum-python::mpi_run, deinsum-python::sparse",
     // TODO(issue 35): cli html <-> plan.
     "deinsum: deinsum::cli::html, deinsum::cli::html::plan_view, deinsum::cli::plan",
-    // TODO(issue 36): the session's state, its arrays and its runs refer to each other.
-    "deinsum: deinsum::session, deinsum::session::array, deinsum::session::run",
     // TODO(issue 35): cli run <-> sparse.
     "deinsum: deinsum::cli::run, deinsum::cli::sparse, deinsum::cli::sparse_inputs",
 ];

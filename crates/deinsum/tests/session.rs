@@ -157,3 +157,23 @@ fn f32_arrays_compute_in_f32() {
         .collect();
     assert_eq!(got, want);
 }
+
+#[test]
+fn gathering_more_than_available_memory_is_refused_with_its_size() {
+    // A .npy header alone: the array is read lazily, so loading it allocates nothing.
+    let dir = std::env::temp_dir().join(format!("deinsum-session-big-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("huge.npy");
+    let shape = [1usize << 20, 1 << 20, 1 << 8];
+    std::fs::write(&path, deinsum::exec::npy::header_bytes::<f64>(&shape)).unwrap();
+    let s = Session::local(2).unwrap();
+    let h = s.load_npy(&path).unwrap();
+    let err = h.gather::<f64>().unwrap_err();
+    let bytes = 8u128 << 48;
+    assert!(
+        matches!(err, SessionError::TooLarge { bytes: b, .. } if b == bytes),
+        "{err}"
+    );
+    assert!(err.to_string().contains(&bytes.to_string()), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

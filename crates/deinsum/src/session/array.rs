@@ -1,7 +1,8 @@
 //! [`DistArray`]: a session's tensor, whole (readable anywhere) until its first use, then
 //! held as per-rank blocks in a layout.
 
-use super::{Inner, SessionError};
+use super::state::Inner;
+use super::types::SessionError;
 use crate::{DType, Scalar};
 use deinsum_exec::data::unpack_box;
 use deinsum_exec::kernels::LocalTensor;
@@ -65,7 +66,7 @@ struct ArrayInner {
     _guard: Option<FileGuard>,
 }
 
-/// A tensor of a [`super::Session`]: whole until its first use, then distributed over the
+/// A tensor of a [`Session`](crate::Session): whole until its first use, then distributed over the
 /// session's ranks in the layout that use chose; an einsum's result stays where its plan left
 /// it. Clones share the data.
 #[derive(Clone)]
@@ -205,6 +206,20 @@ impl DistArray {
         });
         Ok(())
     }
+}
+
+/// A new array of session `inner`, named by the session's array counter.
+pub(super) fn new_array(
+    inner: &Arc<Inner>,
+    shape: Vec<usize>,
+    dtype: DType,
+    held: Held,
+    guard: Option<FileGuard>,
+) -> DistArray {
+    let n = inner
+        .next_array
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    DistArray::new(inner, format!("array {n}"), shape, dtype, held, guard)
 }
 
 /// The einsum `ab...->ab...` over one operand of `shape`: the operand and extents the `.npy`

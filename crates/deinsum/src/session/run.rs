@@ -1,20 +1,21 @@
-//! One [`super::Session::einsum`] call: check the operands, plan from where they are
+//! One [`Session::einsum`](crate::Session::einsum) call: check the operands, plan from where they are
 //! (cached), run on the session's ranks, place the operands that were whole, and keep the
 //! result distributed.
 
-use super::array::{whole, Held, Placed};
-use super::{DistArray, EinsumStats, OutLayout, Session, SessionError};
+use super::array::{new_array, whole, DistArray, Held, Placed};
+use super::state::Inner;
+use super::types::{EinsumStats, OutLayout, SessionError};
 use crate::{Communicator, Einsum, ExecOptions, Inputs, Scalar};
 use deinsum_expr::{ExtentSpec, ParsedEinsum};
 use deinsum_plan::{canonical_distribution, Distribution, Plan, PlanStep, Source, TensorId};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// What a rank returns: its output block, the output's layout and its received words.
 type RankOut<T> = (Option<Vec<T>>, Distribution, u64);
 
 pub(super) fn einsum<T: Scalar>(
-    s: &Session,
+    s: &Arc<Inner>,
     expr: &str,
     operands: &[&DistArray],
     out: &OutLayout,
@@ -24,7 +25,7 @@ pub(super) fn einsum<T: Scalar>(
     let sources: Vec<Source> = (0..operands.len())
         .map(|k| source_of::<T>(&e, k, &held[k]))
         .collect();
-    let mut opts = s.inner.options.clone();
+    let mut opts = s.options.clone();
     opts.dtype = T::DTYPE;
     opts.sources = sources.clone();
     let key = format!("{e}|{:?}|{}|{sources:?}", e.extents(), T::DTYPE);
@@ -78,7 +79,7 @@ pub(super) fn einsum<T: Scalar>(
         .tensor(plan.output.0)
         .map(|t| t.shape.clone())
         .unwrap_or_default();
-    let moved_out = relayout(&mut result, &out_shape, out, s.procs())?;
+    let moved_out = relayout(&mut result, &out_shape, out, s.procs)?;
     s.record(EinsumStats {
         expr: expr.into(),
         words_moved: words_moved + moved_out,
@@ -88,7 +89,13 @@ pub(super) fn einsum<T: Scalar>(
         cached,
         predicted_seconds: plan.prediction.seconds,
     });
-    Ok(s.new_array(out_shape, T::DTYPE, Held::placed(result), None))
+    Ok(new_array(
+        s,
+        out_shape,
+        T::DTYPE,
+        Held::placed(result),
+        None,
+    ))
 }
 
 /// Parses `expr` with the operands' shapes, naming the array whose shape does not fit.
@@ -270,7 +277,7 @@ fn relayout<T: Scalar>(
     }
     let mv = deinsum_plan::MoveView::new(shape, &p.layout, &to, false, procs);
     let words = (0..procs).map(|r| mv.words_of(r).1).sum();
-    let full = super::array::whole::<T>(
+    let full = whole::<T>(
         shape,
         &Held::placed(std::mem::replace(
             p,
