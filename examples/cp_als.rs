@@ -3,7 +3,7 @@
 //! factors, their Hadamard product and an R×R solve (faer) on the replicated small matrices,
 //! then the fit as TensorLy's `parafac` computes it (from the last mode's MTTKRP).
 //!
-//! `cargo run --example cp_als -- [--procs P] [--rank R] [--sweeps S] [--shape 12,10,9]
+//! `cargo run --example cp_als -- [--procs P] [--threads T] [--rank R] [--sweeps S] [--shape 12,10,9]
 //! [--no-check]`: without `--shape`, a 3-way and a 5-way tensor. Each fit is checked against a
 //! serial CP-ALS (naive MTTKRPs) unless `--no-check`; exit status 1 when a check fails or X
 //! moved after its first sweep.
@@ -253,6 +253,7 @@ pub fn problem(shape: &[usize], r: usize, seed: u64) -> (Vec<f64>, Vec<Vec<f64>>
 /// Runs CP-ALS on `shape`, prints each sweep and checks it; true when every check passed.
 pub fn run_case(
     procs: usize,
+    threads: usize,
     shape: &[usize],
     r: usize,
     sweeps: usize,
@@ -260,6 +261,7 @@ pub fn run_case(
 ) -> Result<bool, SessionError> {
     let (x, init) = problem(shape, r, 7);
     let s = Session::local(procs)?;
+    s.set_threads(threads);
     let xa = s.array(shape, x.clone())?;
     let got = cp_als(&s, &xa, r, init.clone(), sweeps)?;
     let want = if check {
@@ -268,7 +270,7 @@ pub fn run_case(
         None
     };
     let mut ok = true;
-    println!("CP-ALS of a {shape:?} tensor, rank {r}, on {procs} ranks");
+    println!("CP-ALS of a {shape:?} tensor, rank {r}, on {procs} ranks x {threads} threads");
     for (t, f) in got.fits.iter().enumerate() {
         let mut line = format!(
             "  sweep {}: fit {f:.12}  {:.4} s  words moved {}  X moved {}",
@@ -297,12 +299,13 @@ pub fn run_case(
 }
 
 fn usage() -> &'static str {
-    "usage: cp_als [--procs P] [--rank R] [--sweeps S] [--shape N1,N2,...] [--no-check]"
+    "usage: cp_als [--procs P] [--threads T] [--rank R] [--sweeps S] [--shape N1,N2,...] [--no-check]"
 }
 
 #[allow(dead_code)]
 fn main() -> ExitCode {
     let mut procs = 2;
+    let mut threads = 1;
     let mut rank = None;
     let mut sweeps = 4;
     let mut shape: Option<Vec<usize>> = None;
@@ -319,6 +322,10 @@ fn main() -> ExitCode {
         match a.as_str() {
             "--procs" => match num("--procs") {
                 Some(v) => procs = v,
+                None => return ExitCode::from(2),
+            },
+            "--threads" => match num("--threads") {
+                Some(v) => threads = v,
                 None => return ExitCode::from(2),
             },
             "--rank" => match num("--rank") {
@@ -363,7 +370,7 @@ fn main() -> ExitCode {
     };
     let mut ok = true;
     for (shape, r) in cases {
-        match run_case(procs, &shape, r, sweeps, check) {
+        match run_case(procs, threads, &shape, r, sweeps, check) {
             Ok(good) => ok &= good,
             Err(e) => {
                 eprintln!("error: {e}");

@@ -200,11 +200,15 @@ impl PySession {
 
 #[pymethods]
 impl PySession {
-    /// A session on `procs` in-process ranks (default 1). `comm` (an mpi4py communicator) is
-    /// not supported by sessions yet.
+    /// A session on `procs` in-process ranks (default 1), each computing with `threads`
+    /// threads (default 1). `comm` (an mpi4py communicator) is not supported by sessions yet.
     #[new]
-    #[pyo3(signature = (procs=None, comm=None))]
-    fn new(procs: Option<usize>, comm: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (procs=None, comm=None, threads=None))]
+    fn new(
+        procs: Option<usize>,
+        comm: Option<&Bound<'_, PyAny>>,
+        threads: Option<usize>,
+    ) -> PyResult<Self> {
         if comm.is_some_and(|c| !c.is_none()) {
             return Err(PyNotImplementedError::new_err(
                 "deinsum.Session runs on in-process ranks only: comm= (MPI) is not supported by \
@@ -216,6 +220,11 @@ impl PySession {
             return Err(PyValueError::new_err("procs must be at least 1"));
         }
         let inner = deinsum::Session::local(procs).map_err(session_to_py)?;
+        match threads {
+            Some(0) => return Err(PyValueError::new_err("threads must be at least 1")),
+            Some(t) => inner.set_threads(t),
+            None => {}
+        }
         Ok(PySession { inner })
     }
 

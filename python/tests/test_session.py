@@ -32,7 +32,8 @@ def _close(got, want, dtype):
 @pytest.mark.parametrize("procs", [1, 2, 3])
 def test_chain_equals_numpy(dtype, procs):
     x, b, c = _data((7, 5, 6), dtype, 1), _data((5, 3), dtype, 2), _data((6, 3), dtype, 3)
-    s = deinsum.Session(procs=procs)
+    # One rank computes with two threads; more ranks with one each.
+    s = deinsum.Session(procs=procs, threads=2 if procs == 1 else None)
     xa, ba, ca = s.array(x), s.array(b), s.array(c)
     assert xa.shape == (7, 5, 6) and xa.dtype == np.dtype(dtype)
     assert xa.layout is None, "whole until its first use"
@@ -115,6 +116,8 @@ def test_bad_input_raises_never_crashes(tmp_path):
         s.einsum("ij,jk->ik", a)
     with pytest.raises(ValueError):
         deinsum.Session(procs=0)
+    with pytest.raises(ValueError):
+        deinsum.Session(threads=0)
     with pytest.raises(NotImplementedError):
         deinsum.Session(comm=object())
     # A gather larger than this node's memory is refused with its size (the file holds only

@@ -1,8 +1,7 @@
 #!/bin/sh
 # One CP-ALS sweep on a deinsum Session (examples/cp_als.rs, release) beside TensorLy's parafac
 # (NumPy backend, 2 BLAS threads, in the same run): a 256^3 tensor at R=32 and an order-5
-# tensor (24^5) at R=32, deinsum at P=1 and P=2 in process (1 thread per rank: the Session runs
-# its ranks with the executor's default of one thread each). The time per sweep is the best of
+# tensor (24^5) at R=32, deinsum at P=1 (2 threads) and P=2 in process (1 thread per rank). The time per sweep is the best of
 # the sweeps after the first (X is placed during the first); TensorLy's is the best gap between
 # consecutive callbacks. The baseline's command unsets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE so
 # that NumPy's OpenBLAS picks its own kernel. Writes crates/deinsum/benches/RESULTS.md with the
@@ -48,10 +47,10 @@ best_after_first() {
     echo "$SWEEPS sweeps per run; seconds per sweep are the best sweep after the first (X is"
     echo "placed during the first). TensorLy: \`parafac\` (NumPy backend, same initial factors,"
     echo "\`normalize_factors=False\`), OPENBLAS_NUM_THREADS=2, OPENBLAS_CORETYPE and"
-    echo "OPENBLAS_L2_SIZE unset for it only. deinsum: one thread per rank. \"words/sweep\" are all"
+    echo "OPENBLAS_L2_SIZE unset for it only. deinsum: P=1 with 2 threads, P=2 with 1 thread a rank. \"words/sweep\" are all"
     echo "ranks' received words in one sweep after the first."
     echo
-    echo "| tensor | R | TensorLy s/sweep | deinsum P=1 s/sweep | deinsum P=2 s/sweep | P=2 words/sweep | P=2 / TensorLy |"
+    echo "| tensor | R | TensorLy s/sweep | deinsum P=1x2 s/sweep | deinsum P=2 s/sweep | P=2 words/sweep | P=2 / TensorLy |"
     echo "|---|---|---|---|---|---|---|"
 } > "$TMP"
 
@@ -75,7 +74,7 @@ parafac(x, r, n_iter_max=sweeps, init=CPTensor((np.ones(r), init)), tol=0,
 print(min(b - a for a, b in zip(stamps[1:], stamps[2:])))
 PYEOF
 )
-    p1=$("$EX" --procs 1 --shape "$shape" --rank "$r" --sweeps "$SWEEPS" --no-check | best_after_first)
+    p1=$("$EX" --procs 1 --threads 2 --shape "$shape" --rank "$r" --sweeps "$SWEEPS" --no-check | best_after_first)
     "$EX" --procs 2 --shape "$shape" --rank "$r" --sweeps "$SWEEPS" --no-check > "$TMP.p2"
     p2=$(best_after_first < "$TMP.p2")
     words=$(awk '/sweep 2:/ { for (i = 1; i <= NF; i++) if ($i == "moved") { print $(i+1); exit } }' "$TMP.p2")

@@ -51,6 +51,16 @@ impl Session {
         self.inner.procs
     }
 
+    /// Threads each rank computes with (default 1).
+    pub fn threads(&self) -> usize {
+        self.inner.threads()
+    }
+
+    /// Sets the threads each rank computes with in later einsums (at least 1).
+    pub fn set_threads(&self, threads: usize) {
+        self.inner.set_threads(threads);
+    }
+
     /// Closes the session: its plans and buffers are dropped, and its arrays refuse use.
     pub fn close(&self) {
         self.inner.close();

@@ -55,6 +55,7 @@ pub(super) fn einsum<T: Scalar>(
         let inputs = Inputs::Given(Mutex::new(mine));
         let o = ExecOptions {
             shared_plan: true,
+            threads: s.threads(),
             ..ExecOptions::default()
         };
         let (t, report) = deinsum_exec::execute_measured(plan, comm, &inputs, &o)?;

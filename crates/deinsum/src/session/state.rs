@@ -5,7 +5,7 @@ use super::types::{EinsumStats, SessionError};
 use crate::{Einsum, Options};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The state behind a session and its arrays.
@@ -15,6 +15,8 @@ pub(crate) struct Inner {
     pub(super) options: Options,
     open: AtomicBool,
     pub(super) next_array: AtomicU64,
+    /// Threads each rank computes with.
+    threads: AtomicUsize,
     plans: Mutex<HashMap<String, Arc<Einsum>>>,
     stats: Mutex<Vec<EinsumStats>>,
     /// Files live arrays were loaded from, with how many such arrays are alive.
@@ -33,10 +35,21 @@ impl Inner {
             options,
             open: AtomicBool::new(true),
             next_array: AtomicU64::new(0),
+            threads: AtomicUsize::new(1),
             plans: Mutex::new(HashMap::new()),
             stats: Mutex::new(Vec::new()),
             sources: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Threads each rank computes with.
+    pub(super) fn threads(&self) -> usize {
+        self.threads.load(Ordering::Relaxed)
+    }
+
+    /// Sets the threads each rank computes with (at least 1).
+    pub(super) fn set_threads(&self, threads: usize) {
+        self.threads.store(threads.max(1), Ordering::Relaxed);
     }
 
     /// Whether the session is open.
