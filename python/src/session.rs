@@ -170,7 +170,7 @@ pub(crate) struct PySession {
 impl PySession {
     /// A NumPy array (or anything `numpy.asarray` takes) as a session array, in the element
     /// type `deinsum.einsum` would compute it in.
-    fn from_numpy(&self, a: &Bound<'_, PyAny>) -> PyResult<deinsum::DistArray> {
+    fn array_of(&self, a: &Bound<'_, PyAny>) -> PyResult<deinsum::DistArray> {
         let py = a.py();
         let (arrays, _) = py
             .import("deinsum")?
@@ -244,7 +244,7 @@ impl PySession {
     /// layout that use computes in.
     fn array(&self, a: &Bound<'_, PyAny>) -> PyResult<PyDistArray> {
         Ok(PyDistArray {
-            inner: self.from_numpy(a)?,
+            inner: self.array_of(a)?,
         })
     }
 
@@ -273,7 +273,7 @@ impl PySession {
         for op in operands.iter() {
             match op.downcast::<PyDistArray>() {
                 Ok(d) => arrays.push(d.get().inner.clone()),
-                Err(_) => arrays.push(self.from_numpy(&op)?),
+                Err(_) => arrays.push(self.array_of(&op)?),
             }
         }
         let out = match out_layout {
