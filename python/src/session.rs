@@ -234,7 +234,7 @@ impl PySession {
         self.inner.procs()
     }
 
-    /// Whether the session is still open.
+    /// Whether the session was closed.
     #[getter]
     fn closed(&self) -> bool {
         !self.inner.is_open()
