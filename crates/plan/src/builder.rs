@@ -72,7 +72,7 @@ fn canonical_split(rem: usize, shape: &[usize]) -> Vec<usize> {
     best.1
 }
 
-/// Search nodes [`most_ranks`] visits at most (the best found so far stands beyond).
+/// Splits [`most_ranks`] tries at most (the best found so far stands beyond).
 const MAX_SPLIT_NODES: usize = 1 << 16;
 
 /// Depth-first over `p_k` from the largest down: the split of `shape[cur.len()..]` within
@@ -101,13 +101,14 @@ fn most_ranks(
         let reach = used
             .saturating_mul(p)
             .saturating_mul((rem / p).min(rest / shape[k].max(1)));
-        if reach <= best.0 || *budget == 0 {
-            if *budget == 0 {
-                return;
-            }
-            continue;
+        // Every candidate split counts, pruned or not, so the search stays bounded.
+        if *budget == 0 {
+            return;
         }
         *budget -= 1;
+        if reach <= best.0 {
+            continue;
+        }
         cur.push(p);
         most_ranks(rem / p, shape, used * p, cur, best, budget);
         cur.pop();
