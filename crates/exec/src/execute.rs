@@ -704,6 +704,38 @@ impl<T> Clone for Source<'_, T> {
 
 impl<T> Copy for Source<'_, T> {}
 
+/// The output of an einsum with an index of extent 0, without reading an input or running a
+/// step: NumPy's meaning, an empty output, or zeros where the empty index is summed (each rank
+/// holds its block of the output's distribution as zeros; nothing moves).
+fn empty_output<T: Scalar>(plan: &Plan, me: usize) -> Result<(DistTensor<T>, RunReport), ExecError> {
+    let (id, dist) = &plan.output;
+    let tensor = plan
+        .tensor(*id)
+        .ok_or_else(|| ExecError::InvalidPlan {
+            step: plan.steps.len(),
+            message: "unknown output tensor".into(),
+        })?
+        .clone();
+    let local = match dist.block(me, &tensor.shape) {
+        Some(b) => Some(
+            LocalTensor::zeros(tensor.indices.clone(), b.ranges.to_vec())
+                .map_err(|e| oom(plan, me, Stage::Gather, *id, e))?,
+        ),
+        None => None,
+    };
+    let out = DistTensor {
+        tensor,
+        dist: dist.clone(),
+        local,
+        rank: me,
+    };
+    let report = RunReport {
+        rank: me,
+        ..RunReport::default()
+    };
+    Ok((out, report))
+}
+
 /// [`execute_measured`] from `source`.
 fn execute_from<'d, T: Scalar, C: Communicator>(
     plan: &Plan,
@@ -725,6 +757,9 @@ fn execute_from<'d, T: Scalar, C: Communicator>(
         if agree != [h, !h] {
             return Err(ExecError::PlanMismatch { rank: me, hash: h });
         }
+    }
+    if plan.einsum.extents().values().any(|&n| n == 0) {
+        return empty_output(plan, me);
     }
     // Which moves run as collectives, agreed before any step (and the sub-communicators made),
     // so that no step's measured traffic includes it.

@@ -27,7 +27,8 @@
 //!   [`Operand::named_broadcast`]). A repeated index inside one operand must have equal dims.
 //! - Extents: shapes first, then [`ExtentSpec::sizes`] (which must agree with the shapes and
 //!   name only indices of the einsum), then [`ExtentSpec::default`] for the indices left.
-//!   Extents are at least 1; element counts of every operand and of the output fit in `usize`.
+//!   Extents may be 0 (NumPy's empty arrays); element counts of every operand and of the output
+//!   fit in `usize`.
 //!
 //! ```
 //! use deinsum_expr::{parse, ExtentSpec};
@@ -206,11 +207,6 @@ impl ParsedEinsum {
                     None => {
                         return Err(ExprError::invalid(format!(
                             "index '{c}' of operand {k} has no extent"
-                        )))
-                    }
-                    Some(0) => {
-                        return Err(ExprError::invalid(format!(
-                            "index '{c}' has extent 0 (extents are at least 1)"
                         )))
                     }
                     Some(_) => {}
