@@ -58,8 +58,6 @@ const CYCLE_ALLOWLIST: &[&str] = &[
     "deinsum-exec: deinsum-exec::data, deinsum-exec::kernels, deinsum-exec::scalar, deinsum-exec::tune",
     // TODO(issue 35): ...and execute -> prefetch -> moves -> execute.
     "deinsum-exec: deinsum-exec::execute, deinsum-exec::moves, deinsum-exec::prefetch",
-    // TODO(issue 35): python, lib.rs and its MPI path share helpers both ways.
-    "deinsum-python: deinsum-python, deinsum-python::mpi_run, deinsum-python::sparse",
     // TODO(issue 35): cli html <-> plan.
     "deinsum: deinsum::cli::html, deinsum::cli::html::plan_view, deinsum::cli::plan",
     // TODO(issue 36): the session's state, its arrays and its runs refer to each other.

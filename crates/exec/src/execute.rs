@@ -707,7 +707,10 @@ impl<T> Copy for Source<'_, T> {}
 /// The output of an einsum with an index of extent 0, without reading an input or running a
 /// step: NumPy's meaning, an empty output, or zeros where the empty index is summed (each rank
 /// holds its block of the output's distribution as zeros; nothing moves).
-fn empty_output<T: Scalar>(plan: &Plan, me: usize) -> Result<(DistTensor<T>, RunReport), ExecError> {
+fn empty_output<T: Scalar>(
+    plan: &Plan,
+    me: usize,
+) -> Result<(DistTensor<T>, RunReport), ExecError> {
     let (id, dist) = &plan.output;
     let tensor = plan
         .tensor(*id)

@@ -287,7 +287,11 @@ fn zero_extents_are_accepted_with_numpy_meaning() {
     assert_eq!(e.output().len(), 2);
     // 0 against another extent does not broadcast (NumPy's rule: only 1 does).
     let e = err("ij,ij->ij", &flags(None, None, Some("0x3,2x3")));
-    assert!(e.to_string().contains("two different extents for index 'i'"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("two different extents for index 'i'"),
+        "{e}"
+    );
     // Still no negative or non-numeric extent.
     assert!(ExtentSpec::from_flags(Some("i=-1"), None, None).is_err());
 }

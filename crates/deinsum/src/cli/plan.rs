@@ -82,14 +82,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         objective: super::calibrate::objective(&args.objective)?,
         ..PlanOptions::default()
     };
-    let choose = |e: &deinsum_expr::ParsedEinsum| {
-        deinsum_plan::choose::choose_within_budget(e, &opts)
-    };
+    let choose =
+        |e: &deinsum_expr::ParsedEinsum| deinsum_plan::choose::choose_within_budget(e, &opts);
     let plan_error = |e: PlanError| match e {
         PlanError::ZeroProcs
         | PlanError::MemoryTooSmall { .. }
         | PlanError::TotalMemoryTooSmall { .. }
-        | PlanError::MultiOperandStep { .. } => anyhow::Error::new(super::InputError(e.to_string())),
+        | PlanError::MultiOperandStep { .. } => {
+            anyhow::Error::new(super::InputError(e.to_string()))
+        }
         // A bad strategy name or an einsum the search cannot take is the caller's.
         PlanError::Path(ref p) if !matches!(p, deinsum_path::PathError::InvalidPath(_)) => {
             anyhow::Error::new(super::InputError(e.to_string()))
