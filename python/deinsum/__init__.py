@@ -264,7 +264,8 @@ class Plan:
             threads = _default_threads(self._native.procs())
         # run_f64, run_f32, run_c128 or run_c64 of the native plan.
         run = _native_run(self._native, "run", dt)
-        out = run(arrays, _count("threads", threads))
+        threads = _count("threads", threads)
+        out = run(arrays, threads)
         # numpy.einsum returns a NumPy scalar for a scalar result.
         return out[()] if out.ndim == 0 else out
 

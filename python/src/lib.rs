@@ -119,6 +119,9 @@ fn run_typed<'py, T: deinsum::Scalar + Element>(
     let shape = output_shape(e.plan());
     py.check_signals()?;
     let procs = e.plan().procs;
+    // Too many ranks for threads of one process is the caller's argument (ValueError), told
+    // before the threads they would need.
+    deinsum::exec::preflight::check_in_process_ranks(procs).map_err(|p| to_py(p.into()))?;
     limits::check_threads(procs, threads)?;
     // A call with more threads than cores keeps nothing for the next one: its ranks' thread
     // pools and buffers go when it returns (3,000 threads left alive after threads=3000).

@@ -8,8 +8,8 @@ use pyo3::PyResult;
 
 /// Virtual memory one thread of a run may reserve: its stack (Rust's and rayon's 2 MiB, with
 /// its guard page) and the allocator's share (mimalloc gives each thread that allocates its
-/// own pages out of 32 MiB-aligned reservations). Measured from Python under `ulimit -v`:
-/// procs=1000 on a 256 x 256 product grew the process by about 37 GiB, 38 MiB a thread.
+/// own pages out of 32 MiB reservations). Measured from Python: procs=1000 on a 256 x 256
+/// product grew the process's VmSize by 32 GiB, 33 MiB a thread (the issue saw 37.9 GB).
 const THREAD_RESERVE_BYTES: u128 = 40 << 20;
 
 /// A limit of `/proc/self/limits` (the soft one), `None` when unlimited or unknown.

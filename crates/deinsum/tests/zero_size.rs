@@ -37,7 +37,10 @@ fn run(expr: &str, shapes: &[&[usize]], procs: usize) -> (Vec<usize>, Vec<f64>) 
 fn empty_outputs_and_zero_sums_as_numpy() {
     for procs in [1, 2, 3, 4] {
         // (0,5)@(5,3) -> (0,3): empty.
-        assert_eq!(run("ij,jk->ik", &[&[0, 5], &[5, 3]], procs), (vec![0, 3], vec![]));
+        assert_eq!(
+            run("ij,jk->ik", &[&[0, 5], &[5, 3]], procs),
+            (vec![0, 3], vec![])
+        );
         // (5,0)@(0,3) -> zeros(5,3).
         assert_eq!(
             run("ij,jk->ik", &[&[5, 0], &[0, 3]], procs),
@@ -90,11 +93,20 @@ fn cli_plans_and_runs_zero_extents() {
     let (code, out, err) = deinsum(&["plan", "ij,jk->ik", "--shapes", "0x5,5x3", "--procs", "4"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("extents i=0,j=5,k=3"), "{out}");
-    assert!(out.contains("predicted words received: max/rank 0, total 0"), "{out}");
+    assert!(
+        out.contains("predicted words received: max/rank 0, total 0"),
+        "{out}"
+    );
     let (code, out, err) = deinsum(&["parse", "ij,jk->ik", "--sizes", "i=3,j=0,k=2"]);
     assert_eq!(code, 0, "{out}{err}");
     let (code, out, err) = deinsum(&[
-        "run", "ij,jk->ik", "--shapes", "5x0,0x3", "--procs", "2", "--check",
+        "run",
+        "ij,jk->ik",
+        "--shapes",
+        "5x0,0x3",
+        "--procs",
+        "2",
+        "--check",
     ]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("words moved 0 (predicted 0)"), "{out}");
