@@ -6,7 +6,7 @@
 //! executor returns the output of such a plan without running its steps
 //! (`deinsum_exec::execute` and its kin).
 
-use deinsum_expr::ParsedEinsum;
+use deinsum_expr::{ExprError, ParsedEinsum};
 use deinsum_plan::choose::Choice;
 use deinsum_plan::{Plan, PlanError, Prediction, Volume};
 
@@ -17,7 +17,7 @@ pub fn has_empty_extent(einsum: &ParsedEinsum) -> bool {
 
 /// `einsum` with every extent 0 made 1 (the skeleton the planner plans); an error only where
 /// the skeleton's operands would have more elements than fit in `usize`.
-fn skeleton(einsum: &ParsedEinsum) -> Result<ParsedEinsum, crate::Error> {
+fn skeleton(einsum: &ParsedEinsum) -> Result<ParsedEinsum, ExprError> {
     let extents = einsum
         .extents()
         .iter()
@@ -30,7 +30,6 @@ fn skeleton(einsum: &ParsedEinsum) -> Result<ParsedEinsum, crate::Error> {
         einsum.implicit_output(),
         einsum.ellipsis().to_vec(),
     )
-    .map_err(crate::Error::from)
 }
 
 /// The skeleton's plan made the plan of `einsum`: its extents and tensor shapes, and no
@@ -63,20 +62,20 @@ fn emptied(mut plan: Plan, einsum: &ParsedEinsum) -> Plan {
 }
 
 /// Plans `einsum`, which has an empty extent, with `build` (the planner the caller would call):
-/// see the module's doc.
-pub fn plan_empty(
+/// see the module's doc. `E`, the caller's error, takes an expression's and a plan's.
+pub fn plan_empty<E: From<ExprError> + From<PlanError>>(
     einsum: &ParsedEinsum,
     build: impl FnOnce(&ParsedEinsum) -> Result<Plan, PlanError>,
-) -> Result<Plan, crate::Error> {
+) -> Result<Plan, E> {
     Ok(emptied(build(&skeleton(einsum)?)?, einsum))
 }
 
 /// [`plan_empty`] for `deinsum plan`'s choice among candidate paths: the kept candidate only,
 /// with no predicted figure.
-pub fn choose_empty(
+pub fn choose_empty<E: From<ExprError> + From<PlanError>>(
     einsum: &ParsedEinsum,
     choose: impl FnOnce(&ParsedEinsum) -> Result<Choice, PlanError>,
-) -> Result<Choice, crate::Error> {
+) -> Result<Choice, E> {
     let mut c = choose(&skeleton(einsum)?)?;
     let mut kept = c.candidates.swap_remove(c.chosen);
     kept.flops = 0.0;

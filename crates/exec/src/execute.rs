@@ -671,6 +671,9 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     inputs: &Inputs<T>,
     opts: &ExecOptions,
 ) -> Result<(DistTensor<T>, RunReport), ExecError> {
+    if let Some(out) = empty_output(plan, comm) {
+        return out;
+    }
     execute_from(plan, comm, Source::Inputs(inputs), opts)
 }
 
@@ -685,6 +688,9 @@ pub fn execute_lent<T: Scalar, C: Communicator>(
     operands: &[&[T]],
     opts: &ExecOptions,
 ) -> Result<(DistTensor<T>, RunReport), ExecError> {
+    if let Some(out) = empty_output(plan, comm) {
+        return out;
+    }
     execute_from(plan, comm, Source::Lent(operands), opts)
 }
 
@@ -707,10 +713,25 @@ impl<T> Copy for Source<'_, T> {}
 /// The output of an einsum with an index of extent 0, without reading an input or running a
 /// step: NumPy's meaning, an empty output, or zeros where the empty index is summed (each rank
 /// holds its block of the output's distribution as zeros; nothing moves).
-fn empty_output<T: Scalar>(
+/// `None` when every extent is at least 1 (the plan runs its steps).
+fn empty_output<T: Scalar, C: Communicator>(
     plan: &Plan,
-    me: usize,
-) -> Result<(DistTensor<T>, RunReport), ExecError> {
+    comm: &C,
+) -> Option<Result<(DistTensor<T>, RunReport), ExecError>> {
+    if plan.einsum.extents().values().all(|&n| n > 0) {
+        return None;
+    }
+    if comm.size() != plan.procs {
+        return Some(Err(ExecError::WorldSize {
+            plan: plan.procs,
+            world: comm.size(),
+        }));
+    }
+    Some(zero_output(plan, comm.rank()))
+}
+
+/// Rank `me`'s block of the output of a plan with an empty extent, as zeros.
+fn zero_output<T: Scalar>(plan: &Plan, me: usize) -> Result<(DistTensor<T>, RunReport), ExecError> {
     let (id, dist) = &plan.output;
     let tensor = plan
         .tensor(*id)
@@ -760,9 +781,6 @@ fn execute_from<'d, T: Scalar, C: Communicator>(
         if agree != [h, !h] {
             return Err(ExecError::PlanMismatch { rank: me, hash: h });
         }
-    }
-    if plan.einsum.extents().values().any(|&n| n == 0) {
-        return empty_output(plan, me);
     }
     // Which moves run as collectives, agreed before any step (and the sub-communicators made),
     // so that no step's measured traffic includes it.

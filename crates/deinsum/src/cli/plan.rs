@@ -99,7 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let choice = if crate::empty::has_empty_extent(&einsum) {
         // An empty extent: the plan of its extent-1 skeleton, with nothing moving.
-        crate::empty::choose_empty(&einsum, choose).map_err(|e| match e {
+        crate::empty::choose_empty::<crate::Error>(&einsum, choose).map_err(|e| match e {
             crate::Error::Plan(p) => plan_error(p),
             other => anyhow::Error::new(super::InputError(other.to_string())),
         })?
