@@ -148,7 +148,7 @@ pub struct ParsedEinsum {
 
 impl ParsedEinsum {
     /// An einsum with an explicit `output` and no ellipsis, checked against the invariants of
-    /// [`ParsedEinsum`]: every index of an operand or of the output has an extent >= 1, `extents` names
+    /// [`ParsedEinsum`]: every index of an operand or of the output has an extent (0 included), `extents` names
     /// no other index, output indices are distinct and occur in some input, and element counts
     /// fit in `usize`.
     pub fn new(
@@ -203,13 +203,10 @@ impl ParsedEinsum {
         let mut used = std::collections::BTreeSet::new();
         for (k, op) in self.inputs.iter().enumerate() {
             for &c in &op.indices {
-                match self.extents.get(&c) {
-                    None => {
-                        return Err(ExprError::invalid(format!(
-                            "index '{c}' of operand {k} has no extent"
-                        )))
-                    }
-                    Some(_) => {}
+                if !self.extents.contains_key(&c) {
+                    return Err(ExprError::invalid(format!(
+                        "index '{c}' of operand {k} has no extent"
+                    )));
                 }
                 used.insert(c);
             }
