@@ -36,12 +36,41 @@ _SUPPORTED = tuple(_SUFFIX)
 _NAMES = "float32, float64, complex64 or complex128"
 
 
+def _count(name, value, least=1):
+    """`value` as a Python int for argument `name`: TypeError for anything but an integer
+    (bool, float and str included, as NumPy refuses them as sizes), ValueError below `least`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__} ({value!r})")
+    value = int(value)
+    if value < least:
+        raise ValueError(f"{name} must be at least {least}, got {value}")
+    return value
+
+
+def _words(name, value):
+    """`value` as a positive number of words for argument `name` (TypeError, ValueError)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"{name} must be a number of words, not {type(value).__name__} ({value!r})")
+    value = float(value)
+    if not (value > 0 and np.isfinite(value)):
+        raise ValueError(f"{name} must be a positive number of words, got {value}")
+    return value
+
+
+def _type_name(dt):
+    """A dtype as a NumPy user names it: `numpy.longdouble (float128)`."""
+    for alias in ("longdouble", "clongdouble"):
+        if dt == np.dtype(getattr(np, alias)) and dt.itemsize > 8 + 8 * (dt.kind == "c"):
+            return f"numpy.{alias} ({dt})"
+    return str(dt)
+
+
 def _compute_dtype(arrays, dtype):
     """The element type the run uses, by NumPy's promotion rules (np.result_type)."""
     if dtype is not None:
         dt = np.dtype(dtype)
         if dt not in _SUPPORTED:
-            raise TypeError(f"deinsum computes in {_NAMES}, not {dt}")
+            raise TypeError(f"deinsum computes in {_NAMES}, not {_type_name(dt)}")
         if arrays and dt.kind != "c":
             have = np.result_type(*arrays)
             if have.kind == "c":
@@ -59,7 +88,10 @@ def _compute_dtype(arrays, dtype):
     if dt.kind in "biuf" and dt.itemsize <= 8:
         # Booleans, integers and float16 promote to the smallest float type that holds them.
         return np.result_type(dt, np.float32)
-    raise TypeError(f"deinsum computes in {_NAMES}; operands of type {dt} are not supported")
+    raise TypeError(
+        f"deinsum computes in {_NAMES}; operands of type {_type_name(dt)} are not supported "
+        "(convert them with .astype(np.float64) or .astype(np.complex128))"
+    )
 
 
 def _native_run(native, kind, dt):
@@ -103,7 +135,7 @@ def _mpi_threads(threads):
     """Threads per rank of a run on MPI: `threads`, else OMP_NUM_THREADS, else 1 (an MPI
     launcher gives each rank its own core)."""
     if threads is not None:
-        return int(threads)
+        return _count("threads", threads)
     try:
         return max(1, int(os.environ.get("OMP_NUM_THREADS", "1")))
     except ValueError:
@@ -189,13 +221,13 @@ class Plan:
         replicated along part of the grid). An operand that repeats an index (a diagonal) has
         no such slices: ValueError.
         """
-        return _slices(self._native.input_block(int(k), int(rank)))
+        return _slices(self._native.input_block(_count("k", k, 0), _count("rank", rank, 0)))
 
     def output_block(self, rank):
         """The block of the result that `run_blocks` returns on rank `rank`, as a tuple of
         slices, or None for a rank that returns none. The blocks of all ranks are disjoint and
         cover the result."""
-        return _slices(self._native.output_block(int(rank)))
+        return _slices(self._native.output_block(_count("rank", rank, 0)))
 
     def run_blocks(self, *blocks, comm, threads=None, dtype=None):
         """Runs the plan on an mpi4py communicator with each rank passing only its own blocks.
@@ -237,7 +269,8 @@ class Plan:
             threads = _default_threads(self._native.procs())
         # run_f64, run_f32, run_c128 or run_c64 of the native plan.
         run = _native_run(self._native, "run", dt)
-        out = run(arrays, int(threads))
+        threads = _count("threads", threads)
+        out = run(arrays, threads)
         # numpy.einsum returns a NumPy scalar for a scalar result.
         return out[()] if out.ndim == 0 else out
 
@@ -261,8 +294,8 @@ def compile(expr, *shapes, procs=1, mem=None, optimize="auto", machine="default"
         _native.compile(
             expr,
             _shapes(shapes, True),
-            int(procs),
-            None if mem is None else int(mem),
+            _count("procs", procs),
+            None if mem is None else _count("mem", mem),
             _strategy(optimize),
             machine,
         )
@@ -301,15 +334,27 @@ def einsum(
     in-process ranks. The result is a dense ndarray, or a `scipy.sparse.csr_matrix` for a
     sparse result (SDDMM, SpGEMM); another einsum with a sparse operand raises ValueError.
     """
+    if not isinstance(expr, str):
+        expr, operands = _from_sublists(expr, operands)
+    # Checked before the plan cache: its key would take procs=2.0 for procs=2.
+    if procs is not None:
+        procs = _count("procs", procs)
+    if threads is not None:
+        threads = _count("threads", threads)
+    if mem is not None:
+        mem = _count("mem", mem)
     if any(_is_sparse(a) for a in operands):
         return _sparse_einsum(expr, operands, procs, threads, mem, dtype, comm)
+    fix = None
+    if any(type(a) is np.ndarray and 0 in a.strides for a in operands):
+        operands, fix = _unbroadcast(expr, operands)
     arrays, dt = _as_operands(operands, dtype)
     shapes = tuple(a.shape for a in arrays)
     machine = "host"
     if comm is not None:
         _require_mpi()
         size = _comm_size(comm)
-        if procs is not None and int(procs) != size:
+        if procs is not None and _count("procs", procs) != size:
             raise ValueError(f"procs={procs} but the communicator has {size} ranks")
         procs, machine = size, "mpi"
     elif procs is None:
@@ -319,7 +364,113 @@ def einsum(
     else:
         plan = compile(expr, *shapes, procs=procs, mem=mem, optimize=optimize, machine=machine)
     # The operands are converted already: `Plan.run` would check them a second time.
-    return plan._run(arrays, threads, dt, comm)
+    out = plan._run(arrays, threads, dt, comm)
+    return out if fix is None else fix(out)
+
+
+def _terms(expr, n):
+    """The subscripts of the `n` operands and of the output of an expression without `...`
+    (None for one with it, or one whose terms do not match `n` operands)."""
+    text = "".join(expr.split())
+    if "." in text:
+        return None
+    ins, arrow, out = text.partition("->")
+    ins = ins.split(",")
+    if len(ins) != n:
+        return None
+    if not arrow:
+        # NumPy's implicit output: the subscripts that occur once, sorted.
+        every = "".join(ins)
+        out = "".join(sorted(c for c in set(every) if every.count(c) == 1))
+    return ins, out
+
+
+def _unbroadcast(expr, operands):
+    """Operands made by `np.broadcast_to` (zero strides) read without materializing them.
+
+    A dim of stride 0 holds one value repeated, so it is cut to extent 1 (a view): where its
+    index has its full extent in another operand, the parser broadcasts the extent-1 dim
+    against it (NumPy's rule); where no operand keeps the index whole, the index stands for `n`
+    equal terms: summed, the result is scaled by `n`; kept in the output, the result is
+    repeated along it. Returns the operands and the function that finishes the result (None
+    when nothing was cut). Expressions with `...`, and an index repeated inside the operand
+    (a diagonal), are left as they are (the operand is then copied whole, as before).
+    """
+    terms = _terms(expr, len(operands)) if isinstance(expr, str) else None
+    if terms is None:
+        return operands, None
+    ins, out = terms
+    ops = list(operands)
+    cut = {}  # operand -> dims cut to extent 1
+    whole = set()  # indices some operand holds at their full extent
+    extent = {}
+    for k, (a, sub) in enumerate(zip(ops, ins)):
+        if not isinstance(a, np.ndarray) or a.ndim != len(sub):
+            return operands, None
+        for d, c in enumerate(sub):
+            extent.setdefault(c, a.shape[d])
+            # (An empty array's strides may be 0 too: it holds no value to repeat.)
+            if a.strides[d] == 0 and a.shape[d] > 1 and a.size and sub.count(c) == 1:
+                cut.setdefault(k, []).append(d)
+            elif a.shape[d] != 1:
+                whole.add(c)
+    if not cut:
+        return operands, None
+    for k, dims in cut.items():
+        ops[k] = ops[k][tuple(slice(0, 1) if d in dims else slice(None) for d in range(ops[k].ndim))]
+    gone = {ins[k][d] for k, dims in cut.items() for d in dims} - whole
+    scale = 1
+    for c in gone - set(out):
+        scale *= extent[c]
+    repeat = {p: extent[c] for p, c in enumerate(out) if c in gone}
+
+    def fix(result):
+        if repeat:
+            shape = [repeat.get(p, n) for p, n in enumerate(np.shape(result))]
+            result = np.ascontiguousarray(np.broadcast_to(result, shape))
+        if scale != 1:
+            result = result * result.dtype.type(scale)
+        return result
+
+    return ops, fix
+
+
+# Subscript numbers of NumPy's sublist form, as letters: 0-25 are a-z, 26-51 A-Z (NumPy's
+# own range).
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _sublist(sub, where):
+    """One sublist of NumPy's sublist form as subscripts (`Ellipsis` is `...`)."""
+    if isinstance(sub, (str, bytes)) or not hasattr(sub, "__iter__"):
+        raise TypeError(f"{where} must be a list of subscript numbers, not {type(sub).__name__}")
+    out = []
+    for x in sub:
+        if x is Ellipsis:
+            out.append("...")
+            continue
+        n = _count(f"a subscript of {where}", x, 0)
+        if n >= len(_LETTERS):
+            raise ValueError(f"{where}: subscript {n} is out of range (0 to {len(_LETTERS) - 1})")
+        out.append(_LETTERS[n])
+    return "".join(out)
+
+
+def _from_sublists(first, rest):
+    """NumPy's sublist form `einsum(op0, sublist0, op1, sublist1, ..., [sublistout])` as an
+    expression and its operands."""
+    items = (first, *rest)
+    if len(items) < 2:
+        raise TypeError(
+            "einsum takes a subscripts string and operands, or NumPy's sublist form "
+            "einsum(op0, sublist0, op1, sublist1, ..., [sublistout])"
+        )
+    ops = list(items[0::2][: len(items) // 2])
+    subs = [_sublist(items[2 * k + 1], f"the sublist of operand {k}") for k in range(len(ops))]
+    expr = ",".join(subs)
+    if len(items) % 2:
+        expr += "->" + _sublist(items[-1], "the output sublist")
+    return expr, ops
 
 
 def _is_sparse(a):
@@ -353,8 +504,8 @@ def _sparse_einsum(expr, operands, procs, threads, mem, dtype, comm):
             ops.append(("sparse", [int(n) for n in coo.shape], coords, vals))
         else:
             ops.append(("dense", np.ascontiguousarray(np.asarray(a), dtype=dt)))
-    procs = 1 if procs is None else int(procs)
-    threads = _default_threads(procs) if threads is None else int(threads)
+    procs = 1 if procs is None else _count("procs", procs)
+    threads = _default_threads(procs) if threads is None else _count("threads", threads)
     run = _native.sparse_einsum_f32 if dt == np.float32 else _native.sparse_einsum_f64
     out = run(expr, ops, procs, threads)
     if out[0] == "dense":
@@ -406,8 +557,8 @@ def bound(expr, *shapes, mem, procs=None, optimize="auto", path_cost="flops"):
     _, report = _native.bound(
         expr,
         _shapes(shapes, True),
-        float(mem),
-        None if procs is None else int(procs),
+        _words("mem", mem),
+        None if procs is None else _count("procs", procs),
         _strategy(optimize),
         str(path_cost),
     )

@@ -2,18 +2,22 @@
 //! types and back. Every decision (parsing, paths, bounds, plans, execution) is the crates';
 //! `deinsum/__init__.py` holds the Python-facing signatures.
 
+mod convert;
+mod limits;
 #[cfg(feature = "mpi")]
 mod mpi_run;
 mod session;
 mod sparse;
 
-use deinsum::cli::InputError;
-use deinsum::expr::ExtentSpec;
+use convert::{
+    cli_to_py, input_block_ranges, operand_slices, output_block_ranges, output_shape, parse, to_py,
+};
+
 use numpy::ndarray::IxDyn;
 use numpy::PyUntypedArrayMethods;
 use numpy::{Complex32, Complex64};
 use numpy::{Element, IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray};
-use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
@@ -22,46 +26,6 @@ use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
 /// it too, by the Rust owner rust-numpy keeps for them.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// A deinsum error as the Python exception a caller expects: what the caller got wrong is a
-/// `ValueError`; a run that cannot fit this node's memory is a `MemoryError`; the rest
-/// `RuntimeError`.
-fn to_py(e: deinsum::Error) -> PyErr {
-    match e {
-        deinsum::Error::Expr(e) => PyValueError::new_err(e.to_string()),
-        deinsum::Error::Plan(m) => PyValueError::new_err(m.to_string()),
-        deinsum::Error::Sparse(e) => PyValueError::new_err(e.to_string()),
-        deinsum::Error::Preflight(p) => match p {
-            deinsum::exec::preflight::PreflightError::NotEnoughMemory { .. } => {
-                PyMemoryError::new_err(p.to_string())
-            }
-            other => PyValueError::new_err(other.to_string()),
-        },
-        other => PyRuntimeError::new_err(other.to_string()),
-    }
-}
-
-/// An error of the CLI's report functions: input errors are `ValueError`s.
-fn cli_to_py(e: anyhow::Error) -> PyErr {
-    let input = e.chain().any(|c| {
-        c.downcast_ref::<InputError>().is_some()
-            || c.downcast_ref::<deinsum::expr::ExprError>().is_some()
-    });
-    if input {
-        PyValueError::new_err(e.to_string())
-    } else {
-        PyRuntimeError::new_err(e.to_string())
-    }
-}
-
-/// Parses `expr` with per-operand `shapes`.
-fn parse(expr: &str, shapes: Vec<Vec<usize>>) -> PyResult<deinsum::expr::ParsedEinsum> {
-    let spec = ExtentSpec {
-        shapes: Some(shapes),
-        ..ExtentSpec::default()
-    };
-    deinsum::expr::parse(expr, &spec).map_err(|e| PyValueError::new_err(e.to_string()))
-}
 
 /// A compiled plan (the `Plan` of the Python package wraps it).
 #[pyclass(module = "deinsum._native", frozen)]
@@ -79,6 +43,7 @@ fn run_interruptible<T: Send>(
     py: Python<'_>,
     job: impl FnOnce(&deinsum::ExecOptions) -> Result<Vec<T>, deinsum::Error> + Send,
     threads: usize,
+    kept: Option<deinsum::exec::pool::KeptBuffers>,
     short: bool,
 ) -> PyResult<Vec<T>> {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,6 +51,7 @@ fn run_interruptible<T: Send>(
     let cancel = Arc::new(AtomicBool::new(false));
     let opts = deinsum::ExecOptions {
         threads,
+        kept,
         cancel: Some(Arc::clone(&cancel)),
         ..deinsum::ExecOptions::default()
     };
@@ -153,144 +119,25 @@ fn run_typed<'py, T: deinsum::Scalar + Element>(
     let slices = operand_slices(e, &arrays)?;
     let shape = output_shape(e.plan());
     py.check_signals()?;
+    let procs = e.plan().procs;
+    // Too many ranks for threads of one process is the caller's argument (ValueError), told
+    // before the threads they would need.
+    deinsum::exec::preflight::check_in_process_ranks(procs).map_err(|p| to_py(p.into()))?;
+    limits::check_threads(procs, threads)?;
+    // A call with more threads than cores keeps nothing for the next one: its ranks' thread
+    // pools and buffers go when it returns (3,000 threads left alive after threads=3000).
+    let kept = (limits::run_threads(procs, threads) > deinsum::cli::node_cores() as u128)
+        .then(deinsum::exec::pool::KeptBuffers::new);
     let short = is_short(e.plan(), slices.iter().map(|s| s.len()).sum());
     let out = run_interruptible(
         py,
         |opts| e.run_local_borrowed(&slices, opts),
         threads,
+        kept,
         short,
     )?;
     let arr = out.into_pyarray(py);
     arr.reshape(IxDyn(&shape))
-}
-
-/// The shape of the plan's output.
-fn output_shape(plan: &deinsum::plan::Plan) -> Vec<usize> {
-    let einsum = &plan.einsum;
-    einsum
-        .output()
-        .iter()
-        .map(|c| einsum.extents()[c])
-        .collect()
-}
-
-/// The whole operands' elements, after checking their number and shapes against the plan
-/// (the caller passes C-contiguous, aligned arrays).
-fn operand_slices<'a, 'py, T: deinsum::Scalar + Element>(
-    e: &deinsum::Einsum,
-    arrays: &'a [PyReadonlyArrayDyn<'py, T>],
-) -> PyResult<Vec<&'a [T]>> {
-    let einsum = &e.plan().einsum;
-    if arrays.len() != einsum.inputs().len() {
-        return Err(PyValueError::new_err(format!(
-            "the plan takes {} operands, {} given",
-            einsum.inputs().len(),
-            arrays.len()
-        )));
-    }
-    for (k, (a, op)) in arrays.iter().zip(einsum.inputs()).enumerate() {
-        let want = op.shape(einsum.extents());
-        if a.shape() != want.as_slice() {
-            return Err(PyValueError::new_err(format!(
-                "operand {k} has shape {:?}, the plan was compiled for {:?}",
-                a.shape(),
-                want
-            )));
-        }
-    }
-    arrays
-        .iter()
-        .map(|a| a.as_slice())
-        .collect::<Result<Vec<&[T]>, _>>()
-        .map_err(|e| PyValueError::new_err(format!("operand not C-contiguous: {e}")))
-}
-
-/// Rank `rank`'s block of operand `k` in the plan's Load distribution, as `[start, stop)` per
-/// storage dim of the operand (`None`: the rank holds no block of it). An operand that repeats
-/// an index is refused: its block (of the diagonal) is not a slice of the array.
-fn input_block_ranges(
-    plan: &deinsum::plan::Plan,
-    k: usize,
-    rank: usize,
-) -> PyResult<Option<Vec<(usize, usize)>>> {
-    use deinsum::expr::Dim;
-    use deinsum::plan::{PlanStep, TensorKind};
-    let einsum = &plan.einsum;
-    let op = einsum.inputs().get(k).ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "operand {k}: the plan takes {} operands",
-            einsum.inputs().len()
-        ))
-    })?;
-    check_rank(plan, rank)?;
-    if op.has_diagonal() {
-        return Err(PyValueError::new_err(format!(
-            "operand {k} repeats an index: its block (of the diagonal) is not a slice of the \
-             array; pass whole operands instead"
-        )));
-    }
-    let load = plan.steps.iter().find_map(|s| match s {
-        PlanStep::Load { tensor, dist } => plan
-            .tensor(*tensor)
-            .filter(|t| t.kind == TensorKind::Input(k))
-            .map(|t| (t, dist)),
-        _ => None,
-    });
-    let Some((t, dist)) = load else {
-        return Ok(None);
-    };
-    let Some(b) = dist.block(rank, &t.shape) else {
-        return Ok(None);
-    };
-    op.dims
-        .iter()
-        .map(|d| match d {
-            Dim::Index(c) => t
-                .indices
-                .iter()
-                .position(|x| x == c)
-                .and_then(|i| b.ranges.get(i).copied())
-                .ok_or_else(|| {
-                    PyRuntimeError::new_err(format!("operand {k}: index {c} is not in its block"))
-                }),
-            Dim::Broadcast => Ok((0, 1)),
-        })
-        .collect::<PyResult<Vec<_>>>()
-        .map(Some)
-}
-
-/// The block of the output rank `rank` returns from a run on its own blocks, as `[start, stop)`
-/// per output index (`None` for a rank that returns none): the blocks of all ranks are
-/// disjoint and cover the output.
-fn output_block_ranges(
-    plan: &deinsum::plan::Plan,
-    rank: usize,
-) -> PyResult<Option<Vec<(usize, usize)>>> {
-    check_rank(plan, rank)?;
-    let (id, dist) = &plan.output;
-    let tensor = plan
-        .tensor(*id)
-        .ok_or_else(|| PyRuntimeError::new_err("the plan has no output tensor"))?
-        .clone();
-    let t = deinsum::DistTensor::<f64> {
-        tensor,
-        dist: dist.clone(),
-        local: None,
-        rank,
-    };
-    Ok(t.primary_block(rank).map(|b| b.ranges.to_vec()))
-}
-
-/// Refuses a rank number the plan does not have.
-fn check_rank(plan: &deinsum::plan::Plan, rank: usize) -> PyResult<()> {
-    if rank >= plan.procs {
-        return Err(PyValueError::new_err(format!(
-            "rank {rank}: the plan is for {} ranks (0 to {})",
-            plan.procs,
-            plan.procs.saturating_sub(1)
-        )));
-    }
-    Ok(())
 }
 
 #[pymethods]

@@ -24,7 +24,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::{input_block_ranges, operand_slices, output_shape, to_py};
+use crate::convert::{input_block_ranges, operand_slices, output_shape, to_py};
 
 /// The Fortran handle (`comm.py2f()`) of an mpi4py intra-communicator, after checking that
 /// `obj` is one and that MPI is initialized and not finalized.

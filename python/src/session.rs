@@ -9,7 +9,7 @@ use numpy::{
 };
 use pyo3::exceptions::{
     PyFileExistsError, PyFileNotFoundError, PyMemoryError, PyNotImplementedError, PyOSError,
-    PyRuntimeError, PyTypeError, PyValueError,
+    PyTypeError, PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -22,7 +22,7 @@ use std::path::PathBuf;
 /// `OSError`s.
 pub(crate) fn session_to_py(e: SessionError) -> PyErr {
     use deinsum::exec::npy::NpyError;
-    let msg = e.to_string();
+    let msg = crate::convert::pythonic(&e.to_string());
     match e {
         SessionError::ForeignArray { .. }
         | SessionError::Closed { .. }
@@ -36,24 +36,7 @@ pub(crate) fn session_to_py(e: SessionError) -> PyErr {
             _ => PyOSError::new_err(msg),
         },
         SessionError::Npy(_) => PyValueError::new_err(msg),
-        SessionError::Einsum(e) => einsum_to_py(e),
-    }
-}
-
-/// A compile or run error under a session, as `deinsum.einsum` raises it (lib.rs's mapping;
-/// repeated here so that this module does not depend on the crate root, which registers it).
-fn einsum_to_py(e: deinsum::Error) -> PyErr {
-    use deinsum::exec::preflight::PreflightError;
-    let msg = e.to_string();
-    match e {
-        deinsum::Error::Expr(_) | deinsum::Error::Plan(_) | deinsum::Error::Sparse(_) => {
-            PyValueError::new_err(msg)
-        }
-        deinsum::Error::Preflight(PreflightError::NotEnoughMemory { .. }) => {
-            PyMemoryError::new_err(msg)
-        }
-        deinsum::Error::Preflight(_) => PyValueError::new_err(msg),
-        _ => PyRuntimeError::new_err(msg),
+        SessionError::Einsum(e) => crate::convert::to_py(e),
     }
 }
 

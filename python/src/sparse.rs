@@ -57,11 +57,12 @@ pub fn run<'py, T: deinsum::Scalar + Element>(
         .try_iter()?
         .map(|op| operand::<T>(&op?))
         .collect::<PyResult<Vec<_>>>()?;
+    crate::limits::check_threads(procs, threads)?;
     let mut options = SparseOptions::procs(procs);
     options.run.threads = threads.max(1);
     let out = py
         .allow_threads(|| SparseEinsum::compile(expr, ops, &options)?.run_local())
-        .map_err(super::to_py)?;
+        .map_err(crate::convert::to_py)?;
     Ok(match out {
         SparseOutput::Dense { shape, data } => {
             let arr = data.into_pyarray(py).reshape(IxDyn(&shape))?;

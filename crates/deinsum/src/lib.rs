@@ -20,6 +20,7 @@
 //! ```
 
 pub mod cli;
+pub mod empty;
 pub mod report;
 pub mod session;
 pub use session::{DistArray, EinsumStats, OutLayout, Session, SessionError};
@@ -177,6 +178,9 @@ fn build_plan(einsum: &deinsum_expr::ParsedEinsum, o: &Options) -> Result<Plan, 
         sources: o.sources.clone(),
         ..deinsum_plan::PlanOptions::default()
     };
+    if empty::has_empty_extent(einsum) {
+        return empty::plan_empty(einsum, |e| deinsum_plan::build(e, &opts));
+    }
     Ok(deinsum_plan::build(einsum, &opts)?)
 }
 

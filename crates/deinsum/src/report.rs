@@ -312,8 +312,12 @@ pub struct RunSummary {
     pub check: Option<Check>,
 }
 
-/// The minimum of `xs` (infinite when empty).
+/// The minimum of `xs`; 0 when empty, as the median (a run that measured nothing: an einsum
+/// with an empty extent runs no step).
 fn minimum(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
     xs.iter().copied().fold(f64::INFINITY, f64::min)
 }
 

@@ -647,6 +647,9 @@ pub fn execute_measured<T: Scalar, C: Communicator>(
     inputs: &Inputs<T>,
     opts: &ExecOptions,
 ) -> Result<(DistTensor<T>, RunReport), ExecError> {
+    if let Some(out) = empty_output(plan, comm) {
+        return out;
+    }
     execute_from(plan, comm, Source::Inputs(inputs), opts)
 }
 
@@ -661,6 +664,9 @@ pub fn execute_lent<T: Scalar, C: Communicator>(
     operands: &[&[T]],
     opts: &ExecOptions,
 ) -> Result<(DistTensor<T>, RunReport), ExecError> {
+    if let Some(out) = empty_output(plan, comm) {
+        return out;
+    }
     execute_from(plan, comm, Source::Lent(operands), opts)
 }
 
@@ -679,6 +685,56 @@ impl<T> Clone for Source<'_, T> {
 }
 
 impl<T> Copy for Source<'_, T> {}
+
+/// The output of an einsum with an index of extent 0, without reading an input or running a
+/// step: NumPy's meaning, an empty output, or zeros where the empty index is summed (each rank
+/// holds its block of the output's distribution as zeros; nothing moves).
+/// `None` when every extent is at least 1 (the plan runs its steps).
+fn empty_output<T: Scalar, C: Communicator>(
+    plan: &Plan,
+    comm: &C,
+) -> Option<Result<(DistTensor<T>, RunReport), ExecError>> {
+    if plan.einsum.extents().values().all(|&n| n > 0) {
+        return None;
+    }
+    if comm.size() != plan.procs {
+        return Some(Err(ExecError::WorldSize {
+            plan: plan.procs,
+            world: comm.size(),
+        }));
+    }
+    Some(zero_output(plan, comm.rank()))
+}
+
+/// Rank `me`'s block of the output of a plan with an empty extent, as zeros.
+fn zero_output<T: Scalar>(plan: &Plan, me: usize) -> Result<(DistTensor<T>, RunReport), ExecError> {
+    let (id, dist) = &plan.output;
+    let tensor = plan
+        .tensor(*id)
+        .ok_or_else(|| ExecError::InvalidPlan {
+            step: plan.steps.len(),
+            message: "unknown output tensor".into(),
+        })?
+        .clone();
+    let local = match dist.block(me, &tensor.shape) {
+        Some(b) => Some(
+            LocalTensor::zeros(tensor.indices.clone(), b.ranges.to_vec())
+                .map_err(|e| oom(plan, me, Stage::Gather, *id, e))?,
+        ),
+        None => None,
+    };
+    let out = DistTensor {
+        tensor,
+        dist: dist.clone(),
+        local,
+        rank: me,
+    };
+    let report = RunReport {
+        rank: me,
+        ..RunReport::default()
+    };
+    Ok((out, report))
+}
 
 /// Fails unless `comm` has the plan's rank count and (unless `opts.shared_plan`) every rank
 /// holds the same plan: a rank running another plan would deadlock or mix results.

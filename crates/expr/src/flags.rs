@@ -88,17 +88,15 @@ pub fn parse_shapes(s: &str) -> Result<Vec<Vec<usize>>, ExprError> {
         .collect()
 }
 
-/// A positive decimal integer that fits in `usize`; `what` names the flag in the error.
+/// A non-negative decimal integer that fits in `usize` (0 included: NumPy's empty arrays);
+/// `what` names the flag in the error.
 pub fn parse_extent(s: &str, what: &str) -> Result<usize, ExprError> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(ExprError::invalid(format!(
-            "{what}: {s:?} is not an extent (expected a positive integer)"
+            "{what}: {s:?} is not an extent (expected a non-negative integer)"
         )));
     }
     match s.parse::<usize>() {
-        Ok(0) => Err(ExprError::invalid(format!(
-            "{what}: extent 0 is not allowed (extents are at least 1)"
-        ))),
         Ok(n) => Ok(n),
         Err(_) => Err(ExprError::invalid(format!(
             "{what}: extent {s} is too large (at most {})",

@@ -27,7 +27,8 @@
 //!   [`Operand::named_broadcast`]). A repeated index inside one operand must have equal dims.
 //! - Extents: shapes first, then [`ExtentSpec::sizes`] (which must agree with the shapes and
 //!   name only indices of the einsum), then [`ExtentSpec::default`] for the indices left.
-//!   Extents are at least 1; element counts of every operand and of the output fit in `usize`.
+//!   Extents may be 0 (NumPy's empty arrays); element counts of every operand and of the output
+//!   fit in `usize`.
 //!
 //! ```
 //! use deinsum_expr::{parse, ExtentSpec};
@@ -147,7 +148,7 @@ pub struct ParsedEinsum {
 
 impl ParsedEinsum {
     /// An einsum with an explicit `output` and no ellipsis, checked against the invariants of
-    /// [`ParsedEinsum`]: every index of an operand or of the output has an extent >= 1, `extents` names
+    /// [`ParsedEinsum`]: every index of an operand or of the output has an extent (0 included), `extents` names
     /// no other index, output indices are distinct and occur in some input, and element counts
     /// fit in `usize`.
     pub fn new(
@@ -202,18 +203,10 @@ impl ParsedEinsum {
         let mut used = std::collections::BTreeSet::new();
         for (k, op) in self.inputs.iter().enumerate() {
             for &c in &op.indices {
-                match self.extents.get(&c) {
-                    None => {
-                        return Err(ExprError::invalid(format!(
-                            "index '{c}' of operand {k} has no extent"
-                        )))
-                    }
-                    Some(0) => {
-                        return Err(ExprError::invalid(format!(
-                            "index '{c}' has extent 0 (extents are at least 1)"
-                        )))
-                    }
-                    Some(_) => {}
+                if !self.extents.contains_key(&c) {
+                    return Err(ExprError::invalid(format!(
+                        "index '{c}' of operand {k} has no extent"
+                    )));
                 }
                 used.insert(c);
             }

@@ -188,7 +188,7 @@ fn storage_dims(
             Item::Label(c) => {
                 let n = spec.shapes.as_ref().map_or(0, |s| s[k][dims.len()]);
                 let known = labels.id(*c).and_then(|id| extents[id]);
-                if n == 1 && known.is_some_and(|(e, _)| e > 1) {
+                if n == 1 && known.is_some_and(|(e, _)| e != 1) {
                     named_broadcast.push((dims.len(), *c));
                     dims.push(Dim::Broadcast);
                 } else {
@@ -199,7 +199,7 @@ fn storage_dims(
                 for j in 0..ell.per_operand[k] {
                     let b = nb - ell.per_operand[k] + j;
                     let n = spec.shapes.as_ref().map_or(1, |s| s[k][dims.len()]);
-                    dims.push(if n == 1 && ell.extents[b] > 1 {
+                    dims.push(if n == 1 && ell.extents[b] != 1 {
                         Dim::Broadcast
                     } else {
                         Dim::Index(ell.labels[b])
@@ -335,33 +335,13 @@ fn check_output(expr: &str, ast: &Ast, labels: &Labels) -> Result<(), ExprError>
     Ok(())
 }
 
-/// Extents in the spec are >= 1 (a hand-built spec may hold 0) and name indices that exist.
+/// The spec's extents name indices that exist (extent 0 is allowed: NumPy's empty arrays).
 fn check_spec(spec: &ExtentSpec, labels: &Labels) -> Result<(), ExprError> {
-    for (&c, &n) in &spec.sizes {
+    for &c in spec.sizes.keys() {
         if !labels.contains(c) {
             return Err(ExprError::invalid(format!(
                 "--sizes names index '{c}', which does not occur in the einsum"
             )));
-        }
-        if n == 0 {
-            return Err(ExprError::invalid(format!(
-                "--sizes: extent 0 for index '{c}' is not allowed (extents are at least 1)"
-            )));
-        }
-    }
-    if spec.default == Some(0) {
-        return Err(ExprError::invalid(
-            "--size: extent 0 is not allowed (extents are at least 1)",
-        ));
-    }
-    if let Some(shapes) = &spec.shapes {
-        for (k, s) in shapes.iter().enumerate() {
-            if let Some(d) = s.iter().position(|&n| n == 0) {
-                return Err(ExprError::invalid(format!(
-                    "--shapes: extent 0 in dimension {d} of operand {k} is not allowed \
-                     (extents are at least 1)"
-                )));
-            }
         }
     }
     Ok(())

@@ -101,7 +101,6 @@ fn new_checks_what_from_parts_does_not() {
         (vec!['i', 'z'], ext("ijk", 4)),          // output index in no input
         (vec!['i', 'i'], ext("ijk", 4)),          // output index twice
         (vec!['i', 'k'], ext("ij", 4)),           // 'k' has no extent
-        (vec!['i', 'k'], ext("ijk", 0)),          // extent 0
         (vec!['i', 'k'], ext("ijkq", 4)),         // extent for an index no operand has
         (vec!['i', 'k'], ext("ijk", usize::MAX)), // too many elements
     ];

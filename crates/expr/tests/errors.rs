@@ -267,46 +267,33 @@ fn ellipsis_shapes_that_do_not_broadcast() {
 }
 
 #[test]
-fn zero_extents() {
-    let e = ExtentSpec::from_flags(Some("i=0"), None, None).unwrap_err();
-    unlocated(
-        &e,
-        "--sizes: index 'i': extent 0 is not allowed (extents are at least 1)",
+fn zero_extents_are_accepted_with_numpy_meaning() {
+    // Extent 0 (NumPy's empty arrays) is an extent like any other, from every source.
+    let spec = ExtentSpec::from_flags(Some("i=0"), Some("3"), None).unwrap();
+    assert_eq!(parse("ij,jk->ik", &spec).unwrap().extent('i'), 0);
+    let spec = ExtentSpec::from_flags(None, Some("0"), None).unwrap();
+    assert_eq!(parse("ij", &spec).unwrap().extent('j'), 0);
+    let spec = ExtentSpec::from_flags(None, None, Some("2x0,0x3")).unwrap();
+    let e = parse("ij,jk->ik", &spec).unwrap();
+    assert_eq!((e.extent('i'), e.extent('j'), e.extent('k')), (2, 0, 3));
+    // A (0, 0) trace, and extent 1 broadcast against 0 as NumPy does (named and in `...`).
+    let e = parse("ii->", &flags(None, None, Some("0x0"))).unwrap();
+    assert_eq!(e.extent('i'), 0);
+    let e = parse("ij,ij->ij", &flags(None, None, Some("0x3,1x3"))).unwrap();
+    assert_eq!(e.extent('i'), 0);
+    assert_eq!(e.inputs()[1].named_broadcast.len(), 1);
+    let e = parse("...i,...i->...i", &flags(None, None, Some("0x2,1x2"))).unwrap();
+    assert_eq!(e.inputs()[1].shape(e.extents()), vec![1, 2]);
+    assert_eq!(e.output().len(), 2);
+    // 0 against another extent does not broadcast (NumPy's rule: only 1 does).
+    let e = err("ij,ij->ij", &flags(None, None, Some("0x3,2x3")));
+    assert!(
+        e.to_string()
+            .contains("two different extents for index 'i'"),
+        "{e}"
     );
-    let e = ExtentSpec::from_flags(None, Some("0"), None).unwrap_err();
-    unlocated(
-        &e,
-        "--size: extent 0 is not allowed (extents are at least 1)",
-    );
-    let e = ExtentSpec::from_flags(None, None, Some("2x0")).unwrap_err();
-    unlocated(
-        &e,
-        "--shapes: shape 0 (\"2x0\"): extent 0 is not allowed (extents are at least 1)",
-    );
-    // A hand-built spec is checked too.
-    let mut spec = ExtentSpec::default();
-    spec.sizes.insert('i', 0);
-    let e = err("i", &spec);
-    unlocated(
-        &e,
-        "--sizes: extent 0 for index 'i' is not allowed (extents are at least 1)",
-    );
-    let spec = ExtentSpec {
-        default: Some(0),
-        ..Default::default()
-    };
-    unlocated(
-        &err("i", &spec),
-        "--size: extent 0 is not allowed (extents are at least 1)",
-    );
-    let spec = ExtentSpec {
-        shapes: Some(vec![vec![3, 0]]),
-        ..Default::default()
-    };
-    unlocated(
-        &err("ij", &spec),
-        "--shapes: extent 0 in dimension 1 of operand 0 is not allowed (extents are at least 1)",
-    );
+    // Still no negative or non-numeric extent.
+    assert!(ExtentSpec::from_flags(Some("i=-1"), None, None).is_err());
 }
 
 #[test]
@@ -376,19 +363,19 @@ fn malformed_flags() {
             Some("i=-3"),
             None,
             None,
-            "--sizes: index 'i': \"-3\" is not an extent (expected a positive integer)",
+            "--sizes: index 'i': \"-3\" is not an extent (expected a non-negative integer)",
         ),
         (
             None,
             Some("ten"),
             None,
-            "--size: \"ten\" is not an extent (expected a positive integer)",
+            "--size: \"ten\" is not an extent (expected a non-negative integer)",
         ),
         (
             None,
             Some(""),
             None,
-            "--size: \"\" is not an extent (expected a positive integer)",
+            "--size: \"\" is not an extent (expected a non-negative integer)",
         ),
         (
             None,
@@ -400,13 +387,13 @@ fn malformed_flags() {
             None,
             None,
             Some("2x,3"),
-            "--shapes: shape 0 (\"2x\"): \"\" is not an extent (expected a positive integer)",
+            "--shapes: shape 0 (\"2x\"): \"\" is not an extent (expected a non-negative integer)",
         ),
         (
             None,
             None,
             Some("2*3"),
-            "--shapes: shape 0 (\"2*3\"): \"2*3\" is not an extent (expected a positive integer)",
+            "--shapes: shape 0 (\"2*3\"): \"2*3\" is not an extent (expected a non-negative integer)",
         ),
     ];
     for &(sizes, size, shapes, message) in cases {

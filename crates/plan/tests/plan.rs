@@ -73,10 +73,8 @@ fn edited_plans_are_refused_by_what_is_wrong() {
         assert!(matches!(err, PlanError::Json(_)), "{err}");
         assert!(err.to_string().contains(says), "{err} lacks {says:?}");
     };
-    refuse(
-        &|w| w["einsum"]["extents"]["j"] = 0.into(),
-        "index 'j' has extent 0",
-    );
+    // Extent 0 is an extent (NumPy's empty arrays); a negative one is not.
+    refuse(&|w| w["einsum"]["extents"]["j"] = (-1).into(), "-1");
     refuse(
         &|w| w["einsum"]["output"] = serde_json::json!(["i", "i"]),
         "output index 'i' occurs twice",

@@ -82,20 +82,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         objective: super::calibrate::objective(&args.objective)?,
         ..PlanOptions::default()
     };
-    let choice =
-        deinsum_plan::choose::choose_within_budget(&einsum, &opts).map_err(|e| match e {
-            PlanError::ZeroProcs
-            | PlanError::MemoryTooSmall { .. }
-            | PlanError::TotalMemoryTooSmall { .. }
-            | PlanError::MultiOperandStep { .. } => {
-                anyhow::Error::new(super::InputError(e.to_string()))
-            }
-            // A bad strategy name or an einsum the search cannot take is the caller's.
-            PlanError::Path(ref p) if !matches!(p, deinsum_path::PathError::InvalidPath(_)) => {
-                anyhow::Error::new(super::InputError(e.to_string()))
-            }
-            other => anyhow::Error::new(other),
-        })?;
+    let choose =
+        |e: &deinsum_expr::ParsedEinsum| deinsum_plan::choose::choose_within_budget(e, &opts);
+    let plan_error = |e: PlanError| match e {
+        PlanError::ZeroProcs
+        | PlanError::MemoryTooSmall { .. }
+        | PlanError::TotalMemoryTooSmall { .. }
+        | PlanError::MultiOperandStep { .. } => {
+            anyhow::Error::new(super::InputError(e.to_string()))
+        }
+        // A bad strategy name or an einsum the search cannot take is the caller's.
+        PlanError::Path(ref p) if !matches!(p, deinsum_path::PathError::InvalidPath(_)) => {
+            anyhow::Error::new(super::InputError(e.to_string()))
+        }
+        other => anyhow::Error::new(other),
+    };
+    let choice = if crate::empty::has_empty_extent(&einsum) {
+        // An empty extent: the plan of its extent-1 skeleton, with nothing moving.
+        crate::empty::choose_empty::<crate::Error>(&einsum, choose).map_err(|e| match e {
+            crate::Error::Plan(p) => plan_error(p),
+            other => anyhow::Error::new(super::InputError(other.to_string())),
+        })?
+    } else {
+        choose(&einsum).map_err(plan_error)?
+    };
     let plan = &choice.plan;
     let json = serde_json::to_string_pretty(plan)?;
     if let Some(path) = &args.output {
