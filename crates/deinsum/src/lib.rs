@@ -20,6 +20,7 @@
 //! ```
 
 pub mod cli;
+pub mod dense_run;
 pub mod report;
 pub mod session;
 pub use session::{DistArray, EinsumStats, OutLayout, Session, SessionError};
