@@ -20,6 +20,7 @@
 //! ```
 
 pub mod cli;
+pub mod dense_run;
 pub mod empty;
 pub mod report;
 pub mod session;

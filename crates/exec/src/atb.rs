@@ -275,7 +275,7 @@ fn run<
         let rhs = Rhs { b, b_trans, n, k };
         rhs.load_block(j0, rows, &mut bblock[..rows * bw], bw, fetch, tr);
         let bb = &bblock[..rows * bw];
-        let blk = Block {
+        let blk = SumBlock {
             ab: &a[j0 * lda..],
             lda,
             rows,
@@ -543,7 +543,7 @@ impl Transposer for Avx512 {
     }
 }
 
-/// One row of a block for [`Block::tile`]: `MV` vectors of `a` (from `arow`) times `W`
+/// One row of a block for [`SumBlock::tile`]: `MV` vectors of `a` (from `arow`) times `W`
 /// broadcast words of `b` (from `brow`), into the accumulators. A function (not a closure) so
 /// that it inherits the SIMD level it is inlined into.
 #[inline(always)]
@@ -568,7 +568,7 @@ fn mul_row<S: Simd, const MV: usize, const W: usize>(
 
 /// One block of the summed index: its `rows` rows of `a` (`lda` apart) and of `b` (padded to
 /// `bw` words).
-struct Block<'a> {
+struct SumBlock<'a> {
     ab: &'a [f64],
     lda: usize,
     rows: usize,
@@ -576,7 +576,7 @@ struct Block<'a> {
     bw: usize,
 }
 
-impl Block<'_> {
+impl SumBlock<'_> {
     /// The block's tiled rows (`cover.lo..cover.hi`, `vecs` vectors), `MV` vectors at a time,
     /// then the vectors short of a tile in one narrower tile.
     #[inline(always)]
@@ -773,7 +773,7 @@ impl Block<'_> {
     }
 }
 
-/// Where [`Block::rows_part`] works: from output row `i0` and column vector `v0`, of `nv` a
+/// Where [`SumBlock::rows_part`] works: from output row `i0` and column vector `v0`, of `nv` a
 /// row.
 #[derive(Clone, Copy)]
 struct Part {

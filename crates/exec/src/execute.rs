@@ -966,8 +966,8 @@ fn give_back<'d, T: Scalar>(
     }
 }
 
-/// Held blocks by tensor, with their distributions.
-type Held<'d, T> = BTreeMap<TensorId, (Distribution, Option<HeldBlock<'d, T>>)>;
+/// The blocks a rank holds, by tensor, with their distributions.
+type LiveBlocks<'d, T> = BTreeMap<TensorId, (Distribution, Option<HeldBlock<'d, T>>)>;
 
 /// One run of the plan's steps from the preloaded inputs (`inputs` again only for a block a
 /// previous run did not give back); returns the blocks held at the end, the memory tally and
@@ -980,7 +980,7 @@ fn run_steps<'d, T: Scalar, C: Communicator>(
     inputs: Source<'d, T>,
     opts: &ExecOptions,
     pool: Option<&rayon::ThreadPool>,
-) -> Result<(Held<'d, T>, Mem, RunReport), ExecError> {
+) -> Result<(LiveBlocks<'d, T>, Mem, RunReport), ExecError> {
     let me = comm.rank();
     let mut run = Interpreter {
         plan,
@@ -1061,14 +1061,14 @@ struct Interpreter<'a, 'd, T: Scalar, C: Communicator> {
     opts: &'a ExecOptions,
     pool: Option<&'a rayon::ThreadPool>,
     me: usize,
-    held: Held<'d, T>,
+    held: LiveBlocks<'d, T>,
     mem: Mem,
     /// The windows the previous phase prefetched for the next one (double buffering).
-    prefetched: Vec<Window<'d, T>>,
+    prefetched: Vec<PhaseWindow<'d, T>>,
 }
 
 /// A phase window: the tensor, its windowed distribution and this rank's block of it.
-type Window<'d, T> = (TensorId, Distribution, Option<HeldBlock<'d, T>>);
+type PhaseWindow<'d, T> = (TensorId, Distribution, Option<HeldBlock<'d, T>>);
 
 impl<'a, 'd, T: Scalar, C: Communicator> Interpreter<'a, 'd, T, C> {
     /// Runs step `i`, filling in what `m` measures besides time and traffic.
@@ -1374,7 +1374,7 @@ impl<'a, 'd, T: Scalar, C: Communicator> Interpreter<'a, 'd, T, C> {
         &mut self,
         i: usize,
         fetch: &[deinsum_plan::Fetch],
-    ) -> Result<Vec<Window<'d, T>>, ExecError> {
+    ) -> Result<Vec<PhaseWindow<'d, T>>, ExecError> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
         let fetch_transfers = self.plan.step_transfers(i, self.me);
         let mut windows = Vec::new();
@@ -1409,7 +1409,7 @@ impl<'a, 'd, T: Scalar, C: Communicator> Interpreter<'a, 'd, T, C> {
 struct Prefetch<'a, T: Scalar, C: Communicator> {
     plan: &'a Plan,
     comm: &'a C,
-    held: &'a Held<'a, T>,
+    held: &'a LiveBlocks<'a, T>,
     step: usize,
     skip: usize,
     prefetch: &'a [deinsum_plan::Fetch],
@@ -1427,7 +1427,7 @@ impl<T: Scalar, C: Communicator> Prefetch<'_, T, C> {
         cut: Option<PhaseCut>,
         m: &mut StepMeasure,
         mem: &mut Mem,
-    ) -> Result<(Option<LocalTensor<T>>, Vec<Window<'static, T>>), ExecError> {
+    ) -> Result<(Option<LocalTensor<T>>, Vec<PhaseWindow<'static, T>>), ExecError> {
         let bad = |message: String| ExecError::InvalidPlan {
             step: self.step,
             message,
@@ -1582,7 +1582,7 @@ fn on_pool<R: Send>(pool: Option<&rayon::ThreadPool>, f: impl FnOnce() -> R + Se
 
 /// The block of input `tid` this rank holds, checked to be in the group's distribution `d`.
 fn held_input<'a, T: Scalar>(
-    held: &'a Held<'_, T>,
+    held: &'a LiveBlocks<'_, T>,
     tid: TensorId,
     d: &Distribution,
 ) -> Result<Option<&'a LocalBlock<'a, T>>, String> {

@@ -81,25 +81,25 @@ pub fn contract<T: Scalar>(
     if let Some(t) = trailing_batch(&a, &b, out) {
         return t;
     }
-    match Choice::of(&a, &b, out) {
-        Choice::Whole(false, o) => o.run(&a, &b, out),
-        Choice::Whole(true, o) => o.run(&b, &a, out),
-        Choice::Sliced(false, s) => s.run(&a, &b, out),
-        Choice::Sliced(true, s) => s.run(&b, &a, out),
+    match ProductForm::of(&a, &b, out) {
+        ProductForm::Whole(false, o) => o.run(&a, &b, out),
+        ProductForm::Whole(true, o) => o.run(&b, &a, out),
+        ProductForm::Sliced(false, s) => s.run(&a, &b, out),
+        ProductForm::Sliced(true, s) => s.run(&b, &a, out),
     }
 }
 
 /// How [`contract`] runs a product that sums an index (after one-sided sums); `true`: with
 /// the operands swapped.
-enum Choice {
+enum ProductForm {
     /// One (batched) GEMM in this orientation.
     Whole(bool, Orientation),
     /// Slice by slice along the leading indices of the first operand.
     Sliced(bool, Sliced),
 }
 
-impl Choice {
-    fn of<T: Scalar>(a: &LocalBlock<'_, T>, b: &LocalBlock<'_, T>, out: &[Index]) -> Choice {
+impl ProductForm {
+    fn of<T: Scalar>(a: &LocalBlock<'_, T>, b: &LocalBlock<'_, T>, out: &[Index]) -> ProductForm {
         let Some((swap, o)) = cheapest(a, b, out, |_, _| true) else {
             unreachable!("four orientations were costed")
         };
@@ -110,10 +110,10 @@ impl Choice {
         let copied = 2 * o.operands_copied + o.output_copied;
         for (swapped, (x, y)) in [(false, (a, b)), (true, (b, a))] {
             if let Some(s) = Sliced::of(x, y, out).filter(|s| s.copied < copied) {
-                return Choice::Sliced(swapped, s);
+                return ProductForm::Sliced(swapped, s);
             }
         }
-        Choice::Whole(swap, o)
+        ProductForm::Whole(swap, o)
     }
 }
 
@@ -152,9 +152,9 @@ pub fn sliced_lead<T: Scalar>(
     b: &LocalBlock<'_, T>,
     out: &[Index],
 ) -> usize {
-    match Choice::of(a, b, out) {
-        Choice::Sliced(_, s) => s.lead,
-        Choice::Whole(..) => 0,
+    match ProductForm::of(a, b, out) {
+        ProductForm::Sliced(_, s) => s.lead,
+        ProductForm::Whole(..) => 0,
     }
 }
 

@@ -1,24 +1,27 @@
 //! Runs a [`deinsum_plan::Plan`] on P ranks over a [`Communicator`].
 //!
-//! - [`local::InProcess`]: P ranks as threads with message passing (the default backend);
-//! - [`execute`]: the executor, generic over the communicator, following the plan's step
-//!   semantics (Load / Redistribute / Compute / Free);
+//! - [`InProcess`]: P ranks as threads with message passing (the default backend);
+//! - [`execute`], [`execute_measured`], [`execute_lent`]: the executor, generic over the
+//!   communicator, following the plan's step semantics (Load / Redistribute / Compute / Free);
 //! - [`kernels`]: local contractions (transpose + GEMM through faer, tiled fused groups);
 //! - [`data`]: the seeded generator and caller-supplied inputs;
 //! - [`reference`]: serial evaluators for checks;
 //! - [`preflight`]: memory and rank-count checks made before a run allocates anything.
+//!
+//! The executor's internals (moves, bundles, the memory tally, tuning) are private modules:
+//! see docs/tuning.md.
 
 mod atb;
 mod block;
 mod bundle;
 pub mod comm;
 pub mod data;
-pub mod execute;
+mod execute;
 mod held;
 pub mod kernels;
 mod layout;
-pub mod linger;
-pub mod local;
+mod linger;
+mod local;
 mod mem;
 mod moves;
 #[cfg(feature = "mpi")]
@@ -30,7 +33,7 @@ pub mod preflight;
 pub mod reference;
 pub mod scalar;
 mod threads;
-pub mod tune;
+mod tune;
 pub use comm::{Calls, Collective, CommError, Communicator, Traffic};
 pub use data::Inputs;
 /// The element type as a value (defined with the plan, which records it).

@@ -70,7 +70,8 @@ impl Linger {
         }
     }
 
-    /// Lingering threads alive.
+    /// Lingering threads alive (what the tests watch).
+    #[cfg(test)]
     pub fn running(&self) -> usize {
         self.running.load(Ordering::Acquire)
     }

@@ -191,3 +191,18 @@ pub fn check_output_path(output: &Path) -> Result<(), InputError> {
     }
     Ok(())
 }
+
+/// Refuses an `--output` of a run without a sparse operand that is not a `.npy` file: its ranks
+/// write their own blocks of one dense array, and a coordinate file (`.mtx`, `.tns`, `.npz`)
+/// would need the whole result on one rank.
+pub(super) fn check_dense_output_format(out: &std::path::Path) -> Result<(), InputError> {
+    use deinsum_sparse::io::OutputFormat;
+    match OutputFormat::of(out) {
+        Ok(OutputFormat::Npy) => Ok(()),
+        Ok(_) => Err(InputError(format!(
+            "--output {}: .mtx, .tns and .npz are written for runs with a sparse operand; this einsum's result is dense and its ranks write their blocks of a .npy file",
+            out.display()
+        ))),
+        Err(e) => Err(InputError(format!("--output {e}"))),
+    }
+}

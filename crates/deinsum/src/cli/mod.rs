@@ -11,6 +11,7 @@ pub mod path;
 pub mod plan;
 pub mod plan_file;
 pub mod run;
+pub mod run_args;
 pub mod sparse;
 pub mod sparse_inputs;
 

@@ -1,6 +1,6 @@
 //! `deinsum plan`: build the distributed plan for P ranks and print it (text or JSON).
 
-use deinsum_plan::{Distribution, Grid, MoveKind, Plan, PlanError, PlanOptions};
+use deinsum_plan::{Plan, PlanError, PlanOptions};
 use std::process::ExitCode;
 
 /// Arguments of `deinsum plan`.
@@ -137,16 +137,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// (the [`Display`](std::fmt::Display) of [`deinsum_plan::choose::Choice`]).
 pub fn render_choice(c: &deinsum_plan::choose::Choice) -> String {
     c.to_string()
-}
-
-/// What a move is, in words: `all-gather along k2`, `all-to-all` ([`MoveKind::display`]).
-pub fn kind_text(kind: &MoveKind, grid: &Grid) -> String {
-    kind.display(grid).to_string()
-}
-
-/// A distribution in one line: `[i/2 k/2] rep j2 on 8 ranks` ([`Distribution::display`]).
-pub fn describe(d: &Distribution, indices: &[char]) -> String {
-    d.display(indices).to_string()
 }
 
 /// The human-readable plan ([`Plan::display`]); the Python binding prints it too.

@@ -11,7 +11,8 @@
 //! built from the pattern alone: `--plan`, `--mem`, `--machine`, `--objective` other than
 //! `time`, `--no-overlap` and `--html`.
 
-use super::run::{Args, Backend};
+use super::run_args::{Args, Backend};
+use super::sparse_inputs::input_err;
 use super::{Format, InputError};
 use crate::sparse_summary::SparseSummary;
 use anyhow::Context;
@@ -19,7 +20,7 @@ use anyhow::Context;
 use deinsum_exec::Communicator;
 use deinsum_exec::{InProcess, Scalar};
 use deinsum_sparse::einsum::{self as se, Check, RunOptions, SparseJob};
-use deinsum_sparse::{io, SparseError};
+use deinsum_sparse::io;
 use std::process::ExitCode;
 
 /// Whether `args` ask for a sparse run: `--sparse`, `--density`, `--rmat`, or a sparse input file.
@@ -30,33 +31,6 @@ pub fn wanted(args: &Args) -> bool {
         || super::sparse_inputs::input_files(args)
             .iter()
             .any(|p| io::is_sparse_file(p))
-}
-
-pub(super) fn input_err(e: SparseError) -> anyhow::Error {
-    InputError(e.to_string()).into()
-}
-
-/// How SpMV/SpMM with a square sparse matrix is distributed (`--spmv-scheme`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Scheme {
-    /// The one whose plan moves fewer words in all (the row cut on a tie).
-    #[default]
-    Auto,
-    /// Rows cut by nonzeros; each rank fetches the x rows its nonzeros touch.
-    Rows,
-    /// Each cross nonzero at its row's owner, which fetches x, or its column's, which pushes
-    /// a partial y, as a minimum vertex cover chooses ([`deinsum_sparse::fine`]).
-    Fine,
-}
-
-impl From<Scheme> for se::Scheme {
-    fn from(s: Scheme) -> Self {
-        match s {
-            Scheme::Auto => se::Scheme::Auto,
-            Scheme::Rows => se::Scheme::Rows,
-            Scheme::Fine => se::Scheme::Fine,
-        }
-    }
 }
 
 /// Refuses, with a message, every flag the sparse path cannot honour.
@@ -164,7 +138,9 @@ fn run_mpi<T: Scalar>(job: &SparseJob<T>, args: &Args, expr: &str) -> anyhow::Re
     let plan = job.plan(procs).map_err(input_err)?;
     let opts = run_options(
         args,
-        args.threads.or_else(super::run::omp_threads).unwrap_or(1),
+        args.threads
+            .or_else(super::run_args::omp_threads)
+            .unwrap_or(1),
     );
     let mine = comm.or_abort(se::run_rank(&comm, job, &plan, &opts));
     let Some(outs) = comm.or_abort(se::gather_outcomes(&comm, mine)) else {

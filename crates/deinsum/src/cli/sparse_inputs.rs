@@ -2,14 +2,18 @@
 //! flags and the input files' shapes, the sparse operands read or generated, the dense ones
 //! read from `.npy` or generated from the seed.
 
-use super::run::Args;
-use super::sparse::input_err;
+use super::run_args::Args;
 use super::InputError;
 use deinsum_exec::Scalar;
 use deinsum_expr::Index;
 use deinsum_sparse::einsum::{DenseOperand, SparseJob};
-use deinsum_sparse::{gen, io, SparseTensor};
+use deinsum_sparse::{gen, io, SparseError, SparseTensor};
 use std::path::PathBuf;
+
+/// A sparse error the user's input caused (exit 2).
+pub(super) fn input_err(e: SparseError) -> anyhow::Error {
+    InputError(e.to_string()).into()
+}
 
 /// The `--inputs` files.
 pub(super) fn input_files(args: &Args) -> Vec<PathBuf> {

@@ -139,7 +139,7 @@ fn steps_table(plan: &Plan, extras: &Extras) -> String {
                 ..
             } => (
                 if *sum { "reduce" } else { "move" },
-                crate::cli::plan::kind_text(pattern, &from.grid),
+                pattern.display(&from.grid).to_string(),
                 name(*tensor),
             ),
             PlanStep::Compute { group } => (

@@ -4,7 +4,6 @@
 
 use super::ranks::{fold, sample, sample_note, Buckets};
 use super::svg::{bar_chart, esc, group_colour, heat_map, num, short, Heat, Series};
-use crate::cli::plan::{describe, kind_text};
 use deinsum_path::{NodeId, StepId};
 use deinsum_plan::{block_len, Grid, Interval, MoveView, Plan, PlanStep};
 use std::fmt::Write as _;
@@ -358,7 +357,7 @@ fn block_table(plan: &Plan, g: &deinsum_plan::GroupPlan, mark: usize) -> String 
             role,
             esc(&t.name),
             t.indices.iter().collect::<String>(),
-            esc(&describe(d, &t.indices)),
+            esc(&d.display(&t.indices).to_string()),
             esc(&ranges),
             num(b.map_or(0, |b| b.len()))
         );
@@ -513,9 +512,9 @@ pub fn moves_section(plan: &Plan) -> String {
             m.step,
             esc(&name),
             idx.iter().collect::<String>(),
-            esc(&kind_text(m.pattern, &m.from.grid)),
-            esc(&describe(m.from, &idx)),
-            esc(&describe(m.to, &idx)),
+            esc(&m.pattern.display(&m.from.grid).to_string()),
+            esc(&m.from.display(&idx).to_string()),
+            esc(&m.to.display(&idx).to_string()),
             num(m.volume.max_per_rank),
             num(m.volume.total),
             num(m.volume.max_sent),
