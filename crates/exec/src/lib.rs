@@ -9,23 +9,27 @@
 //! - [`preflight`]: memory and rank-count checks made before a run allocates anything.
 
 mod atb;
+mod block;
+mod bundle;
 pub mod comm;
 pub mod data;
 pub mod execute;
 mod held;
 pub mod kernels;
+mod layout;
 pub mod linger;
 pub mod local;
+mod mem;
 mod moves;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod npy;
 mod npy_input;
 pub mod pool;
-mod prefetch;
 pub mod preflight;
 pub mod reference;
 pub mod scalar;
+mod threads;
 pub mod tune;
 pub use comm::{Calls, Collective, CommError, Communicator, Traffic};
 pub use data::Inputs;

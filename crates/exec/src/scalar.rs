@@ -794,7 +794,7 @@ fn faer_gemm<T>(
 ) where
     T: TransposedRows + faer::traits::ComplexField + Copy + Send + Sync + bytemuck::Pod,
 {
-    let threads = crate::kernels::gemm_threads(m, n, k);
+    let threads = crate::threads::gemm_threads(m, n, k);
     if layout.a_trans && T::at_b(m, n, k, a, b, c, accumulate, layout.b_trans, threads) {
         return;
     }
