@@ -22,7 +22,7 @@ VENV="${DEINSUM_PY_VENV:-$CARGO_TARGET_DIR/py-venv}"
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q numpy pytest hypothesis scipy duckdb
+"$VENV/bin/python" -m pip install -q numpy pytest hypothesis scipy duckdb pyarrow pandas
 
 cargo build -q -p deinsum
 export DEINSUM_CLI="$CARGO_TARGET_DIR/debug/deinsum"

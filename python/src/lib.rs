@@ -2,6 +2,7 @@
 //! types and back. Every decision (parsing, paths, bounds, plans, execution) is the crates';
 //! `deinsum/__init__.py` holds the Python-facing signatures.
 
+mod join;
 #[cfg(feature = "mpi")]
 mod mpi_run;
 mod sparse;
@@ -789,6 +790,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(release_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(sparse::sparse_einsum_f64, m)?)?;
     m.add_function(wrap_pyfunction!(sparse::sparse_einsum_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(join::join_ipc, m)?)?;
     // Whether `comm=` (an mpi4py communicator) is available: the `mpi` feature.
     m.add("HAS_MPI", cfg!(feature = "mpi"))?;
     Ok(())
