@@ -139,15 +139,17 @@ fn join_on_comm<'py>(
     r: Table,
 ) -> PyResult<(Bound<'py, PyBytes>, String)> {
     let handle = crate::mpi_run::fortran_handle(comm)?;
-    let comm = crate::mpi_run::duplicate(handle)?;
-    let req = Request::new(on, how, strategy, comm.size(), max_output_bytes).map_err(to_py)?;
-    // Every rank resolves the same flags against tables of the same columns, so an error
-    // here is every rank's; one from inside the collectives aborts the job.
-    let run = py
-        .allow_threads(|| req.rank(&comm, &l, &r))
-        .map_err(to_py)?;
-    let bytes = ipc::write(&run.table).map_err(to_py)?;
-    let json = report(std::slice::from_ref(&run), req.opts.strategy.is_none());
+    // The communicator is made and used on this thread, the GIL released (it is not Sync).
+    let (bytes, json) = py.allow_threads(|| -> PyResult<(Vec<u8>, String)> {
+        let comm = crate::mpi_run::duplicate(handle)?;
+        let req = Request::new(on, how, strategy, comm.size(), max_output_bytes).map_err(to_py)?;
+        // Every rank resolves the same flags against tables of the same columns, so an
+        // error here is every rank's.
+        let run = req.rank(&comm, &l, &r).map_err(to_py)?;
+        let bytes = ipc::write(&run.table).map_err(to_py)?;
+        let json = report(std::slice::from_ref(&run), req.opts.strategy.is_none());
+        Ok((bytes, json))
+    })?;
     Ok((PyBytes::new(py, &bytes), json))
 }
 
