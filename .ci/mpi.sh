@@ -244,6 +244,41 @@ else
     bad "an input error under mpirun is printed once (exit $st)"
 fi
 
+# Relational joins under mpirun: each rank reads its own row range of the files and moves
+# exactly the predicted bytes; the output (written by rank 0) equals the in-process ranks'.
+join_dir=$(mktemp -d)
+{
+    echo "k,a,s"
+    for i in $(seq 0 60); do echo "$((i % 9)),$i,s$((i % 4))"; done
+    echo ",61,null-key"
+} >"$join_dir/l.csv"
+{
+    echo "k,b"
+    for i in $(seq 0 30); do echo "$((i % 13)),$((i * 3))"; done
+} >"$join_dir/r.csv"
+for n in 1 2 3 4 5; do
+    for how in inner full; do
+        for strategy in shuffle broadcast semi index; do
+            "$target_dir/debug/deinsum" join "$join_dir/l.csv" "$join_dir/r.csv" --on k \
+                --how "$how" --strategy "$strategy" --procs "$n" --output "$join_dir/local.csv" \
+                </dev/null >/dev/null 2>&1
+            out=$(timeout "$TIMEOUT" "$MPIRUN" -n "$n" "$target_dir/debug/deinsum" join \
+                "$join_dir/l.csv" "$join_dir/r.csv" --on k --how "$how" --strategy "$strategy" \
+                --output "$join_dir/mpi.csv" --format json </dev/null 2>&1)
+            st=$?
+            if [ $st -eq 0 ] && echo "$out" | grep -q "\"procs\": $n," \
+                && cmp -s <(sort "$join_dir/local.csv") <(sort "$join_dir/mpi.csv") \
+                && [ "$(echo "$out" | grep -c '"strategy"')" -eq 1 ]; then
+                ok "join --how $how --strategy $strategy under mpirun -n $n equals in-process"
+            else
+                echo "$out" | tail -20
+                bad "join --how $how --strategy $strategy under mpirun -n $n equals in-process (exit $st)"
+            fi
+        done
+    done
+done
+rm -rf "$join_dir"
+
 # --- Python on MPI (mpi4py) ----------------------------------------------------------------
 # One venv (numpy, pytest, mpi4py from PyPI), one wheel built with the `mpi` feature as the
 # README says, then python/tests_mpi under mpirun -n N: every rank checks its results against
@@ -261,7 +296,7 @@ else
 fi
 if "${PYTHON:-python3}" -m venv "$py_venv" >"$py_log" 2>&1 \
     && "$py_venv/bin/python" -m pip install -q --upgrade pip >>"$py_log" 2>&1 \
-    && "$py_venv/bin/python" -m pip install -q numpy pytest mpi4py >>"$py_log" 2>&1 \
+    && "$py_venv/bin/python" -m pip install -q numpy pytest mpi4py duckdb pyarrow pandas >>"$py_log" 2>&1 \
     && MATURIN_PEP517_ARGS="--features mpi" "$py_venv/bin/python" -m pip install -q ./python \
         >>"$py_log" 2>&1; then
     ok "pip install ./python with --features mpi and mpi4py ($(($(date +%s) - py_start)) s)"
@@ -270,6 +305,15 @@ if "${PYTHON:-python3}" -m venv "$py_venv" >"$py_log" 2>&1 \
         DEINSUM_MPI_EXPECT=$n run "python tests_mpi -n $n" 0 -- -n "$n" "$py_venv/bin/python" \
             -m pytest -q --color=no -p no:cacheprovider "$PWD/python/tests_mpi"
     done
+    # `deinsum join` under mpirun -n 1..5 against DuckDB (the test launches mpirun itself).
+    join_cli="$(cd "$target_dir/debug" && pwd)/deinsum"
+    if (cd python/tests && DEINSUM_MPI_CLI="$join_cli" \
+        DEINSUM_MPIRUN="$MPIRUN" "$py_venv/bin/python" -m pytest -q --color=no \
+        -p no:cacheprovider test_join_mpi.py </dev/null); then
+        ok "python/tests/test_join_mpi.py (deinsum join under mpirun -n 1..5 vs DuckDB)"
+    else
+        bad "python/tests/test_join_mpi.py (deinsum join under mpirun -n 1..5 vs DuckDB)"
+    fi
 else
     tail -30 "$py_log"
     bad "pip install ./python with --features mpi and mpi4py"

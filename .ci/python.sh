@@ -23,7 +23,7 @@ VENV="${DEINSUM_PY_VENV:-$CARGO_TARGET_DIR/py-venv}"
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q numpy pytest hypothesis scipy duckdb tensorly
+"$VENV/bin/python" -m pip install -q numpy pytest hypothesis scipy duckdb tensorly pyarrow pandas
 
 cargo build -q -p deinsum
 export DEINSUM_CLI="$CARGO_TARGET_DIR/debug/deinsum"

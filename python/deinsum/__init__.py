@@ -17,8 +17,9 @@ import sys
 import numpy as np
 
 from . import _native
+from ._join import join
 
-__all__ = ["einsum", "contract_path", "compile", "bound", "release_buffers", "Plan", "PathInfo"]
+__all__ = ["einsum", "join", "contract_path", "compile", "bound", "release_buffers", "Plan", "PathInfo"]
 
 # Tensors that stay distributed between einsums (python/src/session.rs).
 from ._native import DistArray, Layout, Session  # noqa: E402

@@ -3,6 +3,7 @@
 //! `deinsum/__init__.py` holds the Python-facing signatures.
 
 mod convert;
+mod join;
 mod limits;
 #[cfg(feature = "mpi")]
 mod mpi_run;
@@ -638,6 +639,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     session::register(m)?;
     m.add_function(wrap_pyfunction!(sparse::sparse_einsum_f64, m)?)?;
     m.add_function(wrap_pyfunction!(sparse::sparse_einsum_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(join::join_ipc, m)?)?;
     // Whether `comm=` (an mpi4py communicator) is available: the `mpi` feature.
     m.add("HAS_MPI", cfg!(feature = "mpi"))?;
     Ok(())

@@ -28,7 +28,7 @@ use crate::convert::{input_block_ranges, operand_slices, output_shape, to_py};
 
 /// The Fortran handle (`comm.py2f()`) of an mpi4py intra-communicator, after checking that
 /// `obj` is one and that MPI is initialized and not finalized.
-fn fortran_handle(obj: &Bound<'_, PyAny>) -> PyResult<c_int> {
+pub(crate) fn fortran_handle(obj: &Bound<'_, PyAny>) -> PyResult<c_int> {
     let py = obj.py();
     let type_name = || {
         obj.get_type()
@@ -79,7 +79,7 @@ fn fortran_handle(obj: &Bound<'_, PyAny>) -> PyResult<c_int> {
 ///
 /// The duplicate's MPI errors abort the job (MPI_ERRORS_ARE_FATAL): mpi4py sets its
 /// communicators to return error codes, which rsmpi's calls do not read.
-fn duplicate(handle: c_int) -> PyResult<MpiComm> {
+pub(crate) fn duplicate(handle: c_int) -> PyResult<MpiComm> {
     // SAFETY: MPI is initialized and not finalized (checked by `fortran_handle` just before;
     // mpi4py finalizes at interpreter exit, and finalizing from another thread while this one
     // is in an MPI call is erroneous by the MPI standard), and `handle` is the Fortran handle

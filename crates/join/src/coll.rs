@@ -1,6 +1,7 @@
 //! The few collectives a join needs, built on [`Communicator::all_to_all_v`] alone so that
 //! every byte is counted and one primitive is all a backend must provide.
 
+use crate::JoinError;
 use deinsum_exec::{CommError, Communicator};
 
 /// Sends `msgs[r]` to rank r (the message to oneself is handed over, not sent) and returns
@@ -60,4 +61,25 @@ pub(crate) fn all_sum<C: Communicator>(comm: &C, v: &mut [u64]) -> Result<(), Co
         }
     }
     Ok(())
+}
+
+/// `local`, or on every rank the first failing rank's error (collective), so that all ranks
+/// stop together and report the same error.
+pub(crate) fn agree<C: Communicator, T>(
+    comm: &C,
+    local: Result<T, JoinError>,
+) -> Result<T, JoinError> {
+    let text = match &local {
+        // A failure always says something, so an empty message is success.
+        Err(e) => format!("{e} "),
+        Ok(_) => String::new(),
+    };
+    let all = all_gather(comm, text.as_bytes())?;
+    if let Some(rank) = all.iter().position(|m| !m.is_empty()) {
+        return Err(local.err().unwrap_or_else(|| JoinError::PeerInput {
+            rank,
+            message: String::from_utf8_lossy(&all[rank]).trim_end().to_string(),
+        }));
+    }
+    local
 }

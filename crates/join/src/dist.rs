@@ -33,6 +33,8 @@ pub struct RankJoin {
     pub measured: Traffic,
     /// Bytes this rank moved in the inspector pass.
     pub inspector: Traffic,
+    /// Wall seconds of this rank's join, the inspector pass included.
+    pub seconds: f64,
 }
 
 fn diff(a: Traffic, b: Traffic) -> Traffic {
@@ -61,6 +63,7 @@ pub fn join<C: Communicator>(
     r: &Table,
     opts: &JoinOptions,
 ) -> Result<RankJoin, JoinError> {
+    let start = std::time::Instant::now();
     let (lk, rk) = (Keys::of(l, &shape.lkeys), Keys::of(r, &shape.rkeys));
     let t0 = comm.traffic();
     let inspection = inspect(comm, shape, l, &lk, r, &rk, &opts.machine)?;
@@ -83,7 +86,7 @@ pub fn join<C: Communicator>(
         rk: &rk,
     };
     let table = match strategy {
-        Strategy::Shuffle => shuffle(comm, &side)?,
+        Strategy::Shuffle => shuffle(comm, &side, &inspection.heavy)?,
         Strategy::Broadcast => broadcast(comm, &side, inspection.broadcast_left)?,
         Strategy::Semi => semi(comm, &side)?,
         Strategy::Index => index(comm, &side)?,
@@ -95,6 +98,7 @@ pub fn join<C: Communicator>(
         strategy,
         measured: diff(t1, t2),
         inspector: diff(t0, t1),
+        seconds: start.elapsed().as_secs_f64(),
     })
 }
 
@@ -144,28 +148,74 @@ fn concat(parts: Vec<Table>) -> Result<Table, JoinError> {
     Table::concat(&parts).map_err(JoinError::Invalid)
 }
 
-/// Each keyed row of `t` to its key's owner, encoded whole.
-fn rows_to_owners(t: &Table, k: &Keys, p: usize) -> Vec<Vec<u8>> {
+/// Where a shuffle sends each keyed row of one side (`left`) of `t`: to its key's owner, or
+/// for a heavy key (in `heavy`: whether its left side is broadcast) to every rank (this one
+/// included, handed over) when this side is broadcast, else nowhere (the row stays; its
+/// number is returned).
+fn route_rows(
+    t: &Table,
+    k: &Keys,
+    p: usize,
+    heavy: &KeyMap<bool>,
+    left: bool,
+) -> (Vec<Vec<u8>>, Vec<usize>) {
     let all: Vec<usize> = (0..t.names().len()).collect();
     let mut msgs = vec![Vec::new(); p];
+    let mut stay = Vec::new();
+    let mut row = Vec::new();
     for i in 0..t.rows() {
-        if let Some(key) = k.get(i) {
-            t.encode_row(i, &all, &mut msgs[owner(key, p)]);
+        let Some(key) = k.get(i) else { continue };
+        match heavy.get(key) {
+            None => t.encode_row(i, &all, &mut msgs[owner(key, p)]),
+            Some(&bl) if bl == left => {
+                row.clear();
+                t.encode_row(i, &all, &mut row);
+                for m in &mut msgs {
+                    m.extend_from_slice(&row);
+                }
+            }
+            Some(_) => stay.push(i),
         }
     }
-    msgs
+    (msgs, stay)
 }
 
-/// Shuffle: both tables to the keys' owners, then a local join of what each owner holds.
-fn shuffle<C: Communicator>(comm: &C, s: &Sides) -> Result<Table, JoinError> {
+/// Shuffle: both tables to the keys' owners, then a local join of what each owner holds. A
+/// heavy key's broadcast side reaches every rank and its other side stays, so its pairs are
+/// made where the staying rows are; a broadcast row is never unmatched (its key's other side
+/// has rows, or it would be the side broadcast), so only the staying rows can be.
+fn shuffle<C: Communicator>(
+    comm: &C,
+    s: &Sides,
+    heavy: &[(Vec<u8>, bool)],
+) -> Result<Table, JoinError> {
     let p = comm.size();
-    let lgot = coll::all_to_all(comm, rows_to_owners(s.l, s.lk, p))?.concat();
-    let rgot = coll::all_to_all(comm, rows_to_owners(s.r, s.rk, p))?.concat();
-    let (l, r) = (s.decode_left(&lgot)?, s.decode_right(&rgot)?);
+    let heavy: KeyMap<bool> = heavy.iter().map(|(k, b)| (&k[..], *b)).collect();
+    let (lmsgs, lstay) = route_rows(s.l, s.lk, p, &heavy, true);
+    let lgot = coll::all_to_all(comm, lmsgs)?.concat();
+    let (rmsgs, rstay) = route_rows(s.r, s.rk, p, &heavy, false);
+    let rgot = coll::all_to_all(comm, rmsgs)?.concat();
+    let l = concat(vec![s.decode_left(&lgot)?, s.l.take_rows(&lstay)])?;
+    let r = concat(vec![s.decode_right(&rgot)?, s.r.take_rows(&rstay)])?;
     drop((lgot, rgot));
     let (lk, rk) = (Keys::of(&l, &s.shape.lkeys), Keys::of(&r, &s.shape.rkeys));
     let kind = s.shape.kind;
     let (pairs, _, _) = hash_join(&lk, &rk, kind.keeps_left(), kind.keeps_right());
+    let pairs: Pairs = if heavy.is_empty() {
+        pairs
+    } else {
+        let bcast = |k: Option<&[u8]>, left: bool| {
+            k.and_then(|k| heavy.get(k)).is_some_and(|&bl| bl == left)
+        };
+        pairs
+            .into_iter()
+            .filter(|&(a, b)| match (a, b) {
+                (Some(i), None) => !bcast(lk.get(i), true),
+                (None, Some(j)) => !bcast(rk.get(j), false),
+                _ => true,
+            })
+            .collect()
+    };
     concat(vec![assemble(s.shape, &l, &r, &pairs), s.null_key_rows()])
 }
 

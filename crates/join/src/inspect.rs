@@ -31,6 +31,21 @@ pub fn key_msg_bytes(k: &[u8]) -> u64 {
     4 + k.len() as u64
 }
 
+/// A key is heavy in a shuffle when its rows (both sides) exceed the keyed rows of both
+/// tables over `HEAVY_SHARE · P`: sent whole to one owner it would load that rank with more
+/// than a sixteenth of a fair share, so its smaller side is broadcast and its other side
+/// stays where it is instead.
+pub const HEAVY_SHARE: u64 = 16;
+
+/// The rows above which a key is heavy, for `total` keyed rows on `p` ranks (none on one).
+pub fn heavy_threshold(total: u64, p: usize) -> u64 {
+    if p <= 1 {
+        u64::MAX
+    } else {
+        (total / (HEAVY_SHARE * p as u64)).max(1)
+    }
+}
+
 /// Bytes of a row number in a message.
 pub const ROW_NUMBER: u64 = 8;
 /// Bytes of one entry of the join index sent to a right row's holder: its row, the left
@@ -69,6 +84,12 @@ pub struct Inspection {
     pub broadcast_left: bool,
     /// Every strategy's prediction, in [`Strategy::ALL`] order.
     pub predictions: Vec<Prediction>,
+    /// Keys the shuffle treats as heavy (see [`HEAVY_SHARE`]).
+    pub heavy_keys: usize,
+    /// The heavy keys' bytes and whether their left side is the one broadcast (else the
+    /// right), in the order every rank has them.
+    #[serde(skip)]
+    pub heavy: Vec<(Vec<u8>, bool)>,
 }
 
 impl Inspection {
@@ -135,7 +156,8 @@ const SEMI: usize = 3;
 const INDEX: usize = 4;
 
 /// Adds what every strategy moves for key `k`, whose summaries by rank are `by_rank`, owned
-/// by rank `o`.
+/// by rank `o`; a key of more than `heavy` rows is heavy. Returns, for a heavy key, whether
+/// the shuffle broadcasts its left side (else its right).
 fn add_key(
     v: &mut [u64],
     lay: &Layout,
@@ -143,7 +165,8 @@ fn add_key(
     k: &[u8],
     o: usize,
     by_rank: &[(usize, Summary)],
-) {
+    heavy: u64,
+) -> Option<bool> {
     let p = lay.p;
     let (kl, kr) = (shape.kind.keeps_left(), shape.kind.keeps_right());
     let lc: u64 = by_rank.iter().map(|(_, s)| s[0]).sum();
@@ -165,15 +188,37 @@ fn add_key(
     }
     let kb = key_msg_bytes(k);
     let mut add = |slot: usize, f: usize, r: usize, x: u64| v[lay.slot(slot, f, r)] += x;
-    // Shuffle: every keyed row to the owner, joined there.
-    for &(s, e) in by_rank {
-        if s != o {
-            add(SHUFFLE, SENT, s, e[1] + e[4]);
-            add(SHUFFLE, RECV, o, e[1] + e[4]);
+    // Shuffle: every keyed row to the owner, joined there; a heavy key's side of fewer bytes
+    // to every rank instead, its other side staying, so its pairs are made where that is.
+    let bcast_left = (lc + rc > heavy).then_some(lfb < rfb);
+    match bcast_left {
+        None => {
+            for &(s, e) in by_rank {
+                if s != o {
+                    add(SHUFFLE, SENT, s, e[1] + e[4]);
+                    add(SHUFFLE, RECV, o, e[1] + e[4]);
+                }
+            }
+            add(SHUFFLE, ROWS_IN, o, lc + rc);
+            add(SHUFFLE, ROWS_OUT, o, pairs + l_un + r_un);
+        }
+        Some(bl) => {
+            let (bc, stay_kept) = if bl { (lc, kr) } else { (rc, kl) };
+            for &(s, e) in by_rank {
+                let (bb, st) = if bl { (e[1], e[3]) } else { (e[4], e[0]) };
+                add(SHUFFLE, SENT, s, (p as u64 - 1) * bb);
+                for r in (0..p).filter(|&r| r != s) {
+                    add(SHUFFLE, RECV, r, bb);
+                }
+                add(SHUFFLE, ROWS_IN, s, st);
+                let unmatched = if bc == 0 && stay_kept { st } else { 0 };
+                add(SHUFFLE, ROWS_OUT, s, st * bc + unmatched);
+            }
+            for r in 0..p {
+                add(SHUFFLE, ROWS_IN, r, bc);
+            }
         }
     }
-    add(SHUFFLE, ROWS_IN, o, lc + rc);
-    add(SHUFFLE, ROWS_OUT, o, pairs + l_un + r_un);
     // Broadcast of one side (moves follow from per-rank totals): the other side's holders
     // produce the pairs; a kept unmatched broadcast row comes from its own holder.
     for &(s, e) in by_rank {
@@ -244,6 +289,7 @@ fn add_key(
         add(INDEX, ROWS_OUT, s, if kr && lc == 0 { e[3] } else { 0 });
     }
     add(INDEX, ROWS_IN, o, lc + rc);
+    bcast_left
 }
 
 /// Runs the inspector (collective) and predicts every strategy on `machine`.
@@ -287,9 +333,6 @@ pub fn inspect<C: Communicator>(
             b = &b[4 + n + 48..];
         }
     }
-    for (k, by_rank) in &at_owner {
-        add_key(&mut v, &lay, shape, k, me, by_rank);
-    }
     // This rank's own figures, and its rows whose key is NULL (they never move; an outer
     // join keeps them where they are).
     let (lall, rall) = (shape.lall(), shape.rall());
@@ -302,6 +345,28 @@ pub fn inspect<C: Communicator>(
     };
     let (ln, lb) = keyed(l, lk, &lall);
     let (rn, rb) = keyed(r, rk, &rall);
+    // The keyed rows of both tables, for the heavy keys' threshold.
+    let mut total = [ln + rn];
+    coll::all_sum(comm, &mut total)?;
+    let threshold = heavy_threshold(total[0], p);
+    let mut heavy_msg = Vec::new();
+    for (k, by_rank) in &at_owner {
+        if let Some(bl) = add_key(&mut v, &lay, shape, k, me, by_rank, threshold) {
+            heavy_msg.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            heavy_msg.extend_from_slice(k);
+            heavy_msg.push(bl as u8);
+        }
+    }
+    // Every rank learns the heavy keys (the shuffle routes their rows by them).
+    let mut heavy = Vec::new();
+    for part in coll::all_gather(comm, &heavy_msg)? {
+        let mut b = &part[..];
+        while !b.is_empty() {
+            let n = u32::from_le_bytes(b[..4].try_into().expect("4")) as usize;
+            heavy.push((b[4..4 + n].to_vec(), b[4 + n] != 0));
+            b = &b[5 + n..];
+        }
+    }
     for (f, x) in [l.rows() as u64, r.rows() as u64, ln, rn, lb, rb]
         .into_iter()
         .enumerate()
@@ -331,7 +396,7 @@ pub fn inspect<C: Communicator>(
     };
     v[lay.global(1)] += null_bytes;
     coll::all_sum(comm, &mut v)?;
-    finish(&v, &lay, shape, machine)
+    finish(&v, &lay, shape, machine, heavy)
 }
 
 /// The inspection from the summed figures.
@@ -340,6 +405,7 @@ fn finish(
     lay: &Layout,
     shape: &JoinShape,
     machine: &deinsum_plan::Machine,
+    heavy: Vec<(Vec<u8>, bool)>,
 ) -> Result<Inspection, JoinError> {
     let p = lay.p;
     let ranks: Vec<RankFigures> = (0..p)
@@ -434,5 +500,7 @@ fn finish(
         output_bytes: v[lay.global(1)],
         broadcast_left,
         predictions,
+        heavy_keys: heavy.len(),
+        heavy,
     })
 }

@@ -19,6 +19,7 @@ mod coll;
 pub mod cost;
 pub mod dist;
 pub mod error;
+pub mod gather;
 pub mod inspect;
 pub mod io;
 pub mod kernel;

@@ -87,3 +87,103 @@ fn strategies_match_the_serial_join() {
         }
     }
 }
+
+/// `n` int64 keys drawn from Zipf(`s`) over `distinct` values, and a payload column.
+fn zipf_table(rng: &mut Rng, n: usize, distinct: usize, s: f64, prefix: &str) -> Table {
+    let mut cdf: Vec<f64> = (1..=distinct).map(|i| (i as f64).powf(-s)).collect();
+    for i in 1..cdf.len() {
+        cdf[i] += cdf[i - 1];
+    }
+    let total = cdf[distinct - 1];
+    let keys = (0..n)
+        .map(|_| {
+            let u = rng.below(1 << 53) as f64 / (1u64 << 53) as f64 * total;
+            Some(cdf.partition_point(|&c| c < u) as i64)
+        })
+        .collect();
+    let payload = (0..n).map(|i| Some(i as i64)).collect();
+    Table::new(
+        vec!["k".into(), format!("{prefix}x")],
+        vec![
+            deinsum_join::Column::Int64(keys),
+            deinsum_join::Column::Int64(payload),
+        ],
+    )
+    .unwrap()
+}
+
+#[test]
+fn heavy_keys_keep_the_shuffle_balanced() {
+    // Zipf(1.2) keys on the left (a fact table), each key once on the right (a dimension):
+    // the most frequent key holds about a sixth of the rows, which sent to one owner would
+    // load it about 1.5x the mean at P = 4.
+    let mut rng = Rng(11);
+    let l = zipf_table(&mut rng, 20_000, 5_000, 1.2, "l");
+    let r = Table::new(
+        vec!["k".into(), "ry".into()],
+        vec![
+            deinsum_join::Column::Int64((0..5_000).map(Some).collect()),
+            deinsum_join::Column::Float64((0..5_000).map(|i| Some(i as f64 / 2.0)).collect()),
+        ],
+    )
+    .unwrap();
+    let procs = 4;
+    let opts = JoinOptions {
+        strategy: Some(Strategy::Shuffle),
+        machine: deinsum_plan::Machine::default(),
+        output_limit: None,
+    };
+    let shape = JoinShape::new(&l, &r, &on(Keys::Int), JoinKind::Inner, ("L", "R")).unwrap();
+    let want = multiset(&kernel_join(&shape, &l, &r));
+    let outs = InProcess::new(procs)
+        .unwrap()
+        .run(|comm| {
+            let me = comm.rank();
+            let (lp, rp) = (part(&l, me, procs), part(&r, me, procs));
+            let shape = JoinShape::new(&lp, &rp, &on(Keys::Int), JoinKind::Inner, ("L", "R"))?;
+            join(comm, &shape, &lp, &rp, &opts)
+        })
+        .unwrap();
+    let tables: Vec<Table> = outs.iter().map(|o| o.table.clone()).collect();
+    assert_eq!(multiset(&Table::concat(&tables).unwrap()), want);
+    let ins = &outs[0].inspection;
+    assert!(ins.heavy_keys > 0, "no heavy key found");
+    let pred = ins.prediction(Strategy::Shuffle);
+    let ratio = |v: &[u64]| {
+        let mean = v.iter().sum::<u64>() as f64 / v.len() as f64;
+        *v.iter().max().unwrap() as f64 / mean
+    };
+    let rows_out: Vec<u64> = outs.iter().map(|o| o.table.rows() as u64).collect();
+    for (q, o) in outs.iter().enumerate() {
+        assert_eq!(o.measured.sent, pred.sent[q], "rank {q} sent");
+        assert_eq!(o.measured.received, pred.received[q], "rank {q} received");
+    }
+    assert_eq!(rows_out, pred.rows_out);
+    assert!(ratio(&pred.rows_in) <= 1.25, "rows in {:?}", pred.rows_in);
+    assert!(ratio(&rows_out) <= 1.25, "rows out {rows_out:?}");
+    // Without the heavy keys' broadcast the owner of the heaviest key would be over 1.25x.
+    let naive: Vec<u64> = {
+        let mut v = vec![0u64; procs];
+        let k = deinsum_join::kernel::Keys::of(&l, &[0]);
+        let kr = deinsum_join::kernel::Keys::of(&r, &[0]);
+        for i in 0..k.len() {
+            v[deinsum_join::kernel::owner(k.get(i).unwrap(), procs)] += 1;
+        }
+        for j in 0..kr.len() {
+            v[deinsum_join::kernel::owner(kr.get(j).unwrap(), procs)] += 1;
+        }
+        v
+    };
+    assert!(
+        ratio(&naive) > 1.25,
+        "the keys are not skewed enough: {naive:?}"
+    );
+}
+
+/// The serial join by the local hash join (the nested loop is slow at this size).
+fn kernel_join(shape: &JoinShape, l: &Table, r: &Table) -> Table {
+    use deinsum_join::kernel::{assemble, hash_join, Keys};
+    let (lk, rk) = (Keys::of(l, &shape.lkeys), Keys::of(r, &shape.rkeys));
+    let (pairs, _, _) = hash_join(&lk, &rk, false, false);
+    assemble(shape, l, r, &pairs)
+}

@@ -16,7 +16,7 @@ use std::process::ExitCode;
 pub enum Backend {
     /// P ranks as threads of this process.
     Local,
-    /// The MPI ranks this process is one of (not built yet for joins).
+    /// The MPI ranks this process is one of (a build with the `mpi` feature, under mpirun).
     Mpi,
 }
 
@@ -41,9 +41,10 @@ pub struct Args {
     /// auto (least predicted time), shuffle, broadcast, semi or index.
     #[arg(long, default_value = "auto")]
     pub strategy: String,
-    /// Number of ranks P (each reads its own row range of both files).
-    #[arg(long, value_name = "P", default_value_t = 1)]
-    pub procs: usize,
+    /// Number of ranks P (each reads its own row range of both files) [default: 1, or the
+    /// MPI world's size under mpirun].
+    #[arg(long, value_name = "P")]
+    pub procs: Option<usize>,
     /// Write the output here (.csv, or .parquet/.pq); otherwise CSV on standard output (text
     /// format) or nowhere (JSON format).
     #[arg(long, short = 'o', value_name = "FILE")]
@@ -102,20 +103,9 @@ enum Done {
     Group(Table, deinsum_exec::Traffic),
 }
 
-/// Refuses the MPI backend (asked for, or implied by an MPI launch): joins run in process.
-fn check_backend(args: &Args) -> anyhow::Result<()> {
-    if args.backend == Some(Backend::Mpi)
-        || (args.backend.is_none() && super::launch_size().is_some())
-    {
-        return Err(InputError(
-            "deinsum join --backend mpi is not built yet: joins run in process (--procs P)".into(),
-        )
-        .into());
-    }
-    if args.procs == 0 {
-        return Err(InputError("--procs must be at least 1".into()).into());
-    }
-    Ok(())
+/// Whether the ranks are MPI's: asked for, or implied by an MPI launch.
+fn wants_mpi(args: &Args) -> bool {
+    args.backend == Some(Backend::Mpi) || (args.backend.is_none() && super::launch_size().is_some())
 }
 
 /// The grouped join asked for by --group-by with --sum or --count, if any.
@@ -193,6 +183,8 @@ fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::
             "measured_sent": runs.iter().map(|r| r.measured.sent).collect::<Vec<_>>(),
             "measured_received": runs.iter().map(|r| r.measured.received).collect::<Vec<_>>(),
             "inspector_sent": runs.iter().map(|r| r.inspector.sent).collect::<Vec<_>>(),
+            // The slowest rank's join (tables in memory; reading and writing excluded).
+            "join_seconds": runs.iter().map(|r| r.seconds).fold(0.0, f64::max),
             "inspection": runs[0].inspection,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -202,9 +194,49 @@ fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::
     emit(args, &table, json)
 }
 
+/// What every rank needs to run its part: the flags, resolved.
+struct Job<'a> {
+    args: &'a Args,
+    kind: JoinKind,
+    schema: Schema,
+    group: Option<GroupBy>,
+    opts: JoinOptions,
+    files: (String, String),
+}
+
+impl Job<'_> {
+    /// One rank's part (collective): read its rows of both tables, then explain, group or join.
+    fn rank<C: Communicator>(&self, comm: &C) -> Result<Done, JoinError> {
+        let args = self.args;
+        let files = (self.files.0.as_str(), self.files.1.as_str());
+        let l = io::read_part(comm, &args.left, &self.schema)?;
+        let r = io::read_part(comm, &args.right, &self.schema)?;
+        // The same on every rank (the tables' names and types agree), so all fail together.
+        let shape = JoinShape::new(&l, &r, &args.on, self.kind, files)?;
+        if args.explain {
+            return Ok(Done::Explain(dist::explain(
+                comm,
+                &shape,
+                &l,
+                &r,
+                &self.opts.machine,
+            )?));
+        }
+        if let Some(g) = &self.group {
+            let (t, traffic) = group_join(comm, &shape, &l, &r, g, files)?;
+            return Ok(Done::Group(t, traffic));
+        }
+        Ok(Done::Join(Box::new(dist::join(
+            comm, &shape, &l, &r, &self.opts,
+        )?)))
+    }
+}
+
 /// Runs `deinsum join`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    check_backend(&args)?;
+    if args.procs == Some(0) {
+        return Err(InputError("--procs must be at least 1".into()).into());
+    }
     let kind = JoinKind::from_name(&args.how).map_err(user)?;
     let strategy = Strategy::from_name(&args.strategy).map_err(user)?;
     let schema = match &args.schema {
@@ -212,38 +244,41 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => Schema::default(),
     };
     let group = group_by(&args)?;
+    let mpi = wants_mpi(&args);
+    // The machine model is for the ranks that run: under MPI, the launcher's.
+    let procs = args
+        .procs
+        .or_else(|| if mpi { super::launch_size() } else { None })
+        .unwrap_or(1);
     let machine = super::calibrate::load_machine(args.machine.as_deref())?
-        .on_host(super::node_cores(), args.procs);
-    let opts = JoinOptions {
-        strategy,
-        machine: machine.clone(),
-        output_limit: args.max_output_bytes,
+        .on_host(super::node_cores(), procs);
+    let job = Job {
+        args: &args,
+        kind,
+        schema,
+        group,
+        opts: JoinOptions {
+            strategy,
+            machine,
+            output_limit: args.max_output_bytes,
+        },
+        files: (
+            args.left.display().to_string(),
+            args.right.display().to_string(),
+        ),
     };
-    let files = (
-        args.left.display().to_string(),
-        args.right.display().to_string(),
-    );
-    let outs = InProcess::new(args.procs)
-        .map_err(|e| anyhow::anyhow!("{e}"))?
-        .run(|comm| -> Result<Done, JoinError> {
-            let l = io::read_part(comm, &args.left, &schema)?;
-            let r = io::read_part(comm, &args.right, &schema)?;
-            let shape = JoinShape::new(&l, &r, &args.on, kind, (&files.0, &files.1))?;
-            if args.explain {
-                return Ok(Done::Explain(dist::explain(
-                    comm, &shape, &l, &r, &machine,
-                )?));
-            }
-            if let Some(g) = &group {
-                let (t, traffic) = group_join(comm, &shape, &l, &r, g, (&files.0, &files.1))?;
-                return Ok(Done::Group(t, traffic));
-            }
-            let _ = comm.rank();
-            Ok(Done::Join(Box::new(dist::join(
-                comm, &shape, &l, &r, &opts,
-            )?)))
-        })
-        .map_err(failed)?;
+    let outs = if mpi {
+        match run_mpi(&job)? {
+            Some(outs) => outs,
+            // Rank 0 reports and writes; the others are done.
+            None => return Ok(ExitCode::SUCCESS),
+        }
+    } else {
+        InProcess::new(procs)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .run(|comm| job.rank(comm))
+            .map_err(failed)?
+    };
     let json = args.format == Format::Json;
     match &outs[0] {
         Done::Explain(ins) => print_explain(ins, json)?,
@@ -251,6 +286,47 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Done::Join(_) => finish_join(&args, outs, strategy.is_none(), json)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The join on the MPI world: every rank runs its part; rank 0 gets every rank's result
+/// (`None` on the others). An input error is the same on every rank, so each returns it and
+/// rank 0 prints it (exit 2); any other error aborts the job with its rank's message.
+#[cfg(feature = "mpi")]
+fn run_mpi(job: &Job) -> anyhow::Result<Option<Vec<Done>>> {
+    use deinsum_join::gather;
+    let universe = mpi::initialize().context("MPI initialization failed")?;
+    let comm = deinsum_exec::mpi::MpiComm::world(&universe);
+    if let Some(p) = job.args.procs.filter(|&p| p != comm.size()) {
+        return Err(InputError(format!(
+            "--procs {p} but the MPI world has {} ranks",
+            comm.size()
+        ))
+        .into());
+    }
+    let done = match job.rank(&comm) {
+        Ok(d) => d,
+        Err(e) if e.is_input() => return Err(user(e)),
+        Err(e) => comm.abort(&e.to_string(), 1),
+    };
+    let outs = match done {
+        Done::Explain(ins) => (comm.rank() == 0).then(|| vec![Done::Explain(ins)]),
+        Done::Group(t, traffic) => comm
+            .or_abort(gather::gather_tables(&comm, &t, traffic))
+            .map(|all| all.into_iter().map(|(t, b)| Done::Group(t, b)).collect()),
+        Done::Join(run) => comm
+            .or_abort(gather::gather_runs(&comm, *run))
+            .map(|all| all.into_iter().map(|r| Done::Join(Box::new(r))).collect()),
+    };
+    Ok(outs)
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_job: &Job) -> anyhow::Result<Option<Vec<Done>>> {
+    Err(InputError(
+        "deinsum join --backend mpi needs a build with the `mpi` feature (cargo build --features mpi)"
+            .into(),
+    )
+    .into())
 }
 
 /// Writes the output table to --output, or as CSV on standard output in the text format.

@@ -204,18 +204,7 @@ pub fn read_part<C: Communicator>(
 ) -> Result<Table, JoinError> {
     let local = read_local(path, comm.rank(), comm.size(), schema);
     // Every rank learns the first failing rank's error, so all report the same one.
-    let text = local
-        .as_ref()
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
-    let all = coll::all_gather(comm, text.as_bytes())?;
-    if let Some(rank) = all.iter().position(|m| !m.is_empty()) {
-        return Err(local.err().unwrap_or_else(|| JoinError::PeerInput {
-            rank,
-            message: String::from_utf8_lossy(&all[rank]).into_owned(),
-        }));
-    }
+    let local = coll::agree(comm, local);
     let Part {
         names,
         cells,

@@ -3,6 +3,7 @@
 
 mod common;
 pub mod csv;
+pub mod ipc;
 pub mod parquet;
 
 pub use common::{share, Schema};
@@ -22,14 +23,15 @@ pub fn is_parquet(path: &Path) -> bool {
     )
 }
 
-/// This rank's rows of the table in `path` (collective: CSV ranks agree on the types).
+/// This rank's rows of the table in `path` (collective: the ranks agree on failure, and CSV
+/// ranks on the types).
 pub fn read_part<C: Communicator>(
     comm: &C,
     path: &Path,
     schema: &Schema,
 ) -> Result<Table, JoinError> {
     if is_parquet(path) {
-        parquet::read_part(comm.rank(), comm.size(), path)
+        crate::coll::agree(comm, parquet::read_part(comm.rank(), comm.size(), path))
     } else {
         csv::read_part(comm, path, schema)
     }

@@ -88,7 +88,7 @@ pub fn read_part(rank: usize, procs: usize, path: &Path) -> Result<Table, JoinEr
 }
 
 /// The column type an Arrow type reads as.
-fn dtype_of(t: &ArrowType) -> Option<DataType> {
+pub(crate) fn dtype_of(t: &ArrowType) -> Option<DataType> {
     Some(match t {
         ArrowType::Null => DataType::Null,
         ArrowType::Int8
@@ -107,7 +107,7 @@ fn dtype_of(t: &ArrowType) -> Option<DataType> {
 }
 
 /// An Arrow array (of a type [`dtype_of`] takes) as a column.
-fn from_arrow(a: &dyn Array) -> Column {
+pub(crate) fn from_arrow(a: &dyn Array) -> Column {
     macro_rules! ints {
         ($t:ty) => {
             Column::Int64(
@@ -158,7 +158,7 @@ fn from_arrow(a: &dyn Array) -> Column {
 }
 
 /// A column as an Arrow array.
-fn to_arrow(c: &Column) -> (ArrowType, ArrayRef) {
+pub(crate) fn to_arrow(c: &Column) -> (ArrowType, ArrayRef) {
     match c {
         Column::Null(n) => (ArrowType::Null, Arc::new(NullArray::new(*n))),
         Column::Int64(v) => (ArrowType::Int64, Arc::new(Int64Array::from(v.clone()))),
@@ -171,8 +171,10 @@ fn to_arrow(c: &Column) -> (ArrowType, ArrayRef) {
     }
 }
 
-/// Writes `table` as Parquet (Snappy-compressed, the writer's row groups).
-pub fn write(path: &Path, table: &Table) -> Result<(), JoinError> {
+/// `table` as one Arrow record batch and its schema (every field nullable).
+pub(crate) fn to_batch(
+    table: &Table,
+) -> Result<(Arc<ArrowSchema>, RecordBatch), arrow_schema::ArrowError> {
     let (fields, arrays): (Vec<Field>, Vec<ArrayRef>) = table
         .names()
         .iter()
@@ -186,8 +188,14 @@ pub fn write(path: &Path, table: &Table) -> Result<(), JoinError> {
     let batch = if arrays.is_empty() {
         RecordBatch::new_empty(schema.clone())
     } else {
-        RecordBatch::try_new(schema.clone(), arrays).map_err(|e| io_err(path, e))?
+        RecordBatch::try_new(schema.clone(), arrays)?
     };
+    Ok((schema, batch))
+}
+
+/// Writes `table` as Parquet (Snappy-compressed, the writer's row groups).
+pub fn write(path: &Path, table: &Table) -> Result<(), JoinError> {
+    let (schema, batch) = to_batch(table).map_err(|e| io_err(path, e))?;
     let file = std::fs::File::create(path).map_err(|e| io_err(path, e))?;
     let props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)

@@ -1,0 +1,172 @@
+//! Relational joins from Python: `deinsum.join` hands pyarrow Tables (pandas DataFrames go
+//! through pyarrow) over as Arrow IPC streams and gets the joined table back as one, with the
+//! run's figures as JSON. The work is deinsum-join's; this file maps arguments and errors.
+
+use deinsum::exec::{Communicator, InProcess, RankFailure};
+use deinsum_join::io::{ipc, share};
+use deinsum_join::{dist, JoinError, JoinKind, JoinOptions, JoinShape, RankJoin, Strategy, Table};
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+/// A join error as the Python exception a caller expects: an output over the limit is a
+/// `MemoryError`, other input errors `ValueError`, a communication failure `RuntimeError`.
+fn to_py(e: JoinError) -> PyErr {
+    match e {
+        JoinError::TooLarge { .. } => PyMemoryError::new_err(e.to_string()),
+        e if e.is_input() => PyValueError::new_err(e.to_string()),
+        e => PyRuntimeError::new_err(e.to_string()),
+    }
+}
+
+/// The flags of one join, resolved.
+struct Request {
+    on: Vec<String>,
+    kind: JoinKind,
+    opts: JoinOptions,
+}
+
+impl Request {
+    fn new(
+        on: Vec<String>,
+        how: &str,
+        strategy: &str,
+        procs: usize,
+        max_output_bytes: Option<u64>,
+    ) -> Result<Request, JoinError> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let machine = deinsum::plan::Machine::default().on_host(cores, procs.max(1));
+        Ok(Request {
+            on,
+            kind: JoinKind::from_name(how)?,
+            opts: JoinOptions {
+                strategy: Strategy::from_name(strategy)?,
+                machine,
+                output_limit: max_output_bytes,
+            },
+        })
+    }
+
+    /// One rank's join of its rows `l`, `r` (collective).
+    fn rank<C: Communicator>(&self, comm: &C, l: &Table, r: &Table) -> Result<RankJoin, JoinError> {
+        let shape = JoinShape::new(l, r, &self.on, self.kind, ("left", "right"))?;
+        dist::join(comm, &shape, l, r, &self.opts)
+    }
+}
+
+/// The run's figures as JSON: the strategy, whether `auto` chose it, and per rank the bytes
+/// measured and predicted.
+fn report(runs: &[RankJoin], auto: bool) -> String {
+    let first = &runs[0];
+    serde_json::json!({
+        "strategy": first.strategy,
+        "auto": auto,
+        "procs": first.inspection.procs,
+        "output_rows": first.inspection.output_rows,
+        "measured_sent": runs.iter().map(|r| r.measured.sent).collect::<Vec<_>>(),
+        "measured_received": runs.iter().map(|r| r.measured.received).collect::<Vec<_>>(),
+        "inspection": first.inspection,
+    })
+    .to_string()
+}
+
+/// Rows `[N·q/P, N·(q+1)/P)` of `t`: in-process rank q's part, as files are split.
+fn part(t: &Table, q: usize, p: usize) -> Table {
+    let (lo, hi) = share(t.rows() as u64, q, p);
+    t.take_rows(&(lo as usize..hi as usize).collect::<Vec<_>>())
+}
+
+/// Joins the Arrow IPC streams `left` and `right` on `on` (SQL's `JOIN ... USING`): on
+/// `procs` in-process ranks, each holding a contiguous share of both tables' rows, or (with
+/// `comm`, an mpi4py communicator) on its ranks, each passing its own rows and getting its
+/// own rows of the output. Returns the output as an IPC stream and the run's figures as JSON
+/// (with `comm`, this rank's alone). The GIL is released while the ranks run.
+#[pyfunction]
+#[pyo3(signature = (left, right, on, how, strategy, procs, max_output_bytes=None, comm=None))]
+#[allow(clippy::too_many_arguments)] // The Python signature's keywords, one each.
+pub fn join_ipc<'py>(
+    py: Python<'py>,
+    left: &[u8],
+    right: &[u8],
+    on: Vec<String>,
+    how: &str,
+    strategy: &str,
+    procs: usize,
+    max_output_bytes: Option<u64>,
+    comm: Option<Bound<'py, PyAny>>,
+) -> PyResult<(Bound<'py, PyBytes>, String)> {
+    if procs == 0 {
+        return Err(PyValueError::new_err("procs must be at least 1"));
+    }
+    let l = ipc::read("the left table", left).map_err(to_py)?;
+    let r = ipc::read("the right table", right).map_err(to_py)?;
+    if let Some(c) = comm {
+        return join_on_comm(py, &c, on, how, strategy, max_output_bytes, l, r);
+    }
+    let req = Request::new(on, how, strategy, procs, max_output_bytes).map_err(to_py)?;
+    let runs = py
+        .allow_threads(|| {
+            InProcess::new(procs)
+                .map_err(|e| JoinError::Invalid(e.to_string()))?
+                .run(|comm| {
+                    let (q, p) = (comm.rank(), comm.size());
+                    req.rank(comm, &part(&l, q, p), &part(&r, q, p))
+                })
+                .map_err(|e| match e {
+                    RankFailure::Error { error, .. } => error,
+                    other => JoinError::Invalid(other.to_string()),
+                })
+        })
+        .map_err(to_py)?;
+    let parts: Vec<Table> = runs.iter().map(|r| r.table.clone()).collect();
+    let table = Table::concat(&parts).map_err(|e| to_py(JoinError::Invalid(e)))?;
+    let bytes = ipc::write(&table).map_err(to_py)?;
+    let json = report(&runs, req.opts.strategy.is_none());
+    Ok((PyBytes::new(py, &bytes), json))
+}
+
+/// [`join_ipc`] on the ranks of an mpi4py communicator (a private duplicate of it).
+#[cfg(feature = "mpi")]
+#[allow(clippy::too_many_arguments)]
+fn join_on_comm<'py>(
+    py: Python<'py>,
+    comm: &Bound<'py, PyAny>,
+    on: Vec<String>,
+    how: &str,
+    strategy: &str,
+    max_output_bytes: Option<u64>,
+    l: Table,
+    r: Table,
+) -> PyResult<(Bound<'py, PyBytes>, String)> {
+    let handle = crate::mpi_run::fortran_handle(comm)?;
+    // The communicator is made and used on this thread, the GIL released (it is not Sync).
+    let (bytes, json) = py.allow_threads(|| -> PyResult<(Vec<u8>, String)> {
+        let comm = crate::mpi_run::duplicate(handle)?;
+        let req = Request::new(on, how, strategy, comm.size(), max_output_bytes).map_err(to_py)?;
+        // Every rank resolves the same flags against tables of the same columns, so an
+        // error here is every rank's.
+        let run = req.rank(&comm, &l, &r).map_err(to_py)?;
+        let bytes = ipc::write(&run.table).map_err(to_py)?;
+        let json = report(std::slice::from_ref(&run), req.opts.strategy.is_none());
+        Ok((bytes, json))
+    })?;
+    Ok((PyBytes::new(py, &bytes), json))
+}
+
+#[cfg(not(feature = "mpi"))]
+#[allow(clippy::too_many_arguments)]
+fn join_on_comm<'py>(
+    _py: Python<'py>,
+    _comm: &Bound<'py, PyAny>,
+    _on: Vec<String>,
+    _how: &str,
+    _strategy: &str,
+    _max_output_bytes: Option<u64>,
+    _l: Table,
+    _r: Table,
+) -> PyResult<(Bound<'py, PyBytes>, String)> {
+    Err(PyRuntimeError::new_err(
+        "comm= needs the extension built with the `mpi` feature \
+         (MATURIN_PEP517_ARGS=\"--features mpi\" pip install ./python)",
+    ))
+}
