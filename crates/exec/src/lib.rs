@@ -3,15 +3,19 @@
 //! - [`local::InProcess`]: P ranks as threads with message passing (the default backend);
 //! - [`execute`]: the executor, generic over the communicator, following the plan's step
 //!   semantics (Load / Redistribute / Compute / Free);
-//! - [`kernels`]: local contractions (transpose + GEMM through faer, tiled fused groups);
+//! - [`kernels`]: local contractions (transpose + GEMM, tiled fused groups);
+//! - [`gemm`]: which library runs the GEMMs (faer, or a system CBLAS with feature `blas`);
 //! - [`data`]: the seeded generator and caller-supplied inputs;
 //! - [`reference`]: serial evaluators for checks;
 //! - [`preflight`]: memory and rank-count checks made before a run allocates anything.
 
 mod atb;
+#[cfg(feature = "blas-external")]
+mod blas;
 pub mod comm;
 pub mod data;
 pub mod execute;
+pub mod gemm;
 mod held;
 pub mod kernels;
 pub mod linger;
@@ -31,6 +35,7 @@ pub use comm::{Calls, Collective, CommError, Communicator, Traffic};
 pub use data::Inputs;
 /// The element type as a value (defined with the plan, which records it).
 pub use deinsum_plan::DType;
+pub use gemm::Gemm;
 pub use execute::{
     assemble, assemble_onto, execute, execute_lent, execute_measured, gather_reports, plan_hash,
     primary_slabs, slab_in, DistTensor, ExecError, ExecOptions, RunReport, Stage, StepKind,
