@@ -23,8 +23,10 @@ extern "C" {
 }
 
 /// Makes OpenBLAS single-threaded, once per process (a CBLAS given on the link line is left
-/// as configured: docs/cluster.md says to link its sequential variant).
+/// as configured: docs/cluster.md says to link its sequential variant), and counts the call
+/// ([`crate::gemm::blas_calls`]).
 fn single_threaded() {
+    crate::gemm::BLAS_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     #[cfg(feature = "blas")]
     {
         static ONCE: std::sync::Once = std::sync::Once::new();

@@ -104,6 +104,15 @@ pub(crate) fn set(gemm: Gemm) {
     CURRENT.set(gemm);
 }
 
+/// Products run through the system CBLAS in this process so far (one per `cblas_?gemm`
+/// call): what shows that [`Gemm::Blas`] reached the kernels (always 0 without the feature).
+pub fn blas_calls() -> u64 {
+    BLAS_CALLS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The count behind [`blas_calls`] (a relaxed add per call: nothing orders on it).
+pub(crate) static BLAS_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Restores the calling thread's previous GEMM library when dropped ([`enter`]).
 #[derive(Debug)]
 #[must_use = "the library is restored when the guard drops"]
