@@ -139,7 +139,7 @@ pub struct Layout {
 /// `Par::rayon`, whose workers meet at spinning barriers), the pieces never wait on each
 /// other, which keeps ranks sharing cores fast.
 fn split_gemm<T>(
-    mut c: faer::MatMut<'_, T>,
+    c: faer::MatMut<'_, T>,
     acc: faer::Accum,
     a: faer::MatRef<'_, T>,
     b: faer::MatRef<'_, T>,
@@ -152,9 +152,13 @@ fn split_gemm<T>(
     if threads <= 1 || (m < 2 && n < 2) {
         // A storage CBLAS cannot take (none arises from `Scalar::gemm_layout`) goes to faer.
         #[cfg(feature = "blas-external")]
-        if gemm == Gemm::Blas && T::blas_gemm(c.as_mut(), acc, a, b) {
-            return;
-        }
+        let c = {
+            let mut c = c;
+            if gemm == Gemm::Blas && T::blas_gemm(c.as_mut(), acc, a, b) {
+                return;
+            }
+            c
+        };
         let _ = gemm;
         tiled_gemm(c, acc, a, b);
         return;

@@ -3,6 +3,7 @@
 use super::{Format, InputError};
 use crate::report::{Check, ReferenceError, RunContext, RunSummary};
 use anyhow::Context;
+use deinsum_exec::gemm::Gemm;
 use deinsum_exec::with_dtype;
 use deinsum_exec::{
     execute_measured, gather_reports, Communicator, ExecError, ExecOptions, Inputs, RunReport,
@@ -11,6 +12,13 @@ use deinsum_exec::{
 use deinsum_plan::{DType, Plan};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// `--gemm`'s parser: the names of [`Gemm`], which clap lists and checks.
+fn gemm_parser() -> impl clap::builder::TypedValueParser<Value = Gemm> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Gemm::ALL.map(Gemm::name))
+        .try_map(|name| name.parse::<Gemm>())
+}
 
 /// `--dtype`'s parser: the names of [`DType`] ([`DType::ALL`]), which clap lists and checks
 /// as it does an enum's.
@@ -119,6 +127,10 @@ pub struct Args {
     /// OMP_NUM_THREADS, else 1).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// GEMM library: faer (built in) or blas (the system CBLAS, in a build with the cargo
+    /// feature `blas`; else refused, exit 2).
+    #[arg(long, value_parser = gemm_parser(), default_value = "faer")]
+    pub gemm: Gemm,
     /// Operands K,.. are sparse (generated with --density or --rmat unless --inputs gives a
     /// .mtx, .tns or .npz file); planned from their pattern with a halo exchange.
     #[arg(long, value_name = "K", value_delimiter = ',')]
@@ -370,6 +382,7 @@ fn exec_options(args: &Args, threads: usize) -> ExecOptions {
         repeat: args.repeat,
         warmup: args.warmup,
         threads,
+        gemm: args.gemm,
         ..ExecOptions::default()
     }
 }
@@ -493,6 +506,10 @@ fn backend_of(args: &Args) -> anyhow::Result<Backend> {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // A library this binary lacks is the user's flag to change: exit 2, before anything runs.
+    args.gemm
+        .check()
+        .map_err(|e| InputError(format!("--gemm {}: {e}", args.gemm)))?;
     if super::sparse::wanted(&args) {
         return super::sparse::run(&args);
     }

@@ -9,7 +9,7 @@
 //! Honoured: `--dtype`, `--repeat`, `--warmup`, `--threads`, `--check`, `--format`,
 //! `--backend`, `--procs`, `--seed`, `--spmv-scheme`. Refused (exit 2), since a sparse plan is
 //! built from the pattern alone: `--plan`, `--mem`, `--machine`, `--objective` other than
-//! `time`, `--no-overlap` and `--html`.
+//! `time`, `--no-overlap` and `--html`; `--gemm blas` too (the sparse kernels call no GEMM).
 
 use super::run::{Args, Backend};
 use super::{Format, InputError};
@@ -85,6 +85,9 @@ fn refuse_flags(args: &Args) -> anyhow::Result<()> {
     }
     if args.no_overlap {
         return refuse("--no-overlap", pattern);
+    }
+    if args.gemm != deinsum_exec::Gemm::Faer {
+        return refuse("--gemm", "the sparse kernels call no GEMM");
     }
     if args.html.is_some() {
         return refuse(
