@@ -621,8 +621,17 @@ fn complex_runs_seeded_and_from_files() {
 fn gemm_blas_runs_with_the_feature_and_is_refused_without() {
     let args = |dtype| {
         [
-            "run", "ij,jk->ik", "--size", "40", "--procs", "3", "--gemm", "blas", "--check",
-            "--dtype", dtype,
+            "run",
+            "ij,jk->ik",
+            "--size",
+            "40",
+            "--procs",
+            "3",
+            "--gemm",
+            "blas",
+            "--check",
+            "--dtype",
+            dtype,
         ]
     };
     for dtype in ["f64", "c128"] {

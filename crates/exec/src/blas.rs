@@ -72,7 +72,11 @@ struct Call {
     ldc: c_int,
 }
 
-fn call<T>(c: &faer::MatMut<'_, T>, a: &faer::MatRef<'_, T>, b: &faer::MatRef<'_, T>) -> Option<Call> {
+fn call<T>(
+    c: &faer::MatMut<'_, T>,
+    a: &faer::MatRef<'_, T>,
+    b: &faer::MatRef<'_, T>,
+) -> Option<Call> {
     let (m, n, k) = (c.nrows(), c.ncols(), a.ncols());
     if m == 0 || n == 0 || k == 0 || a.nrows() != m || b.nrows() != k || b.ncols() != n {
         return None;
@@ -108,7 +112,11 @@ macro_rules! real_gemm {
                     return false;
                 };
                 single_threaded();
-                let beta = if matches!(acc, faer::Accum::Add) { 1.0 } else { 0.0 };
+                let beta = if matches!(acc, faer::Accum::Add) {
+                    1.0
+                } else {
+                    0.0
+                };
                 // SAFETY: `call` checked that each pointer with its leading dimension addresses
                 // exactly the view's m x k, k x n and m x n elements (faer's views are in
                 // bounds); `c` is borrowed mutably, so CBLAS's writes alias nothing.
@@ -150,7 +158,14 @@ macro_rules! complex_gemm {
                 };
                 single_threaded();
                 let one: [$part; 2] = [1.0, 0.0];
-                let beta: [$part; 2] = [if matches!(acc, faer::Accum::Add) { 1.0 } else { 0.0 }, 0.0];
+                let beta: [$part; 2] = [
+                    if matches!(acc, faer::Accum::Add) {
+                        1.0
+                    } else {
+                        0.0
+                    },
+                    0.0,
+                ];
                 // SAFETY: as for the real types; num-complex's types are `#[repr(C)]` pairs
                 // (re, im), the layout of CBLAS's complex numbers, and the scalars are read
                 // through pointers to locals that outlive the call.
@@ -207,8 +222,11 @@ mod tests {
             let (m, n, k) = (37, 29, 51);
             let a: Vec<T> = (0..m * k).map(&z).collect();
             let b: Vec<T> = (0..k * n).map(|i| z(i + 7)).collect();
-            for (a_t, b_t, add) in [(false, false, false), (true, false, true), (false, true, true)]
-            {
+            for (a_t, b_t, add) in [
+                (false, false, false),
+                (true, false, true),
+                (false, true, true),
+            ] {
                 let av = if a_t {
                     faer::MatRef::from_row_major_slice(&a, k, m).transpose()
                 } else {
@@ -219,7 +237,11 @@ mod tests {
                 } else {
                     faer::MatRef::from_row_major_slice(&b, k, n)
                 };
-                let acc = if add { faer::Accum::Add } else { faer::Accum::Replace };
+                let acc = if add {
+                    faer::Accum::Add
+                } else {
+                    faer::Accum::Replace
+                };
                 let mut want: Vec<T> = (0..m * n).map(|i| z(i + 3)).collect();
                 let mut got = want.clone();
                 let one = faer::traits::math_utils::one::<T>();

@@ -35,12 +35,12 @@ pub use comm::{Calls, Collective, CommError, Communicator, Traffic};
 pub use data::Inputs;
 /// The element type as a value (defined with the plan, which records it).
 pub use deinsum_plan::DType;
-pub use gemm::Gemm;
 pub use execute::{
     assemble, assemble_onto, execute, execute_lent, execute_measured, gather_reports, plan_hash,
     primary_slabs, slab_in, DistTensor, ExecError, ExecOptions, RunReport, Stage, StepKind,
     StepMeasure,
 };
+pub use gemm::Gemm;
 pub use local::{InProcess, LocalComm, RankFailure};
 pub use pool::OutOfMemory;
 pub use scalar::Scalar;

@@ -815,7 +815,8 @@ fn faer_gemm<T>(
     let gemm = crate::gemm::current();
     if gemm == Gemm::Faer
         && layout.a_trans
-        && T::at_b(m, n, k, a, b, c, accumulate, layout.b_trans, threads) {
+        && T::at_b(m, n, k, a, b, c, accumulate, layout.b_trans, threads)
+    {
         return;
     }
     let a = if layout.a_trans {

@@ -14,8 +14,14 @@ use support::*;
 fn cases() -> Vec<deinsum_expr::ParsedEinsum> {
     vec![
         einsum("ij,jk->ik", &[('i', 67), ('j', 45), ('k', 53)]),
-        einsum("ij,jk,kl->il", &[('i', 39), ('j', 43), ('k', 30), ('l', 41)]),
-        einsum("ijk,ja,ka->ia", &[('i', 29), ('j', 21), ('k', 17), ('a', 5)]),
+        einsum(
+            "ij,jk,kl->il",
+            &[('i', 39), ('j', 43), ('k', 30), ('l', 41)],
+        ),
+        einsum(
+            "ijk,ja,ka->ia",
+            &[('i', 29), ('j', 21), ('k', 17), ('a', 5)],
+        ),
         einsum("bij,bjk->bik", &[('b', 5), ('i', 29), ('j', 27), ('k', 25)]),
         einsum(
             "abij,cdab->cdij",

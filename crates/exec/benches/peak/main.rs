@@ -41,7 +41,9 @@ impl WithSimd for Fma64 {
                 *a = simd.mul_add_f64s(*a, x, y);
             }
         }
-        let s = acc.iter().fold(simd.splat_f64s(0.0), |s, &a| simd.add_f64s(s, a));
+        let s = acc
+            .iter()
+            .fold(simd.splat_f64s(0.0), |s, &a| simd.add_f64s(s, a));
         let lanes = std::mem::size_of::<S::f64s>() / 8;
         (simd.reduce_sum_f64s(s), lanes)
     }
@@ -63,7 +65,9 @@ impl WithSimd for Fma32 {
                 *a = simd.mul_add_f32s(*a, x, y);
             }
         }
-        let s = acc.iter().fold(simd.splat_f32s(0.0), |s, &a| simd.add_f32s(s, a));
+        let s = acc
+            .iter()
+            .fold(simd.splat_f32s(0.0), |s, &a| simd.add_f32s(s, a));
         let lanes = std::mem::size_of::<S::f32s>() / 4;
         (simd.reduce_sum_f32s(s), lanes)
     }
@@ -105,7 +109,11 @@ fn peak() -> (f64, f64, &'static str) {
         lanes.1 = l;
     });
     let flops = |lanes: usize| 2.0 * (iters * CHAINS * lanes) as f64;
-    (flops(lanes.0) / t64 / 1e9, flops(lanes.1) / t32 / 1e9, level)
+    (
+        flops(lanes.0) / t64 / 1e9,
+        flops(lanes.1) / t32 / 1e9,
+        level,
+    )
 }
 
 /// One-thread GEMM rate of `T` at `n` through `lib`, in GFLOP/s (real flops).
@@ -149,8 +157,7 @@ fn mm_p2(n: usize, lib: Gemm) -> f64 {
     let reports = InProcess::new(2)
         .unwrap()
         .run(|c| {
-            execute_measured::<f64, _>(&plan, c, &Inputs::Seeded { seed: 1 }, &opts)
-                .map(|(_, r)| r)
+            execute_measured::<f64, _>(&plan, c, &Inputs::Seeded { seed: 1 }, &opts).map(|(_, r)| r)
         })
         .expect("runs");
     // Per timed run, the slowest rank's steps but the loads (the contraction, as the CLI
@@ -164,7 +171,12 @@ fn mm_p2(n: usize, lib: Gemm) -> f64 {
     };
     let runs = opts.repeat;
     let mut slowest: Vec<f64> = (0..runs)
-        .map(|i| reports.iter().map(|r| contraction(r, i)).fold(0.0, f64::max))
+        .map(|i| {
+            reports
+                .iter()
+                .map(|r| contraction(r, i))
+                .fold(0.0, f64::max)
+        })
         .collect();
     slowest.sort_by(f64::total_cmp);
     slowest[runs / 2]
