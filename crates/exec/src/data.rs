@@ -1,6 +1,7 @@
 //! Input data: the seeded generator, caller-supplied arrays and blocks, and box copies.
 
-use crate::kernels::LocalBlock;
+use crate::block::LocalBlock;
+use crate::layout::strides_of;
 use crate::pool::{try_vec, OutOfMemory};
 use crate::Scalar;
 use deinsum_expr::{Dim, ParsedEinsum};
@@ -261,15 +262,6 @@ pub fn plain_ranges(
         .then(|| shape.iter().map(|&n| (0, n)).collect())
 }
 
-/// Row-major strides of `shape`.
-pub(crate) fn strides_of(shape: &[usize]) -> Vec<usize> {
-    let mut st = vec![1usize; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        st[d] = st[d + 1] * shape[d + 1];
-    }
-    st
-}
-
 /// Calls `f(src_offset, dst_offset, run_len)` for the contiguous runs of `bx` (global) inside
 /// the blocks `src` and `dst` (global ranges), both row-major. Trailing dims that the box
 /// covers whole in both blocks merge into one run, so a contiguous box is a single run.
@@ -346,7 +338,7 @@ const PAR_MIN_WORDS: usize = 1 << 16;
 /// Threads a box copy of `words` may use: the rank's (see [`crate::pool::on_rank_pool`]) when
 /// the box is large enough to pay for the split.
 fn copy_threads(words: usize) -> usize {
-    let t = crate::pool::rank_threads().max(crate::kernels::threads());
+    let t = crate::pool::rank_threads().max(crate::threads::threads());
     t.min(words / PAR_MIN_WORDS).max(1)
 }
 
@@ -366,7 +358,7 @@ pub fn pack_box<T: Scalar>(
         [(so, _, n)] if copy_threads(n) > 1 => crate::pool::on_rank_pool(|| {
             use rayon::prelude::*;
             let chunk = n
-                .div_ceil(4 * crate::kernels::threads())
+                .div_ceil(4 * crate::threads::threads())
                 .max(PAR_MIN_WORDS / 4);
             out.par_extend(t.data[so..so + n].par_iter().with_min_len(chunk).copied());
         }),
@@ -445,7 +437,7 @@ pub(crate) fn place_pieces<T: Scalar>(
     // In target order: the pieces' runs interleave when a box is cut along an inner dim.
     runs.sort_unstable_by_key(|r| r.2);
     let total: usize = runs.iter().map(|r| r.3).sum();
-    let per_rank = crate::pool::rank_threads().max(crate::kernels::threads());
+    let per_rank = crate::pool::rank_threads().max(crate::threads::threads());
     let tasks = (per_rank * lent.max(1))
         .min(deinsum_runtime::cores())
         .min(total / PAR_MIN_WORDS)
@@ -512,7 +504,7 @@ fn copy_runs_from<T: Scalar>(
 /// ranks that wait meanwhile), each taking the next job not yet taken (a helper that starts
 /// late, on a busy machine, takes fewer).
 fn run_jobs<J: Send>(jobs: Vec<J>, tasks: usize, f: impl Fn(J) + Sync + Send) {
-    if tasks <= crate::pool::rank_threads().max(crate::kernels::threads()) {
+    if tasks <= crate::pool::rank_threads().max(crate::threads::threads()) {
         crate::pool::on_rank_pool(|| {
             use rayon::prelude::*;
             jobs.into_par_iter().for_each(f)

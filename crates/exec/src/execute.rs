@@ -1,9 +1,11 @@
 //! The plan executor: runs [`Plan::steps`] in order on every rank of a communicator.
 
+use crate::block::{Data, LocalBlock, LocalTensor};
 use crate::comm::Calls;
 use crate::data::{block_of_full, seeded_block, unpack_box, Inputs};
 use crate::held::HeldBlock;
-use crate::kernels::{eval_group, Data, GroupStats, GroupSteps, LocalBlock, LocalTensor};
+use crate::kernels::{eval_group, GroupStats, GroupSteps};
+use crate::mem::Mem;
 use crate::moves::{self, MoveError};
 use crate::pool::OutOfMemory;
 use crate::{CommError, Communicator, Scalar};
@@ -421,7 +423,7 @@ pub fn assemble<T: Scalar>(
 ) -> Result<Vec<T>, OutOfMemory> {
     let shape = &tensor.shape[..];
     let total: usize = shape.iter().product();
-    let strides = crate::data::strides_of(shape);
+    let strides = crate::layout::strides_of(shape);
     let (owners, blocks): (Vec<usize>, Vec<LocalTensor<T>>) = blocks
         .into_iter()
         .filter(|(_, b)| !b.data.is_empty())
@@ -515,7 +517,7 @@ fn slab_of(
 pub fn slab_in(tensor: &Tensor, ranges: &[(usize, usize)]) -> Option<(usize, usize)> {
     slab_of(
         &tensor.shape,
-        &crate::data::strides_of(&tensor.shape),
+        &crate::layout::strides_of(&tensor.shape),
         ranges,
     )
 }
@@ -531,7 +533,7 @@ pub fn primary_slabs(
     procs: usize,
 ) -> Option<Vec<Option<(usize, usize)>>> {
     let shape = &tensor.shape[..];
-    let strides = crate::data::strides_of(shape);
+    let strides = crate::layout::strides_of(shape);
     let whole = DistTensor::<f64> {
         tensor: tensor.clone(),
         dist: dist.clone(),
@@ -636,32 +638,6 @@ pub fn execute<T: Scalar, C: Communicator>(
     execute_measured(plan, comm, inputs, &ExecOptions::default()).map(|(t, _)| t)
 }
 
-/// Words of tensor data held: `peak` counts blocks, the new block of a redistribution and a
-/// group's intermediates (the plan's memory model); `peak_buffers` adds the message buffers.
-pub(crate) struct Mem {
-    cur: u64,
-    peak: u64,
-    peak_buffers: u64,
-}
-
-impl Mem {
-    pub(crate) fn add(&mut self, w: u64) {
-        self.cur += w;
-        self.peak = self.peak.max(self.cur);
-        self.peak_buffers = self.peak_buffers.max(self.cur);
-    }
-    pub(crate) fn sub(&mut self, w: u64) {
-        self.cur = self.cur.saturating_sub(w);
-    }
-    pub(crate) fn touch(&mut self, transient: u64) {
-        self.peak = self.peak.max(self.cur + transient);
-        self.peak_buffers = self.peak_buffers.max(self.cur + transient);
-    }
-    pub(crate) fn touch_buffers(&mut self, transient: u64) {
-        self.peak_buffers = self.peak_buffers.max(self.cur + transient);
-    }
-}
-
 /// Words of rank memory a block takes (none for a lent one: see [`Data::own_words`]).
 fn words<T: Scalar>(t: &Option<LocalBlock<'_, T>>) -> u64 {
     t.as_ref().map_or(0, |l| l.data.own_words())
@@ -711,14 +687,13 @@ impl<T> Clone for Source<'_, T> {
 
 impl<T> Copy for Source<'_, T> {}
 
-/// [`execute_measured`] from `source`.
-fn execute_from<'d, T: Scalar, C: Communicator>(
+/// Fails unless `comm` has the plan's rank count and (unless `opts.shared_plan`) every rank
+/// holds the same plan: a rank running another plan would deadlock or mix results.
+fn check_world<C: Communicator>(
     plan: &Plan,
     comm: &C,
-    inputs: Source<'d, T>,
     opts: &ExecOptions,
-) -> Result<(DistTensor<T>, RunReport), ExecError> {
-    let me = comm.rank();
+) -> Result<(), ExecError> {
     if comm.size() != plan.procs {
         return Err(ExecError::WorldSize {
             plan: plan.procs,
@@ -731,9 +706,24 @@ fn execute_from<'d, T: Scalar, C: Communicator>(
         let mut agree = [h, !h];
         comm.all_reduce_max_u64(&mut agree)?;
         if agree != [h, !h] {
-            return Err(ExecError::PlanMismatch { rank: me, hash: h });
+            return Err(ExecError::PlanMismatch {
+                rank: comm.rank(),
+                hash: h,
+            });
         }
     }
+    Ok(())
+}
+
+/// [`execute_measured`] from `source`.
+fn execute_from<'d, T: Scalar, C: Communicator>(
+    plan: &Plan,
+    comm: &C,
+    inputs: Source<'d, T>,
+    opts: &ExecOptions,
+) -> Result<(DistTensor<T>, RunReport), ExecError> {
+    let me = comm.rank();
+    check_world(plan, comm, opts)?;
     // Which moves run as collectives, agreed before any step (and the sub-communicators made),
     // so that no step's measured traffic includes it.
     let routes = moves::Routes::agree(plan, comm)?;
@@ -827,8 +817,8 @@ fn execute_from<'d, T: Scalar, C: Communicator>(
         });
     }
     report.seconds = start.elapsed().as_secs_f64();
-    report.peak_words = mem.peak;
-    report.peak_words_with_buffers = mem.peak_buffers;
+    report.peak_words = mem.peak();
+    report.peak_words_with_buffers = mem.peak_buffers();
     Ok((
         DistTensor {
             tensor: out_t.clone(),
@@ -959,11 +949,7 @@ fn run_steps<'d, T: Scalar, C: Communicator>(
         pool,
         me,
         held: BTreeMap::new(),
-        mem: Mem {
-            cur: 0,
-            peak: 0,
-            peak_buffers: 0,
-        },
+        mem: Mem::default(),
         prefetched: Vec::new(),
     };
     let mut report = RunReport {
@@ -1429,7 +1415,7 @@ impl<T: Scalar, C: Communicator> Prefetch<'_, T, C> {
         let first = self.prefetch.first().map_or(0, |f| f.tensor);
         let oom = |e| oom(self.plan, me, step_stage(self.plan, self.step), first, e);
         let (sends, from) =
-            crate::prefetch::pack(&legs, me, p).map_err(|e| move_error(e, bad, oom))?;
+            crate::bundle::pack(&legs, me, p).map_err(|e| move_error(e, bad, oom))?;
         let send_words: u64 = sends.iter().map(|(_, v)| v.len() as u64).sum();
         mem.touch_buffers(send_words);
         let (recv, part) = {
@@ -1451,7 +1437,7 @@ impl<T: Scalar, C: Communicator> Prefetch<'_, T, C> {
         let recv_words: u64 = recv.iter().map(|v| v.len() as u64).sum();
         mem.add(next_words);
         mem.touch_buffers(recv_words + words(&part));
-        crate::prefetch::unpack(&mut next, &legs, &recv, &from, me)
+        crate::bundle::unpack(&mut next, &legs, &recv, &from, me)
             .map_err(|e| move_error(e, bad, oom))?;
         let next = self
             .prefetch

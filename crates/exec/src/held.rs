@@ -8,7 +8,7 @@
 //! read in place from an operand the caller lent ([`crate::kernels::Data::Lent`]); it too is
 //! copied before it is written.
 
-use crate::kernels::{Data, LocalBlock, LocalTensor};
+use crate::block::{Data, LocalBlock, LocalTensor};
 use crate::pool::{Home, OutOfMemory};
 use crate::Scalar;
 use std::sync::Arc;

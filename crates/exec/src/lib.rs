@@ -12,24 +12,28 @@
 mod atb;
 #[cfg(feature = "blas-external")]
 mod blas;
+mod block;
+mod bundle;
 pub mod comm;
 pub mod data;
 pub mod execute;
 pub mod gemm;
 mod held;
 pub mod kernels;
+mod layout;
 pub mod linger;
 pub mod local;
+mod mem;
 mod moves;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod npy;
 mod npy_input;
 pub mod pool;
-mod prefetch;
 pub mod preflight;
 pub mod reference;
 pub mod scalar;
+mod threads;
 pub mod tune;
 pub use comm::{Calls, Collective, CommError, Communicator, Traffic};
 pub use data::Inputs;

@@ -938,6 +938,51 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// How a rank's run ended.
+enum Outcome<R, E> {
+    Ok(R),
+    Err(E),
+    Panic(String),
+}
+
+/// [`InProcess::run`] without kept carrier threads: ranks 1.. on threads spawned for this run,
+/// rank 0 on the calling thread. Empty when a thread could not be spawned (the failure is
+/// recorded in `shared`).
+fn on_spawned_threads<R: Send, E: Send>(
+    p: usize,
+    shared: &Shared,
+    run_rank: &(impl Fn(usize) -> Outcome<R, E> + Sync),
+) -> Vec<Outcome<R, E>> {
+    std::thread::scope(|s| {
+        // Ranks 1.. get threads of their own; rank 0 runs on the calling thread, which
+        // would otherwise only wait (one thread fewer to spawn per call).
+        let mut handles = Vec::with_capacity(p - 1);
+        for rank in 1..p {
+            let h = std::thread::Builder::new()
+                .name(format!("deinsum-rank-{rank}"))
+                .spawn_scoped(s, move || run_rank(rank));
+            match h {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    shared.fail(rank, format!("cannot spawn thread: {e}"));
+                    break;
+                }
+            }
+        }
+        if handles.len() + 1 < p {
+            // A rank is missing: the spawned ones see the failure and return.
+            handles.into_iter().for_each(|h| drop(h.join()));
+            return Vec::new();
+        }
+        let mut outcomes = vec![run_rank(0)];
+        outcomes.extend(handles.into_iter().map(|h| {
+            h.join()
+                .unwrap_or_else(|e| Outcome::Panic(panic_message(e.as_ref())))
+        }));
+        outcomes
+    })
+}
+
 impl InProcess {
     /// A world of `procs` ranks (at least 1).
     pub fn new(procs: usize) -> Result<Self, CommError> {
@@ -965,11 +1010,6 @@ impl InProcess {
         let p = self.procs;
         crate::linger::ACTIVE.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let shared = Arc::new(Shared::new(p));
-        enum Outcome<R, E> {
-            Ok(R),
-            Err(E),
-            Panic(String),
-        }
         // One rank's whole life on the thread that runs it.
         let run_rank = |rank: usize| {
             let comm = LocalComm {
@@ -1019,35 +1059,7 @@ impl InProcess {
                     }))
                     .collect()
             }
-            None => std::thread::scope(|s| {
-                // Ranks 1.. get threads of their own; rank 0 runs on the calling thread, which
-                // would otherwise only wait (one thread fewer to spawn per call).
-                let mut handles = Vec::with_capacity(p - 1);
-                for rank in 1..p {
-                    let run_rank = &run_rank;
-                    let h = std::thread::Builder::new()
-                        .name(format!("deinsum-rank-{rank}"))
-                        .spawn_scoped(s, move || run_rank(rank));
-                    match h {
-                        Ok(h) => handles.push(h),
-                        Err(e) => {
-                            shared.fail(rank, format!("cannot spawn thread: {e}"));
-                            break;
-                        }
-                    }
-                }
-                if handles.len() + 1 < p {
-                    // A rank is missing: the spawned ones see the failure and return.
-                    handles.into_iter().for_each(|h| drop(h.join()));
-                    return Vec::new();
-                }
-                let mut outcomes = vec![run_rank(0)];
-                outcomes.extend(handles.into_iter().map(|h| {
-                    h.join()
-                        .unwrap_or_else(|e| Outcome::Panic(panic_message(e.as_ref())))
-                }));
-                outcomes
-            }),
+            None => on_spawned_threads(p, &shared, &run_rank),
         };
         crate::linger::ACTIVE.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         if p > 1 {

@@ -11,11 +11,11 @@
 //! - [`reduce_block`]: a summing redistribution (partial sums reduced into the target);
 //! - [`fetch_window`]: a phase window fetched from where an input rests; the source stays.
 
+use crate::block::{LocalBlock, LocalTensor};
 use crate::comm::{CommError, Communicator};
 use crate::data::{copy_box, pack_box, place_pieces, unpack_box};
-use crate::execute::Mem;
 use crate::held::{HeldBlock, SharedBlock};
-use crate::kernels::{LocalBlock, LocalTensor};
+use crate::mem::Mem;
 use crate::pool::OutOfMemory;
 use crate::Scalar;
 use deinsum_plan::{Block, Distribution, MoveKind, PlanStep, Tensor, Transfer};

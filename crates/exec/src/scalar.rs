@@ -811,7 +811,7 @@ fn faer_gemm<T>(
 ) where
     T: TransposedRows + BlasGemm + faer::traits::ComplexField + Copy + Send + Sync + bytemuck::Pod,
 {
-    let threads = crate::kernels::gemm_threads(m, n, k);
+    let threads = crate::threads::gemm_threads(m, n, k);
     let gemm = crate::gemm::current();
     if gemm == Gemm::Faer
         && layout.a_trans

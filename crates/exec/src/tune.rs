@@ -120,7 +120,7 @@ fn measure() -> Option<TransposedRows> {
     let scratch = crate::pool::RankContext::new(2 * t * t, 1, 0).ok();
     let _guard = scratch.as_ref().map(|c| c.enter());
     let copy = best(4, || {
-        if let Ok(out) = crate::kernels::transpose_2d(&src, t, t) {
+        if let Ok(out) = crate::layout::transpose_2d(&src, t, t) {
             std::hint::black_box(&out);
             crate::pool::give(out);
         }

@@ -1,11 +1,11 @@
-//! The messages of several moves of one step sent together, for
+//! A bundle: the messages of several moves of one step sent together, for
 //! [`crate::Communicator::exchange_while`]: a phase's prefetches are packed into one message
 //! per destination before the phase computes and unpacked into the next phase's windows after
 //! it. One message per pair keeps every backend's matching simple (a mailbox per sender, MPI's
 //! ordering per tag), however many windows the phase prefetches.
 
+use crate::block::{LocalBlock, LocalTensor};
 use crate::data::{copy_box, pack_box, unpack_box};
-use crate::kernels::{LocalBlock, LocalTensor};
 use crate::moves::MoveError;
 use crate::Scalar;
 use deinsum_plan::{Block, Transfer};
