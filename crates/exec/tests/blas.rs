@@ -5,7 +5,7 @@
 mod support;
 use deinsum_exec::gemm::{blas_calls, Gemm};
 use deinsum_exec::reference::{max_error, naive_seeded_as};
-use deinsum_exec::scalar::{Complex32, Complex64};
+use deinsum_exec::scalar::Complex64;
 use deinsum_exec::{ExecOptions, Scalar};
 use support::*;
 
@@ -66,11 +66,12 @@ fn check_all<T: Scalar>(gemm: Gemm, procs: &[usize], tol: f64) {
     }
 }
 
-const PROCS: [usize; 6] = [1, 2, 3, 5, 7, 16];
-
 #[cfg(feature = "blas-external")]
 mod with_blas {
     use super::*;
+    use deinsum_exec::scalar::Complex32;
+
+    const PROCS: [usize; 6] = [1, 2, 3, 5, 7, 16];
 
     /// Each element type through CBLAS; the count of CBLAS calls grows (the choice reached
     /// the kernels, on the ranks' threads and their pools' workers).

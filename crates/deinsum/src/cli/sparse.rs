@@ -69,7 +69,8 @@ fn refuse_flags(args: &Args) -> anyhow::Result<()> {
         return Err(InputError(format!("sparse operands: {what} is not built yet")).into());
     }
     if args.dtype.is_complex() {
-        // Matrix Market `complex`, complex .npz and complex SciPy matrices are not read yet.
+        // deinsum_sparse::io reads Matrix Market `complex` and complex .npz; the sparse
+        // writers, the check and SciPy's complex matrices from Python are real-only yet.
         let what = format!("--dtype {} with a sparse operand", args.dtype);
         return Err(InputError(format!("sparse operands: {what} is not built yet")).into());
     }

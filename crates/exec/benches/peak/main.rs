@@ -76,9 +76,9 @@ impl WithSimd for Fma32 {
 /// Runs `op` on the widest SIMD level (AVX-512, else AVX2); `None` without either.
 fn widest<O: WithSimd>(op: O) -> Option<(O::Output, &'static str)> {
     if let Some(s) = pulp::x86::V4::try_new() {
-        return Some((s.vectorize(op), "avx512"));
+        return Some((Simd::vectorize(s, op), "avx512"));
     }
-    pulp::x86::V3::try_new().map(|s| (s.vectorize(op), "avx2"))
+    pulp::x86::V3::try_new().map(|s| (Simd::vectorize(s, op), "avx2"))
 }
 
 /// Best wall time of `reps` calls of `f` after one warm-up call.
