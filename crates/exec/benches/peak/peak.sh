@@ -53,9 +53,9 @@ print(f"- system BLAS: Debian OpenBLAS {oblas}, `OPENBLAS_CORETYPE=SkylakeX` (in
 print(f"- NumPy: {one('numpy')['version']}, 2 threads, `OPENBLAS_CORETYPE` and `OPENBLAS_L2_SIZE` unset")
 print(f"- load before: `{one('load_before')['uptime']}`")
 print(f"- load after: `{one('load_after')['uptime']}`")
-print("- **provisional**: other jobs (compilers of other work) shared the 2 cores during the "
+print("- **provisional**: other jobs (other helpers' compilers) shared the 2 cores during the "
       "run; rates are lower bounds and vary between runs.\n")
-print(f"FMA peak, one core: **{peak['f64_gflops']:.1} GFLOP/s f64**, {peak['f32_gflops']:.1} GFLOP/s f32.\n")
+print(f"FMA peak, one core: **{peak['f64_gflops']:.1f} GFLOP/s f64**, {peak['f32_gflops']:.1f} GFLOP/s f32.\n")
 gem = [r for r in rows if r["row"] == "gemm"]
 libs = sorted({r["lib"] for r in gem}, key=lambda l: l != "faer")
 print("| n | dtype | " + " | ".join(f"{l} GFLOP/s | {l} of peak" for l in libs) + " |")
