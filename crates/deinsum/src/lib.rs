@@ -37,8 +37,8 @@ pub use deinsum_sparse as sparse;
 pub use sparse_einsum::{Operand, SparseEinsum, SparseOptions};
 
 pub use deinsum_exec::{
-    with_dtype, Communicator, DistTensor, ExecError, ExecOptions, InProcess, Inputs, RunReport,
-    Scalar,
+    with_dtype, Communicator, DistTensor, ExecError, ExecOptions, Gemm, InProcess, Inputs,
+    RunReport, Scalar,
 };
 pub use deinsum_plan::DType;
 

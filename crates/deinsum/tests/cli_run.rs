@@ -614,3 +614,37 @@ fn complex_runs_seeded_and_from_files() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `--gemm blas`: in a build with the feature, the run checks (complex too); without it, exit
+/// 2 naming the feature. An unknown library is clap's usage error.
+#[test]
+fn gemm_blas_runs_with_the_feature_and_is_refused_without() {
+    let args = |dtype| {
+        [
+            "run",
+            "ij,jk->ik",
+            "--size",
+            "40",
+            "--procs",
+            "3",
+            "--gemm",
+            "blas",
+            "--check",
+            "--dtype",
+            dtype,
+        ]
+    };
+    for dtype in ["f64", "c128"] {
+        let (code, out, err) = deinsum(&args(dtype));
+        if cfg!(feature = "blas-external") {
+            assert_eq!(code, 0, "{out}{err}");
+            assert!(out.contains(": ok"), "{out}");
+        } else {
+            assert_eq!(code, 2, "{out}{err}");
+            assert!(err.contains("without the cargo feature `blas`"), "{err}");
+        }
+    }
+    let (code, _, err) = deinsum(&["run", "ij,jk->ik", "--size", "4", "--gemm", "mkl"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("possible values: faer, blas"), "{err}");
+}

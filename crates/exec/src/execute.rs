@@ -57,6 +57,9 @@ pub enum ExecError {
     /// The rank's thread pool cannot be made.
     #[error("cannot start the rank's threads: {0}")]
     Threads(String),
+    /// The GEMM library asked for is not in this build ([`ExecOptions::gemm`]).
+    #[error(transparent)]
+    Gemm(#[from] crate::gemm::GemmUnavailable),
     /// A tensor's buffer cannot be allocated (a memory limit the preflight check did not
     /// see: `ulimit -v`, a cgroup, other processes). Not the user's input: exit 1.
     #[error(
@@ -175,6 +178,9 @@ pub struct ExecOptions {
     /// This rank's predicted peak, `Plan::peak_of(rank)`, when the caller has it already (a
     /// repeated call of one compiled plan): the memory model is then not walked again.
     pub peak: Option<(u64, u64)>,
+    /// The library that runs the GEMMs ([`crate::Gemm::Blas`] needs the cargo feature
+    /// `blas`; a run asking for it without fails with [`ExecError::Gemm`]).
+    pub gemm: crate::Gemm,
 }
 
 impl Default for ExecOptions {
@@ -188,6 +194,7 @@ impl Default for ExecOptions {
             kept: None,
             shared_plan: false,
             peak: None,
+            gemm: crate::Gemm::Faer,
         }
     }
 }
@@ -749,6 +756,7 @@ fn check_world<C: Communicator>(
             world: comm.size(),
         });
     }
+    opts.gemm.check()?;
     if !opts.shared_plan {
         let h = plan_hash(plan);
         let mut agree = [h, !h];
@@ -795,6 +803,11 @@ fn execute_from<'d, T: Scalar, C: Communicator>(
     }
     .map_err(|e| ExecError::Threads(e.to_string()))?;
     let _in_ctx = ctx.enter();
+    // Kernels read the GEMM library from their thread: the rank's and its pool's workers.
+    let _gemm = crate::gemm::enter(opts.gemm)?;
+    if let Some(p) = ctx.thread_pool() {
+        p.broadcast(|_| crate::gemm::set(opts.gemm));
+    }
     // faer's per-thread buffers before the blocks (where its products are worth measuring).
     let min = crate::tune::MIN_MADDS as f64;
     if plan.groups.iter().any(|g| g.max_flops_per_rank >= min) {

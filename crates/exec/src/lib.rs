@@ -3,7 +3,8 @@
 //! - [`InProcess`]: P ranks as threads with message passing (the default backend);
 //! - [`execute`], [`execute_measured`], [`execute_lent`]: the executor, generic over the
 //!   communicator, following the plan's step semantics (Load / Redistribute / Compute / Free);
-//! - [`kernels`]: local contractions (transpose + GEMM through faer, tiled fused groups);
+//! - [`kernels`]: local contractions (transpose + GEMM, tiled fused groups);
+//! - [`gemm`]: which library runs the GEMMs (faer, or a system CBLAS with feature `blas`);
 //! - [`data`]: the seeded generator and caller-supplied inputs;
 //! - [`reference`]: serial evaluators for checks;
 //! - [`preflight`]: memory and rank-count checks made before a run allocates anything.
@@ -12,11 +13,14 @@
 //! see docs/tuning.md.
 
 mod atb;
+#[cfg(feature = "blas-external")]
+mod blas;
 mod block;
 mod bundle;
 pub mod comm;
 pub mod data;
 mod execute;
+pub mod gemm;
 mod held;
 pub mod kernels;
 mod layout;
@@ -43,6 +47,7 @@ pub use execute::{
     primary_slabs, slab_in, DistTensor, ExecError, ExecOptions, RunReport, Stage, StepKind,
     StepMeasure,
 };
+pub use gemm::Gemm;
 pub use local::{InProcess, LocalComm, RankFailure};
 pub use pool::OutOfMemory;
 pub use scalar::Scalar;

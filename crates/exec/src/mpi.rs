@@ -810,8 +810,13 @@ impl Communicator for MpiComm {
             if reqs.is_empty() {
                 return Ok(work());
             }
+            // The work's GEMMs use this thread's library (`ExecOptions::gemm`).
+            let gemm = crate::gemm::current();
             let (r, reqs) = std::thread::scope(move |ts| {
-                let h = ts.spawn(work);
+                let h = ts.spawn(move || {
+                    crate::gemm::set(gemm);
+                    work()
+                });
                 while !h.is_finished() && !reqs.is_empty() {
                     reqs = reqs.into_iter().filter_map(|q| q.test().err()).collect();
                     std::thread::sleep(POLL);

@@ -1,6 +1,7 @@
 //! The element types the executor computes in, and [`with_dtype!`](crate::with_dtype), the one
 //! place a [`DType`] value becomes a Rust type.
 
+use crate::gemm::{BlasGemm, Gemm};
 use deinsum_plan::DType;
 use std::fmt::Debug;
 use std::ops::{Add, AddAssign, Mul};
@@ -55,7 +56,7 @@ pub trait Scalar:
     /// Reads little-endian values from `bytes` (length a multiple of [`Scalar::BYTES`]).
     fn from_bytes(bytes: &[u8], out: &mut Vec<Self>);
     /// Row-major GEMM `c (m x n) = a (m x k) * b (k x n)` (plus `c` when `accumulate`),
-    /// through faer: on the threads of the rank's pool when called inside one (see
+    /// through faer or the system CBLAS ([`crate::gemm::current`]): on the threads of the rank's pool when called inside one (see
     /// [`crate::kernels::threads`]), else on the calling thread.
     fn gemm(
         m: usize,
@@ -133,18 +134,32 @@ pub struct Layout {
 }
 
 /// `c (+)= a b` on `threads` threads: the output is cut in two along its longer side and the
-/// halves run as a rayon join (each then cut again), every piece one sequential faer GEMM.
-/// Unlike a GEMM parallelized inside (faer's `Par::rayon`, whose workers meet at spinning
-/// barriers), the pieces never wait on each other, which keeps ranks sharing cores fast.
-fn split_gemm<T: faer::traits::ComplexField + Copy + Send + Sync + bytemuck::Pod>(
+/// halves run as a rayon join (each then cut again), every piece one sequential GEMM (faer's,
+/// or the system CBLAS's when `gemm` says so). Unlike a GEMM parallelized inside (faer's
+/// `Par::rayon`, whose workers meet at spinning barriers), the pieces never wait on each
+/// other, which keeps ranks sharing cores fast.
+fn split_gemm<T>(
     c: faer::MatMut<'_, T>,
     acc: faer::Accum,
     a: faer::MatRef<'_, T>,
     b: faer::MatRef<'_, T>,
     threads: usize,
-) {
+    gemm: Gemm,
+) where
+    T: BlasGemm + faer::traits::ComplexField + Copy + Send + Sync + bytemuck::Pod,
+{
     let (m, n) = (c.nrows(), c.ncols());
     if threads <= 1 || (m < 2 && n < 2) {
+        // A storage CBLAS cannot take (none arises from `Scalar::gemm_layout`) goes to faer.
+        #[cfg(feature = "blas-external")]
+        let c = {
+            let mut c = c;
+            if gemm == Gemm::Blas && T::blas_gemm(c.as_mut(), acc, a, b) {
+                return;
+            }
+            c
+        };
+        let _ = gemm;
         tiled_gemm(c, acc, a, b);
         return;
     }
@@ -155,16 +170,16 @@ fn split_gemm<T: faer::traits::ComplexField + Copy + Send + Sync + bytemuck::Pod
         let (c0, c1) = c.split_at_row_mut(mid);
         let (a0, a1) = a.split_at_row(mid);
         rayon::join(
-            || split_gemm(c0, acc, a0, b, t0),
-            || split_gemm(c1, acc, a1, b, t1),
+            || split_gemm(c0, acc, a0, b, t0, gemm),
+            || split_gemm(c1, acc, a1, b, t1, gemm),
         );
     } else {
         let mid = n * t0 / threads;
         let (c0, c1) = c.split_at_col_mut(mid);
         let (b0, b1) = b.split_at_col(mid);
         rayon::join(
-            || split_gemm(c0, acc, a, b0, t0),
-            || split_gemm(c1, acc, a, b1, t1),
+            || split_gemm(c0, acc, a, b0, t0, gemm),
+            || split_gemm(c1, acc, a, b1, t1, gemm),
         );
     }
 }
@@ -779,8 +794,10 @@ macro_rules! impl_complex_scalar {
 impl_complex_scalar!(Complex32, f32, DType::C64);
 impl_complex_scalar!(Complex64, f64, DType::C128);
 
-/// [`Scalar::gemm_layout`] of every type: the transposed-rows kernel where it applies (f64),
-/// else faer's GEMM split over the rank's threads.
+/// [`Scalar::gemm_layout`] of every type, split over the rank's threads: under
+/// [`Gemm::Blas`] (see [`crate::gemm::current`]) the system CBLAS, which reads transposed
+/// operands in place itself; else the transposed-rows kernel where it applies (f64), else
+/// faer's GEMM.
 #[allow(clippy::too_many_arguments)]
 fn faer_gemm<T>(
     m: usize,
@@ -792,10 +809,14 @@ fn faer_gemm<T>(
     accumulate: bool,
     layout: Layout,
 ) where
-    T: TransposedRows + faer::traits::ComplexField + Copy + Send + Sync + bytemuck::Pod,
+    T: TransposedRows + BlasGemm + faer::traits::ComplexField + Copy + Send + Sync + bytemuck::Pod,
 {
     let threads = crate::threads::gemm_threads(m, n, k);
-    if layout.a_trans && T::at_b(m, n, k, a, b, c, accumulate, layout.b_trans, threads) {
+    let gemm = crate::gemm::current();
+    if gemm == Gemm::Faer
+        && layout.a_trans
+        && T::at_b(m, n, k, a, b, c, accumulate, layout.b_trans, threads)
+    {
         return;
     }
     let a = if layout.a_trans {
@@ -814,7 +835,7 @@ fn faer_gemm<T>(
     } else {
         faer::Accum::Replace
     };
-    split_gemm(c, acc, a, b, threads);
+    split_gemm(c, acc, a, b, threads, gemm);
 }
 
 /// Makes faer's GEMM take its per-thread packing buffers (a few MiB, allocated by faer

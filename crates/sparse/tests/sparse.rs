@@ -427,3 +427,85 @@ fn generators_are_seeded_and_refuse_bad_arguments() {
     assert_eq!(g.shape(), &[64, 64]);
     assert!(gen::rmat::<f64>(0, 16, 2).is_err());
 }
+
+/// Matrix Market `complex` files: general (duplicates summed) and hermitian (the mirror
+/// conjugated), read as c128 and c64; refused for a real type, naming the complex one; a
+/// hermitian real file is refused.
+#[test]
+fn matrix_market_complex_general_and_hermitian() {
+    use deinsum_exec::scalar::{Complex32, Complex64};
+    let z = Complex64::new;
+    let g = tmp(
+        "zg.mtx",
+        "%%MatrixMarket matrix coordinate complex general\n2 3 3\n1 2 1.5 -2\n2 3 0 4\n1 2 0.5 1\n",
+    );
+    let d = read_mtx::<Complex64>(&g).unwrap().to_dense();
+    let o = z(0.0, 0.0);
+    assert_eq!(d, vec![o, z(2.0, -1.0), o, o, o, z(0.0, 4.0)]);
+    let d32 = read_mtx::<Complex32>(&g).unwrap().to_dense();
+    assert_eq!(d32[1], Complex32::new(2.0, -1.0));
+    let h = tmp(
+        "zh.mtx",
+        "%%MatrixMarket matrix coordinate complex hermitian\n2 2 2\n1 1 3 0\n2 1 1 2\n",
+    );
+    let d = read_mtx::<Complex64>(&h).unwrap().to_dense();
+    assert_eq!(d, vec![z(3.0, 0.0), z(1.0, -2.0), z(1.0, 2.0), o]);
+    let err = read_mtx::<f64>(&g).unwrap_err().to_string();
+    assert!(err.contains("use --dtype c128"), "{err}");
+    let err = read_mtx::<f32>(&g).unwrap_err().to_string();
+    assert!(err.contains("use --dtype c64"), "{err}");
+    let rh = tmp(
+        "rh.mtx",
+        "%%MatrixMarket matrix coordinate real hermitian\n2 2 1\n1 1 3\n",
+    );
+    let err = read_mtx::<Complex64>(&rh).unwrap_err().to_string();
+    assert!(err.contains("hermitian for a complex field"), "{err}");
+    // A real file reads into a complex type with zero imaginary parts.
+    let r = tmp(
+        "zr.mtx",
+        "%%MatrixMarket matrix coordinate real general\n1 1 1\n1 1 2.5\n",
+    );
+    assert_eq!(
+        read_mtx::<Complex64>(&r).unwrap().to_dense(),
+        vec![z(2.5, 0.0)]
+    );
+}
+
+/// SciPy's complex matrices (`save_npz` of complex128 CSR and complex64 COO, written by
+/// tests/data/make_npz.py) read as complex; refused for a real type.
+#[test]
+fn npz_complex_data() {
+    use deinsum_exec::scalar::Complex64;
+    let want: Vec<Complex64> = [
+        (1.5, -7.5),
+        (0.0, 0.0),
+        (0.0, 0.0),
+        (-2.0, -4.5),
+        (0.0, 0.0),
+        (0.0, 0.0),
+        (0.0, 0.0),
+        (0.0, 0.0),
+        (0.0, 0.0),
+        (0.0, 0.0),
+        (0.0, 0.0),
+        (3.25, 3.5),
+        (0.0, 0.0),
+        (0.0, 0.0),
+        (4.0, 6.5),
+        (0.5, 7.5),
+        (0.0, 0.0),
+        (-1.0, 9.5),
+        (0.0, 0.0),
+        (0.0, 0.0),
+    ]
+    .into_iter()
+    .map(|(re, im)| Complex64::new(re, im))
+    .collect();
+    for f in ["csr_c128.npz", "coo_c64.npz"] {
+        let t = read_npz::<Complex64>(&data(f)).unwrap();
+        assert_eq!(t.shape(), &[4, 5]);
+        assert_eq!(t.to_dense(), want, "{f}");
+        let err = read_npz::<f64>(&data(f)).unwrap_err().to_string();
+        assert!(err.contains("use --dtype c128"), "{f}: {err}");
+    }
+}

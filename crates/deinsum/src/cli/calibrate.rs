@@ -1,5 +1,5 @@
-//! `deinsum calibrate`: measures this machine (GEMM rates with deinsum's own kernels, a stream
-//! copy, point-to-point latency and bandwidth, one collective per kind) and writes the machine
+//! `deinsum calibrate`: measures this machine (GEMM rates with deinsum's own kernels, real and
+//! complex, a stream copy, point-to-point latency and bandwidth, one collective per kind) and writes the machine
 //! file the planner predicts seconds with (docs/machine.md).
 
 use super::InputError;
@@ -72,8 +72,13 @@ fn settle() {
 }
 
 /// Seconds of the compute step of `expr` at extent `n` on one rank with `threads` threads,
-/// run through the planner and executor as `deinsum run` runs it (median of `reps`).
-fn compute_seconds(expr: &str, sizes: &str, threads: usize, reps: usize) -> anyhow::Result<f64> {
+/// run through the planner and executor in `T` as `deinsum run` runs it (median of `reps`).
+fn compute_seconds<T: deinsum_exec::Scalar>(
+    expr: &str,
+    sizes: &str,
+    threads: usize,
+    reps: usize,
+) -> anyhow::Result<f64> {
     let spec = deinsum_expr::ExtentSpec::from_flags(Some(sizes), None, None)?;
     let e = crate::Einsum::compile(expr, &spec, &crate::Options::procs(1))?;
     let opts = deinsum_exec::ExecOptions {
@@ -86,7 +91,7 @@ fn compute_seconds(expr: &str, sizes: &str, threads: usize, reps: usize) -> anyh
     let plan = e.plan().clone();
     let out = world
         .run(|comm| {
-            let (_, rep) = deinsum_exec::execute_measured::<f64, _>(
+            let (_, rep) = deinsum_exec::execute_measured::<T, _>(
                 &plan,
                 comm,
                 &deinsum_exec::Inputs::Seeded { seed: 1 },
@@ -177,7 +182,7 @@ fn gemm_rates(cores: usize, quick: bool) -> anyhow::Result<Vec<(RateClass, Vec<G
         for (ci, (class, (expr, sizes, madds))) in kernels.iter().enumerate() {
             for (ti, &t) in threads.iter().enumerate() {
                 settle();
-                let s = compute_seconds(expr, sizes, t, reps)?.max(1e-9);
+                let s = compute_seconds::<f64>(expr, sizes, t, reps)?.max(1e-9);
                 eprintln!(
                     "gemm {:<6} {expr} {sizes}, {t} thread(s): {:.3} ms, {:.2} GFLOP/s per thread",
                     class.key(),
@@ -208,6 +213,50 @@ fn gemm_rates(cores: usize, quick: bool) -> anyhow::Result<Vec<(RateClass, Vec<G
         .collect())
 }
 
+/// The large class's GEMM in c128 and c64 at one thread and at all cores, as real flop/s per
+/// thread (8 per complex multiply-add) and as a fraction of the f64 rate `gemm` measured: the
+/// time model prices a complex multiply-add as 8 real flops at the real rates, and these
+/// figures show how far that holds on this machine (printed; the machine file is unchanged).
+fn complex_rates(
+    cores: usize,
+    quick: bool,
+    gemm: &[(RateClass, Vec<GemmRate>)],
+) -> anyhow::Result<()> {
+    let (expr, sizes, madds) = class_kernel(RateClass::Large, quick);
+    let reps = if quick { 3 } else { 9 };
+    let mut threads = vec![1];
+    if cores > 1 {
+        threads.push(cores);
+    }
+    for t in threads {
+        let real = gemm
+            .iter()
+            .find(|(c, _)| *c == RateClass::Large)
+            .and_then(|(_, r)| r.iter().find(|g| g.threads == t))
+            .map_or(f64::NAN, |g| g.flops_per_thread);
+        for (name, s) in [
+            ("c128", {
+                settle();
+                compute_seconds::<deinsum_exec::scalar::Complex64>(expr, &sizes, t, reps)?
+            }),
+            ("c64", {
+                settle();
+                compute_seconds::<deinsum_exec::scalar::Complex32>(expr, &sizes, t, reps)?
+            }),
+        ] {
+            let rate = 8.0 * madds / s.max(1e-9) / t as f64;
+            eprintln!(
+                "gemm large  {expr} {sizes} {name}, {t} thread(s): {:.3} ms, {:.2} GFLOP/s per \
+                 thread, {:.2} of the f64 rate",
+                s * 1e3,
+                rate / 1e9,
+                rate / real
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Per class, the node's throughput with two 1-thread ranks per core computing side by side
 /// over its throughput with one per core: each rank its own product on its own thread, all
 /// started together (the median of `rounds` sweeps). `gemm` sizes the runs: each rank
@@ -233,7 +282,7 @@ fn oversubscription(
                     .map(|_| {
                         s.spawn(|| {
                             start.wait();
-                            compute_seconds(expr, sizes, 1, reps)
+                            compute_seconds::<f64>(expr, sizes, 1, reps)
                         })
                     })
                     .collect();
@@ -452,6 +501,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let gemm = gemm_rates(usable, args.quick)?;
+    complex_rates(usable, args.quick, &gemm)?;
     let oversubscribed = if usable > 1 {
         oversubscription(usable, args.quick, &gemm)?
     } else {

@@ -99,6 +99,7 @@ fn tasks_of(args: &Args, threads: usize) -> RunTasks<'_> {
             repeat: args.repeat,
             warmup: args.warmup,
             threads,
+            gemm: args.gemm,
             ..ExecOptions::default()
         },
         gather: args.check,
@@ -197,6 +198,10 @@ fn compile(
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // A library this binary lacks is the user's flag to change: exit 2, before anything runs.
+    args.gemm
+        .check()
+        .map_err(|e| InputError(format!("--gemm {}: {e}", args.gemm)))?;
     if super::sparse::wanted(&args) {
         return super::sparse::run(&args);
     }

@@ -3,9 +3,17 @@
 //! ([`super::sparse`]).
 
 use super::{Format, InputError};
+use deinsum_exec::gemm::Gemm;
 use deinsum_plan::DType;
 use deinsum_sparse::einsum as se;
 use std::path::PathBuf;
+
+/// `--gemm`'s parser: the names of [`Gemm`], which clap lists and checks.
+fn gemm_parser() -> impl clap::builder::TypedValueParser<Value = Gemm> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Gemm::ALL.map(Gemm::name))
+        .try_map(|name| name.parse::<Gemm>())
+}
 
 /// `--dtype`'s parser: the names of [`DType`] ([`DType::ALL`]), which clap lists and checks
 /// as it does an enum's.
@@ -114,6 +122,10 @@ pub struct Args {
     /// OMP_NUM_THREADS, else 1).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// GEMM library: faer (built in) or blas (the system CBLAS, in a build with the cargo
+    /// feature `blas`; else refused, exit 2).
+    #[arg(long, value_parser = gemm_parser(), default_value = "faer")]
+    pub gemm: Gemm,
     /// Operands K,.. are sparse (generated with --density or --rmat unless --inputs gives a
     /// .mtx, .tns or .npz file); planned from their pattern with a halo exchange.
     #[arg(long, value_name = "K", value_delimiter = ',')]

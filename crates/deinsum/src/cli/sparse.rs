@@ -9,7 +9,7 @@
 //! Honoured: `--dtype`, `--repeat`, `--warmup`, `--threads`, `--check`, `--format`,
 //! `--backend`, `--procs`, `--seed`, `--spmv-scheme`. Refused (exit 2), since a sparse plan is
 //! built from the pattern alone: `--plan`, `--mem`, `--machine`, `--objective` other than
-//! `time`, `--no-overlap` and `--html`.
+//! `time`, `--no-overlap` and `--html`; `--gemm blas` too (the sparse kernels call no GEMM).
 
 use super::run_args::{Args, Backend};
 use super::sparse_inputs::input_err;
@@ -43,7 +43,8 @@ fn refuse_flags(args: &Args) -> anyhow::Result<()> {
         return Err(InputError(format!("sparse operands: {what} is not built yet")).into());
     }
     if args.dtype.is_complex() {
-        // Matrix Market `complex`, complex .npz and complex SciPy matrices are not read yet.
+        // deinsum_sparse::io reads Matrix Market `complex` and complex .npz; the sparse
+        // writers, the check and SciPy's complex matrices from Python are real-only yet.
         let what = format!("--dtype {} with a sparse operand", args.dtype);
         return Err(InputError(format!("sparse operands: {what} is not built yet")).into());
     }
@@ -59,6 +60,9 @@ fn refuse_flags(args: &Args) -> anyhow::Result<()> {
     }
     if args.no_overlap {
         return refuse("--no-overlap", pattern);
+    }
+    if args.gemm != deinsum_exec::Gemm::Faer {
+        return refuse("--gemm", "the sparse kernels call no GEMM");
     }
     if args.html.is_some() {
         return refuse(

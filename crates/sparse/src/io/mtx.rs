@@ -1,5 +1,5 @@
-//! Matrix Market coordinate files: `real`, `integer` or `pattern` entries, `general`,
-//! `symmetric` or `skew-symmetric` storage.
+//! Matrix Market coordinate files: `real`, `integer`, `pattern` or `complex` entries,
+//! `general`, `symmetric`, `skew-symmetric` or (complex) `hermitian` storage.
 
 use super::{one_based, parse_err, read_text, value};
 use crate::{SparseError, SparseTensor};
@@ -12,17 +12,45 @@ enum Symmetry {
     General,
     Symmetric,
     Skew,
+    /// Mirrored conjugated (complex files only).
+    Hermitian,
+}
+
+/// What an entry holds after its indices.
+#[derive(Clone, Copy, PartialEq)]
+enum Field {
+    /// One number.
+    Real,
+    /// Nothing: the entry is 1.
+    Pattern,
+    /// Two numbers, the real and imaginary parts.
+    Complex,
 }
 
 /// Reads a Matrix Market coordinate file (1-based entries; a `pattern` entry is 1; a
-/// symmetric file stores one triangle and is mirrored; duplicates are summed).
+/// symmetric file stores one triangle and is mirrored, conjugated when hermitian; duplicates
+/// are summed). A `complex` file is refused for a real `T` (its imaginary parts would be
+/// dropped, which NumPy refuses too).
 pub fn read_mtx<T: Scalar>(path: &Path) -> Result<SparseTensor<T>, SparseError> {
     let text = read_text(path)?;
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
     let (_, head) = lines
         .next()
         .ok_or_else(|| parse_err(path, 1, "header", "the file is empty"))?;
-    let (pattern, sym) = header(path, head)?;
+    let (field, sym) = header(path, head)?;
+    if field == Field::Complex && !T::DTYPE.is_complex() {
+        return Err(parse_err(
+            path,
+            1,
+            "header",
+            format!(
+                "field 'complex' cannot be read as {} (it would drop the imaginary parts): \
+                 use --dtype {}",
+                T::DTYPE,
+                T::DTYPE.complex()
+            ),
+        ));
+    }
     let (size_no, m, n, declared) = size_line(path, &mut lines)?;
     if sym != Symmetry::General && m != n {
         return Err(parse_err(
@@ -54,10 +82,10 @@ pub fn read_mtx<T: Scalar>(path: &Path) -> Result<SparseTensor<T>, SparseError> 
         let mut tok = l.split_whitespace();
         let i = one_based(path, no, "row index", tok.next(), m)?;
         let j = one_based(path, no, "column index", tok.next(), n)?;
-        let v = if pattern {
-            1.0
-        } else {
-            value(path, no, tok.next())?
+        let (re, im) = match field {
+            Field::Pattern => (1.0, 0.0),
+            Field::Real => (value(path, no, tok.next())?, 0.0),
+            Field::Complex => (value(path, no, tok.next())?, value(path, no, tok.next())?),
         };
         if tok.next().is_some() {
             return Err(parse_err(path, no, "entry", "too many fields"));
@@ -79,10 +107,14 @@ pub fn read_mtx<T: Scalar>(path: &Path) -> Result<SparseTensor<T>, SparseError> 
             ));
         }
         coords.extend([i, j]);
-        vals.push(T::from_f64(v));
+        vals.push(T::from_parts(re, im));
         if sym != Symmetry::General && i != j {
             coords.extend([j, i]);
-            vals.push(T::from_f64(if sym == Symmetry::Skew { -v } else { v }));
+            vals.push(match sym {
+                Symmetry::Skew => T::from_parts(-re, -im),
+                Symmetry::Hermitian => T::from_parts(re, -im),
+                _ => T::from_parts(re, im),
+            });
         }
     }
     if count != declared {
@@ -97,7 +129,7 @@ pub fn read_mtx<T: Scalar>(path: &Path) -> Result<SparseTensor<T>, SparseError> 
 }
 
 /// Parses the banner `%%MatrixMarket matrix coordinate <field> <symmetry>`.
-fn header(path: &Path, head: &str) -> Result<(bool, Symmetry), SparseError> {
+fn header(path: &Path, head: &str) -> Result<(Field, Symmetry), SparseError> {
     let w: Vec<String> = head
         .split_whitespace()
         .map(|s| s.to_ascii_lowercase())
@@ -129,15 +161,16 @@ fn header(path: &Path, head: &str) -> Result<(bool, Symmetry), SparseError> {
             ),
         ));
     }
-    let pattern = match w[3].as_str() {
-        "real" | "integer" | "double" => false,
-        "pattern" => true,
+    let field = match w[3].as_str() {
+        "real" | "integer" | "double" => Field::Real,
+        "pattern" => Field::Pattern,
+        "complex" => Field::Complex,
         f => {
             return Err(parse_err(
                 path,
                 1,
                 "header",
-                format!("field '{f}' is not supported (real, integer or pattern)"),
+                format!("field '{f}' is not supported (real, integer, pattern or complex)"),
             ))
         }
     };
@@ -145,16 +178,20 @@ fn header(path: &Path, head: &str) -> Result<(bool, Symmetry), SparseError> {
         "general" => Symmetry::General,
         "symmetric" => Symmetry::Symmetric,
         "skew-symmetric" => Symmetry::Skew,
+        "hermitian" if field == Field::Complex => Symmetry::Hermitian,
         s => {
             return Err(parse_err(
                 path,
                 1,
                 "header",
-                format!("symmetry '{s}' is not supported (general, symmetric or skew-symmetric)"),
+                format!(
+                    "symmetry '{s}' is not supported (general, symmetric, skew-symmetric, or \
+                     hermitian for a complex field)"
+                ),
             ))
         }
     };
-    Ok((pattern, sym))
+    Ok((field, sym))
 }
 
 /// Parses the size line `rows cols entries`: the first line after the banner that is neither a

@@ -1,5 +1,6 @@
 //! SciPy's sparse `.npz` archives (`scipy.sparse.save_npz`): a zip of `.npy` arrays —
-//! `format` (`csr`, `csc` or `coo`), `shape`, `data`, and `indices`/`indptr` or `row`/`col`.
+//! `format` (`csr`, `csc` or `coo`), `shape`, `data` (real or complex), and
+//! `indices`/`indptr` or `row`/`col`.
 
 use crate::{SparseError, SparseTensor};
 use deinsum_exec::Scalar;
@@ -10,7 +11,9 @@ use std::io::Read;
 use std::path::Path;
 
 /// Reads a SciPy sparse matrix archive (CSR, CSC or COO; compressed or not). Index arrays may
-/// be 32- or 64-bit integers; data any real or integer dtype (converted as NumPy's `astype`).
+/// be 32- or 64-bit integers; data any real, integer or bool dtype (converted as NumPy's
+/// `astype`), or complex (`<c16`, `<c8`) for a complex `T` (refused for a real one, whose
+/// conversion would drop the imaginary parts).
 pub fn read_npz<T: Scalar>(path: &Path) -> Result<SparseTensor<T>, SparseError> {
     let file = path.display().to_string();
     let fmt_err = |message: String| SparseError::Format {
@@ -105,8 +108,25 @@ fn ints(npz: &mut NpzReader<File>, name: &str) -> Result<Vec<i64>, String> {
     Err(format!("no integer array '{name}'"))
 }
 
-/// The data array of any real, integer or bool dtype, converted to `T`.
+/// The data array of any real, integer, bool or complex dtype, converted to `T` (complex
+/// data only to a complex `T`).
 fn reals<T: Scalar>(npz: &mut NpzReader<File>, name: &str) -> Result<Vec<T>, String> {
+    macro_rules! try_complex {
+        ($($t:ty),*) => {$(
+            if let Ok(a) = npz.by_name::<ndarray::OwnedRepr<num_complex::Complex<$t>>, ndarray::Ix1>(name) {
+                if !T::DTYPE.is_complex() {
+                    return Err(format!(
+                        "'{name}' is complex and cannot be read as {} (it would drop the \
+                         imaginary parts): use --dtype {}",
+                        T::DTYPE,
+                        T::DTYPE.complex()
+                    ));
+                }
+                return Ok(a.iter().map(|x| T::from_parts(x.re as f64, x.im as f64)).collect());
+            }
+        )*};
+    }
+    try_complex!(f64, f32);
     macro_rules! try_as {
         ($($t:ty),*) => {$(
             if let Ok(a) = npz.by_name::<ndarray::OwnedRepr<$t>, ndarray::Ix1>(name) {
@@ -122,9 +142,7 @@ fn reals<T: Scalar>(npz: &mut NpzReader<File>, name: &str) -> Result<Vec<T>, Str
             .map(|&x| T::from_f64(f64::from(u8::from(x))))
             .collect());
     }
-    Err(format!(
-        "no real array '{name}' (complex data is not supported)"
-    ))
+    Err(format!("no numeric array '{name}'"))
 }
 
 /// The archive's `format` entry: a NumPy byte string (`|S3`), which the typed reader does not

@@ -28,3 +28,7 @@ col = np.array([0, 0, 3, 1, 4, 0, 2])
 val = np.array([1.0, 0.5, -2.0, 3.25, 4.0, 0.5, -1.0])
 sp.save_npz("coo_dups.npz", sp.coo_matrix((val, (row, col)), shape=(4, 5)))
 np.savetxt("npz_dense.txt", dense.reshape(1, -1), fmt="%.17g")
+# Complex data (complex128, complex64): imaginary parts on the same pattern as the real ones.
+zdense = dense + 1j * np.where(dense != 0, np.arange(20).reshape(4, 5) - 7.5, 0)
+sp.save_npz("csr_c128.npz", sp.csr_matrix(zdense))
+sp.save_npz("coo_c64.npz", sp.coo_matrix(zdense.astype(np.complex64)))
