@@ -238,7 +238,31 @@ fn add_key(
         );
         add(BCAST_R, ROWS_OUT, s, if kr && lc == 0 { e[3] } else { 0 });
     }
-    // Semi-join: left key lists to every rank, matching right rows back.
+    let sides = Sides { lc, rc, kl, kr, kb };
+    add_semi(v, lay, by_rank, &sides);
+    add_index(v, lay, by_rank, o, &sides);
+    bcast_left
+}
+
+/// One key's totals over both tables, as the strategies' move counts need them.
+#[derive(Clone, Copy)]
+struct Sides {
+    /// Left and right rows with the key.
+    lc: u64,
+    rc: u64,
+    /// Whether the join keeps unmatched left (right) rows.
+    kl: bool,
+    kr: bool,
+    /// Bytes of the key in a message.
+    kb: u64,
+}
+
+/// Adds the semi-join's moves for one key: left key lists to every rank, matching right rows
+/// back.
+fn add_semi(v: &mut [u64], lay: &Layout, by_rank: &[(usize, Summary)], sd: &Sides) {
+    let p = lay.p;
+    let Sides { lc, rc, kl, kr, kb } = *sd;
+    let mut add = |slot: usize, f: usize, r: usize, x: u64| v[lay.slot(slot, f, r)] += x;
     for &(s, e) in by_rank {
         if e[0] > 0 {
             add(SEMI, SENT, s, (p as u64 - 1) * kb);
@@ -263,8 +287,14 @@ fn add_key(
             }
         }
     }
-    // Join index: (key, row) to the owner, index entries to the right rows' holders, their
-    // non-key columns (with the left row) to the left rows' holders.
+}
+
+/// Adds the join index's moves for one key owned by rank `o`: (key, row) to the owner, index
+/// entries to the right rows' holders, their non-key columns (with the left row) to the left
+/// rows' holders.
+fn add_index(v: &mut [u64], lay: &Layout, by_rank: &[(usize, Summary)], o: usize, sd: &Sides) {
+    let Sides { lc, rc, kl, kr, kb } = *sd;
+    let mut add = |slot: usize, f: usize, r: usize, x: u64| v[lay.slot(slot, f, r)] += x;
     for &(s, e) in by_rank {
         if s != o {
             let b = (e[0] + e[3]) * (kb + ROW_NUMBER);
@@ -289,7 +319,6 @@ fn add_key(
         add(INDEX, ROWS_OUT, s, if kr && lc == 0 { e[3] } else { 0 });
     }
     add(INDEX, ROWS_IN, o, lc + rc);
-    bcast_left
 }
 
 /// Runs the inspector (collective) and predicts every strategy on `machine`.
