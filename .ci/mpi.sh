@@ -268,7 +268,7 @@ for n in 1 2 3 4 5; do
             st=$?
             if [ $st -eq 0 ] && echo "$out" | grep -q "\"procs\": $n," \
                 && cmp -s <(sort "$join_dir/local.csv") <(sort "$join_dir/mpi.csv") \
-                && [ "$(echo "$out" | grep -c '"strategy"')" -eq 1 ]; then
+                && [ "$(echo "$out" | grep -c '^  "strategy"')" -eq 1 ]; then
                 ok "join --how $how --strategy $strategy under mpirun -n $n equals in-process"
             else
                 echo "$out" | tail -20
