@@ -307,8 +307,10 @@ if "${PYTHON:-python3}" -m venv "$py_venv" >"$py_log" 2>&1 \
     done
     # `deinsum join` under mpirun -n 1..5 against DuckDB (the test launches mpirun itself).
     join_cli="$(cd "$target_dir/debug" && pwd)/deinsum"
+    # Absolute: the test runs from python/tests, and the venv's path may be relative.
+    py_abs="$(cd "$py_venv" && pwd)/bin/python"
     if (cd python/tests && DEINSUM_MPI_CLI="$join_cli" \
-        DEINSUM_MPIRUN="$MPIRUN" "$py_venv/bin/python" -m pytest -q --color=no \
+        DEINSUM_MPIRUN="$MPIRUN" "$py_abs" -m pytest -q --color=no \
         -p no:cacheprovider test_join_mpi.py </dev/null); then
         ok "python/tests/test_join_mpi.py (deinsum join under mpirun -n 1..5 vs DuckDB)"
     else
