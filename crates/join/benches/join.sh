@@ -27,5 +27,8 @@ if [ ! -x "$exe" ]; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$venv/bin/python" "$root/crates/join/benches/join_bench.py" "$exe" "$work" \
+# The baselines' process runs without this workplace's OpenBLAS overrides (NumPy's own kernel);
+# join_bench.py hands deinsum the environment as given.
+env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE_GIVEN="${OPENBLAS_CORETYPE-}" \
+    OPENBLAS_L2_SIZE_GIVEN="${OPENBLAS_L2_SIZE-}" "$venv/bin/python" "$root/crates/join/benches/join_bench.py" "$exe" "$work" \
     "$root/crates/join/benches/RESULTS.md"

@@ -4,6 +4,16 @@ one run and writes RESULTS.md. Arguments: the deinsum binary, a scratch folder, 
 import os
 import sys
 
+# The baselines (this process: DuckDB, Polars, NumPy's OpenBLAS) run as their users get them:
+# join.sh starts it without this workplace's OpenBLAS overrides (dropped again here, before NumPy
+# loads OpenBLAS, for a direct start), and deinsum gets them back as they were given
+# (join.sh passes them as *_GIVEN).
+DEINSUM_ENV = dict(os.environ)
+for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+    _given = DEINSUM_ENV.pop(_var + "_GIVEN", None)
+    if _given:
+        DEINSUM_ENV[_var] = _given
+    os.environ.pop(_var, None)
 # Polars reads its thread count once, at import.
 os.environ["POLARS_MAX_THREADS"] = "2"
 
@@ -107,7 +117,8 @@ def deinsum(lp, rp, strategy):
         r = subprocess.run([EXE, "join", lp, rp, "--on", "k", "--procs", str(P),
                             "--strategy", strategy, "--format", "json",
                             "--output", f"{WORK}/o_deinsum.parquet"],
-                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                           env=DEINSUM_ENV)
         walls.append(time.perf_counter() - t)
         if r.returncode != 0:
             raise SystemExit(f"deinsum join --strategy {strategy} failed: {r.stderr}")
