@@ -644,6 +644,14 @@ impl Plan {
         self.tensors.iter().find(|t| t.id == id)
     }
 
+    /// The distribution input tensor `id` is loaded in (its `Load` step), if the plan loads it.
+    pub fn load_dist(&self, id: TensorId) -> Option<&Distribution> {
+        self.steps.iter().find_map(|s| match s {
+            PlanStep::Load { tensor, dist } if *tensor == id => Some(dist),
+            _ => None,
+        })
+    }
+
     /// Reads a plan from its JSON, refusing other schema versions with a clear message
     /// (checked before the body is parsed, so an old plan is named as such).
     pub fn from_json(text: &str) -> Result<Plan, PlanError> {

@@ -50,17 +50,11 @@ impl PlanOptions {
 
     /// These options with every `Anywhere` operand of the `n` given where `plan` loads it.
     pub(crate) fn anywhere_as_loaded(&self, plan: &crate::Plan, n: usize) -> PlanOptions {
-        let loaded = |k: usize| {
-            plan.steps.iter().find_map(|s| match s {
-                crate::PlanStep::Load { tensor, dist } if *tensor == k => Some(dist.clone()),
-                _ => None,
-            })
-        };
         let mut o = self.clone();
         o.sources = (0..n)
-            .map(|k| match (self.source(k), loaded(k)) {
+            .map(|k| match (self.source(k), plan.load_dist(k)) {
                 (Source::Anywhere, Some(d)) if d.window.is_empty() && !d.is_partial() => {
-                    Source::Given(d)
+                    Source::Given(d.clone())
                 }
                 (s, _) => s,
             })

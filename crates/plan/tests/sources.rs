@@ -30,16 +30,9 @@ fn plan(e: &ParsedEinsum, procs: usize, sources: Vec<Source>) -> Plan {
 
 /// The distribution each input is loaded in, by operand.
 fn loads(p: &Plan) -> Vec<Distribution> {
-    let mut out: Vec<(usize, Distribution)> = p
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            PlanStep::Load { tensor, dist } => Some((*tensor, dist.clone())),
-            _ => None,
-        })
-        .collect();
-    out.sort_by_key(|x| x.0);
-    out.into_iter().map(|x| x.1).collect()
+    (0..p.einsum.num_inputs())
+        .map(|k| p.load_dist(k).expect("every operand is loaded").clone())
+        .collect()
 }
 
 /// Words moved out of input `k`'s load distribution (redistributions of the input).

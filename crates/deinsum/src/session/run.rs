@@ -7,7 +7,7 @@ use super::state::Inner;
 use super::types::{EinsumStats, OutLayout, SessionError};
 use crate::{Communicator, Einsum, ExecOptions, Inputs, Scalar};
 use deinsum_expr::{ExtentSpec, ParsedEinsum};
-use deinsum_plan::{canonical_distribution, Distribution, Plan, PlanStep, Source, TensorId};
+use deinsum_plan::{canonical_distribution, Distribution, Plan, PlanStep, Source};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -31,13 +31,16 @@ pub(super) fn einsum<T: Scalar>(
     let key = format!("{e}|{:?}|{}|{sources:?}", e.extents(), T::DTYPE);
     let (compiled, cached) = s.plan(key, || Einsum::compile_parsed(&e, &opts))?;
     let plan = compiled.plan();
-    let loads = load_dists(plan);
+    // The planner loads every operand (a Load step per input tensor).
+    let loads: Vec<&Distribution> = (0..operands.len())
+        .map(|k| plan.load_dist(k).expect("the plan loads every operand"))
+        .collect();
     // Whole operands are read in place and never placed twice.
     let mut placements: Vec<Option<Placed<T>>> = (0..operands.len()).map(|_| None).collect();
     for k in 0..operands.len() {
         let first = operands[..k].iter().all(|a| !a.same(operands[k]));
         if first && !matches!(held[k], Held::Placed(_)) && plain(&e, k) {
-            placements[k] = Some(place::<T>(plan, k, &loads[k], &held[k])?);
+            placements[k] = Some(place::<T>(plan, k, loads[k], &held[k])?);
         }
     }
     let outs = compiled.on_local_ranks::<T, RankOut<T>>(|comm| {
@@ -46,7 +49,7 @@ pub(super) fn einsum<T: Scalar>(
         for k in 0..operands.len() {
             let block = match &placements[k] {
                 Some(p) => p.blocks[me].clone(),
-                None => rank_block::<T>(&e, k, &loads[k], &held[k], me)?,
+                None => rank_block::<T>(&e, k, loads[k], &held[k], me)?,
             };
             if let Some(b) = block {
                 mine.insert(k, b);
@@ -161,20 +164,6 @@ fn source_of<T: Scalar>(e: &ParsedEinsum, k: usize, held: &Held) -> Source {
             .map_or(Source::Anywhere, |p| Source::Given(p.layout.clone())),
         _ => Source::Anywhere,
     }
-}
-
-/// The distribution each input tensor is loaded in, by operand.
-fn load_dists(plan: &Plan) -> Vec<Distribution> {
-    let mut out: Vec<(TensorId, Distribution)> = plan
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            PlanStep::Load { tensor, dist } => Some((*tensor, dist.clone())),
-            _ => None,
-        })
-        .collect();
-    out.sort_by_key(|x| x.0);
-    out.into_iter().map(|x| x.1).collect()
 }
 
 /// Rank `me`'s block of operand `k` in `dist`.
