@@ -277,6 +277,30 @@ for n in 1 2 3 4 5; do
         done
     done
 done
+# Placements under mpirun: each table on its own group of ranks (semi-join, Bloom semi-join)
+# and tables split by columns (join index): the output equals the in-process ranks' and every
+# rank moved exactly the predicted bytes.
+exact='import json,sys; r=json.load(open(sys.argv[1])); p=next(x for x in r["inspection"]["predictions"] if x["strategy"]==r["strategy"]); sys.exit(0 if (r["measured_sent"],r["measured_received"],r["placement"])==(p["sent"],p["received"],sys.argv[2]) else 1)'
+for n in 2 3; do
+    for ps in separate:semi separate:bloom columns:index; do
+        placement=${ps%%:*}
+        strategy=${ps##*:}
+        "$target_dir/debug/deinsum" join "$join_dir/l.csv" "$join_dir/r.csv" --on k --how full \
+            --strategy "$strategy" --placement "$placement" --procs "$n" \
+            --output "$join_dir/local.csv" </dev/null >/dev/null 2>&1
+        timeout "$TIMEOUT" "$MPIRUN" -n "$n" "$target_dir/debug/deinsum" join "$join_dir/l.csv" \
+            "$join_dir/r.csv" --on k --how full --strategy "$strategy" --placement "$placement" \
+            --output "$join_dir/mpi.csv" --format json </dev/null >"$join_dir/rep.json" 2>"$join_dir/err"
+        st=$?
+        if [ $st -eq 0 ] && python3 -c "$exact" "$join_dir/rep.json" "$placement" \
+            && cmp -s <(sort "$join_dir/local.csv") <(sort "$join_dir/mpi.csv"); then
+            ok "join --placement $placement --strategy $strategy under mpirun -n $n: exact bytes, equals in-process"
+        else
+            tail -20 "$join_dir/err"
+            bad "join --placement $placement --strategy $strategy under mpirun -n $n: exact bytes, equals in-process (exit $st)"
+        fi
+    done
+done
 rm -rf "$join_dir"
 
 # --- Python on MPI (mpi4py) ----------------------------------------------------------------

@@ -19,15 +19,20 @@ pub enum Strategy {
     /// Keys and row numbers to the owners, which build the join index; the right rows'
     /// non-key columns move last, only for matched pairs (late materialization).
     Index,
+    /// The semi-join with a Bloom filter of each rank's distinct left keys in place of the
+    /// key list: the right rows whose key passes come back, and the false positives among
+    /// them match nothing (a kept right side gets its match flags back, one bit a row).
+    Bloom,
 }
 
 impl Strategy {
     /// Every strategy, in the order of [`crate::Inspection::predictions`].
-    pub const ALL: [Strategy; 4] = [
+    pub const ALL: [Strategy; 5] = [
         Strategy::Shuffle,
         Strategy::Broadcast,
         Strategy::Semi,
         Strategy::Index,
+        Strategy::Bloom,
     ];
 
     /// Its name.
@@ -37,6 +42,7 @@ impl Strategy {
             Strategy::Broadcast => "broadcast",
             Strategy::Semi => "semi",
             Strategy::Index => "index",
+            Strategy::Bloom => "bloom",
         }
     }
 
@@ -48,10 +54,11 @@ impl Strategy {
             "broadcast" => Strategy::Broadcast,
             "semi" | "semi-join" | "semijoin" => Strategy::Semi,
             "index" | "join-index" => Strategy::Index,
+            "bloom" | "semi-bloom" => Strategy::Bloom,
             _ => {
                 return Err(JoinError::Invalid(format!(
-                    "--strategy must be one of auto, shuffle, broadcast, semi, index, got `{s}`"
-                )))
+                "--strategy must be one of auto, shuffle, broadcast, semi, index, bloom, got `{s}`"
+            )))
             }
         }))
     }

@@ -2,10 +2,11 @@
 //! ends with some rows of the output. Every byte moves through [`coll::all_to_all`], so the
 //! communicator counts it, and each strategy moves exactly what [`crate::inspect`] predicted.
 
+use crate::bloom::Bloom;
 use crate::coll;
 use crate::cost::Strategy;
 use crate::inspect::{inspect, Inspection};
-use crate::kernel::{assemble, hash_join, owner, JoinShape, KeyMap, Keys, Pairs};
+use crate::kernel::{assemble, hash_join, key_hash, owner, JoinShape, KeyMap, Keys, Pairs};
 use crate::{Column, JoinError, Table};
 use deinsum_exec::{Communicator, Traffic};
 
@@ -46,13 +47,13 @@ fn diff(a: Traffic, b: Traffic) -> Traffic {
 
 /// The strategy `auto` takes: the least predicted seconds (the first of equals).
 pub fn choose(ins: &Inspection) -> Strategy {
-    let mut best = Strategy::ALL[0];
-    for s in Strategy::ALL {
-        if ins.prediction(s).seconds < ins.prediction(best).seconds {
-            best = s;
+    let mut best = &ins.predictions[0];
+    for p in &ins.predictions {
+        if p.seconds < best.seconds {
+            best = p;
         }
     }
-    best
+    best.strategy
 }
 
 /// Joins this rank's rows `l` and `r` with the other ranks' (collective).
@@ -88,8 +89,9 @@ pub fn join<C: Communicator>(
     let table = match strategy {
         Strategy::Shuffle => shuffle(comm, &side, &inspection.heavy)?,
         Strategy::Broadcast => broadcast(comm, &side, inspection.broadcast_left)?,
-        Strategy::Semi => semi(comm, &side)?,
+        Strategy::Semi => semi(comm, &side, &inspection)?,
         Strategy::Index => index(comm, &side)?,
+        Strategy::Bloom => bloom(comm, &side, &inspection)?,
     };
     let t2 = comm.traffic();
     Ok(RankJoin {
@@ -309,41 +311,73 @@ fn broadcast<C: Communicator>(comm: &C, s: &Sides, left: bool) -> Result<Table, 
     concat(out)
 }
 
-/// Semi-join: every rank's distinct left keys to every rank; each rank returns its right rows
-/// with those keys; each rank joins its left rows with what came back. A right row whose key
-/// no rank's left holds is unmatched, which its holder knows from the key lists.
-fn semi<C: Communicator>(comm: &C, s: &Sides) -> Result<Table, JoinError> {
-    let p = comm.size();
-    let mut distinct: KeyMap<()> = KeyMap::default();
-    let mut list = Vec::new();
-    for i in 0..s.l.rows() {
-        if let Some(k) = s.lk.get(i) {
-            if distinct.insert(k, ()).is_none() {
-                list.extend_from_slice(&(k.len() as u32).to_le_bytes());
-                list.extend_from_slice(k);
+/// This rank's distinct non-NULL left keys, in first-seen order.
+fn distinct_left<'a>(s: &Sides<'a>) -> Vec<&'a [u8]> {
+    let mut seen: KeyMap<()> = KeyMap::default();
+    (0..s.l.rows())
+        .filter_map(|i| s.lk.get(i))
+        .filter(|k| seen.insert(*k, ()).is_none())
+        .collect()
+}
+
+/// `mine` to every rank holding keyed right rows (and to this one, handed over); the message
+/// of every rank that sent one, in rank order.
+fn to_right_holders<C: Communicator>(
+    comm: &C,
+    ins: &Inspection,
+    mine: &[u8],
+) -> Result<Vec<Vec<u8>>, JoinError> {
+    let me = comm.rank();
+    let msgs = ins
+        .ranks
+        .iter()
+        .enumerate()
+        .map(|(q, f)| {
+            if q == me || f.right_keyed > 0 {
+                mine.to_vec()
+            } else {
+                Vec::new()
             }
-        }
+        })
+        .collect();
+    Ok(coll::all_to_all(comm, msgs)?)
+}
+
+/// Semi-join: every rank's distinct left keys to every rank holding keyed right rows; each
+/// returns its right rows with those keys; each rank joins its left rows with what came
+/// back. A right row whose key no rank's left holds is unmatched, which its holder knows
+/// from the key lists.
+fn semi<C: Communicator>(comm: &C, s: &Sides, ins: &Inspection) -> Result<Table, JoinError> {
+    let p = comm.size();
+    let mut list = Vec::new();
+    for k in distinct_left(s) {
+        list.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        list.extend_from_slice(k);
     }
-    drop(distinct);
-    let lists = coll::all_gather(comm, &list)?;
+    let lists = to_right_holders(comm, ins, &list)?;
+    drop(list);
     let all: Vec<usize> = (0..s.r.names().len()).collect();
     let mut msgs = vec![Vec::new(); p];
     let mut wanted_anywhere = vec![false; s.r.rows()];
+    // The ranks that want each key, so the right rows are scanned once.
+    let mut wanted_by: KeyMap<Vec<usize>> = KeyMap::default();
     for (q, b) in lists.iter().enumerate() {
-        let mut keys: KeyMap<()> = KeyMap::default();
         let mut b = &b[..];
         while !b.is_empty() {
             let n = u32::from_le_bytes(b[..4].try_into().expect("4")) as usize;
-            keys.insert(&b[4..4 + n], ());
+            wanted_by.entry(&b[4..4 + n]).or_default().push(q);
             b = &b[4 + n..];
         }
-        for (j, wanted) in wanted_anywhere.iter_mut().enumerate() {
-            if s.rk.get(j).is_some_and(|k| keys.contains_key(k)) {
+    }
+    for (j, wanted) in wanted_anywhere.iter_mut().enumerate() {
+        if let Some(qs) = s.rk.get(j).and_then(|k| wanted_by.get(k)) {
+            for &q in qs {
                 s.r.encode_row(j, &all, &mut msgs[q]);
-                *wanted = true;
             }
+            *wanted = true;
         }
     }
+    drop(wanted_by);
     let got = coll::all_to_all(comm, msgs)?.concat();
     let rr = s.decode_right(&got)?;
     let rrk = Keys::of(&rr, &s.shape.rkeys);
@@ -364,6 +398,105 @@ fn semi<C: Communicator>(comm: &C, s: &Sides) -> Result<Table, JoinError> {
     }
     out.push(s.null_key_rows());
     concat(out)
+}
+
+/// The Bloom semi-join: each rank's filter of its distinct left keys to every rank holding
+/// keyed right rows; each returns its right rows whose key passes; each rank joins its left
+/// rows with what came back, the false positives matching nothing. A kept right side's
+/// holders get one bit a row back (whether it matched there), since a filter cannot tell
+/// them which of their rows no left row has.
+fn bloom<C: Communicator>(comm: &C, s: &Sides, ins: &Inspection) -> Result<Table, JoinError> {
+    let p = comm.size();
+    let keys = distinct_left(s);
+    let mut filter = Bloom::new(keys.len() as u64, p);
+    for k in keys {
+        filter.insert(k);
+    }
+    let filters = to_right_holders(comm, ins, filter.bytes())?;
+    drop(filter);
+    let all: Vec<usize> = (0..s.r.names().len()).collect();
+    let mut msgs = vec![Vec::new(); p];
+    // The right rows sent to each rank, in the order sent.
+    let mut sent_rows: Vec<Vec<usize>> = vec![Vec::new(); p];
+    let filters: Vec<(usize, Bloom)> = filters
+        .into_iter()
+        .enumerate()
+        .filter(|(_, b)| !b.is_empty())
+        .map(|(q, b)| (q, Bloom::from_bytes(b, p)))
+        .collect();
+    // Each right key hashed once, tested against every filter.
+    for j in 0..s.r.rows() {
+        let Some(h) = s.rk.get(j).map(key_hash) else {
+            continue;
+        };
+        for (q, f) in &filters {
+            if f.contains_hash(h) {
+                s.r.encode_row(j, &all, &mut msgs[*q]);
+                sent_rows[*q].push(j);
+            }
+        }
+    }
+    drop(filters);
+    let got = coll::all_to_all(comm, msgs)?;
+    let parts: Vec<Table> = got
+        .iter()
+        .map(|b| s.decode_right(b))
+        .collect::<Result<_, _>>()?;
+    drop(got);
+    let counts: Vec<usize> = parts.iter().map(Table::rows).collect();
+    let rr = concat(parts)?;
+    let rrk = Keys::of(&rr, &s.shape.rkeys);
+    let kind = s.shape.kind;
+    let (pairs, _, rmatched) = hash_join(s.lk, &rrk, kind.keeps_left(), false);
+    let pairs: Pairs = pairs
+        .into_iter()
+        .filter(|&(a, _)| a.is_some_and(|i| s.lk.get(i).is_some()))
+        .collect();
+    let mut out = vec![assemble(s.shape, s.l, &rr, &pairs)];
+    if kind.keeps_right() {
+        let matched = match_flags_back(comm, &rmatched, &counts, &sent_rows, s.r.rows())?;
+        let pairs: Pairs = (0..s.r.rows())
+            .filter(|&j| s.rk.get(j).is_some() && !matched[j])
+            .map(|j| (None, Some(j)))
+            .collect();
+        out.push(assemble(s.shape, s.l, s.r, &pairs));
+    }
+    out.push(s.null_key_rows());
+    concat(out)
+}
+
+/// The Bloom semi-join's flags back: `rmatched` says which received right rows matched here
+/// (the rows of each rank back to back, `counts` of them); each holder gets one bit per row it
+/// sent, and ORs them over ranks onto its `rows` rows (sent in the order `sent_rows`).
+fn match_flags_back<C: Communicator>(
+    comm: &C,
+    rmatched: &[bool],
+    counts: &[usize],
+    sent_rows: &[Vec<usize>],
+    rows: usize,
+) -> Result<Vec<bool>, JoinError> {
+    let mut msgs = Vec::with_capacity(counts.len());
+    let mut at = 0;
+    for &n in counts {
+        let mut bits = vec![0u8; n.div_ceil(8)];
+        for i in 0..n {
+            if rmatched[at + i] {
+                bits[i / 8] |= 1 << (i % 8);
+            }
+        }
+        msgs.push(bits);
+        at += n;
+    }
+    let got = coll::all_to_all(comm, msgs)?;
+    let mut matched = vec![false; rows];
+    for (bits, js) in got.iter().zip(sent_rows) {
+        for (i, &j) in js.iter().enumerate() {
+            if bits.get(i / 8).is_some_and(|&w| w & (1 << (i % 8)) != 0) {
+                matched[j] = true;
+            }
+        }
+    }
+    Ok(matched)
 }
 
 /// (rank, row number) pairs of one key's rows on one side.

@@ -6,9 +6,10 @@
 //! all-to-all of `4 + len(key) + 48` bytes per distinct key). Owners add up what every
 //! strategy will move for their keys; one sum over ranks makes the figures known everywhere.
 
+use crate::bloom::{filter_bytes, Stripe};
 use crate::coll;
 use crate::cost::{Prediction, Strategy};
-use crate::kernel::{owner, JoinShape, KeyMap, Keys};
+use crate::kernel::{key_hash, owner, JoinShape, KeyMap, Keys};
 use crate::{JoinError, Table};
 use deinsum_exec::Communicator;
 use serde::Serialize;
@@ -19,8 +20,9 @@ type Summary = [u64; 6];
 
 /// The per-rank figures the sum over ranks gathers.
 const RANK_FIGS: usize = 6;
-/// Strategy slots: shuffle, broadcast of the left, broadcast of the right, semi-join, index.
-const SLOTS: usize = 5;
+/// Strategy slots: shuffle, broadcast of the left, broadcast of the right, semi-join, index,
+/// Bloom semi-join.
+const SLOTS: usize = 6;
 /// Figures per slot and rank: sent, received, rows read by the local join, rows produced.
 const SLOT_FIGS: usize = 4;
 /// Global figures: matched pairs, output bytes.
@@ -63,6 +65,9 @@ pub struct RankFigures {
     pub left_keyed: u64,
     /// Right rows with a non-NULL key.
     pub right_keyed: u64,
+    /// Distinct non-NULL left keys (the length of its semi-join key list, the size of its
+    /// Bloom filter).
+    pub left_distinct: u64,
     /// Encoded bytes of the keyed left rows.
     pub left_bytes: u64,
     /// Encoded bytes of the keyed right rows.
@@ -82,7 +87,8 @@ pub struct Inspection {
     pub output_bytes: u64,
     /// Whether the broadcast join replicates the left table (the smaller in bytes).
     pub broadcast_left: bool,
-    /// Every strategy's prediction, in [`Strategy::ALL`] order.
+    /// Every strategy's prediction, in [`Strategy::ALL`] order (tables split by columns: the
+    /// join index's alone).
     pub predictions: Vec<Prediction>,
     /// Keys the shuffle treats as heavy (see [`HEAVY_SHARE`]).
     pub heavy_keys: usize,
@@ -93,9 +99,13 @@ pub struct Inspection {
 }
 
 impl Inspection {
-    /// The prediction of `s`.
+    /// The prediction of `s` (the first prediction when `s` has none: a layout that runs one
+    /// strategy predicts that one alone).
     pub fn prediction(&self, s: Strategy) -> &Prediction {
-        &self.predictions[s as usize]
+        self.predictions
+            .iter()
+            .find(|p| p.strategy == s)
+            .unwrap_or(&self.predictions[0])
     }
 }
 
@@ -132,7 +142,11 @@ struct Layout {
 
 impl Layout {
     fn len(&self) -> usize {
-        RANK_FIGS * self.p + SLOTS * SLOT_FIGS * self.p + GLOBALS
+        RANK_FIGS * self.p + SLOTS * SLOT_FIGS * self.p + GLOBALS + self.p * self.p
+    }
+    /// Right rows rank `s` sends rank `q` in the Bloom semi-join.
+    fn pair(&self, s: usize, q: usize) -> usize {
+        RANK_FIGS * self.p + SLOTS * SLOT_FIGS * self.p + GLOBALS + s * self.p + q
     }
     fn rank(&self, r: usize, f: usize) -> usize {
         r * RANK_FIGS + f
@@ -154,9 +168,20 @@ const BCAST_L: usize = 1;
 const BCAST_R: usize = 2;
 const SEMI: usize = 3;
 const INDEX: usize = 4;
+const BLOOM: usize = 5;
+
+/// What every owner knows of all ranks before it adds up its keys: which ranks hold keyed
+/// right rows (the semi-joins' key lists go to them alone) and its stripe of every rank's
+/// Bloom filter (`None` for a rank without left keys, which sends none).
+struct Ranks {
+    /// Rows above which a key is heavy in the shuffle.
+    heavy: u64,
+    right_holder: Vec<bool>,
+    stripes: Vec<Option<Stripe>>,
+}
 
 /// Adds what every strategy moves for key `k`, whose summaries by rank are `by_rank`, owned
-/// by rank `o`; a key of more than `heavy` rows is heavy. Returns, for a heavy key, whether
+/// by rank `o`; a key of more than `ranks.heavy` rows is heavy. Returns, for a heavy key, whether
 /// the shuffle broadcasts its left side (else its right).
 fn add_key(
     v: &mut [u64],
@@ -165,7 +190,7 @@ fn add_key(
     k: &[u8],
     o: usize,
     by_rank: &[(usize, Summary)],
-    heavy: u64,
+    ranks: &Ranks,
 ) -> Option<bool> {
     let p = lay.p;
     let (kl, kr) = (shape.kind.keeps_left(), shape.kind.keeps_right());
@@ -190,7 +215,7 @@ fn add_key(
     let mut add = |slot: usize, f: usize, r: usize, x: u64| v[lay.slot(slot, f, r)] += x;
     // Shuffle: every keyed row to the owner, joined there; a heavy key's side of fewer bytes
     // to every rank instead, its other side staying, so its pairs are made where that is.
-    let bcast_left = (lc + rc > heavy).then_some(lfb < rfb);
+    let bcast_left = (lc + rc > ranks.heavy).then_some(lfb < rfb);
     match bcast_left {
         None => {
             for &(s, e) in by_rank {
@@ -239,8 +264,19 @@ fn add_key(
         add(BCAST_R, ROWS_OUT, s, if kr && lc == 0 { e[3] } else { 0 });
     }
     let sides = Sides { lc, rc, kl, kr, kb };
-    add_semi(v, lay, by_rank, &sides);
+    add_semi(v, lay, by_rank, &sides, &ranks.right_holder);
     add_index(v, lay, by_rank, o, &sides);
+    // Only a key with right rows sends rows through the filters.
+    let h = key_hash(k);
+    let passes: Vec<usize> = (0..p)
+        .filter(|&q| {
+            rc > 0
+                && ranks.stripes[q]
+                    .as_ref()
+                    .is_some_and(|f| f.contains_hash(h))
+        })
+        .collect();
+    add_bloom(v, lay, by_rank, &sides, &passes);
     bcast_left
 }
 
@@ -257,16 +293,22 @@ struct Sides {
     kb: u64,
 }
 
-/// Adds the semi-join's moves for one key: left key lists to every rank, matching right rows
-/// back.
-fn add_semi(v: &mut [u64], lay: &Layout, by_rank: &[(usize, Summary)], sd: &Sides) {
+/// Adds the semi-join's moves for one key: left key lists to every other rank holding keyed
+/// right rows (`right_holder`), matching right rows back.
+fn add_semi(
+    v: &mut [u64],
+    lay: &Layout,
+    by_rank: &[(usize, Summary)],
+    sd: &Sides,
+    right_holder: &[bool],
+) {
     let p = lay.p;
     let Sides { lc, rc, kl, kr, kb } = *sd;
     let mut add = |slot: usize, f: usize, r: usize, x: u64| v[lay.slot(slot, f, r)] += x;
     for &(s, e) in by_rank {
         if e[0] > 0 {
-            add(SEMI, SENT, s, (p as u64 - 1) * kb);
-            for r in (0..p).filter(|&r| r != s) {
+            for r in (0..p).filter(|&r| r != s && right_holder[r]) {
+                add(SEMI, SENT, s, kb);
                 add(SEMI, RECV, r, kb);
             }
             add(SEMI, ROWS_IN, s, e[0] + rc);
@@ -285,6 +327,41 @@ fn add_semi(v: &mut [u64], lay: &Layout, by_rank: &[(usize, Summary)], sd: &Side
             if kr && lc == 0 {
                 add(SEMI, ROWS_OUT, s, e[3]);
             }
+        }
+    }
+}
+
+/// Adds the Bloom semi-join's moves for one key, which the filters of the ranks `passes`
+/// pass: every right row with it to each of them (false positives included), and the
+/// left rows' output where they are. Filters and match flags are whole-rank figures, added
+/// in [`finish`].
+fn add_bloom(
+    v: &mut [u64],
+    lay: &Layout,
+    by_rank: &[(usize, Summary)],
+    sd: &Sides,
+    passes: &[usize],
+) {
+    let Sides { lc, rc, kl, kr, .. } = *sd;
+    for &(s, e) in by_rank {
+        if e[0] > 0 {
+            v[lay.slot(BLOOM, ROWS_IN, s)] += e[0];
+            let un = if kl && rc == 0 { e[0] } else { 0 };
+            v[lay.slot(BLOOM, ROWS_OUT, s)] += e[0] * rc + un;
+        }
+        if e[3] == 0 {
+            continue;
+        }
+        for &q in passes {
+            v[lay.slot(BLOOM, ROWS_IN, q)] += e[3];
+            if q != s {
+                v[lay.slot(BLOOM, SENT, s)] += e[4];
+                v[lay.slot(BLOOM, RECV, q)] += e[4];
+                v[lay.pair(s, q)] += e[3];
+            }
+        }
+        if kr && lc == 0 {
+            v[lay.slot(BLOOM, ROWS_OUT, s)] += e[3];
         }
     }
 }
@@ -345,6 +422,7 @@ pub fn inspect<C: Communicator>(
             m.extend_from_slice(&x.to_le_bytes());
         }
     }
+    let distinct = local.values().filter(|s| s[0] > 0).count() as u64;
     drop(local);
     let got = coll::all_to_all(comm, msgs)?;
     let mut at_owner: KeyMap<Vec<(usize, Summary)>> = KeyMap::default();
@@ -374,13 +452,17 @@ pub fn inspect<C: Communicator>(
     };
     let (ln, lb) = keyed(l, lk, &lall);
     let (rn, rb) = keyed(r, rk, &rall);
-    // The keyed rows of both tables, for the heavy keys' threshold.
-    let mut total = [ln + rn];
-    coll::all_sum(comm, &mut total)?;
-    let threshold = heavy_threshold(total[0], p);
+    // The keyed rows of both tables (for the heavy keys' threshold), and per rank its keyed
+    // right rows and distinct left keys.
+    let mut pre = vec![0u64; 1 + 2 * p];
+    pre[0] = ln + rn;
+    pre[1 + me] = rn;
+    pre[1 + p + me] = distinct;
+    coll::all_sum(comm, &mut pre)?;
+    let ranks = owner_view(&at_owner, &pre[1..], heavy_threshold(pre[0], p));
     let mut heavy_msg = Vec::new();
     for (k, by_rank) in &at_owner {
-        if let Some(bl) = add_key(&mut v, &lay, shape, k, me, by_rank, threshold) {
+        if let Some(bl) = add_key(&mut v, &lay, shape, k, me, by_rank, &ranks) {
             heavy_msg.extend_from_slice(&(k.len() as u32).to_le_bytes());
             heavy_msg.extend_from_slice(k);
             heavy_msg.push(bl as u8);
@@ -425,7 +507,60 @@ pub fn inspect<C: Communicator>(
     };
     v[lay.global(1)] += null_bytes;
     coll::all_sum(comm, &mut v)?;
-    finish(&v, &lay, shape, machine, heavy)
+    finish(&v, &lay, shape, machine, heavy, &pre[1 + p..])
+}
+
+/// The owner's [`Ranks`]: `counts` holds every rank's keyed right rows, then every rank's
+/// distinct left keys; the stripes take the owner's keys each rank holds on the left.
+fn owner_view(at_owner: &KeyMap<Vec<(usize, Summary)>>, counts: &[u64], heavy: u64) -> Ranks {
+    let p = counts.len() / 2;
+    let mut stripes: Vec<Option<Stripe>> = (0..p)
+        .map(|q| (counts[p + q] > 0).then(|| Stripe::new(counts[p + q], p)))
+        .collect();
+    for (k, by_rank) in at_owner {
+        for &(q, _) in by_rank.iter().filter(|(_, e)| e[0] > 0) {
+            if let Some(f) = &mut stripes[q] {
+                f.insert(k);
+            }
+        }
+    }
+    Ranks {
+        heavy,
+        right_holder: counts[..p].iter().map(|&n| n > 0).collect(),
+        stripes,
+    }
+}
+
+/// Adds the Bloom semi-join's whole-rank moves to its per-key ones: each rank's filter to
+/// every other rank holding keyed right rows, and (a kept right side) one bit back for each
+/// right row that came, to its holder. Returns the extra all-to-alls (the flags').
+fn bloom_whole(
+    sent: &mut [u64],
+    received: &mut [u64],
+    v: &[u64],
+    lay: &Layout,
+    ranks: &[RankFigures],
+    shape: &JoinShape,
+) -> usize {
+    let p = lay.p;
+    for (q, f) in ranks.iter().enumerate() {
+        let fb = filter_bytes(f.left_distinct, p);
+        for s in (0..p).filter(|&s| s != q && ranks[s].right_keyed > 0) {
+            sent[q] += fb;
+            received[s] += fb;
+        }
+    }
+    if !shape.kind.keeps_right() {
+        return 0;
+    }
+    for s in 0..p {
+        for q in (0..p).filter(|&q| q != s) {
+            let flags = v[lay.pair(s, q)].div_ceil(8);
+            sent[q] += flags;
+            received[s] += flags;
+        }
+    }
+    1
 }
 
 /// The inspection from the summed figures.
@@ -435,6 +570,7 @@ fn finish(
     shape: &JoinShape,
     machine: &deinsum_plan::Machine,
     heavy: Vec<(Vec<u8>, bool)>,
+    distinct: &[u64],
 ) -> Result<Inspection, JoinError> {
     let p = lay.p;
     let ranks: Vec<RankFigures> = (0..p)
@@ -445,6 +581,7 @@ fn finish(
             right_keyed: v[lay.rank(r, 3)],
             left_bytes: v[lay.rank(r, 4)],
             right_bytes: v[lay.rank(r, 5)],
+            left_distinct: distinct[r],
         })
         .collect();
     let lbytes: u64 = ranks.iter().map(|f| f.left_bytes).sum();
@@ -459,6 +596,7 @@ fn finish(
             Strategy::Broadcast => (if broadcast_left { BCAST_L } else { BCAST_R }, 1),
             Strategy::Semi => (SEMI, 2),
             Strategy::Index => (INDEX, 4),
+            Strategy::Bloom => (BLOOM, 2),
         };
         let mut sent = slot_vec(slot, SENT);
         let mut received = slot_vec(slot, RECV);
@@ -515,6 +653,15 @@ fn finish(
             }
             if flags {
                 calls += 1;
+            }
+        }
+        if strategy == Strategy::Bloom {
+            calls += bloom_whole(&mut sent, &mut received, v, lay, &ranks, shape);
+        }
+        if matches!(strategy, Strategy::Semi | Strategy::Bloom) {
+            // The right holders scan their keyed rows once against what the lists ask.
+            for (r, f) in ranks.iter().enumerate() {
+                rows_in[r] += f.right_keyed;
             }
         }
         predictions.push(Prediction::new(

@@ -4,8 +4,11 @@
 //! is the sparse product `kl,kr->lr` ([`kernel::hash_join`] computes it locally, as
 //! [`kernel::Pairs`]), and the distributed strategies are the sparse machinery's moves:
 //! shuffle (both relations redistributed by key), broadcast (one replicated), semi-join (a
-//! fetch of the rows whose keys the other side holds), join index (row numbers first, other
-//! columns last). An inspector pass ([`inspect`]) measures the keys exactly and predicts
+//! fetch of the rows whose keys the other side holds, or of those passing a Bloom filter of
+//! them), join index (row numbers first, other columns last). [`placement`] says where the
+//! tables are: split by rows over all ranks, each on its own group of ranks, or split by
+//! columns (keys on one group, the other columns on another: [`columns`] joins them by the
+//! join index alone, late materialization). An inspector pass ([`inspect`]) measures the keys exactly and predicts
 //! every strategy's bytes per rank; [`dist::join`] runs the chosen one and the communicator's
 //! counts equal the prediction on every rank. [`agg`] computes a GROUP BY sum or count over
 //! the join without materializing it.
@@ -15,7 +18,9 @@
 //! join), then L's other columns, then R's.
 
 pub mod agg;
+pub mod bloom;
 mod coll;
+pub mod columns;
 pub mod cost;
 pub mod dist;
 pub mod error;
@@ -23,6 +28,7 @@ pub mod gather;
 pub mod inspect;
 pub mod io;
 pub mod kernel;
+pub mod placement;
 pub mod report;
 pub mod table;
 
@@ -31,4 +37,5 @@ pub use dist::{join, JoinOptions, RankJoin};
 pub use error::JoinError;
 pub use inspect::Inspection;
 pub use kernel::{JoinKind, JoinShape};
+pub use placement::Placement;
 pub use table::{Column, DataType, Table};

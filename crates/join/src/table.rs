@@ -438,6 +438,14 @@ impl Table {
         Ok(out)
     }
 
+    /// The columns at `cols` (in that order), with their names.
+    pub fn select(&self, cols: &[usize]) -> Table {
+        Table {
+            names: cols.iter().map(|&c| self.names[c].clone()).collect(),
+            columns: cols.iter().map(|&c| self.columns[c].clone()).collect(),
+        }
+    }
+
     /// The table with column `i` replaced (same length).
     pub fn with_column(mut self, i: usize, c: Column) -> Table {
         self.columns[i] = c;

@@ -6,8 +6,11 @@ use super::{Format, InputError};
 use anyhow::Context;
 use deinsum_exec::{Communicator, InProcess, RankFailure};
 use deinsum_join::agg::{group_join, Aggregate, GroupBy};
+use deinsum_join::columns::{self, ColumnPart};
 use deinsum_join::io::{self, Schema};
-use deinsum_join::{dist, report, JoinError, JoinKind, JoinOptions, JoinShape, Strategy, Table};
+use deinsum_join::{
+    dist, report, JoinError, JoinKind, JoinOptions, JoinShape, Placement, Strategy, Table,
+};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -38,9 +41,15 @@ pub struct Args {
     /// inner, left, right or full.
     #[arg(long, default_value = "inner")]
     pub how: String,
-    /// auto (least predicted time), shuffle, broadcast, semi or index.
+    /// auto (least predicted time), shuffle, broadcast, semi, index or bloom (the semi-join
+    /// with a Bloom filter of the keys).
     #[arg(long, default_value = "auto")]
     pub strategy: String,
+    /// Where the tables are: rows (both split by rows over every rank), separate (the left on
+    /// the first ⌈P/2⌉ ranks, the right on the others) or columns (key columns on the first
+    /// ⌈P/2⌉ ranks, the other columns on the others; joined by the join index).
+    #[arg(long, default_value = "rows")]
+    pub placement: String,
     /// Number of ranks P (each reads its own row range of both files) [default: 1, or the
     /// MPI world's size under mpirun].
     #[arg(long, value_name = "P")]
@@ -179,6 +188,8 @@ fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::
         let v = serde_json::json!({
             "strategy": runs[0].strategy,
             "auto": auto,
+            // Checked when the run started.
+            "placement": Placement::from_name(&args.placement).map_or("rows", Placement::name),
             "output_rows": table.rows(),
             "measured_sent": runs.iter().map(|r| r.measured.sent).collect::<Vec<_>>(),
             "measured_received": runs.iter().map(|r| r.measured.received).collect::<Vec<_>>(),
@@ -198,6 +209,7 @@ fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::
 struct Job<'a> {
     args: &'a Args,
     kind: JoinKind,
+    placement: Placement,
     schema: Schema,
     group: Option<GroupBy>,
     opts: JoinOptions,
@@ -209,10 +221,15 @@ impl Job<'_> {
     fn rank<C: Communicator>(&self, comm: &C) -> Result<Done, JoinError> {
         let args = self.args;
         let files = (self.files.0.as_str(), self.files.1.as_str());
-        let l = io::read_part(comm, &args.left, &self.schema)?;
-        let r = io::read_part(comm, &args.right, &self.schema)?;
+        let (me, p) = (comm.rank(), comm.size());
+        let pl = self.placement;
+        let l = io::read_slice(comm, &args.left, &self.schema, pl.slice(true, me, p))?;
+        let r = io::read_slice(comm, &args.right, &self.schema, pl.slice(false, me, p))?;
         // The same on every rank (the tables' names and types agree), so all fail together.
         let shape = JoinShape::new(&l, &r, &args.on, self.kind, files)?;
+        if pl == Placement::Columns {
+            return self.columns(comm, &shape, &l, &r);
+        }
         if args.explain {
             return Ok(Done::Explain(dist::explain(
                 comm,
@@ -232,6 +249,32 @@ impl Job<'_> {
     }
 }
 
+impl Job<'_> {
+    /// One rank's part on tables split by columns: explain or join by the join index.
+    fn columns<C: Communicator>(
+        &self,
+        comm: &C,
+        shape: &JoinShape,
+        l: &Table,
+        r: &Table,
+    ) -> Result<Done, JoinError> {
+        if self.group.is_some() {
+            return Err(JoinError::Invalid(
+                "--group-by takes tables split by rows (--placement rows or separate)".into(),
+            ));
+        }
+        let (me, p) = (comm.rank(), comm.size());
+        let lp = ColumnPart::split(l, &shape.lkeys, &shape.lrest, me, p);
+        let rp = ColumnPart::split(r, &shape.rkeys, &shape.rrest, me, p);
+        if self.args.explain {
+            let ins = columns::explain_columns(comm, shape, &lp, &rp, &self.opts.machine)?;
+            return Ok(Done::Explain(ins));
+        }
+        let run = columns::join_columns(comm, shape, &lp, &rp, &self.opts)?;
+        Ok(Done::Join(Box::new(run)))
+    }
+}
+
 /// Runs `deinsum join`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.procs == Some(0) {
@@ -239,6 +282,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let kind = JoinKind::from_name(&args.how).map_err(user)?;
     let strategy = Strategy::from_name(&args.strategy).map_err(user)?;
+    let placement = Placement::from_name(&args.placement).map_err(user)?;
     let schema = match &args.schema {
         Some(s) => Schema::parse(s).map_err(user)?,
         None => Schema::default(),
@@ -255,6 +299,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let job = Job {
         args: &args,
         kind,
+        placement,
         schema,
         group,
         opts: JoinOptions {

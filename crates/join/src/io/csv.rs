@@ -119,11 +119,15 @@ struct Part {
     bits: Vec<u64>,
 }
 
-fn read_local(path: &Path, rank: usize, procs: usize, schema: &Schema) -> Result<Part, JoinError> {
+fn read_local(
+    path: &Path,
+    slice: Option<(usize, usize)>,
+    schema: &Schema,
+) -> Result<Part, JoinError> {
     let mut file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
     let size = file.metadata().map_err(|e| io_err(path, e))?.len();
     let (names, start) = header(path, &file)?;
-    let (lo, hi) = share(size - start, rank, procs);
+    let (lo, hi) = slice.map_or((0, 0), |(i, n)| share(size - start, i, n));
     let begin = line_start(&mut file, start, start + lo, size).map_err(|e| io_err(path, e))?;
     let end = line_start(&mut file, start, start + hi, size).map_err(|e| io_err(path, e))?;
     let mut bytes = vec![0u8; (end.saturating_sub(begin)) as usize];
@@ -202,7 +206,18 @@ pub fn read_part<C: Communicator>(
     path: &Path,
     schema: &Schema,
 ) -> Result<Table, JoinError> {
-    let local = read_local(path, comm.rank(), comm.size(), schema);
+    read_slice(comm, path, schema, Some((comm.rank(), comm.size())))
+}
+
+/// Share `i` of `n` of the CSV file `path` (`None`: no rows, the columns alone), as this rank
+/// reads it (collective, as [`read_part`]).
+pub fn read_slice<C: Communicator>(
+    comm: &C,
+    path: &Path,
+    schema: &Schema,
+    slice: Option<(usize, usize)>,
+) -> Result<Table, JoinError> {
+    let local = read_local(path, slice, schema);
     // Every rank learns the first failing rank's error, so all report the same one.
     let local = coll::agree(comm, local);
     let Part {

@@ -37,6 +37,21 @@ pub fn read_part<C: Communicator>(
     }
 }
 
+/// Share `i` of `n` of the rows of the table in `path` (`None`: no rows, the columns alone),
+/// as a rank of a group reads it (collective over all of `comm`'s ranks, as [`read_part`]).
+pub fn read_slice<C: Communicator>(
+    comm: &C,
+    path: &Path,
+    schema: &Schema,
+    slice: Option<(usize, usize)>,
+) -> Result<Table, JoinError> {
+    if is_parquet(path) {
+        crate::coll::agree(comm, parquet::read_slice(slice, path))
+    } else {
+        csv::read_slice(comm, path, schema, slice)
+    }
+}
+
 /// Writes `table` to `path` (Parquet or CSV by the extension).
 pub fn write(path: &Path, table: &Table) -> Result<(), JoinError> {
     if is_parquet(path) {

@@ -19,8 +19,13 @@ use parquet::file::properties::WriterProperties;
 use std::path::Path;
 use std::sync::Arc;
 
-/// This rank's rows of the Parquet file `path`.
+/// Rank `rank` of `procs`'s rows of the Parquet file `path`.
 pub fn read_part(rank: usize, procs: usize, path: &Path) -> Result<Table, JoinError> {
+    read_slice(Some((rank, procs)), path)
+}
+
+/// Share `i` of `n` of the Parquet file `path` (`None`: no rows, the columns alone).
+pub fn read_slice(slice: Option<(usize, usize)>, path: &Path) -> Result<Table, JoinError> {
     let file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
     let builder =
         ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| JoinError::NotParquet {
@@ -45,7 +50,7 @@ pub fn read_part(rank: usize, procs: usize, path: &Path) -> Result<Table, JoinEr
         .collect::<Result<Vec<_>, _>>()?;
     let meta = builder.metadata().clone();
     let total: u64 = meta.row_groups().iter().map(|g| g.num_rows() as u64).sum();
-    let (lo, hi) = share(total, rank, procs);
+    let (lo, hi) = slice.map_or((0, 0), |(i, n)| share(total, i, n));
     let mut groups = Vec::new();
     let mut selectors = Vec::new();
     let mut at = 0u64;

@@ -1,0 +1,180 @@
+"""The auto-choice grid of issue 39 (run by grid.sh): for each case (left rows N, right rows a
+fraction of N, selectivity, uniform or Zipf(1.2) keys, P ranks) every strategy runs once with
+`deinsum join --format json`; `auto` is the strategy of least predicted time (the inspection's
+predictions, as `deinsum join --strategy auto` picks it). auto is "within 10%" when the measured
+time of its pick is at most 1.1x the best strategy's. A case where it is not is measured twice
+more (auto's pick and the best), and the medians decide, so that one noisy run does not count
+as a miss. Writes its table into RESULTS.md between the grid markers (the rest of the file is
+join.sh's). Arguments: the deinsum binary, a scratch folder, RESULTS.md.
+
+Environment: GRID_SIZES (left rows, default "10000,100000,1000000"), GRID_PROCS (default
+"2,4,8"), GRID_FIT=1 also prints the least-squares fit of measured seconds on the predicted
+figures (the calibration of cost.rs's constants)."""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+EXE, WORK, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
+SIZES = [int(float(x)) for x in os.environ.get("GRID_SIZES", "10000,100000,1000000").split(",")]
+PROCS = [int(x) for x in os.environ.get("GRID_PROCS", "2,4,8").split(",")]
+RATIOS = [0.01, 0.1, 1.0]
+SELECTIVITIES = [0.001, 0.1, 1.0]
+DISTS = ["uniform", "zipf"]
+STRATEGIES = ["shuffle", "broadcast", "semi", "index", "bloom"]
+BEGIN, END = "<!-- grid: begin -->", "<!-- grid: end -->"
+
+
+def tables(n, ratio, sel, dist, seed):
+    """L: n rows (k, a int64, b float64); R: m = ratio * n rows, each key once (k, c, d). A left
+    row's key is one of R's (uniform, or Zipf(1.2) over a permutation of them) with probability
+    sel, else a key R lacks."""
+    rng = np.random.default_rng(seed)
+    m = max(1, int(n * ratio))
+    if dist == "uniform":
+        lk = rng.integers(0, m, n, dtype=np.int64)
+    else:
+        w = np.arange(1, m + 1, dtype=np.float64) ** -1.2
+        cdf = np.cumsum(w)
+        cdf /= cdf[-1]
+        lk = rng.permutation(m)[np.minimum(np.searchsorted(cdf, rng.random(n)), m - 1)]
+        lk = lk.astype(np.int64)
+    miss = rng.random(n) >= sel
+    lk[miss] = m + rng.integers(0, max(n, 1), int(miss.sum()), dtype=np.int64)
+    left = pa.table({"k": lk, "a": rng.integers(0, 1 << 40, n, dtype=np.int64),
+                     "b": rng.random(n)})
+    right = pa.table({"k": rng.permutation(m).astype(np.int64),
+                      "c": rng.integers(0, 1 << 40, m, dtype=np.int64), "d": rng.random(m)})
+    lp, rp = f"{WORK}/l.parquet", f"{WORK}/r.parquet"
+    pq.write_table(left, lp, row_group_size=1 << 16)
+    pq.write_table(right, rp, row_group_size=1 << 16)
+    return lp, rp, m
+
+
+def run(lp, rp, p, strategy):
+    """One run: (the slowest rank's join seconds, the report)."""
+    r = subprocess.run([EXE, "join", lp, rp, "--on", "k", "--procs", str(p), "--strategy",
+                        strategy, "--format", "json"], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise SystemExit(f"deinsum join --strategy {strategy} -P {p} failed: {r.stderr}")
+    rep = json.loads(r.stdout)
+    return rep["join_seconds"], rep
+
+
+def case(lp, rp, p):
+    """Every strategy's measured seconds, its predicted seconds and figures, and auto's pick."""
+    measured, predicted, figures = {}, {}, {}
+    for s in STRATEGIES:
+        t, rep = run(lp, rp, p, s)
+        measured[s] = [t]
+        pred = next(x for x in rep["inspection"]["predictions"] if x["strategy"] == s)
+        predicted[s] = pred["seconds"]
+        figures[s] = pred
+    pick = min(STRATEGIES, key=lambda s: predicted[s])
+    best = min(STRATEGIES, key=lambda s: measured[s][0])
+    if measured[pick][0] > 1.1 * measured[best][0]:
+        for s in {pick, best}:
+            for _ in range(2):
+                measured[s].append(run(lp, rp, p, s)[0])
+    med = {s: statistics.median(v) for s, v in measured.items()}
+    best = min(STRATEGIES, key=lambda s: med[s])
+    return med, predicted, figures, pick, best
+
+
+def fit(cases):
+    """Least squares of measured seconds on the model's figures, each case's mean over its
+    strategies taken out (the inspector and reading cost every strategy alike): the busiest
+    rank's bytes packed (sent + received) and rows touched (in + out), both over the core share
+    min(1, cores / P) a rank gets, and all-to-all calls times (P - 1). Returns seconds per
+    byte, per row (at a whole core) and per call."""
+    xs, ys = [], []
+    for samples in cases:
+        mx = np.mean([x for x, _ in samples], axis=0)
+        my = np.mean([y for _, y in samples])
+        for x, y in samples:
+            xs.append(np.array(x) - mx)
+            ys.append(y - my)
+    coef, *_ = np.linalg.lstsq(np.array(xs), np.array(ys), rcond=None)
+    return coef
+
+
+def main():
+    load0 = os.getloadavg()
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    rows, samples = [], []
+    hits = total = 0
+    seed = 0
+    for n in SIZES:
+        for ratio in RATIOS:
+            for sel in SELECTIVITIES:
+                for dist in DISTS:
+                    seed += 1
+                    lp, rp, m = tables(n, ratio, sel, dist, seed)
+                    for p in PROCS:
+                        med, pred, figs, pick, best = case(lp, rp, p)
+                        ok = med[pick] <= 1.1 * med[best]
+                        hits += ok
+                        total += 1
+                        share = min(1.0, (os.cpu_count() or 1) / p)
+                        samples.append([
+                            ([max(a + b for a, b in zip(figs[s]["sent"], figs[s]["received"]))
+                              / share,
+                              max(a + b for a, b in zip(figs[s]["rows_in"], figs[s]["rows_out"]))
+                              / share,
+                              figs[s]["calls"] * (p - 1)], med[s])
+                            for s in STRATEGIES])
+                        times = " ".join(f"{s[:2]}={med[s]:.3f}" for s in STRATEGIES)
+                        rows.append(f"| {n:,} | {m:,} | {sel:g} | {dist} | {p} | {best} "
+                                    f"{med[best]:.3f} | {pick} {med[pick]:.3f} | "
+                                    f"{med[pick] / med[best]:.2f} | {'yes' if ok else '**no**'} "
+                                    f"| {times} |")
+                        print(rows[-1], flush=True)
+    load1 = os.getloadavg()
+    share = 100.0 * hits / max(total, 1)
+    lines = [
+        BEGIN,
+        "## Auto-choice grid",
+        "",
+        "Generated by `crates/join/benches/grid.sh` (do not edit by hand). Left N rows (int64 key "
+        "and two payload columns), right N·ratio rows each key once; a left row's key is one of "
+        "the right's with probability *sel* (uniform, or Zipf(1.2) over them), else a key the "
+        "right lacks; inner join, in-process ranks, the release binary; a strategy's time is "
+        "its slowest rank's join (inspector included, reading excluded). auto = the strategy "
+        "of least predicted time. A miss is re-measured twice (auto's pick and the best; "
+        f"medians). Sizes {', '.join(f'{s:,}' for s in SIZES)} (10⁷ left out: the grid would not "
+        "fit the session's time on this machine).",
+        "",
+        f"Run {started}, {os.cpu_count()} cores shared with other work: load average "
+        f"{load0[0]:.1f} at the start, {load1[0]:.1f} at the end"
+        + (" (over 1.5: provisional figures)." if max(load0[0], load1[0]) > 1.5 else "."),
+        "",
+        f"**auto within 10% of the best strategy in {hits} of {total} cases ({share:.0f}%).**",
+        "",
+        "| N | right rows | sel | keys | P | best (s) | auto's pick (s) | ratio | within 10% "
+        "| all (s) |",
+        "| ---: | ---: | ---: | --- | ---: | --- | --- | ---: | --- | --- |",
+        *rows,
+        END,
+    ]
+    if os.environ.get("GRID_FIT"):
+        c = fit(samples)
+        print(f"fit: {c[0]:.3e} s/byte, {c[1]:.3e} s/row, {c[2]:.3e} s/(call*(P-1))")
+    old = open(OUT).read() if os.path.exists(OUT) else ""
+    if BEGIN in old and END in old:
+        new = old[:old.index(BEGIN)] + "\n".join(lines) + old[old.index(END) + len(END):]
+    else:
+        new = (old.rstrip() + "\n\n" if old else "# Join bench (issue 39)\n\n") + "\n".join(lines) + "\n"
+    with open(OUT, "w") as f:
+        f.write(new)
+    print(f"auto within 10% in {hits} of {total} cases ({share:.0f}%)")
+
+
+main()
