@@ -149,8 +149,8 @@ def main():
         "right lacks; inner join, in-process ranks, the release binary; a strategy's time is "
         "its slowest rank's join (inspector included, reading excluded). auto = the strategy "
         "of least predicted time. A miss is re-measured twice (auto's pick and the best; "
-        f"medians). Sizes {', '.join(f'{s:,}' for s in SIZES)} (10⁷ left out: the grid would not "
-        "fit the session's time on this machine).",
+        f"medians). Sizes {', '.join(f'{s:,}' for s in SIZES)} (larger sizes left "
+        "out: they would not fit the session's time on this shared machine).",
         "",
         f"Run {started}, {os.cpu_count()} cores shared with other work: load average "
         f"{load0[0]:.1f} at the start, {load1[0]:.1f} at the end"

@@ -64,8 +64,17 @@ impl Strategy {
     }
 }
 
-/// A row read or written by the local hash join costs as much as copying this many bytes.
-const ROW_TOUCH_BYTES: f64 = 64.0;
+/// A row read or written by the local hash join costs as much as copying this many bytes, and
+/// a byte a rank sends or receives as much as copying [`PACK_TOUCH_BYTES`] (it is encoded row by
+/// row, copied through the all-to-all and decoded into columns). Calibrated by
+/// `crates/join/benches/grid.sh` (GRID_FIT=1: least squares of the measured seconds of every
+/// strategy, less each case's mean, on the busiest rank's bytes and rows over its core share;
+/// 10⁴ and 10⁵ rows, P = 2, 4, 8): 6.2e-7 s a row and 5.6e-8 s a byte, at a load average of 14
+/// on 2 cores, i.e. about 7x slower than a quiet machine, so both are taken at a seventh at
+/// 1e10 B/s (a row costs 11 moved bytes; the fit's per-call cost was nil).
+const ROW_TOUCH_BYTES: f64 = 880.0;
+/// See [`ROW_TOUCH_BYTES`].
+const PACK_TOUCH_BYTES: f64 = 80.0;
 
 /// One strategy's predicted figures.
 #[derive(Clone, Debug, Serialize)]
@@ -114,7 +123,7 @@ impl Prediction {
         } else {
             0.0
         };
-        let pack = busiest(&|r| (sent[r] + received[r]) as f64) / bw;
+        let pack = busiest(&|r| (sent[r] + received[r]) as f64) * PACK_TOUCH_BYTES / bw;
         let local = busiest(&|r| (rows_in[r] + rows_out[r]) as f64) * ROW_TOUCH_BYTES / bw;
         Prediction {
             strategy,

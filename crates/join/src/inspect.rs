@@ -658,10 +658,14 @@ fn finish(
         if strategy == Strategy::Bloom {
             calls += bloom_whole(&mut sent, &mut received, v, lay, &ranks, shape);
         }
-        if matches!(strategy, Strategy::Semi | Strategy::Bloom) {
-            // The right holders scan their keyed rows once against what the lists ask.
-            for (r, f) in ranks.iter().enumerate() {
-                rows_in[r] += f.right_keyed;
+        // The right holders scan their keyed rows: once against the key lists (one hash
+        // look-up a row), against every filter that came (a test of each row a filter).
+        let filters = ranks.iter().filter(|f| f.left_distinct > 0).count() as u64;
+        for (r, f) in ranks.iter().enumerate() {
+            match strategy {
+                Strategy::Semi => rows_in[r] += f.right_keyed,
+                Strategy::Bloom => rows_in[r] += f.right_keyed * filters,
+                _ => {}
             }
         }
         predictions.push(Prediction::new(
