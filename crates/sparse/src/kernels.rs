@@ -246,7 +246,7 @@ fn dot<T: Scalar>(x: &[T], y: &[T]) -> T {
         .fold(T::default(), |acc, (&a, &b)| acc + a * b);
     for (a, b) in xs.zip(ys) {
         for ((l, &a), &b) in lanes.iter_mut().zip(a).zip(b) {
-            *l = *l + a * b;
+            *l += a * b;
         }
     }
     lanes.iter().fold(tail, |acc, &l| acc + l)
