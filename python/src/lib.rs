@@ -130,18 +130,14 @@ fn run_typed<'py, T: deinsum::Scalar + Element>(
     let kept = (limits::run_threads(procs, threads) > deinsum::cli::node_cores() as u128)
         .then(deinsum::exec::buffers::KeptBuffers::new);
     let short = is_short(e.plan(), slices.iter().map(|s| s.len()).sum());
-    let many = kept.is_some();
     let out = run_interruptible(
         py,
         |opts| e.run_local_borrowed(&slices, opts),
         threads,
         kept,
         short,
-    );
-    if many {
-        return_memory();
-    }
-    let arr = out?.into_pyarray(py);
+    )?;
+    let arr = out.into_pyarray(py);
     arr.reshape(IxDyn(&shape))
 }
 
@@ -628,17 +624,7 @@ fn bound(
 /// Frees the buffers that in-process runs keep for the next call; returns the elements freed.
 #[pyfunction]
 fn release_buffers() -> usize {
-    let freed = deinsum::release_buffers();
-    return_memory();
-    freed
-}
-
-/// Hands back to the system the pages the allocator keeps for reuse, those of threads that
-/// have exited included (mimalloc keeps them until asked): after a call of more threads than
-/// cores, whose threads are all gone when it returns, and on `release_buffers`.
-fn return_memory() {
-    // SAFETY: FFI call without arguments; mimalloc allows it from any thread at any time.
-    unsafe { libmimalloc_sys::mi_collect(true) }
+    deinsum::release_buffers()
 }
 
 /// The native module.
