@@ -10,12 +10,18 @@ made beforehand (each call includes its own path search, as a user's call does).
 thread count is what OPENBLAS_NUM_THREADS says (complex.sh sets 2).
 """
 import json
+import os
 import statistics
 import sys
 import time
 
-import numpy as np
-import opt_einsum as oe
+# NumPy as its users run it: this workplace's OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE would put its
+# OpenBLAS on a slower kernel; dropped in this process only, before OpenBLAS loads.
+for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+    os.environ.pop(_var, None)
+
+import numpy as np  # noqa: E402
+import opt_einsum as oe  # noqa: E402
 
 
 def mps_norm(sites, bond, phys):

@@ -44,7 +44,7 @@ trap 'rm -f "$OUT"' EXIT
 NUMPY_ENV="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2"
 $NUMPY_ENV "$PYTHON" -c "import json, numpy as np, opt_einsum as oe; b = np.show_config(mode='dicts')['Build Dependencies']['blas']; print(json.dumps({'row': 'versions', 'numpy': np.__version__ + ', BLAS ' + b.get('name', '?') + ' ' + str(b.get('version', '?')), 'opt_einsum': oe.__version__}))" >>"$OUT"
 echo "{\"row\": \"load_before\", \"uptime\": \"$(uptime)\"}" >>"$OUT"
-"$PYTHON" $BASE --list $QUICK >"$OUT.cases"
+$NUMPY_ENV "$PYTHON" $BASE --list $QUICK >"$OUT.cases"
 while IFS="$(printf '\t')" read -r name expr sizes madds; do
     t0=$(date +%s.%N)
     "$DEINSUM_BIN" plan "$expr" --sizes "$sizes" --procs 2 >/dev/null </dev/null
