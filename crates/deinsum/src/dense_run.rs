@@ -70,14 +70,7 @@ impl Gathered {
     /// `v` widened to double precision of its kind.
     pub fn of<T: Scalar>(v: &[T]) -> Self {
         if T::DTYPE.is_complex() {
-            Gathered::Complex(
-                v.iter()
-                    .map(|x| {
-                        let (re, im) = x.parts();
-                        deinsum_exec::scalar::Complex64::new(re, im)
-                    })
-                    .collect(),
-            )
+            Gathered::Complex(v.iter().map(|x| x.to_c128()).collect())
         } else {
             Gathered::Real(v.iter().map(|x| x.to_f64()).collect())
         }

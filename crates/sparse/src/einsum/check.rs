@@ -74,26 +74,20 @@ pub struct Compared {
     pub values: Vec<Complex64>,
 }
 
-/// `v` in complex f64.
-fn wide<T: Scalar>(v: T) -> Complex64 {
-    let (re, im) = v.parts();
-    Complex64::new(re, im)
-}
-
 /// The output in the form the check compares.
 fn compared_form<T: Scalar>(job: &SparseJob<T>, output: &SparseOutput<T>) -> Compared {
     match (job.form(), output) {
         (Form::Spgemm, SparseOutput::Sparse(t)) => Compared {
             coords: (0..t.nnz()).flat_map(|e| t.coord(e).to_vec()).collect(),
-            values: t.values().iter().map(|&v| wide(v)).collect(),
+            values: t.values().iter().map(|&v| v.to_c128()).collect(),
         },
         (_, SparseOutput::Sparse(t)) => Compared {
             coords: Vec::new(),
-            values: t.values().iter().map(|&v| wide(v)).collect(),
+            values: t.values().iter().map(|&v| v.to_c128()).collect(),
         },
         (_, SparseOutput::Dense { data, .. }) => Compared {
             coords: Vec::new(),
-            values: data.iter().map(|&v| wide(v)).collect(),
+            values: data.iter().map(|&v| v.to_c128()).collect(),
         },
     }
 }
@@ -121,7 +115,7 @@ fn naive_wide<T: Scalar>(
 ) -> Vec<Complex64> {
     use deinsum_exec::reference::naive;
     if T::DTYPE.is_complex() {
-        naive::<Complex64>(einsum, &|k, x| wide(value(k, x)))
+        naive::<Complex64>(einsum, &|k, x| value(k, x).to_c128())
     } else {
         naive::<f64>(einsum, &|k, x| value(k, x).to_f64())
             .into_iter()
@@ -175,7 +169,7 @@ fn serial_sparse<T: Scalar>(job: &SparseJob<T>) -> Result<Compared, SparseError>
     let gen = |k: usize, n: usize| -> Vec<T> { job.dense_rows(k, 0, n, 1) };
     let widened = |v: Vec<T>| Compared {
         coords: Vec::new(),
-        values: v.into_iter().map(wide).collect(),
+        values: v.into_iter().map(Scalar::to_c128).collect(),
     };
     Ok(match job.form() {
         Form::Spmm { j, rest, .. } => {
@@ -189,7 +183,7 @@ fn serial_sparse<T: Scalar>(job: &SparseJob<T>) -> Result<Compared, SparseError>
         }
         Form::Spgemm => {
             let c = kernels::spgemm(job.csr(0)?, job.csr(1)?)?;
-            entries(&c, |_, _, q| wide(c.vals[q]))
+            entries(&c, |_, _, q| c.vals[q].to_c128())
         }
         Form::Mttkrp {
             modes,

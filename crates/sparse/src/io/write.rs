@@ -269,7 +269,7 @@ pub fn write_npz<T: Scalar>(path: &Path, t: &SparseTensor<T>) -> Result<(), Spar
     let shape: Array1<i64> = t.shape().iter().map(|&n| n as i64).collect();
     npz.add_array("shape", &shape).map_err(npz_err)?;
     if T::DTYPE.is_complex() {
-        let data: Array1<Complex64> = csr.vals.iter().map(|&v| wide(v)).collect();
+        let data: Array1<Complex64> = csr.vals.iter().map(|&v| v.to_c128()).collect();
         npz.add_array("data", &data).map_err(npz_err)?;
     } else {
         let data: Array1<f64> = csr.vals.iter().map(|v| v.to_f64()).collect();
@@ -277,12 +277,6 @@ pub fn write_npz<T: Scalar>(path: &Path, t: &SparseTensor<T>) -> Result<(), Spar
     }
     npz.finish().map_err(npz_err)?;
     Ok(())
-}
-
-/// `v` in complex f64.
-fn wide<T: Scalar>(v: T) -> Complex64 {
-    let (re, im) = v.parts();
-    Complex64::new(re, im)
 }
 
 /// Bytes of a result of `shape` and `dtype` densified as `.npy` data (float64, or complex128
@@ -298,7 +292,7 @@ pub fn dense_bytes(shape: &[usize], dtype: DType) -> Option<u64> {
 /// stored entry's value at its coordinates, zeros elsewhere, streamed entry by entry.
 pub fn write_npy_dense<T: Scalar>(path: &Path, t: &SparseTensor<T>) -> Result<(), SparseError> {
     if T::DTYPE.is_complex() {
-        write_npy_dense_as::<Complex64, T>(path, t, wide)
+        write_npy_dense_as::<Complex64, T>(path, t, T::to_c128)
     } else {
         write_npy_dense_as::<f64, T>(path, t, T::to_f64)
     }
