@@ -306,13 +306,21 @@ fn plans(e: &ParsedEinsum, p: usize) -> Vec<(String, Plan)> {
     out
 }
 
+/// A kernel: name, operands, output, extents.
+type Case = (
+    &'static str,
+    &'static [&'static str],
+    &'static str,
+    &'static [(char, usize)],
+);
+
 /// The phased MTTKRP3 of the MPI kernels test on 8 ranks (with canonical inputs on every
 /// rank its last phase's windows are empty on ranks 2, 3, 6 and 7, and its all-gathers still
 /// fit there), and the paper's kernels at small, uneven sizes on 1..=9, 12 and 16 ranks:
 /// every move's kind fits every rank.
 #[test]
 fn every_rank_fits_every_structured_move() {
-    let cases: [(&str, &[&str], &str, &[(char, usize)]); 7] = [
+    let cases: [Case; 7] = [
         (
             "MTTKRP3",
             &["ijk", "ja", "ka"],
