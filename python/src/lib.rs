@@ -130,14 +130,18 @@ fn run_typed<'py, T: deinsum::Scalar + Element>(
     let kept = (limits::run_threads(procs, threads) > deinsum::cli::node_cores() as u128)
         .then(deinsum::exec::buffers::KeptBuffers::new);
     let short = is_short(e.plan(), slices.iter().map(|s| s.len()).sum());
+    let many = kept.is_some();
     let out = run_interruptible(
         py,
         |opts| e.run_local_borrowed(&slices, opts),
         threads,
         kept,
         short,
-    )?;
-    let arr = out.into_pyarray(py);
+    );
+    if many {
+        return_memory();
+    }
+    let arr = out?.into_pyarray(py);
     arr.reshape(IxDyn(&shape))
 }
 
@@ -624,7 +628,17 @@ fn bound(
 /// Frees the buffers that in-process runs keep for the next call; returns the elements freed.
 #[pyfunction]
 fn release_buffers() -> usize {
-    deinsum::release_buffers()
+    let freed = deinsum::release_buffers();
+    return_memory();
+    freed
+}
+
+/// Hands back to the system the pages the allocator keeps for reuse, those of threads that
+/// have exited included (mimalloc keeps them until asked): after a call of more threads than
+/// cores, whose threads are all gone when it returns, and on `release_buffers`.
+fn return_memory() {
+    // SAFETY: FFI call without arguments; mimalloc allows it from any thread at any time.
+    unsafe { libmimalloc_sys::mi_collect(true) }
 }
 
 /// The native module.
@@ -639,6 +653,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     session::register(m)?;
     m.add_function(wrap_pyfunction!(sparse::sparse_einsum_f64, m)?)?;
     m.add_function(wrap_pyfunction!(sparse::sparse_einsum_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(sparse::sparse_einsum_c128, m)?)?;
+    m.add_function(wrap_pyfunction!(sparse::sparse_einsum_c64, m)?)?;
     m.add_function(wrap_pyfunction!(join::join_ipc, m)?)?;
     // Whether `comm=` (an mpi4py communicator) is available: the `mpi` feature.
     m.add("HAS_MPI", cfg!(feature = "mpi"))?;

@@ -101,8 +101,9 @@ pub struct Args {
     /// Write the result to this file, in the format its extension names. Without a sparse
     /// operand: .npy only (each rank writes its own block). With one: .npy (a sparse result,
     /// SDDMM or SpGEMM, densified when its dense size fits this node's available memory, else
-    /// refused naming the size), .mtx (Matrix Market coordinate real general, matrices),
-    /// .tns (FROSTT, any order) or .npz (SciPy's save_npz CSR, matrices): a sparse result
+    /// refused naming the size), .mtx (Matrix Market coordinate real general, complex general
+    /// in a complex run, matrices), .tns (FROSTT, any order, real runs) or .npz (SciPy's
+    /// save_npz CSR, matrices; complex128 data in a complex run): a sparse result
     /// writes every stored entry of its pattern (explicit zeros too), a dense one (SpMM,
     /// SpMV, MTTKRP) its nonzeros. Another extension is refused (exit 2).
     #[arg(long, value_name = "FILE")]
