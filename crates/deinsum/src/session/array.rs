@@ -262,7 +262,7 @@ pub(crate) fn whole<T: Scalar>(shape: &[usize], held: &Held) -> Result<Vec<T>, S
 /// The whole array from its blocks: each element from the one rank with coordinate 0 along
 /// every grid dim that does not split it.
 fn assemble<T: Scalar>(shape: &[usize], p: &Placed<T>) -> Result<Vec<T>, SessionError> {
-    let oom = |e: deinsum_exec::pool::OutOfMemory| {
+    let oom = |e: deinsum_exec::buffers::OutOfMemory| {
         SessionError::Data(format!("out of memory: {} bytes", e.bytes))
     };
     let mut full =
