@@ -777,7 +777,12 @@ mod tests {
     /// A real 2-rank run of `ij,jk->ik` whose timed samples are then set by hand.
     fn two_rank_reports() -> (Plan, Vec<RunReport>) {
         let spec = deinsum_expr::ExtentSpec::from_flags(Some("i=6,j=5,k=7"), None, None).unwrap();
-        let e = crate::Einsum::compile("ij,jk->ik", &spec, &crate::Options::procs(2)).unwrap();
+        // Canonical inputs, so the plan has a move beside its compute.
+        let o = crate::Options {
+            inputs_anywhere: false,
+            ..crate::Options::procs(2)
+        };
+        let e = crate::Einsum::compile("ij,jk->ik", &spec, &o).unwrap();
         let plan = e.plan().clone();
         let world = deinsum_exec::InProcess::new(2).unwrap();
         let opts = deinsum_exec::ExecOptions::default();
