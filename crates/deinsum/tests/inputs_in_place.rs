@@ -141,12 +141,7 @@ fn npy_inputs_are_read_in_their_compute_blocks_for_p_1_to_8() {
             assert_read_where_computed(plan, &what);
             let want = naive_seeded(&plan.einsum, SEED);
             // All C, all Fortran, and mixed.
-            let orders: [(&str, fn(usize) -> bool); 3] = [
-                ("C", |_| false),
-                ("Fortran", |_| true),
-                ("mixed", |k| k % 2 == 1),
-            ];
-            for (order, fortran) in orders {
+            for (order, fortran) in npy_support::ORDERS {
                 let (s, got) = run(plan, files(plan, &dir.0, SEED, fortran));
                 let what = format!("{what} ({order} files)");
                 let e = rel_err(&got, &want);

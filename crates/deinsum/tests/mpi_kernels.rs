@@ -415,11 +415,6 @@ fn npy_in_place(world: &MpiComm, c: &mut Checks) {
     let p = world.size();
     let me = world.rank();
     let dir = scratch_dir(world);
-    let orders: [(&str, fn(usize) -> bool); 3] = [
-        ("C", |_| false),
-        ("Fortran", |_| true),
-        ("mixed", |k| k % 2 == 0),
-    ];
     for &(name, expr, sizes) in KERNELS {
         let spec = ExtentSpec {
             sizes: sizes.iter().copied().collect(),
@@ -428,7 +423,7 @@ fn npy_in_place(world: &MpiComm, c: &mut Checks) {
         let compiled = world.or_abort(Einsum::compile(expr, &spec, &Options::procs(p)));
         let plan = compiled.plan();
         let want = naive_seeded(&plan.einsum, SEED);
-        for (order, fortran) in orders {
+        for (order, fortran) in npy_support::ORDERS {
             let sub = dir.join(format!("{name}-{order}"));
             let files = if me == 0 {
                 world.or_abort(std::fs::create_dir_all(&sub));

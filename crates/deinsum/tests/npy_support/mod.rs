@@ -8,6 +8,16 @@ use deinsum::exec::npy::header_bytes;
 use deinsum::plan::Plan;
 use std::path::{Path, PathBuf};
 
+/// A file order by operand: its name and which operands are written in Fortran order.
+pub type FileOrder = (&'static str, fn(usize) -> bool);
+
+/// All C, all Fortran, and mixed (odd operands in Fortran order).
+pub const ORDERS: [FileOrder; 3] = [
+    ("C", |_| false),
+    ("Fortran", |_| true),
+    ("mixed", |k| k % 2 == 1),
+];
+
 /// Writes operand `k` of the seeded inputs (element `x` of its row-major storage is
 /// `seeded_value(seed, k, x)`) as a `<f8` file of `shape`, in Fortran order when `fortran`.
 pub fn write_operand(path: &Path, seed: u64, k: usize, shape: &[usize], fortran: bool) {
