@@ -281,6 +281,20 @@ fi
 run "deinsum run --inputs (extents from headers) -n 3" 0 -- -n 3 "$target_dir/debug/deinsum" run \
     "ij,jk->ik" --backend mpi --inputs "$plan_dir/A.npy, $plan_dir/B.npy" \
     --output "$plan_dir/C.npy" --check
+# Files read in the compute layout: each rank reads its compute block of A and B, so the
+# report's words for both inputs are 0 (read in place), and every step moves the planned words.
+for n in 2 3 4; do
+    out=$(timeout "$TIMEOUT" "$MPIRUN" -n "$n" "$target_dir/debug/deinsum" run "ij,jk->ik" \
+        --backend mpi --inputs "$plan_dir/A.npy,$plan_dir/B.npy" --check 2>&1)
+    st=$?
+    if [ $st -eq 0 ] && [ "$(echo "$out" | grep -c "words moved to its compute layout 0 (predicted 0), read in place")" -eq 2 ] \
+        && echo "$out" | grep -q "every rank exactly as planned" && echo "$out" | grep -q ": ok"; then
+        ok "deinsum run --inputs read in place under mpirun -n $n"
+    else
+        echo "$out" | tail -20
+        bad "deinsum run --inputs read in place under mpirun -n $n (exit $st)"
+    fi
+done
 rm -rf "$plan_dir"
 # An input error is printed once (by rank 0), exit status 2.
 out=$(timeout "$TIMEOUT" "$MPIRUN" -n 3 "$target_dir/debug/deinsum" run "ij,jk->ik" \

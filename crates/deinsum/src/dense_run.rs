@@ -150,6 +150,8 @@ pub fn preflight<T: Scalar>(
         } => {
             let mut o = crate::Options::procs(plan.procs);
             o.mem = Some(*w);
+            // Where the run's plan starts its inputs, so the note speaks of the same plan.
+            o.inputs_anywhere = plan.inputs_in_place;
             match crate::Einsum::compile_parsed(&plan.einsum, &o) {
                 Ok(c) => format!(
                     " (the planner meets --mem {w}: peak {} words per rank with buffers)",

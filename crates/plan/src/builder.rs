@@ -414,8 +414,46 @@ pub(crate) fn current(
 ) -> Distribution {
     match state.get(&node) {
         Some(State::At(d)) => d.clone(),
-        _ => start_of(&tensors[node], opts, opts.procs).unwrap_or_else(|| target.clone()),
+        _ => match start_of(&tensors[node], opts, opts.procs) {
+            // A given layout that cuts the target's blocks (other grid-dim names, as after a
+            // relabel, or other dims of one rank) is the target: no local copy to it.
+            Some(d) if given(&tensors[node], opts) && same_blocks_by_rule(&d, target) => {
+                target.clone()
+            }
+            Some(d) => d,
+            None => target.clone(),
+        },
     }
+}
+
+/// True when input tensor `t` has a `Given` source.
+fn given(t: &Tensor, opts: &PlanOptions) -> bool {
+    matches!(t.kind, crate::TensorKind::Input(k) if matches!(opts.source(k), crate::Source::Given(_)))
+}
+
+/// `a` and `b` cut the same blocks by the same rule, whatever their grid dims are named and
+/// wherever they have dims of one rank (which cut nothing).
+fn same_blocks_by_rule(a: &Distribution, b: &Distribution) -> bool {
+    a.window == b.window && a.balanced == b.balanced && squeezed(a) == squeezed(b)
+}
+
+/// `d`'s grid sizes, splits and partial dims without its dims of one rank (renumbered).
+fn squeezed(d: &Distribution) -> (Vec<usize>, Vec<Vec<usize>>, Vec<usize>) {
+    let mut new = vec![None; d.grid.dims.len()];
+    let mut sizes = Vec::new();
+    for (g, dim) in d.grid.dims.iter().enumerate() {
+        if dim.size > 1 {
+            new[g] = Some(sizes.len());
+            sizes.push(dim.size);
+        }
+    }
+    let map = |gs: &[usize]| -> Vec<usize> {
+        gs.iter()
+            .filter_map(|&g| new.get(g).copied().flatten())
+            .collect()
+    };
+    let split = d.split.iter().map(|s| map(s)).collect();
+    (sizes, split, map(&d.partial))
 }
 
 /// Where input tensor `t` starts by its source ([`PlanOptions::source`]): `None` when it can

@@ -76,6 +76,16 @@ pub struct Args {
     /// before overlap; for A/B runs).
     #[arg(long, conflicts_with = "plan")]
     pub no_overlap: bool,
+    /// Inputs (generated or --inputs files) are read in any layout: each rank reads its block
+    /// of an input where the input's first use computes, or canonically where that predicts
+    /// faster. The default; the flag is kept for scripts that give it.
+    #[arg(long)]
+    pub inputs_in_place: bool,
+    /// Start every input in the canonical distribution (C-order blocks, first index over the
+    /// ranks) and move it from there, as plans did before inputs were read where they
+    /// compute (for A/B comparisons).
+    #[arg(long, conflicts_with_all = ["inputs_in_place", "plan"])]
+    pub inputs_canonical: bool,
     /// Seed of the generated inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
