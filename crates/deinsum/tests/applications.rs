@@ -47,7 +47,7 @@ fn cp_als_equals_serial_and_x_stays_put() {
 
 #[test]
 fn cp_als_example_runs() {
-    assert!(cp_als::run_case(2, 2, &[8, 6, 5], 3, 2, true).unwrap());
+    assert!(cp_als::run_case(cp_als::Backend::Local, 2, 2, &[8, 6, 5], 3, 2, true).unwrap());
 }
 
 #[test]
