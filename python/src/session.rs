@@ -178,9 +178,7 @@ fn mpi_session(comm: &Bound<'_, PyAny>) -> PyResult<(deinsum::Session, PyObject)
         comm.clone()
     };
     let handle = crate::mpi_run::fortran_handle(&obj)?;
-    let make: std::sync::Arc<
-        dyn Fn() -> Result<deinsum::exec::mpi::MpiComm, deinsum::exec::CommError> + Send + Sync,
-    > = std::sync::Arc::new(move || {
+    let make: deinsum::session::MakeComm = std::sync::Arc::new(move || {
         crate::mpi_run::duplicate_comm(handle).map_err(deinsum::exec::CommError::Backend)
     });
     let s = py

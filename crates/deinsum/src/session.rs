@@ -33,6 +33,12 @@ use state::Inner;
 use std::path::Path;
 use std::sync::Arc;
 
+/// Makes a fresh private duplicate of an MPI communicator, for one collective call of an MPI
+/// session ([`Session::mpi`]).
+#[cfg(feature = "mpi")]
+pub type MakeComm =
+    Arc<dyn Fn() -> Result<deinsum_exec::mpi::MpiComm, deinsum_exec::CommError> + Send + Sync>;
+
 /// A communicator's ranks with plans, buffers and arrays that outlive one einsum.
 #[derive(Clone)]
 pub struct Session {
@@ -62,7 +68,7 @@ impl Session {
     /// order; each takes a private duplicate of the world for its messages.
     #[cfg(feature = "mpi")]
     pub fn mpi_world() -> Result<Session, SessionError> {
-        Self::mpi(std::sync::Arc::new(|| {
+        Self::mpi(Arc::new(|| {
             Ok(deinsum_exec::mpi::MpiComm::duplicate_of(
                 &mpi::topology::SimpleCommunicator::world(),
             ))
@@ -74,11 +80,7 @@ impl Session {
     /// communicator of its own, freed at the end of the call, so no MPI handle is held
     /// between calls. `make` must give the same communicator's duplicate every time.
     #[cfg(feature = "mpi")]
-    pub fn mpi(
-        make: std::sync::Arc<
-            dyn Fn() -> Result<deinsum_exec::mpi::MpiComm, deinsum_exec::CommError> + Send + Sync,
-        >,
-    ) -> Result<Session, SessionError> {
+    pub fn mpi(make: MakeComm) -> Result<Session, SessionError> {
         use crate::Communicator as _;
         if !mpi::environment::is_initialized() || mpi::environment::is_finalized() {
             return Err(SessionError::Data(

@@ -2,6 +2,9 @@
 //! runs them: each sweep equals a serial run of the same algorithm, and X never moves after
 //! its first placement.
 
+// Both examples are whole programs, each with its own copy of examples/session_backend.rs.
+#![allow(clippy::duplicate_mod)]
+
 #[allow(dead_code)]
 #[path = "../../../examples/cp_als.rs"]
 mod cp_als;

@@ -20,11 +20,11 @@ pub(crate) trait RankJob: Sync {
     fn run<C: Communicator>(&self, comm: &C) -> Result<(Self::Out, u64), crate::ExecError>;
 }
 
-/// A fresh private communicator for one collective call of an MPI session.
 #[cfg(feature = "mpi")]
-pub(crate) type MakeComm = std::sync::Arc<
-    dyn Fn() -> Result<deinsum_exec::mpi::MpiComm, deinsum_exec::CommError> + Send + Sync,
->;
+use super::MakeComm;
+
+/// This process's ranks' outputs of a [`RankJob`] in rank order, and all ranks' words.
+pub(crate) type RankOuts<O> = (Vec<(usize, O)>, u64);
 
 /// A session's ranks.
 pub(crate) enum Ranks {
@@ -84,7 +84,7 @@ impl Ranks {
         &self,
         compiled: &Einsum,
         job: &J,
-    ) -> Result<(Vec<(usize, J::Out)>, u64), SessionError> {
+    ) -> Result<RankOuts<J::Out>, SessionError> {
         match self {
             Ranks::Local(_) => {
                 let outs = compiled.on_local_ranks::<T, _>(|comm| job.run(comm))?;
