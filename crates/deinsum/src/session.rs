@@ -24,6 +24,8 @@ mod state;
 mod types;
 
 pub use array::DistArray;
+#[cfg(feature = "mpi")]
+pub use ranks::MakeComm;
 pub use types::{EinsumStats, OutLayout, SessionError};
 
 use crate::{DType, Options};
@@ -32,12 +34,6 @@ use ranks::Ranks;
 use state::Inner;
 use std::path::Path;
 use std::sync::Arc;
-
-/// Makes a fresh private duplicate of an MPI communicator, for one collective call of an MPI
-/// session ([`Session::mpi`]).
-#[cfg(feature = "mpi")]
-pub type MakeComm =
-    Arc<dyn Fn() -> Result<deinsum_exec::mpi::MpiComm, deinsum_exec::CommError> + Send + Sync>;
 
 /// A communicator's ranks with plans, buffers and arrays that outlive one einsum.
 #[derive(Clone)]

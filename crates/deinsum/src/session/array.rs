@@ -1,12 +1,10 @@
 //! [`DistArray`]: a session's tensor, whole (readable anywhere) until its first use, then
 //! held as per-rank blocks in a layout.
 
-use super::ranks::is_primary;
+pub(crate) use super::ranks::{axes, Placed};
 use super::state::Inner;
 use super::types::SessionError;
 use crate::{DType, Scalar};
-use deinsum_exec::data::unpack_box;
-use deinsum_exec::kernels::LocalTensor;
 use deinsum_plan::{Block, Distribution};
 use std::any::Any;
 use std::path::{Path, PathBuf};
@@ -32,14 +30,6 @@ impl Held {
     pub(crate) fn placed<T: Scalar>(p: Placed<T>) -> Held {
         Held::Placed(Arc::new(p))
     }
-}
-
-/// An array's blocks: rank `r` holds `blocks[r]` (row-major over its axes), the block
-/// `layout.block(r, shape)`; `None` outside the layout's grid, and for the ranks of other
-/// processes (under MPI this process holds its own rank's block only).
-pub(crate) struct Placed<T> {
-    pub(crate) layout: Distribution,
-    pub(crate) blocks: Vec<Option<Vec<T>>>,
 }
 
 /// Counts an array loaded from a file as alive until its last clone is dropped.
@@ -274,11 +264,6 @@ pub(crate) fn identity(shape: &[usize]) -> Result<deinsum_expr::ParsedEinsum, Se
     deinsum_expr::parse(&format!("{idx}->{idx}"), &spec).map_err(|e| SessionError::Einsum(e.into()))
 }
 
-/// Index names for `n` axes.
-pub(crate) fn axes(n: usize) -> Vec<char> {
-    ('a'..='z').chain('A'..='Z').take(n).collect()
-}
-
 /// The whole array from what holds it: on every process (`root` `None`) or on `root` only
 /// (`None` on the other ranks of an MPI session). Collective under MPI for a placed array.
 pub(crate) fn whole<T: Scalar>(
@@ -306,24 +291,4 @@ pub(crate) fn whole<T: Scalar>(
             s.ranks.assemble(shape, p, root)
         }
     }
-}
-
-/// The whole array from its blocks, all of which are in this process: each element from the
-/// one rank with coordinate 0 along every grid dim that does not split it.
-pub(crate) fn assemble<T: Scalar>(shape: &[usize], p: &Placed<T>) -> Result<Vec<T>, SessionError> {
-    let oom = |e: deinsum_exec::pool::OutOfMemory| {
-        SessionError::Data(format!("out of memory: {} bytes", e.bytes))
-    };
-    let mut full =
-        LocalTensor::<T>::zeros(axes(shape.len()), shape.iter().map(|&n| (0, n)).collect())
-            .map_err(oom)?;
-    for (r, block) in p.blocks.iter().enumerate() {
-        let Some(data) = block else {
-            continue;
-        };
-        if let (true, Some(b)) = (is_primary(&p.layout, r), p.layout.block(r, shape)) {
-            unpack_box(&mut full, &b, data, false).map_err(oom)?;
-        }
-    }
-    Ok(full.data.into_vec())
 }

@@ -1,14 +1,15 @@
-//! Where a session's ranks are ([`Ranks`]): P threads of this process, or one rank per
-//! process of an MPI communicator. The session's logic is written once against it: an einsum's
+//! Where a session's ranks are ([`Ranks`]) and what they hold ([`Placed`] blocks): P threads
+//! of this process, or one rank per process of an MPI communicator. The session's logic is written once against it: an einsum's
 //! per-rank work is a [`RankJob`], generic over the communicator; the few steps that need every
 //! rank's blocks (a gather, a save) go through [`Ranks::assemble`], a no-op in process and a
 //! collective under MPI.
 
-use super::array::{assemble, Placed};
 use super::types::SessionError;
 #[cfg(feature = "mpi")]
 use crate::ExecError;
 use crate::{Communicator, Einsum, Scalar};
+use deinsum_exec::data::unpack_box;
+use deinsum_exec::kernels::LocalTensor;
 use deinsum_plan::Distribution;
 
 /// What every rank does in one einsum, written once for any communicator.
@@ -20,8 +21,20 @@ pub(crate) trait RankJob: Sync {
     fn run<C: Communicator>(&self, comm: &C) -> Result<(Self::Out, u64), crate::ExecError>;
 }
 
+/// Makes a fresh private duplicate of an MPI communicator, for one collective call of an MPI
+/// session ([`Session::mpi`](crate::Session::mpi)).
 #[cfg(feature = "mpi")]
-use super::MakeComm;
+pub type MakeComm = std::sync::Arc<
+    dyn Fn() -> Result<deinsum_exec::mpi::MpiComm, deinsum_exec::CommError> + Send + Sync,
+>;
+
+/// An array's blocks: rank `r` holds `blocks[r]` (row-major over its axes), the block
+/// `layout.block(r, shape)`; `None` outside the layout's grid, and for the ranks of other
+/// processes (under MPI this process holds its own rank's block only).
+pub(crate) struct Placed<T> {
+    pub(crate) layout: Distribution,
+    pub(crate) blocks: Vec<Option<Vec<T>>>,
+}
 
 /// This process's ranks' outputs of a [`RankJob`] in rank order, and all ranks' words.
 pub(crate) type RankOuts<O> = (Vec<(usize, O)>, u64);
@@ -225,4 +238,29 @@ pub(crate) fn agree<C: Communicator>(
 #[cfg(feature = "mpi")]
 pub(crate) fn comm_err(e: deinsum_exec::CommError) -> SessionError {
     SessionError::Einsum(crate::Error::Exec(ExecError::Comm(e)))
+}
+
+/// Index names for `n` axes.
+pub(crate) fn axes(n: usize) -> Vec<char> {
+    ('a'..='z').chain('A'..='Z').take(n).collect()
+}
+
+/// The whole array from its blocks, all of which are in this process: each element from the
+/// one rank with coordinate 0 along every grid dim that does not split it.
+pub(crate) fn assemble<T: Scalar>(shape: &[usize], p: &Placed<T>) -> Result<Vec<T>, SessionError> {
+    let oom = |e: deinsum_exec::pool::OutOfMemory| {
+        SessionError::Data(format!("out of memory: {} bytes", e.bytes))
+    };
+    let mut full =
+        LocalTensor::<T>::zeros(axes(shape.len()), shape.iter().map(|&n| (0, n)).collect())
+            .map_err(oom)?;
+    for (r, block) in p.blocks.iter().enumerate() {
+        let Some(data) = block else {
+            continue;
+        };
+        if let (true, Some(b)) = (is_primary(&p.layout, r), p.layout.block(r, shape)) {
+            unpack_box(&mut full, &b, data, false).map_err(oom)?;
+        }
+    }
+    Ok(full.data.into_vec())
 }

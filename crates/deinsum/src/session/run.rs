@@ -338,7 +338,7 @@ fn relayout<T: Scalar>(
     let to = match out {
         OutLayout::Plan => return Ok(0),
         OutLayout::Canonical => {
-            canonical_distribution(&super::array::axes(shape.len()), shape, procs)
+            canonical_distribution(&super::ranks::axes(shape.len()), shape, procs)
         }
         OutLayout::Like(d) => d.clone(),
     };
