@@ -90,7 +90,7 @@ fn main() {
         let lent: Vec<&[f64]> = ops.iter().map(|v| &v[..]).collect();
         let opts = || ExecOptions {
             threads,
-            kept: fresh.then(deinsum::exec::pool::KeptBuffers::new),
+            kept: fresh.then(deinsum::exec::buffers::KeptBuffers::new),
             ..ExecOptions::default()
         };
         let _ = e.run_local_borrowed(&lent, &opts()).expect("runs");

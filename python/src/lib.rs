@@ -44,7 +44,7 @@ fn run_interruptible<T: Send>(
     py: Python<'_>,
     job: impl FnOnce(&deinsum::ExecOptions) -> Result<Vec<T>, deinsum::Error> + Send,
     threads: usize,
-    kept: Option<deinsum::exec::pool::KeptBuffers>,
+    kept: Option<deinsum::exec::buffers::KeptBuffers>,
     short: bool,
 ) -> PyResult<Vec<T>> {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -128,7 +128,7 @@ fn run_typed<'py, T: deinsum::Scalar + Element>(
     // A call with more threads than cores keeps nothing for the next one: its ranks' thread
     // pools and buffers go when it returns (3,000 threads left alive after threads=3000).
     let kept = (limits::run_threads(procs, threads) > deinsum::cli::node_cores() as u128)
-        .then(deinsum::exec::pool::KeptBuffers::new);
+        .then(deinsum::exec::buffers::KeptBuffers::new);
     let short = is_short(e.plan(), slices.iter().map(|s| s.len()).sum());
     let out = run_interruptible(
         py,

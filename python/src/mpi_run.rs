@@ -217,7 +217,7 @@ pub(crate) fn run_whole<'py, T: Scalar + Element>(
         let mut out = match gathered {
             Some(v) => v,
             None => {
-                let mut v = deinsum::exec::pool::try_vec(total)
+                let mut v = deinsum::exec::buffers::try_vec(total)
                     .map_err(|err| pyo3::exceptions::PyMemoryError::new_err(err.to_string()))?;
                 v.resize(total, T::default());
                 v

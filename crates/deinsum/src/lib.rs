@@ -142,9 +142,10 @@ impl Options {
 /// the whole and its part of the whole (taken by the rank).
 type Slab<'a, T> = std::sync::Mutex<Option<(usize, &'a mut [T])>>;
 
-fn kept_buffers() -> &'static deinsum_exec::pool::KeptBuffers {
-    static KEPT: std::sync::OnceLock<deinsum_exec::pool::KeptBuffers> = std::sync::OnceLock::new();
-    KEPT.get_or_init(deinsum_exec::pool::KeptBuffers::new)
+fn kept_buffers() -> &'static deinsum_exec::buffers::KeptBuffers {
+    static KEPT: std::sync::OnceLock<deinsum_exec::buffers::KeptBuffers> =
+        std::sync::OnceLock::new();
+    KEPT.get_or_init(deinsum_exec::buffers::KeptBuffers::new)
 }
 
 /// Frees the buffers that in-process runs keep for the next call and ends their ranks' kept
@@ -335,7 +336,7 @@ impl Einsum {
         let total: usize = out_t.shape.iter().product();
         let mut whole = match slabs {
             Some(_) => {
-                deinsum_exec::pool::take_overwritten::<T>(total).map_err(|e| oom(e.bytes))?
+                deinsum_exec::buffers::take_overwritten::<T>(total).map_err(|e| oom(e.bytes))?
             }
             None => Vec::new(),
         };

@@ -217,7 +217,7 @@ fn run_local_borrowed_assembles_every_output_layout_for_p_1_to_8() {
 
 #[test]
 fn kept_buffers_serve_later_calls_of_other_plans_for_many_p() {
-    use deinsum::exec::pool::KeptBuffers;
+    use deinsum::exec::buffers::KeptBuffers;
     // Blocks above the pool's threshold (16 Ki words) at small P; a large plan, then smaller
     // ones, then the large one again, all on one set of kept buffers, from 8 ranks down to 1.
     let cases: [(&str, Vec<Vec<usize>>); 3] = [

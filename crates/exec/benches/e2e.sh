@@ -51,7 +51,7 @@ round=1
 while [ "$round" -le "$ROUNDS" ]; do
     "$PY" crates/exec/benches/numpy_baseline.py --list $QUICK | while IFS="$(printf '\t')" read -r name expr sizes; do
         echo "# round $round: $name $expr $sizes" >&2
-        OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 \
+        env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 \
             "$PY" crates/exec/benches/numpy_baseline.py --case "$name" --repeat "$REPEAT" $QUICK </dev/null |
             sed "s/^{/{\"config\": \"numpy2\", \"round\": $round, /" >>"$OUT"
         "$BIN" run "$expr" --sizes "$sizes" --procs 1 --threads 2 $RUN </dev/null | row p1t2 "$name" "$round" >>"$OUT"

@@ -15,8 +15,8 @@
 //! Times are the best of several runs. `cargo bench -p deinsum-exec --bench gemm [-- --quick]`
 //! prints a Markdown table and one JSON line per row.
 
+use deinsum_exec::buffers::RankContext;
 use deinsum_exec::kernels::{contract, LocalTensor};
-use deinsum_exec::pool::RankContext;
 use deinsum_exec::scalar::Layout;
 use deinsum_exec::{execute_measured, ExecOptions, InProcess, Inputs, Scalar, StepKind};
 use deinsum_expr::ExtentSpec;
@@ -99,7 +99,7 @@ fn gemm_rows(quick: bool) {
         let ctx = RankContext::new(1 << 26, 1, 0).expect("a context");
         let _in = ctx.enter();
         let step = |x: &LocalTensor<f64>, y: &LocalTensor<f64>| {
-            deinsum_exec::pool::give(
+            deinsum_exec::buffers::give(
                 black_box(contract(x, y, &['i', 'k']).expect("memory for the bench"))
                     .data
                     .into_vec(),

@@ -2,8 +2,8 @@
 //! kernel, move and load works on, with the reshapes that need no contraction (permute, sum,
 //! slice).
 
+use crate::buffers::OutOfMemory;
 use crate::layout::{gather_strided, permuted, strides_of};
-use crate::pool::OutOfMemory;
 use crate::Scalar;
 use deinsum_expr::Index;
 use std::borrow::Cow;
@@ -114,10 +114,10 @@ impl<T: Clone + Send + 'static> Data<'_, T> {
         }
     }
 
-    /// Gives an own buffer to the rank's pool (a lent one stays the caller's).
+    /// Gives an own buffer to the rank's free list (a lent one stays the caller's).
     pub(crate) fn release(self) {
         if let Data::Own(v) = self {
-            crate::pool::give(v);
+            crate::buffers::give(v);
         }
     }
 }
@@ -144,12 +144,12 @@ impl<T: Scalar> LocalTensor<T> {
         Ok(LocalTensor {
             indices,
             ranges,
-            data: crate::pool::take(n)?.into(),
+            data: crate::buffers::take(n)?.into(),
         })
     }
 
     /// A block over `ranges` whose values the caller overwrites entirely (from the rank's
-    /// buffer pool when it has one: no zeros written first).
+    /// free list when it has one: no zeros written first).
     pub fn overwritten(
         indices: Vec<Index>,
         ranges: Vec<(usize, usize)>,
@@ -158,7 +158,7 @@ impl<T: Scalar> LocalTensor<T> {
         Ok(LocalTensor {
             indices,
             ranges,
-            data: crate::pool::take_overwritten(n)?.into(),
+            data: crate::buffers::take_overwritten(n)?.into(),
         })
     }
 
@@ -177,7 +177,7 @@ impl<T: Scalar> LocalBlock<'_, T> {
         Ok(LocalTensor {
             indices: self.indices.clone(),
             ranges: self.ranges.clone(),
-            data: crate::pool::try_copy(&self.data)?.into(),
+            data: crate::buffers::try_copy(&self.data)?.into(),
         })
     }
 
@@ -185,7 +185,7 @@ impl<T: Scalar> LocalBlock<'_, T> {
     pub fn into_static(self) -> Result<LocalTensor<T>, OutOfMemory> {
         let data = match self.data {
             Data::Own(v) => v,
-            Data::Lent(s) => crate::pool::try_copy(s)?,
+            Data::Lent(s) => crate::buffers::try_copy(s)?,
         };
         Ok(LocalTensor {
             indices: self.indices,

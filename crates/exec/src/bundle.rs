@@ -51,7 +51,7 @@ pub(crate) fn pack<T: Scalar>(
     for (d, n) in out_len.iter().enumerate() {
         if let Some(n) = n {
             slot[d] = sends.len();
-            sends.push((d, crate::pool::take_empty(*n)?));
+            sends.push((d, crate::buffers::take_empty(*n)?));
         }
     }
     for (trs, src) in legs {

@@ -405,7 +405,7 @@ pub trait Communicator {
 }
 
 /// Checks that the messages `recv` have the lengths `from` announced (one per sender).
-pub fn check_lengths<T>(recv: &[Vec<T>], from: &[(usize, usize)]) -> Result<(), CommError> {
+pub(crate) fn check_lengths<T>(recv: &[Vec<T>], from: &[(usize, usize)]) -> Result<(), CommError> {
     for (v, &(s, n)) in recv.iter().zip(from) {
         if v.len() != n {
             return Err(CommError::Invalid(format!(
@@ -426,7 +426,7 @@ pub fn check_lengths<T>(recv: &[Vec<T>], from: &[(usize, usize)]) -> Result<(), 
 
 /// Checks the arguments of [`Communicator::all_to_all_v`] (one count per rank, counts adding
 /// up to the buffer's length), shared by every backend; returns the total.
-pub fn check_send_counts(
+pub(crate) fn check_send_counts(
     send_len: usize,
     send_counts: &[usize],
     size: usize,
@@ -452,7 +452,7 @@ pub fn check_send_counts(
 /// Checks the arguments of [`Communicator::reduce_scatter_v`] (one count per rank, counts
 /// adding up to the buffer's length, without overflow), shared by every backend; returns the
 /// total.
-pub fn check_recv_counts(
+pub(crate) fn check_recv_counts(
     send_len: usize,
     recv_counts: &[usize],
     size: usize,

@@ -1,8 +1,8 @@
 //! Input data: the seeded generator, caller-supplied arrays and blocks, and box copies.
 
 use crate::block::LocalBlock;
+use crate::buffers::{try_vec, OutOfMemory};
 use crate::layout::strides_of;
-use crate::pool::{try_vec, OutOfMemory};
 use crate::Scalar;
 use deinsum_expr::{Dim, ParsedEinsum};
 use deinsum_plan::Block;
@@ -65,7 +65,7 @@ pub fn seeded_value(seed: u64, operand: usize, index: u64) -> f64 {
 /// The generator's imaginary part of element `index` of operand `operand`, in [-1, 1): the
 /// real part's generator under another seed, so a complex operand's real parts are the real
 /// operand's values.
-pub fn seeded_imag(seed: u64, operand: usize, index: u64) -> f64 {
+pub(crate) fn seeded_imag(seed: u64, operand: usize, index: u64) -> f64 {
     seeded_value(seed ^ 0x9e37_79b9_7f4a_7c15, operand, index)
 }
 
@@ -82,7 +82,7 @@ pub fn seeded<T: Scalar>(seed: u64, operand: usize, index: u64) -> T {
 
 /// Per distinct index of operand `k`, the stride of its storage (summed over the storage dims
 /// it labels, so a diagonal walks the diagonal; broadcast dims sit at coordinate 0).
-pub fn storage_strides(einsum: &ParsedEinsum, k: usize) -> Vec<u64> {
+pub(crate) fn storage_strides(einsum: &ParsedEinsum, k: usize) -> Vec<u64> {
     let op = &einsum.inputs()[k];
     let shape = op.shape(einsum.extents());
     let mut dim_stride = vec![0u64; shape.len()];
@@ -139,14 +139,14 @@ fn for_each_storage(block: &Block, strides: &[u64], mut f: impl FnMut(usize, u64
 }
 
 /// The seeded generator's block of operand `k` (row-major over its distinct indices).
-pub fn seeded_block<T: Scalar>(
+pub(crate) fn seeded_block<T: Scalar>(
     einsum: &ParsedEinsum,
     k: usize,
     seed: u64,
     block: &Block,
 ) -> Result<Vec<T>, OutOfMemory> {
     let strides = storage_strides(einsum, k);
-    let mut out = crate::pool::take_overwritten(block_len::<T>(block)?)?;
+    let mut out = crate::buffers::take_overwritten(block_len::<T>(block)?)?;
     for_each_storage(block, &strides, |lin, x| {
         out[lin] = seeded::<T>(seed, k, x);
     });
@@ -189,7 +189,7 @@ pub fn block_of_full<T: Scalar>(
         )));
     }
     let strides = storage_strides(einsum, k);
-    let mut out = crate::pool::take_overwritten(block_len::<T>(block)?)?;
+    let mut out = crate::buffers::take_overwritten(block_len::<T>(block)?)?;
     match plain_ranges(einsum, k, &strides) {
         // Storage is row-major over the indices: the block is copied run by run (memcpy,
         // the rank's threads for a large one), not element by element.
@@ -208,7 +208,7 @@ pub fn block_of_full<T: Scalar>(
 /// is, when the block is one run of it (storage row-major over the indices, and the block all
 /// of it or cut only along its leading indices); `None` when it must be copied out
 /// ([`block_of_full`]), or when `full` does not have the operand's length.
-pub fn contiguous_part<'a, T>(
+pub(crate) fn contiguous_part<'a, T>(
     einsum: &ParsedEinsum,
     k: usize,
     full: &'a [T],
@@ -242,7 +242,7 @@ pub fn contiguous_part<'a, T>(
 /// The whole ranges of operand `k`'s indices when its storage is row-major over them (no
 /// diagonal, no broadcast dim, indices in storage order): then a block of it is a box of its
 /// storage, and `None` otherwise.
-pub fn plain_ranges(
+pub(crate) fn plain_ranges(
     einsum: &ParsedEinsum,
     k: usize,
     strides: &[u64],
@@ -335,10 +335,10 @@ fn run_list(
 /// Below this many words a box is copied on one thread (splitting costs more than it saves).
 const PAR_MIN_WORDS: usize = 1 << 16;
 
-/// Threads a box copy of `words` may use: the rank's (see [`crate::pool::on_rank_pool`]) when
+/// Threads a box copy of `words` may use: the rank's (see [`crate::buffers::on_rank_pool`]) when
 /// the box is large enough to pay for the split.
 fn copy_threads(words: usize) -> usize {
-    let t = crate::pool::rank_threads().max(crate::threads::threads());
+    let t = crate::buffers::rank_threads().max(crate::threads::threads());
     t.min(words / PAR_MIN_WORDS).max(1)
 }
 
@@ -355,7 +355,7 @@ pub fn pack_box<T: Scalar>(
     out.try_reserve(len)
         .map_err(|_| OutOfMemory::of::<T>(out.len().saturating_add(len)))?;
     match runs[..] {
-        [(so, _, n)] if copy_threads(n) > 1 => crate::pool::on_rank_pool(|| {
+        [(so, _, n)] if copy_threads(n) > 1 => crate::buffers::on_rank_pool(|| {
             use rayon::prelude::*;
             let chunk = n
                 .div_ceil(4 * crate::threads::threads())
@@ -437,7 +437,7 @@ pub(crate) fn place_pieces<T: Scalar>(
     // In target order: the pieces' runs interleave when a box is cut along an inner dim.
     runs.sort_unstable_by_key(|r| r.2);
     let total: usize = runs.iter().map(|r| r.3).sum();
-    let per_rank = crate::pool::rank_threads().max(crate::threads::threads());
+    let per_rank = crate::buffers::rank_threads().max(crate::threads::threads());
     let tasks = (per_rank * lent.max(1))
         .min(deinsum_runtime::cores())
         .min(total / PAR_MIN_WORDS)
@@ -504,8 +504,8 @@ fn copy_runs_from<T: Scalar>(
 /// ranks that wait meanwhile), each taking the next job not yet taken (a helper that starts
 /// late, on a busy machine, takes fewer).
 fn run_jobs<J: Send>(jobs: Vec<J>, tasks: usize, f: impl Fn(J) + Sync + Send) {
-    if tasks <= crate::pool::rank_threads().max(crate::threads::threads()) {
-        crate::pool::on_rank_pool(|| {
+    if tasks <= crate::buffers::rank_threads().max(crate::threads::threads()) {
+        crate::buffers::on_rank_pool(|| {
             use rayon::prelude::*;
             jobs.into_par_iter().for_each(f)
         });

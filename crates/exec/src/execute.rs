@@ -1,13 +1,13 @@
 //! The plan executor: runs [`Plan::steps`] in order on every rank of a communicator.
 
 use crate::block::{Data, LocalBlock, LocalTensor};
+use crate::buffers::OutOfMemory;
 use crate::comm::Calls;
 use crate::data::{block_of_full, seeded_block, unpack_box, Inputs};
 use crate::held::HeldBlock;
 use crate::kernels::{eval_group, GroupStats, GroupSteps};
 use crate::mem::Mem;
 use crate::moves::{self, MoveError};
-use crate::pool::OutOfMemory;
 use crate::{CommError, Communicator, Scalar};
 use deinsum_path::{NodeId, StepId};
 use deinsum_plan::{
@@ -167,10 +167,10 @@ pub struct ExecOptions {
     /// Set to true (from any thread) to stop the run before its next step; the ranks then fail
     /// with [`ExecError::Cancelled`] (a rank waiting on a peer is woken by the peer's failure).
     pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
-    /// Free buffers kept across runs (see [`crate::pool::KeptBuffers`]): the run takes its
+    /// Free buffers kept across runs (see [`crate::buffers::KeptBuffers`]): the run takes its
     /// buffers from them and leaves its freed ones there (inputs read ahead included), up to
     /// its plan's predicted peak per rank. `None`: a single run allocates afresh.
-    pub kept: Option<crate::pool::KeptBuffers>,
+    pub kept: Option<crate::buffers::KeptBuffers>,
     /// Every rank runs this very `Plan` value (in-process ranks of one call sharing it by
     /// reference): the check that the ranks hold the same plan (a hash of its JSON, about
     /// 50 µs, and an all-reduce) is skipped.
@@ -369,7 +369,7 @@ impl<T: Scalar> DistTensor<T> {
         if me != 0 && primary(me).is_some() {
             if let Some(l) = &self.local {
                 let bytes = l.data.len().saturating_mul(T::BYTES);
-                send = crate::pool::try_vec::<u8>(bytes).map_err(oom)?;
+                send = crate::buffers::try_vec::<u8>(bytes).map_err(oom)?;
                 T::extend_bytes(&l.data, &mut send);
                 counts[0] = send.len();
             }
@@ -392,7 +392,7 @@ impl<T: Scalar> DistTensor<T> {
                 }
                 continue;
             }
-            let mut vals = crate::pool::try_vec(c / T::BYTES).map_err(oom)?;
+            let mut vals = crate::buffers::try_vec(c / T::BYTES).map_err(oom)?;
             T::from_bytes(&recv[off..off + c], &mut vals);
             off += c;
             if vals.len() as u64 != b.len() {
@@ -450,7 +450,7 @@ pub fn assemble<T: Scalar>(
             return Ok(out);
         }
     }
-    let whole = crate::pool::take::<T>(total)?;
+    let whole = crate::buffers::take::<T>(total)?;
     assemble_onto(
         tensor,
         whole,
@@ -787,7 +787,7 @@ fn execute_from<'d, T: Scalar, C: Communicator>(
     let runs = opts.warmup + opts.repeat.max(1);
     // The rank's threads: kernels use them inside `on_pool`; communication stays on the
     // rank's own thread (MPI is initialized for one thread per process). Repeated runs reuse
-    // freed blocks and messages (crate::pool), keeping at most the rank's predicted peak; so
+    // freed blocks and messages (crate::buffers), keeping at most the rank's predicted peak; so
     // do runs given buffers kept from earlier ones.
     // The plan's memory model is walked once per run (it costs about as much as a small
     // contraction).
@@ -798,8 +798,8 @@ fn execute_from<'d, T: Scalar, C: Communicator>(
         0
     };
     let ctx = match &opts.kept {
-        Some(k) => crate::pool::RankContext::kept(k, cap, opts.threads, me),
-        None => crate::pool::RankContext::new(cap, opts.threads, me),
+        Some(k) => crate::buffers::RankContext::kept(k, cap, opts.threads, me),
+        None => crate::buffers::RankContext::new(cap, opts.threads, me),
     }
     .map_err(|e| ExecError::Threads(e.to_string()))?;
     let _in_ctx = ctx.enter();
@@ -853,7 +853,7 @@ fn execute_from<'d, T: Scalar, C: Communicator>(
         step: plan.steps.len(),
         message: "the output is not live at the end".into(),
     })?;
-    // What the run no longer needs goes to the pool (kept for the next run, if any).
+    // What the run no longer needs goes to the free list (kept for the next run, if any).
     held.into_values()
         .filter_map(|(_, b)| b)
         .for_each(HeldBlock::release);
@@ -959,7 +959,7 @@ fn preload<'d, T: Scalar>(
 }
 
 /// Gives an input's block back to its slot (a run is done with it); other blocks go to the
-/// rank's buffer pool.
+/// rank's free list.
 fn give_back<'d, T: Scalar>(
     loaded: &mut Loaded<'d, T>,
     tensor: TensorId,
@@ -1774,7 +1774,7 @@ fn load_own<T: Scalar>(
                     b.len()
                 )));
             }
-            crate::pool::try_copy(data).map_err(LoadError::Alloc)
+            crate::buffers::try_copy(data).map_err(LoadError::Alloc)
         }
         Inputs::Given(map) => {
             let mut map = map.lock().unwrap_or_else(|e| e.into_inner());

@@ -9,19 +9,19 @@
 //! copied before it is written.
 
 use crate::block::{Data, LocalBlock, LocalTensor};
-use crate::pool::{Home, OutOfMemory};
+use crate::buffers::{Home, OutOfMemory};
 use crate::Scalar;
 use std::sync::Arc;
 
 /// A block shared read-only by several ranks; when the last holder drops it, its buffer goes
-/// back to the pool of the rank that allocated it.
+/// back to the free list of the rank that allocated it.
 pub(crate) struct SharedBlock<T: Send + 'static> {
     block: Option<LocalTensor<T>>,
     home: Home,
 }
 
 impl<T: Send + 'static> SharedBlock<T> {
-    /// Shares `block`, whose buffer came from the calling rank's pool.
+    /// Shares `block`, whose buffer came from the calling rank's free list.
     pub(crate) fn new(block: LocalTensor<T>) -> Self {
         SharedBlock {
             block: Some(block),
@@ -86,7 +86,7 @@ impl<'a, T: Scalar> HeldBlock<'a, T> {
                 0
             }
             HeldBlock::Own(b) if b.data.is_lent() => {
-                let copy = crate::pool::try_copy(&b.data)?;
+                let copy = crate::buffers::try_copy(&b.data)?;
                 let words = copy.len() as u64;
                 b.data = Data::Own(copy);
                 words
@@ -108,8 +108,8 @@ impl<'a, T: Scalar> HeldBlock<'a, T> {
         }
     }
 
-    /// Lets go of the block: the rank's own buffer goes to its pool, a shared one to its
-    /// allocator's pool once the last holder lets go.
+    /// Lets go of the block: the rank's own buffer goes to its free list, a shared one to its
+    /// allocator's free list once the last holder lets go.
     pub(crate) fn release(self) {
         if let HeldBlock::Own(b) = self {
             b.data.release();

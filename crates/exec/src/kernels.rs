@@ -6,8 +6,8 @@
 //! ([`eval_group`]) so that no intermediate exceeds the tile budget.
 
 pub use crate::block::{Data, LocalBlock, LocalTensor};
+use crate::buffers::OutOfMemory;
 use crate::layout::{permuted, strides_of};
-use crate::pool::OutOfMemory;
 pub use crate::threads::threads;
 use crate::threads::PAR_MIN_WORDS;
 use crate::Scalar;
@@ -16,14 +16,9 @@ use deinsum_path::{NodeId, Step};
 use deinsum_plan::Interval;
 use std::borrow::Cow;
 
-/// Multiply-adds of evaluating `step` over a box with extents `ext` (by index).
-pub fn step_madds(step: &Step, ext: &dyn Fn(Index) -> usize) -> f64 {
-    step.indices().iter().map(|&c| ext(c) as f64).product()
-}
-
 /// Evaluates one tree step locally: a unary step (sum and transpose) or a pairwise
 /// contraction into indices `out`.
-pub fn eval_step<T: Scalar>(
+pub(crate) fn eval_step<T: Scalar>(
     operands: &[&LocalBlock<'_, T>],
     out: &[Index],
 ) -> Result<LocalTensor<T>, OutOfMemory> {
@@ -265,7 +260,7 @@ impl Sliced {
         let ranges: Vec<(usize, usize)> = out.iter().map(|&c| range_in(x, y, c)).collect();
         let per_out = dims.0 * dims.1 * dims.2;
         let per_x = x.data.len() / self.count;
-        let mut data = crate::pool::take_overwritten::<T>(self.count * per_out)?;
+        let mut data = crate::buffers::take_overwritten::<T>(self.count * per_out)?;
         // A slice's result in the product's order (batch, rows, columns) and how it reads in
         // `out`'s order, when the two differ.
         let c_order = order([&o.batch, &o.left, &o.right]);
@@ -294,12 +289,12 @@ impl Sliced {
             match &reorder {
                 None => run(cs),
                 Some((pshape, pst)) => {
-                    let mut scratch = crate::pool::take_overwritten::<T>(per_out)?;
+                    let mut scratch = crate::buffers::take_overwritten::<T>(per_out)?;
                     run(&mut scratch);
                     let p = permuted(&scratch, pshape, pst)?;
                     cs.copy_from_slice(&p);
-                    crate::pool::give(scratch);
-                    crate::pool::give(p);
+                    crate::buffers::give(scratch);
+                    crate::buffers::give(p);
                 }
             }
             Ok(())
@@ -422,7 +417,7 @@ fn trailing_batch<T: Scalar>(
     };
     let (rx, _) = offsets(rows);
     let (kx, ky) = offsets(summed);
-    let mut data = match crate::pool::take::<T>(rx.len() * inner) {
+    let mut data = match crate::buffers::take::<T>(rx.len() * inner) {
         Ok(d) => d,
         Err(e) => return Some(Err(e)),
     };
@@ -499,7 +494,7 @@ fn product<T: Scalar>(
     let ranges: Vec<(usize, usize)> = out.iter().map(|&c| range_in(a, b, c)).collect();
     let shape: Vec<usize> = ranges.iter().map(|&(s, e)| e - s).collect();
     let total: usize = shape.iter().product();
-    let mut data = crate::pool::take_overwritten::<T>(total)?;
+    let mut data = crate::buffers::take_overwritten::<T>(total)?;
     let (sa, sb) = (strides_along(a, out), strides_along(b, out));
     let nd = out.len();
     if nd == 0 {
@@ -706,7 +701,7 @@ impl Orientation {
             a_trans: self.x_form.as_ref().is_some_and(|f| f.trans),
             b_trans: self.y_form.as_ref().is_some_and(|f| f.trans),
         };
-        let mut c = crate::pool::take_overwritten::<T>(nb * m * n)?;
+        let mut c = crate::buffers::take_overwritten::<T>(nb * m * n)?;
         batched_gemm(&xp.data, &yp.data, &mut c, (nb, m, n, k), layout);
         let c_order = order([&self.batch, &self.left, &self.right]);
         let ct = LocalTensor {

@@ -1,7 +1,7 @@
 //! Row-major layout: strides, strided gathers and the cache-blocked transpose that puts a
 //! block's indices into order (the copies below the kernels, timed by [`crate::tune`]).
 
-use crate::pool::OutOfMemory;
+use crate::buffers::OutOfMemory;
 use crate::threads::{threads, PAR_MIN_WORDS};
 
 /// Row-major strides of `shape`.
@@ -22,7 +22,7 @@ pub(crate) fn gather_strided<T: Copy>(
     base: usize,
 ) -> Result<Vec<T>, OutOfMemory> {
     let total: usize = shape.iter().product();
-    let mut out = crate::pool::try_vec(total)?;
+    let mut out = crate::buffers::try_vec(total)?;
     if total == 0 {
         return Ok(out);
     }
@@ -76,7 +76,7 @@ pub(crate) fn permuted<T: bytemuck::Zeroable + Copy + Default + Send + Sync + 's
     let Some(q) = q.filter(|_| total > 0) else {
         return gather_strided(src, shape, strides, 0);
     };
-    let mut out = crate::pool::take_overwritten::<T>(total)?;
+    let mut out = crate::buffers::take_overwritten::<T>(total)?;
     // Large copies split over the rank's threads by ranges of the outermost output axis: each
     // range is a contiguous run of the output and the same tiled copy of a sub-view.
     let tasks = threads().min(total / PAR_MIN_WORDS).min(shape[0]);

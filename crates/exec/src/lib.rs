@@ -16,6 +16,7 @@ mod atb;
 #[cfg(feature = "blas-external")]
 mod blas;
 mod block;
+pub mod buffers;
 mod bundle;
 pub mod comm;
 pub mod data;
@@ -32,12 +33,12 @@ mod moves;
 pub mod mpi;
 pub mod npy;
 mod npy_input;
-pub mod pool;
 pub mod preflight;
 pub mod reference;
 pub mod scalar;
 mod threads;
 mod tune;
+pub use buffers::OutOfMemory;
 pub use comm::{Calls, Collective, CommError, Communicator, Traffic};
 pub use data::Inputs;
 /// The element type as a value (defined with the plan, which records it).
@@ -49,5 +50,4 @@ pub use execute::{
 };
 pub use gemm::Gemm;
 pub use local::{InProcess, LocalComm, RankFailure};
-pub use pool::OutOfMemory;
 pub use scalar::Scalar;

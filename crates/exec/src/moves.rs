@@ -12,11 +12,11 @@
 //! - [`fetch_window`]: a phase window fetched from where an input rests; the source stays.
 
 use crate::block::{LocalBlock, LocalTensor};
+use crate::buffers::OutOfMemory;
 use crate::comm::{CommError, Communicator};
 use crate::data::{copy_box, pack_box, place_pieces, unpack_box};
 use crate::held::{HeldBlock, SharedBlock};
 use crate::mem::Mem;
-use crate::pool::OutOfMemory;
 use crate::Scalar;
 use deinsum_plan::{Block, Distribution, MoveKind, PlanStep, Tensor, Transfer};
 
@@ -80,7 +80,7 @@ pub(crate) fn pack<T: Scalar>(
     for (d, len) in lens.iter().enumerate() {
         if let Some(n) = len {
             slot[d] = sends.len();
-            sends.push((d, crate::pool::take_empty(*n)?));
+            sends.push((d, crate::buffers::take_empty(*n)?));
         }
     }
     for tr in outgoing() {
@@ -332,7 +332,7 @@ pub(crate) fn move_block<'d, T: Scalar, C: Communicator>(
         _ => None,
     };
     unpack(dst, &recv, &incoming, false, me)?;
-    recv.into_iter().for_each(crate::pool::give);
+    recv.into_iter().for_each(crate::buffers::give);
     Ok(Moved { block, source })
 }
 
@@ -421,8 +421,8 @@ fn run_way<T: Scalar, C: Communicator>(
             let (incoming, recv) = send_and_receive(comm, cur, transfers, target_words, mem)?;
             copy_local(cur, new.as_deref_mut(), transfers, sum, me)?;
             unpack(new, &recv, &incoming, sum, me)?;
-            // Received messages go back to the rank's buffer pool for the next run.
-            recv.into_iter().for_each(crate::pool::give);
+            // Received messages go back to the rank's free buffers for the next run.
+            recv.into_iter().for_each(crate::buffers::give);
             Ok(())
         }
         Route::SendRecv => {
@@ -508,7 +508,7 @@ fn all_gather_block<'d, T: Scalar, C: Communicator>(
     };
     match cur.as_mut() {
         Some(HeldBlock::Own(c)) if whole => c.data = back.into(),
-        _ => crate::pool::give(back),
+        _ => crate::buffers::give(back),
     }
     Ok(cur)
 }
@@ -532,7 +532,7 @@ fn all_gather_shared<'d, T: Scalar, C: Communicator>(
     let (mine, packed) = match cur.as_deref_mut() {
         Some(HeldBlock::Own(c)) if whole => (std::mem::take(&mut c.data).into_vec(), 0),
         _ => {
-            let mut buf = crate::pool::take_empty(pieces.counts[k])?;
+            let mut buf = crate::buffers::take_empty(pieces.counts[k])?;
             pack_piece(
                 cur.as_deref().map(|c| &**c),
                 pieces.boxes[k].as_ref(),
@@ -563,7 +563,7 @@ fn all_gather_shared<'d, T: Scalar, C: Communicator>(
     let (shared, back) = sub.all_gather_shared(mine, &pieces.counts, build)?;
     match cur {
         Some(HeldBlock::Own(c)) if whole => c.data = back.into(),
-        _ => crate::pool::give(back),
+        _ => crate::buffers::give(back),
     }
     Ok(HeldBlock::Shared(shared))
 }
@@ -595,7 +595,7 @@ impl Pieces {
         mem: &mut Mem,
     ) -> Result<Vec<T>, MoveError> {
         let k = sub.rank();
-        let mut buf = crate::pool::take_empty(self.counts[k])?;
+        let mut buf = crate::buffers::take_empty(self.counts[k])?;
         pack_piece(cur, self.boxes[k].as_ref(), &mut buf)?;
         self.gather(sub, buf, self.counts[k], new, target_words, mem)
     }
@@ -756,11 +756,11 @@ fn collective<T: Scalar, C: Communicator>(
     match op {
         Op::AllGather => {
             let back = Pieces::of(g).pack_and_gather(sub, cur, new, target_words, mem)?;
-            crate::pool::give(back);
+            crate::buffers::give(back);
             Ok(())
         }
         Op::ReduceScatter => {
-            buf = crate::pool::take_empty(g.dst.iter().map(len).sum())?;
+            buf = crate::buffers::take_empty(g.dst.iter().map(len).sum())?;
             for x in 0..n {
                 pack_piece(cur, g.dst[x].as_ref(), &mut buf)?;
             }
@@ -813,7 +813,7 @@ fn collective<T: Scalar, C: Communicator>(
                     if k == root {
                         pack_piece(cur, g.dst[root].as_ref(), &mut buf)?;
                     } else {
-                        buf = crate::pool::take(len(&g.dst[k]))?;
+                        buf = crate::buffers::take(len(&g.dst[k]))?;
                     }
                     mem.touch_buffers(buf.len() as u64 + target_words);
                     sub.broadcast_typed(&mut buf, root)?;

@@ -7,7 +7,7 @@
 use deinsum_plan::{DType, Plan};
 
 /// At most this many in-process ranks: each is a thread of this process.
-pub const MAX_IN_PROCESS_RANKS: usize = 65_536;
+pub(crate) const MAX_IN_PROCESS_RANKS: usize = 65_536;
 
 /// Why a run is refused before it starts.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -74,7 +74,7 @@ pub fn available_memory() -> Option<u64> {
 }
 
 /// The `MemAvailable:` line of a `/proc/meminfo` text, in bytes.
-pub fn parse_mem_available(meminfo: &str) -> Option<u64> {
+pub(crate) fn parse_mem_available(meminfo: &str) -> Option<u64> {
     let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let mut parts = line.split_whitespace().skip(1);
     let value: u64 = parts.next()?.parse().ok()?;

@@ -1,8 +1,8 @@
 //! Serial reference evaluators for checks and tests.
 
+use crate::buffers::OutOfMemory;
 use crate::data::{seeded, seeded_value};
 use crate::kernels::{eval_step, LocalTensor};
-use crate::pool::OutOfMemory;
 use crate::Scalar;
 use deinsum_expr::{Dim, Index, ParsedEinsum};
 use deinsum_path::ContractionTree;
@@ -125,18 +125,6 @@ pub fn tree_reference<W: Scalar>(
         Some(last) => Ok(last.into_order(einsum.output())?.data.into_vec()),
         None => Ok(Vec::new()),
     }
-}
-
-/// [`tree_reference`] for the seeded generator's inputs (of `W`'s kind).
-pub fn tree_seeded<W: Scalar>(
-    einsum: &ParsedEinsum,
-    tree: &ContractionTree,
-    seed: u64,
-) -> Result<Vec<W>, OutOfMemory> {
-    let leaves = (0..einsum.inputs().len())
-        .map(|k| seeded_leaf(einsum, k, seed).map_err(|e| e.for_tensor(k)))
-        .collect::<Result<_, _>>()?;
-    tree_reference(einsum, tree, leaves)
 }
 
 /// Largest absolute and relative (to the reference's largest magnitude) difference; for

@@ -54,7 +54,7 @@ pub fn transposed_rows() -> TransposedRows {
 
 /// A vector of `len` values `f(x)`, or `None` when the allocator refuses it.
 fn filled(len: usize, f: impl Fn(usize) -> f64) -> Option<Vec<f64>> {
-    let mut v = crate::pool::try_vec(len).ok()?;
+    let mut v = crate::buffers::try_vec(len).ok()?;
     v.extend((0..len).map(f));
     Some(v)
 }
@@ -115,14 +115,14 @@ fn measure() -> Option<TransposedRows> {
     let trans = best(3, || gemm(true));
     let t = 768;
     let src = filled(t * t, |x| x as f64)?;
-    // Into a reused buffer, as a step's copies are in repeated runs (the rank's pool): a fresh
+    // Into a reused buffer, as a step's copies are in repeated runs (the rank's free list): a fresh
     // one faults its pages in, which tripled the time per word on the EPYC of issue 12.
-    let scratch = crate::pool::RankContext::new(2 * t * t, 1, 0).ok();
+    let scratch = crate::buffers::RankContext::new(2 * t * t, 1, 0).ok();
     let _guard = scratch.as_ref().map(|c| c.enter());
     let copy = best(4, || {
         if let Ok(out) = crate::layout::transpose_2d(&src, t, t) {
             std::hint::black_box(&out);
-            crate::pool::give(out);
+            crate::buffers::give(out);
         }
     });
     // Every copy refused (no time measured): not a measurement.

@@ -233,7 +233,7 @@ fn permutes_of_blocks_larger_than_a_tile_match_index_math() {
     // Extents that are no multiple of the transpose's tiles, in every order of three and four
     // indices (tiled transposes, and plain strided gathers when the last axis stays), on one
     // thread and split over a rank pool of 3 (both blocks are large enough to split).
-    let ctx = deinsum_exec::pool::RankContext::new(0, 3, 0).unwrap();
+    let ctx = deinsum_exec::buffers::RankContext::new(0, 3, 0).unwrap();
     let pool = ctx.thread_pool().unwrap();
     for (idx, shape) in [("abc", vec![37, 70, 61]), ("abcd", vec![9, 33, 12, 40])] {
         let t = tensor(idx, &shape, 3);
@@ -305,7 +305,7 @@ fn box_copies_split_over_the_rank_pool_equal_one_thread() {
         vec![(110, 490), (5, 580)], // strided runs
         vec![(100, 450), (0, 600)], // one contiguous run
     ];
-    let ctx = deinsum_exec::pool::RankContext::new(0, 3, 0).unwrap();
+    let ctx = deinsum_exec::buffers::RankContext::new(0, 3, 0).unwrap();
     for r in boxes {
         let bx = Block {
             ranges: r.iter().copied().collect(),
@@ -321,7 +321,7 @@ fn box_copies_split_over_the_rank_pool_equal_one_thread() {
             unpack_box(&mut seq_u, &bx, &packed, sum).unwrap();
             assert_eq!(seq_c, seq_u);
             let _in = ctx.enter();
-            assert_eq!(deinsum_exec::pool::rank_threads(), 3);
+            assert_eq!(deinsum_exec::buffers::rank_threads(), 3);
             let (mut par_c, mut par_u, mut par_p) = (dst0.clone(), dst0.clone(), vec![7.0]);
             copy_box(&src, &mut par_c, &bx, sum).unwrap();
             pack_box(&src, &bx, &mut par_p).unwrap();
@@ -336,42 +336,42 @@ fn box_copies_split_over_the_rank_pool_equal_one_thread() {
 
 #[test]
 fn the_rank_pool_hands_freed_buffers_back() {
-    use deinsum_exec::pool;
-    let ctx = pool::RankContext::new(1 << 21, 1, 0).unwrap();
+    use deinsum_exec::buffers;
+    let ctx = buffers::RankContext::new(1 << 21, 1, 0).unwrap();
     let _in = ctx.enter();
-    let mut v = pool::take::<f64>(1 << 20).unwrap();
+    let mut v = buffers::take::<f64>(1 << 20).unwrap();
     assert!(v.iter().all(|&x| x == 0.0));
     v.fill(3.0);
     let p = v.as_ptr();
-    pool::give(v);
+    buffers::give(v);
     // Zeroed again on the way out, same memory.
-    let w = pool::take::<f64>(1 << 20).unwrap();
+    let w = buffers::take::<f64>(1 << 20).unwrap();
     assert_eq!(w.as_ptr(), p);
     assert!(w.iter().all(|&x| x == 0.0));
-    pool::give(w);
+    buffers::give(w);
     // Too large a buffer for a small request: kept for a request of its size.
-    let small = pool::take_empty::<f64>(1 << 19).unwrap();
+    let small = buffers::take_empty::<f64>(1 << 19).unwrap();
     assert_ne!(small.as_ptr(), p);
-    let e = pool::take_empty::<f64>((1 << 20) - 100).unwrap();
+    let e = buffers::take_empty::<f64>((1 << 20) - 100).unwrap();
     assert_eq!((e.as_ptr(), e.len()), (p, 0));
     // Another element type does not get it.
-    let f = pool::take::<f32>(1 << 20).unwrap();
+    let f = buffers::take::<f32>(1 << 20).unwrap();
     assert_ne!(f.as_ptr() as usize, p as usize);
 }
 
 #[test]
 fn a_buffer_the_allocator_refuses_is_an_error_with_its_size() {
-    use deinsum_exec::pool;
+    use deinsum_exec::buffers;
     // More than the address space: refused without touching memory, in and out of a context.
     let n = usize::MAX / 8;
-    let e = pool::take::<f64>(n).unwrap_err();
+    let e = buffers::take::<f64>(n).unwrap_err();
     assert_eq!(e.bytes, n as u128 * 8);
     assert_eq!(e.tensor, None);
     assert!(e.to_string().contains("out of memory"), "{e}");
-    let ctx = pool::RankContext::new(1 << 21, 1, 0).unwrap();
+    let ctx = buffers::RankContext::new(1 << 21, 1, 0).unwrap();
     let _in = ctx.enter();
-    assert!(pool::take_overwritten::<f32>(usize::MAX / 2).is_err());
-    assert!(pool::take_empty::<f64>(n).is_err());
+    assert!(buffers::take_overwritten::<f32>(usize::MAX / 2).is_err());
+    assert!(buffers::take_empty::<f64>(n).is_err());
     let e =
         LocalTensor::<f64>::zeros(vec!['i', 'j'], vec![(0, 1 << 40), (0, 1 << 30)]).unwrap_err();
     assert_eq!(e.bytes, 8u128 << 70);

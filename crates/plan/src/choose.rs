@@ -7,14 +7,14 @@ use crate::{plan_tree, Plan, PlanError, PlanOptions};
 use deinsum_expr::ParsedEinsum;
 use rayon::prelude::*;
 
-/// Candidate trees by FLOPs: at most this many...
+/// TreeCandidate trees by FLOPs: at most this many...
 pub const CHEAPEST: usize = 4;
 /// ...within this factor of the cheapest.
 pub const FLOPS_FACTOR: f64 = 4.0;
 
 /// One planned candidate.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Candidate {
+pub struct TreeCandidate {
     /// Where the tree came from: `flops` (the path search), `cheapest` (k cheapest by FLOPs),
     /// `io` (least fused SOAP I/O).
     pub origin: &'static str,
@@ -34,7 +34,7 @@ pub struct Choice {
     /// The plan kept.
     pub plan: Plan,
     /// Every candidate that could be planned, in the order considered.
-    pub candidates: Vec<Candidate>,
+    pub candidates: Vec<TreeCandidate>,
     /// Position of the kept plan in `candidates`.
     pub chosen: usize,
     /// Position of the best other candidate under the objective, if any.
@@ -50,7 +50,7 @@ impl Choice {
     }
 }
 
-fn score(o: Objective, c: &Candidate) -> f64 {
+fn score(o: Objective, c: &TreeCandidate) -> f64 {
     match o {
         Objective::Time => c.seconds,
         Objective::Volume => c.words as f64,
@@ -130,7 +130,7 @@ fn choose_trees(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Choice, Pla
     for ((origin, info), planned) in trees.into_iter().zip(planned) {
         match planned {
             Ok(p) => {
-                candidates.push(Candidate {
+                candidates.push(TreeCandidate {
                     origin,
                     path: info.path.clone(),
                     flops: info.flops.as_f64(),

@@ -9,16 +9,16 @@ use std::collections::{BTreeMap, HashMap};
 
 /// What ranks hold during one step: blocks (distribution, tensor shape, how many copies) and
 /// the moves whose buffers sit beside them.
-struct Held {
+struct StepHolding {
     /// Index of the step in the plan.
     step: usize,
-    /// (index into [`Memory::blocks`], copies).
+    /// (index into [`MemoryModel::blocks`], copies).
     blocks: Vec<(usize, u64)>,
     moves: Vec<MoveView>,
 }
 
 /// The memory model of a plan.
-/// Peak words over the ranks ([`Memory::peaks`]).
+/// Peak words over the ranks ([`MemoryModel::peaks`]).
 #[derive(Default)]
 pub(crate) struct Peaks {
     /// Max over ranks of the data's peak.
@@ -31,8 +31,8 @@ pub(crate) struct Peaks {
     pub(crate) per_rank_with_buffers: Vec<u64>,
 }
 
-pub(crate) struct Memory {
-    held: Vec<Held>,
+pub(crate) struct MemoryModel {
+    held: Vec<StepHolding>,
     /// The distinct blocks held at some step: an index into `bases` and the phase windows
     /// cut from it; a rank's length of each is taken once.
     blocks: Vec<(usize, Vec<Window>)>,
@@ -47,7 +47,7 @@ pub(crate) struct Memory {
     pub(crate) ranks_used: usize,
 }
 
-/// Ranks whose blocks and buffer words [`Memory::peaks`] sweeps at once.
+/// Ranks whose blocks and buffer words [`MemoryModel::peaks`] sweeps at once.
 const PEAK_CHUNK: usize = 4096;
 
 /// The shape of tensor `id` (empty when unknown: a scalar).
@@ -59,7 +59,7 @@ pub(crate) fn tensor_shape(tensors: &[Tensor], id: TensorId) -> Vec<usize> {
         .unwrap_or_default()
 }
 
-impl Memory {
+impl MemoryModel {
     /// Walks `steps` once to learn what is live at each of them.
     pub(crate) fn new(
         steps: &[PlanStep],
@@ -67,7 +67,7 @@ impl Memory {
         groups: &[GroupPlan],
         tree: &ContractionTree,
         procs: usize,
-    ) -> Memory {
+    ) -> MemoryModel {
         let shape = |id: TensorId| tensor_shape(tensors, id);
         let mut active = groups.iter().map(|g| g.grid.size()).max().unwrap_or(1);
         let ranks_used = active.min(procs);
@@ -162,14 +162,14 @@ impl Memory {
                     (*index.entry((d, sh)).or_insert(next), n)
                 })
                 .collect();
-            held.push(Held {
+            held.push(StepHolding {
                 step,
                 blocks,
                 moves,
             });
         }
         let (bases, blocks) = split_windows(index);
-        Memory {
+        MemoryModel {
             held,
             blocks,
             bases,
@@ -278,7 +278,7 @@ impl Memory {
     }
 }
 
-impl Memory {
+impl MemoryModel {
     /// Takes the message buffer words per rank (sent plus received, indexed by rank) of
     /// step `step` as already counted, instead of deriving them again.
     pub(crate) fn set_buffers(&mut self, step: usize, words: Vec<u64>) {
@@ -369,7 +369,7 @@ impl crate::Plan {
     /// Predicted peak memory of `rank` in words: the tensor data alone, and with the message
     /// buffers of each step.
     pub fn peak_of(&self, rank: usize) -> (u64, u64) {
-        Memory::new(
+        MemoryModel::new(
             &self.steps,
             &self.tensors,
             &self.groups,

@@ -17,7 +17,7 @@
 //! from the rewritten steps and stays what an executor measures, step by step.
 
 use crate::builder::windowed;
-use crate::memory::Memory;
+use crate::memory::MemoryModel;
 use crate::moves::MoveView;
 use crate::predict::set_prediction;
 use crate::{Distribution, Fetch, Phases, Plan, PlanOptions, PlanStep, TensorId, Volume};
@@ -389,8 +389,8 @@ fn words_per_rank(views: &[MoveView], n: usize) -> Vec<(u64, u64)> {
 }
 
 /// The plan's memory model.
-fn memory(plan: &Plan) -> Memory {
-    Memory::new(
+fn memory(plan: &Plan) -> MemoryModel {
+    MemoryModel::new(
         &plan.steps,
         &plan.tensors,
         &plan.groups,

@@ -9,7 +9,7 @@ use crate::builder::{
 };
 use crate::busiest_len;
 use crate::grids;
-use crate::memory::Memory;
+use crate::memory::MemoryModel;
 use crate::moves::{block_len, ranges_of, MoveView};
 use crate::predict::{max_of, set_prediction, touched};
 use crate::{
@@ -381,7 +381,7 @@ impl<'a> Planner<'a> {
                 emit_move(out_id, mv, &mut totals, &mut steps, self.opts);
             }
         }
-        let mut memory = Memory::new(
+        let mut memory = MemoryModel::new(
             &steps,
             &self.tensors,
             std::slice::from_ref(&gp),
@@ -982,7 +982,7 @@ impl<'a> Planner<'a> {
             emit_move(out_id, mv, &mut self.totals, &mut self.steps, opts);
         }
         let touched_per_rank = touched(&self.groups, &self.tensors, procs);
-        let mut memory = Memory::new(&self.steps, &self.tensors, &self.groups, tree, procs);
+        let mut memory = MemoryModel::new(&self.steps, &self.tensors, &self.groups, tree, procs);
         for (step, words) in std::mem::take(&mut self.totals.buffers) {
             memory.set_buffers(step, words);
         }

@@ -19,7 +19,7 @@ dense() {
 }
 dense1=$(dense 1)
 dense2=$(dense 2)
-"$PY" crates/sparse/benches/scipy_side.py "$dir" "$dir/rust.jsonl" "$dense1" "$dense2" "$load_before" \
+env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$PY" crates/sparse/benches/scipy_side.py "$dir" "$dir/rust.jsonl" "$dense1" "$dense2" "$load_before" \
     > "$dir/RESULTS.md"
 echo "Machine load at the end: $(cut -d' ' -f1-3 /proc/loadavg)." >> "$dir/RESULTS.md"
 cp "$dir/RESULTS.md" crates/sparse/benches/RESULTS.md

@@ -248,7 +248,7 @@ pub(crate) fn axes(n: usize) -> Vec<char> {
 /// The whole array from its blocks, all of which are in this process: each element from the
 /// one rank with coordinate 0 along every grid dim that does not split it.
 pub(crate) fn assemble<T: Scalar>(shape: &[usize], p: &Placed<T>) -> Result<Vec<T>, SessionError> {
-    let oom = |e: deinsum_exec::pool::OutOfMemory| {
+    let oom = |e: deinsum_exec::buffers::OutOfMemory| {
         SessionError::Data(format!("out of memory: {} bytes", e.bytes))
     };
     let mut full =

@@ -78,7 +78,7 @@ pub enum NpyError {
     },
     /// The block's buffer cannot be allocated.
     #[error(transparent)]
-    OutOfMemory(#[from] crate::pool::OutOfMemory),
+    OutOfMemory(#[from] crate::buffers::OutOfMemory),
     /// Another rank failed while writing the file.
     #[error("{}: rank {rank} failed while writing its part of the file", .path.display())]
     PeerFailed {

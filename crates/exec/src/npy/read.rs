@@ -195,7 +195,7 @@ pub fn read_operand_block<T: Scalar>(
 
     let n = usize::try_from(block.len()).map_err(|_| invalid(path, "block too large"))?;
     if !h.fortran_order {
-        let mut out: Vec<T> = crate::pool::try_vec(n)?;
+        let mut out: Vec<T> = crate::buffers::try_vec(n)?;
         read_runs(path, &mut f, &h, elem, &stride, block, &mut out)?;
         debug_assert_eq!(out.len(), n);
         return Ok(out);
@@ -206,7 +206,7 @@ pub fn read_operand_block<T: Scalar>(
     let rev_block = Block {
         ranges: block.ranges.iter().rev().copied().collect(),
     };
-    let mut col: Vec<T> = crate::pool::try_vec(n)?;
+    let mut col: Vec<T> = crate::buffers::try_vec(n)?;
     read_runs(path, &mut f, &h, elem, &rev_stride, &rev_block, &mut col)?;
     debug_assert_eq!(col.len(), n);
     let ext: Vec<usize> = block.ranges.iter().map(|&(s, e)| e - s).collect();

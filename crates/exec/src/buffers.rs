@@ -1,12 +1,12 @@
-//! A rank's context for its kernels: the buffer pool and the rank's thread pool.
+//! A rank's context for its kernels: its free buffers (kept for reuse) and its thread pool.
 //!
 //! Large fresh allocations come from the kernel as untouched pages, and the first write to each
 //! page is a page fault that clears it: for a 32 MB block that costs more than copying the data
 //! in. A run that is repeated (`--repeat`) allocates the same blocks and messages every time,
-//! so the executor hands freed buffers to a per-rank pool ([`give`]) and takes them back
-//! ([`take`], [`take_empty`]) instead of asking the allocator again. The pool holds at most
-//! the words it is given as capacity ([`enter`]), so a rank never keeps more than that in free
-//! buffers; outside [`enter`] the pool is off and every call allocates as `vec!` does.
+//! so the executor hands freed buffers to the rank's free list ([`give`]) and takes them back
+//! ([`take`], [`take_empty`]) instead of asking the allocator again. The free list holds at
+//! most the words it is given as capacity ([`enter`]), so a rank never keeps more than that in
+//! free buffers; outside [`enter`] it is off and every call allocates as `vec!` does.
 //!
 //! The same context carries the rank's rayon pool, so that box copies on the rank's own thread
 //! ([`crate::data`]) can split over the rank's threads ([`on_rank_pool`]).
@@ -17,7 +17,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// Buffers of below this many words are not pooled: the allocator serves them from its own
+/// Buffers of below this many words are not kept: the allocator serves them from its own
 /// free lists without page faults.
 const MIN_POOLED: usize = 1 << 14;
 
@@ -165,7 +165,7 @@ thread_local! {
 }
 
 impl RankContext {
-    /// The context of rank `me`: a pool that keeps at most `cap_words` words of free buffers
+    /// The context of rank `me`: a free list that keeps at most `cap_words` words of free buffers
     /// (0: no pooling) and, for `threads > 1`, a rayon pool of that many workers, which share
     /// the rank's free buffers.
     pub fn new(
@@ -264,7 +264,7 @@ impl RankContext {
     }
 }
 
-/// Restores the thread's previous context (and drops the pool's buffers with the last user).
+/// Restores the thread's previous context (and drops the free buffers with the last user).
 pub struct ContextGuard {
     prev: Option<RankContext>,
 }
@@ -323,7 +323,7 @@ pub fn try_vec<T>(cap: usize) -> Result<Vec<T>, OutOfMemory> {
 }
 
 /// A copy of `src` in a fallibly allocated vector.
-pub fn try_copy<T: Copy>(src: &[T]) -> Result<Vec<T>, OutOfMemory> {
+pub(crate) fn try_copy<T: Copy>(src: &[T]) -> Result<Vec<T>, OutOfMemory> {
     let mut v = try_vec(src.len())?;
     v.extend_from_slice(src);
     Ok(v)
@@ -336,7 +336,7 @@ fn fresh<T: bytemuck::Zeroable>(len: usize) -> Result<Vec<T>, OutOfMemory> {
     bytemuck::allocation::try_zeroed_vec(len).map_err(|()| OutOfMemory::of::<T>(len))
 }
 
-/// A buffer of `len` zeros, from the pool when it has one that fits.
+/// A buffer of `len` zeros, from the free list when it has one that fits.
 pub fn take<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
     len: usize,
 ) -> Result<Vec<T>, OutOfMemory> {
@@ -350,7 +350,7 @@ pub fn take<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
 }
 
 /// A buffer of `len` elements whose values the caller overwrites entirely (stale values from
-/// the pool, or zeros from a fresh allocation).
+/// the free list, or zeros from a fresh allocation).
 pub fn take_overwritten<T: bytemuck::Zeroable + Copy + Default + Send + 'static>(
     len: usize,
 ) -> Result<Vec<T>, OutOfMemory> {
@@ -371,7 +371,7 @@ fn take_any<T: Copy + Default + Send + 'static>(len: usize) -> Option<Vec<T>> {
     Some(v)
 }
 
-/// An empty buffer with room for `cap` elements, from the pool when it has one that fits.
+/// An empty buffer with room for `cap` elements, from the free list when it has one that fits.
 pub fn take_empty<T: Copy + Default + Send + 'static>(cap: usize) -> Result<Vec<T>, OutOfMemory> {
     if cap < MIN_POOLED {
         return try_vec(cap);
@@ -385,7 +385,7 @@ pub fn take_empty<T: Copy + Default + Send + 'static>(cap: usize) -> Result<Vec<
     }
 }
 
-/// Hands a buffer no longer needed to the pool (dropped when the pool is off or full).
+/// Hands a buffer no longer needed to the free list (dropped when it is off or full).
 pub fn give<T: Send + 'static>(v: Vec<T>) {
     if v.capacity() < MIN_POOLED {
         return;
@@ -405,7 +405,7 @@ pub fn rank_threads() -> usize {
 
 /// Runs `f` on the rank's thread pool when the calling thread is a rank's own thread with a
 /// pool (the box copies of a move run there), else on the calling thread.
-pub fn on_rank_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+pub(crate) fn on_rank_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     let pool = CONTEXT.with(|c| c.borrow().as_ref().and_then(|ctx| ctx.threads.clone()));
     match pool {
         Some(p) if !deinsum_runtime::in_worker_pool() => p.install(f),
@@ -414,18 +414,18 @@ pub fn on_rank_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 }
 
 /// A rank's free list, held by a buffer that may be dropped on another rank's thread: a block
-/// that in-process ranks share goes back to the pool of the rank that allocated it, so that
+/// that in-process ranks share goes back to the free list of the rank that allocated it, so that
 /// rank finds it again on the next run.
 #[derive(Clone, Default)]
 pub(crate) struct Home(Option<Arc<Mutex<Free>>>);
 
 impl Home {
-    /// The calling thread's rank pool (none outside a rank context).
+    /// The calling thread's rank free list (none outside a rank context).
     pub(crate) fn here() -> Self {
         Home(CONTEXT.with(|c| c.borrow().as_ref().map(|ctx| ctx.free.clone())))
     }
 
-    /// Hands `v` to this pool, as [`give`] does to the calling rank's.
+    /// Hands `v` to this free list, as [`give`] does to the calling rank's.
     pub(crate) fn give<T: Send + 'static>(&self, v: Vec<T>) {
         if let Some(free) = &self.0 {
             if v.capacity() >= MIN_POOLED {
