@@ -437,7 +437,7 @@ fn main() -> ExitCode {
             (vec![6, 5, 4, 5, 3], rank.unwrap_or(3)),
         ],
     };
-    let guard = match start_mpi(backend, procs_given.then_some(procs)) {
+    let _guard = match start_mpi(backend, procs_given.then_some(procs)) {
         Ok(m) => m,
         Err(code) => return code,
     };
@@ -451,7 +451,6 @@ fn main() -> ExitCode {
             }
         }
     }
-    drop(guard);
     if ok {
         ExitCode::SUCCESS
     } else {

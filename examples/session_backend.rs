@@ -26,11 +26,13 @@ pub fn session(backend: Backend, procs: usize) -> Result<Session, SessionError> 
     }
 }
 
-/// What keeps MPI initialized while the example runs (finalized when dropped).
+/// What keeps MPI initialized while the example runs (finalized when dropped, at the end of
+/// `main`).
 #[cfg(feature = "mpi")]
 pub type MpiGuard = Option<mpi::environment::Universe>;
+/// Without the `mpi` feature there is no MPI to keep.
 #[cfg(not(feature = "mpi"))]
-pub type MpiGuard = ();
+pub struct MpiGuard;
 
 /// Initializes MPI for `--backend mpi` (a panic on one rank then aborts the job instead of
 /// leaving the others in a collective), and checks `--procs` against the world's size.
@@ -67,5 +69,5 @@ pub fn start_mpi(backend: Backend, _procs: Option<usize>) -> Result<MpiGuard, Ex
         eprintln!("error: --backend mpi needs a build with --features mpi");
         return Err(ExitCode::from(2));
     }
-    Ok(())
+    Ok(MpiGuard)
 }

@@ -402,7 +402,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let guard = match start_mpi(backend, procs_given.then_some(procs)) {
+    let _guard = match start_mpi(backend, procs_given.then_some(procs)) {
         Ok(m) => m,
         Err(code) => return code,
     };
@@ -416,7 +416,6 @@ fn main() -> ExitCode {
             }
         }
     }
-    drop(guard);
     if ok {
         ExitCode::SUCCESS
     } else {

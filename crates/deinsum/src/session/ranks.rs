@@ -146,7 +146,11 @@ impl Ranks {
         root: Option<usize>,
     ) -> Result<Option<Vec<T>>, SessionError> {
         match self {
-            Ranks::Local(_) => assemble(shape, p).map(Some),
+            // This process is every rank, the root included.
+            Ranks::Local(procs) => {
+                debug_assert!(root.is_none_or(|r| r < *procs));
+                assemble(shape, p).map(Some)
+            }
             #[cfg(feature = "mpi")]
             Ranks::Mpi { size, rank, make } => {
                 let comm = make().map_err(comm_err)?;
