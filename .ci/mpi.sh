@@ -51,7 +51,8 @@ TIMEOUT="${DEINSUM_MPI_TIMEOUT:-300}"
 
 # --- build -------------------------------------------------------------------------------
 build_log=$(mktemp)
-if cargo test -p deinsum --features mpi --test mpi_collectives --test mpi_kernels --test mpi_sparse --no-run \
+if cargo test -p deinsum --features mpi --test mpi_collectives --test mpi_kernels --test mpi_sparse \
+    --test mpi_session --no-run \
     --message-format=json >"$build_log" 2>"$build_log.err" \
     && cargo build -p deinsum --features mpi --examples --bin deinsum 2>>"$build_log.err"; then
     ok "build --features mpi"
@@ -79,7 +80,7 @@ run() {
 }
 
 # --- MPI test programs -------------------------------------------------------------------
-for t in mpi_collectives mpi_kernels mpi_sparse; do
+for t in mpi_collectives mpi_kernels mpi_sparse mpi_session; do
     exe=$(exe_of "$t")
     if [ -z "$exe" ]; then
         bad "$t: executable not found"
@@ -115,6 +116,32 @@ done
 for ex in mttkrp ttmc matrix_chain; do
     run "example $ex --help" 0 -- -n 2 "$target_dir/debug/examples/$ex" --help
     run "example $ex refuses an unknown flag" nonzero -- -n 2 "$target_dir/debug/examples/$ex" --bogus
+done
+# The session applications on the MPI world (--backend mpi): each sweep's fit equals the serial
+# CP-ALS / HOOI and the same run on as many in-process ranks, X moves nothing from the second
+# sweep on, and --procs asserts the world's size (a mismatch exits 2).
+for ex in cp_als tucker_hooi; do
+    for n in 1 2 3; do
+        out=$(timeout "$TIMEOUT" "$MPIRUN" -n "$n" "$target_dir/debug/examples/$ex" --backend mpi \
+            --procs "$n" </dev/null 2>&1)
+        st=$?
+        if [ $st -eq 0 ] && [ "$(echo "$out" | grep -c "on $n ranks.*(MPI)")" -eq 2 ] \
+            && echo "$out" | grep -q "in-process .* ok" && ! echo "$out" | grep -q "MISMATCH\|MOVED"; then
+            ok "example $ex --backend mpi -n $n"
+        else
+            echo "$out" | tail -20
+            bad "example $ex --backend mpi -n $n (exit $st)"
+        fi
+    done
+    out=$(timeout "$TIMEOUT" "$MPIRUN" -n 2 "$target_dir/debug/examples/$ex" --backend mpi \
+        --procs 3 </dev/null 2>&1)
+    st=$?
+    if [ $st -eq 2 ] && echo "$out" | grep -q "the MPI world has 2 ranks"; then
+        ok "example $ex --backend mpi --procs 3 under -n 2 exits 2"
+    else
+        echo "$out" | tail -20
+        bad "example $ex --backend mpi --procs 3 under -n 2 exits 2 (exit $st)"
+    fi
 done
 # The examples' check can fail: a perturbed serial reference must give a non-zero exit.
 DEINSUM_EXAMPLE_PERTURB=1 run "example mttkrp with a wrong reference fails" nonzero -- -n 2 "$target_dir/debug/examples/mttkrp"
@@ -345,7 +372,8 @@ rm -rf "$join_dir"
 # --- Python on MPI (mpi4py) ----------------------------------------------------------------
 # One venv (numpy, pytest, mpi4py from PyPI), one wheel built with the `mpi` feature as the
 # README says, then python/tests_mpi under mpirun -n N: every rank checks its results against
-# numpy.einsum and that the world has the N ranks the launcher was asked for.
+# numpy.einsum (sessions: against in-process sessions, CP-ALS against TensorLy's parafac) and
+# that the world has the N ranks the launcher was asked for.
 py_start=$(date +%s)
 py_venv="${DEINSUM_PY_MPI_VENV:-$target_dir/py-mpi-venv}"
 py_log=$(mktemp)
@@ -359,7 +387,8 @@ else
 fi
 if "${PYTHON:-python3}" -m venv "$py_venv" >"$py_log" 2>&1 \
     && "$py_venv/bin/python" -m pip install -q --upgrade pip >>"$py_log" 2>&1 \
-    && "$py_venv/bin/python" -m pip install -q numpy pytest mpi4py duckdb pyarrow pandas >>"$py_log" 2>&1 \
+    && "$py_venv/bin/python" -m pip install -q numpy pytest mpi4py duckdb pyarrow pandas tensorly \
+        >>"$py_log" 2>&1 \
     && MATURIN_PEP517_ARGS="--features mpi" "$py_venv/bin/python" -m pip install -q ./python \
         >>"$py_log" 2>&1; then
     ok "pip install ./python with --features mpi and mpi4py ($(($(date +%s) - py_start)) s)"
