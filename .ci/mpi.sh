@@ -51,7 +51,8 @@ TIMEOUT="${DEINSUM_MPI_TIMEOUT:-300}"
 
 # --- build -------------------------------------------------------------------------------
 build_log=$(mktemp)
-if cargo test -p deinsum --features mpi --test mpi_collectives --test mpi_kernels --test mpi_sparse --no-run \
+if cargo test -p deinsum --features mpi --test mpi_collectives --test mpi_kernels --test mpi_sparse \
+    --test mpi_session --no-run \
     --message-format=json >"$build_log" 2>"$build_log.err" \
     && cargo build -p deinsum --features mpi --examples --bin deinsum 2>>"$build_log.err"; then
     ok "build --features mpi"
@@ -79,7 +80,7 @@ run() {
 }
 
 # --- MPI test programs -------------------------------------------------------------------
-for t in mpi_collectives mpi_kernels mpi_sparse; do
+for t in mpi_collectives mpi_kernels mpi_sparse mpi_session; do
     exe=$(exe_of "$t")
     if [ -z "$exe" ]; then
         bad "$t: executable not found"
@@ -116,6 +117,32 @@ for ex in mttkrp ttmc matrix_chain; do
     run "example $ex --help" 0 -- -n 2 "$target_dir/debug/examples/$ex" --help
     run "example $ex refuses an unknown flag" nonzero -- -n 2 "$target_dir/debug/examples/$ex" --bogus
 done
+# The session applications on the MPI world (--backend mpi): each sweep's fit equals the serial
+# CP-ALS / HOOI and the same run on as many in-process ranks, X moves nothing from the second
+# sweep on, and --procs asserts the world's size (a mismatch exits 2).
+for ex in cp_als tucker_hooi; do
+    for n in 1 2 3; do
+        out=$(timeout "$TIMEOUT" "$MPIRUN" -n "$n" "$target_dir/debug/examples/$ex" --backend mpi \
+            --procs "$n" </dev/null 2>&1)
+        st=$?
+        if [ $st -eq 0 ] && [ "$(echo "$out" | grep -c "on $n ranks.*(MPI)")" -eq 2 ] \
+            && echo "$out" | grep -q "in-process .* ok" && ! echo "$out" | grep -q "MISMATCH\|MOVED"; then
+            ok "example $ex --backend mpi -n $n"
+        else
+            echo "$out" | tail -20
+            bad "example $ex --backend mpi -n $n (exit $st)"
+        fi
+    done
+    out=$(timeout "$TIMEOUT" "$MPIRUN" -n 2 "$target_dir/debug/examples/$ex" --backend mpi \
+        --procs 3 </dev/null 2>&1)
+    st=$?
+    if [ $st -eq 2 ] && echo "$out" | grep -q "the MPI world has 2 ranks"; then
+        ok "example $ex --backend mpi --procs 3 under -n 2 exits 2"
+    else
+        echo "$out" | tail -20
+        bad "example $ex --backend mpi --procs 3 under -n 2 exits 2 (exit $st)"
+    fi
+done
 # The examples' check can fail: a perturbed serial reference must give a non-zero exit.
 DEINSUM_EXAMPLE_PERTURB=1 run "example mttkrp with a wrong reference fails" nonzero -- -n 2 "$target_dir/debug/examples/mttkrp"
 
@@ -144,10 +171,59 @@ for n in $NPS; do
         fi
     done
 done
+# Complex operands under mpirun (c128 and c64, P up to 5): dense and sparse runs checked
+# against the serial complex reference (the magnitude of the difference), every rank's words
+# as planned, one report (rank 0's) naming the dtype.
+for n in 1 2 3 5; do
+    for dtype in c128 c64; do
+        out=$(timeout "$TIMEOUT" "$MPIRUN" -n "$n" "$target_dir/debug/deinsum" run \
+            "ijk,ja,ka,al->il" --sizes i=7,j=6,k=8,a=5,l=9 --backend mpi --dtype "$dtype" \
+            --check --format json 2>&1)
+        st=$?
+        if [ $st -eq 0 ] && [ "$(echo "$out" | grep -c "\"dtype\": \"$dtype\"")" -eq 1 ] \
+            && echo "$out" | grep -q "\"procs\": $n,"; then
+            ok "dense --dtype $dtype --check under mpirun -n $n"
+        else
+            echo "$out" | tail -20
+            bad "dense --dtype $dtype --check under mpirun -n $n (exit $st)"
+        fi
+        for args in "ij,jk->ik --sparse 0 --density 0.1 --sizes i=37,j=29,k=3" \
+            "ij,j->i --sparse 0 --density 0.1 --sizes i=37,j=37 --spmv-scheme fine" \
+            "ij,ik,jk->ij --sparse 0 --density 0.1 --sizes i=31,j=23,k=4" \
+            "ij,jk->ik --sparse 0,1 --density 0.1 --sizes i=29,j=31,k=17" \
+            "ijk,ia,ka->ja --density 0.05 --sizes i=11,j=9,k=7,a=4"; do
+            # shellcheck disable=SC2086
+            out=$(timeout "$TIMEOUT" "$MPIRUN" -n "$n" "$target_dir/debug/deinsum" run $args \
+                --dtype "$dtype" --check 2>&1)
+            st=$?
+            if [ $st -eq 0 ] && [ "$(echo "$out" | grep -c "(MPI, $dtype)")" -eq 1 ] \
+                && echo "$out" | grep -q "exactly the planned words" && echo "$out" | grep -q ": ok"; then
+                ok "sparse run $args --dtype $dtype -n $n"
+            else
+                echo "$out" | tail -20
+                bad "sparse run $args --dtype $dtype -n $n (exit $st)"
+            fi
+        done
+    done
+done
 # A sparse result written under mpirun (by rank 0, from the gathered entries) is the file the
 # in-process ranks write, byte for byte, in every format.
 out_dir=$(mktemp -d)
 spgemm="ij,jk->ik --sparse 0,1 --density 0.1 --sizes i=29,j=31,k=17"
+# In complex too (FROSTT has no complex values: .tns is refused).
+for ext in mtx npz npy; do
+    # shellcheck disable=SC2086
+    "$target_dir/debug/deinsum" run $spgemm --dtype c128 --procs 3 \
+        --output "$out_dir/local-c.$ext" >/dev/null
+    # shellcheck disable=SC2086
+    if timeout "$TIMEOUT" "$MPIRUN" -n 3 "$target_dir/debug/deinsum" run $spgemm --dtype c128 \
+        --output "$out_dir/mpi-c.$ext" >/dev/null 2>&1 \
+        && cmp -s "$out_dir/local-c.$ext" "$out_dir/mpi-c.$ext"; then
+        ok "complex sparse --output .$ext under mpirun -n 3 equals in-process"
+    else
+        bad "complex sparse --output .$ext under mpirun -n 3 equals in-process"
+    fi
+done
 for ext in mtx tns npz npy; do
     # shellcheck disable=SC2086
     "$target_dir/debug/deinsum" run $spgemm --procs 3 --output "$out_dir/local.$ext" >/dev/null
@@ -232,6 +308,20 @@ fi
 run "deinsum run --inputs (extents from headers) -n 3" 0 -- -n 3 "$target_dir/debug/deinsum" run \
     "ij,jk->ik" --backend mpi --inputs "$plan_dir/A.npy, $plan_dir/B.npy" \
     --output "$plan_dir/C.npy" --check
+# Files read in the compute layout: each rank reads its compute block of A and B, so the
+# report's words for both inputs are 0 (read in place), and every step moves the planned words.
+for n in 2 3 4; do
+    out=$(timeout "$TIMEOUT" "$MPIRUN" -n "$n" "$target_dir/debug/deinsum" run "ij,jk->ik" \
+        --backend mpi --inputs "$plan_dir/A.npy,$plan_dir/B.npy" --check 2>&1)
+    st=$?
+    if [ $st -eq 0 ] && [ "$(echo "$out" | grep -c "words moved to its compute layout 0 (predicted 0), read in place")" -eq 2 ] \
+        && echo "$out" | grep -q "every rank exactly as planned" && echo "$out" | grep -q ": ok"; then
+        ok "deinsum run --inputs read in place under mpirun -n $n"
+    else
+        echo "$out" | tail -20
+        bad "deinsum run --inputs read in place under mpirun -n $n (exit $st)"
+    fi
+done
 rm -rf "$plan_dir"
 # An input error is printed once (by rank 0), exit status 2.
 out=$(timeout "$TIMEOUT" "$MPIRUN" -n 3 "$target_dir/debug/deinsum" run "ij,jk->ik" \
@@ -306,7 +396,8 @@ rm -rf "$join_dir"
 # --- Python on MPI (mpi4py) ----------------------------------------------------------------
 # One venv (numpy, pytest, mpi4py from PyPI), one wheel built with the `mpi` feature as the
 # README says, then python/tests_mpi under mpirun -n N: every rank checks its results against
-# numpy.einsum and that the world has the N ranks the launcher was asked for.
+# numpy.einsum (sessions: against in-process sessions, CP-ALS against TensorLy's parafac) and
+# that the world has the N ranks the launcher was asked for.
 py_start=$(date +%s)
 py_venv="${DEINSUM_PY_MPI_VENV:-$target_dir/py-mpi-venv}"
 py_log=$(mktemp)
@@ -320,7 +411,8 @@ else
 fi
 if "${PYTHON:-python3}" -m venv "$py_venv" >"$py_log" 2>&1 \
     && "$py_venv/bin/python" -m pip install -q --upgrade pip >>"$py_log" 2>&1 \
-    && "$py_venv/bin/python" -m pip install -q numpy pytest mpi4py duckdb pyarrow pandas >>"$py_log" 2>&1 \
+    && "$py_venv/bin/python" -m pip install -q numpy pytest mpi4py duckdb pyarrow pandas tensorly \
+        >>"$py_log" 2>&1 \
     && MATURIN_PEP517_ARGS="--features mpi" "$py_venv/bin/python" -m pip install -q ./python \
         >>"$py_log" 2>&1; then
     ok "pip install ./python with --features mpi and mpi4py ($(($(date +%s) - py_start)) s)"

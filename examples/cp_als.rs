@@ -4,12 +4,22 @@
 //! then the fit as TensorLy's `parafac` computes it (from the last mode's MTTKRP).
 //!
 //! `cargo run --example cp_als -- [--procs P] [--threads T] [--rank R] [--sweeps S] [--shape 12,10,9]
-//! [--no-check]`: without `--shape`, a 3-way and a 5-way tensor. Each fit is checked against a
-//! serial CP-ALS (naive MTTKRPs) unless `--no-check`; exit status 1 when a check fails or X
-//! moved after its first sweep.
+//! [--no-check] [--backend local|mpi]`: without `--shape`, a 3-way and a 5-way tensor. Each fit
+//! is checked against a serial CP-ALS (naive MTTKRPs) unless `--no-check`; exit status 1 when a
+//! check fails or X moved after its first sweep.
+//!
+//! With `--backend mpi` (a build with `--features mpi`, started by `mpirun -n P`) the session is
+//! the MPI world's: every rank runs this program, X and the factors are distributed over the
+//! processes, and each fit is also checked against the same CP-ALS on P in-process ranks.
+//! `--procs`, when given, must be the world's size (exit status 2 otherwise).
+
+#[path = "session_backend.rs"]
+mod session_backend;
 
 use deinsum::{DistArray, Session, SessionError};
 use faer::linalg::solvers::Solve;
+pub use session_backend::Backend;
+use session_backend::{session, start_mpi};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -28,6 +38,11 @@ pub struct CpResult {
     pub x_words: Vec<u64>,
     /// Words moved (over all ranks) in each sweep.
     pub words: Vec<u64>,
+    /// Per sweep, the SOAP lower bound on the words one rank touches, summed over the
+    /// sweep's MTTKRPs.
+    pub mttkrp_bound: Vec<f64>,
+    /// Per sweep, the words the busiest rank touches in the MTTKRPs' plans.
+    pub mttkrp_touched: Vec<u64>,
 }
 
 /// The MTTKRP of mode `n` of an order-`order` tensor: `ijk,jz,kz->iz` for n = 0.
@@ -106,6 +121,8 @@ pub fn cp_als(
         seconds: Vec::new(),
         x_words: Vec::new(),
         words: Vec::new(),
+        mttkrp_bound: Vec::new(),
+        mttkrp_touched: Vec::new(),
     };
     let mut norm_x2 = None;
     for _ in 0..sweeps {
@@ -144,6 +161,16 @@ pub fn cp_als(
                 .map(|e| e.operand_words[0])
                 .sum(),
         );
+        // The sweep's MTTKRPs (not the first sweep's ‖X‖², which ends in "->").
+        let mttkrps = || {
+            sweep
+                .iter()
+                .filter(|e| e.expr.starts_with(&format!("{x_idx},")) && !e.expr.ends_with("->"))
+        };
+        out.mttkrp_bound
+            .push(mttkrps().map(|e| e.bound_per_rank).sum());
+        out.mttkrp_touched
+            .push(mttkrps().map(|e| e.touched_per_rank).sum());
     }
     out.factors = factors;
     Ok(out)
@@ -250,8 +277,10 @@ pub fn problem(shape: &[usize], r: usize, seed: u64) -> (Vec<f64>, Vec<Vec<f64>>
     (x, init)
 }
 
-/// Runs CP-ALS on `shape`, prints each sweep and checks it; true when every check passed.
+/// Runs CP-ALS on `shape`, prints each sweep (rank 0) and checks it; true when every check
+/// passed. Under MPI every rank runs it and reaches the same verdict.
 pub fn run_case(
+    backend: Backend,
     procs: usize,
     threads: usize,
     shape: &[usize],
@@ -260,24 +289,38 @@ pub fn run_case(
     check: bool,
 ) -> Result<bool, SessionError> {
     let (x, init) = problem(shape, r, 7);
-    let s = Session::local(procs)?;
+    let s = session(backend, procs)?;
     s.set_threads(threads);
     let xa = s.array(shape, x.clone())?;
     let got = cp_als(&s, &xa, r, init.clone(), sweeps)?;
     let want = if check {
-        Some(cp_als_serial(&x, shape, r, init, sweeps))
+        Some(cp_als_serial(&x, shape, r, init.clone(), sweeps))
+    } else {
+        None
+    };
+    // Under MPI, the same CP-ALS on as many in-process ranks.
+    let local = if check && s.is_mpi() {
+        let l = Session::local(s.procs())?;
+        let la = l.array(shape, x.clone())?;
+        Some(cp_als(&l, &la, r, init, sweeps)?)
     } else {
         None
     };
     let mut ok = true;
-    println!("CP-ALS of a {shape:?} tensor, rank {r}, on {procs} ranks x {threads} threads");
+    let mut text = format!(
+        "CP-ALS of a {shape:?} tensor, rank {r}, on {} ranks x {threads} threads{}\n",
+        s.procs(),
+        if s.is_mpi() { " (MPI)" } else { "" }
+    );
     for (t, f) in got.fits.iter().enumerate() {
         let mut line = format!(
-            "  sweep {}: fit {f:.12}  {:.4} s  words moved {}  X moved {}",
+            "  sweep {}: fit {f:.12}  {:.4} s  words moved {}  X moved {}  MTTKRP touched/rank {} SOAP bound/rank {:.0}",
             t + 1,
             got.seconds[t],
             got.words[t],
-            got.x_words[t]
+            got.x_words[t],
+            got.mttkrp_touched[t],
+            got.mttkrp_bound[t]
         );
         if let Some(w) = &want {
             let good = (f - w[t]).abs() <= 1e-9;
@@ -288,18 +331,31 @@ pub fn run_case(
                 if good { "ok" } else { "MISMATCH" }
             );
         }
+        if let Some(l) = &local {
+            let good = (f - l.fits[t]).abs() <= 1e-10 && got.x_words[t] == l.x_words[t];
+            ok &= good;
+            line += &format!(
+                "  in-process {:.12} {}",
+                l.fits[t],
+                if good { "ok" } else { "MISMATCH" }
+            );
+        }
         // X never moves after its first placement.
         if t > 0 && got.x_words[t] != 0 {
             ok = false;
             line += "  X MOVED";
         }
-        println!("{line}");
+        text += &line;
+        text.push('\n');
+    }
+    if s.rank() == 0 {
+        print!("{text}");
     }
     Ok(ok)
 }
 
 fn usage() -> &'static str {
-    "usage: cp_als [--procs P] [--threads T] [--rank R] [--sweeps S] [--shape N1,N2,...] [--no-check]"
+    "usage: cp_als [--procs P] [--threads T] [--rank R] [--sweeps S] [--shape N1,N2,...] [--no-check] [--backend local|mpi]"
 }
 
 #[allow(dead_code)]
@@ -310,6 +366,8 @@ fn main() -> ExitCode {
     let mut sweeps = 4;
     let mut shape: Option<Vec<usize>> = None;
     let mut check = true;
+    let mut backend = Backend::Local;
+    let mut procs_given = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut num = |what: &str| -> Option<usize> {
@@ -321,8 +379,19 @@ fn main() -> ExitCode {
         };
         match a.as_str() {
             "--procs" => match num("--procs") {
-                Some(v) => procs = v,
+                Some(v) => {
+                    procs = v;
+                    procs_given = true;
+                }
                 None => return ExitCode::from(2),
+            },
+            "--backend" => match args.next().as_deref() {
+                Some("local") => backend = Backend::Local,
+                Some("mpi") => backend = Backend::Mpi,
+                _ => {
+                    eprintln!("--backend takes local or mpi\n{}", usage());
+                    return ExitCode::from(2);
+                }
             },
             "--threads" => match num("--threads") {
                 Some(v) => threads = v,
@@ -368,9 +437,13 @@ fn main() -> ExitCode {
             (vec![6, 5, 4, 5, 3], rank.unwrap_or(3)),
         ],
     };
+    let _guard = match start_mpi(backend, procs_given.then_some(procs)) {
+        Ok(m) => m,
+        Err(code) => return code,
+    };
     let mut ok = true;
     for (shape, r) in cases {
-        match run_case(procs, threads, &shape, r, sweeps, check) {
+        match run_case(backend, procs, threads, &shape, r, sweeps, check) {
             Ok(good) => ok &= good,
             Err(e) => {
                 eprintln!("error: {e}");

@@ -8,8 +8,17 @@
 //! [--ranks 3,3,2] [--no-check]`: without `--shape`, a 3-way and a 5-way tensor. Each sweep's
 //! core norm and the final factors' subspaces are checked against a serial HOOI (naive
 //! TTMcs) unless `--no-check`.
+//!
+//! `--backend mpi` (a build with `--features mpi`, started by `mpirun -n P`) runs the session on
+//! the MPI world, every rank running this program; each sweep is then also checked against the
+//! same HOOI on P in-process ranks. `--procs`, when given, must be the world's size.
+
+#[path = "session_backend.rs"]
+mod session_backend;
 
 use deinsum::{DistArray, Session, SessionError};
+pub use session_backend::Backend;
+use session_backend::{session, start_mpi};
 use std::process::ExitCode;
 
 /// Index names of X's modes and of the ranks of each mode's factor.
@@ -224,8 +233,10 @@ pub fn problem(shape: &[usize], ranks: &[usize], seed: u64) -> (Vec<f64>, Vec<Ve
     (x, init)
 }
 
-/// Runs HOOI on `shape`, prints each sweep and checks it; true when every check passed.
+/// Runs HOOI on `shape`, prints each sweep (rank 0) and checks it; true when every check
+/// passed. Under MPI every rank runs it and reaches the same verdict.
 pub fn run_case(
+    backend: Backend,
     procs: usize,
     shape: &[usize],
     ranks: &[usize],
@@ -233,12 +244,24 @@ pub fn run_case(
     check: bool,
 ) -> Result<bool, SessionError> {
     let (x, init) = problem(shape, ranks, 11);
-    let s = Session::local(procs)?;
+    let s = session(backend, procs)?;
     let xa = s.array(shape, x.clone())?;
     let got = hooi(&s, &xa, ranks, init.clone(), sweeps)?;
-    let want = check.then(|| hooi_serial(&x, shape, ranks, init, sweeps));
+    let want = check.then(|| hooi_serial(&x, shape, ranks, init.clone(), sweeps));
+    // Under MPI, the same HOOI on as many in-process ranks.
+    let local = if check && s.is_mpi() {
+        let l = Session::local(s.procs())?;
+        let la = l.array(shape, x.clone())?;
+        Some(hooi(&l, &la, ranks, init, sweeps)?)
+    } else {
+        None
+    };
     let mut ok = true;
-    println!("Tucker HOOI of a {shape:?} tensor to ranks {ranks:?} on {procs} ranks");
+    let mut text = format!(
+        "Tucker HOOI of a {shape:?} tensor to ranks {ranks:?} on {} ranks{}\n",
+        s.procs(),
+        if s.is_mpi() { " (MPI)" } else { "" }
+    );
     for t in 0..sweeps {
         let g = got.core_norms[t];
         let mut line = format!(
@@ -256,28 +279,42 @@ pub fn run_case(
                 if good { "ok" } else { "MISMATCH" }
             );
         }
+        if let Some(l) = &local {
+            let good =
+                (g - l.core_norms[t]).abs() <= 1e-10 * g.max(1.0) && got.x_words[t] == l.x_words[t];
+            ok &= good;
+            line += &format!(
+                "  in-process {:.12} {}",
+                l.core_norms[t],
+                if good { "ok" } else { "MISMATCH" }
+            );
+        }
         if t > 0 && got.x_words[t] != 0 {
             ok = false;
             line += "  X MOVED";
         }
-        println!("{line}");
+        text += &line;
+        text.push('\n');
     }
     if let Some((_, factors)) = &want {
         for (n, f) in factors.iter().enumerate() {
             let gap = projector_gap(&got.factors[n], f, shape[n], ranks[n]);
             let good = gap <= 1e-8;
             ok &= good;
-            println!(
-                "  factor {n}: projector gap to serial {gap:.2e} {}",
+            text += &format!(
+                "  factor {n}: projector gap to serial {gap:.2e} {}\n",
                 if good { "ok" } else { "MISMATCH" }
             );
         }
+    }
+    if s.rank() == 0 {
+        print!("{text}");
     }
     Ok(ok)
 }
 
 fn usage() -> &'static str {
-    "usage: tucker_hooi [--procs P] [--sweeps S] [--shape N1,N2,...] [--ranks R1,R2,...] [--no-check]"
+    "usage: tucker_hooi [--procs P] [--sweeps S] [--shape N1,N2,...] [--ranks R1,R2,...] [--no-check] [--backend local|mpi]"
 }
 
 /// A comma-separated list of positive integers.
@@ -296,6 +333,8 @@ fn main() -> ExitCode {
     let mut shape = None;
     let mut ranks = None;
     let mut check = true;
+    let mut backend = Backend::Local;
+    let mut procs_given = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -305,7 +344,10 @@ fn main() -> ExitCode {
                     .and_then(|v| v.parse::<usize>().ok())
                     .filter(|&v| v > 0)
                 {
-                    Some(v) if a == "--procs" => procs = v,
+                    Some(v) if a == "--procs" => {
+                        procs = v;
+                        procs_given = true;
+                    }
                     Some(v) => sweeps = v,
                     None => {
                         eprintln!("{a} takes a positive integer\n{}", usage());
@@ -322,6 +364,14 @@ fn main() -> ExitCode {
                 }
             },
             "--no-check" => check = false,
+            "--backend" => match args.next().as_deref() {
+                Some("local") => backend = Backend::Local,
+                Some("mpi") => backend = Backend::Mpi,
+                _ => {
+                    eprintln!("--backend takes local or mpi\n{}", usage());
+                    return ExitCode::from(2);
+                }
+            },
             "--help" | "-h" => {
                 println!("{}", usage());
                 return ExitCode::SUCCESS;
@@ -352,9 +402,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let _guard = match start_mpi(backend, procs_given.then_some(procs)) {
+        Ok(m) => m,
+        Err(code) => return code,
+    };
     let mut ok = true;
     for (shape, ranks) in cases {
-        match run_case(procs, &shape, &ranks, sweeps, check) {
+        match run_case(backend, procs, &shape, &ranks, sweeps, check) {
             Ok(good) => ok &= good,
             Err(e) => {
                 eprintln!("error: {e}");

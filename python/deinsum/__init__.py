@@ -332,7 +332,8 @@ def einsum(
     Sparse operands (`scipy.sparse` CSR, CSC or COO matrices or arrays) run the sparse kernels
     `deinsum run` runs: SpMV `ij,j->i`, SpMM `ij,jk->ik` and SDDMM `ij,ik,jk->ij` with operand
     0 sparse, SpGEMM `ij,jk->ik` with both sparse, planned from the pattern on `procs`
-    in-process ranks. The result is a dense ndarray, or a `scipy.sparse.csr_matrix` for a
+    in-process ranks, in float32, float64, complex64 or complex128 by the same promotion as
+    dense operands. The result is a dense ndarray, or a `scipy.sparse.csr_matrix` for a
     sparse result (SDDMM, SpGEMM); another einsum with a sparse operand raises ValueError.
     """
     if not isinstance(expr, str):
@@ -492,10 +493,10 @@ def _sparse_einsum(expr, operands, procs, threads, mem, dtype, comm):
         raise ValueError("sparse operands run on in-process ranks only (comm= is not built)")
     if mem is not None:
         raise ValueError("mem= does not apply to sparse operands: their plan is built from the pattern")
-    dt = _compute_dtype([np.empty(0, dtype=a.dtype) for a in operands], dtype)
-    if dt.kind == "c":
-        # The sparse kernels run in float32 and float64 only so far.
-        raise TypeError(f"sparse operands: {dt} is not built yet (float32 or float64)")
+    # NumPy's promotion over the operands' types (a SciPy matrix's dtype, a dense operand's):
+    # real with complex computes in complex, float32 with complex in complex64.
+    kinds = [a.dtype if _is_sparse(a) else np.asarray(a).dtype for a in operands]
+    dt = _compute_dtype([np.empty(0, dtype=k) for k in kinds], dtype)
     ops = []
     for a in operands:
         if _is_sparse(a):
@@ -507,8 +508,7 @@ def _sparse_einsum(expr, operands, procs, threads, mem, dtype, comm):
             ops.append(("dense", np.ascontiguousarray(np.asarray(a), dtype=dt)))
     procs = 1 if procs is None else _count("procs", procs)
     threads = _default_threads(procs) if threads is None else _count("threads", threads)
-    run = _native.sparse_einsum_f32 if dt == np.float32 else _native.sparse_einsum_f64
-    out = run(expr, ops, procs, threads)
+    out = getattr(_native, f"sparse_einsum_{_SUFFIX[dt]}")(expr, ops, procs, threads)
     if out[0] == "dense":
         return out[1]
     _, shape, coords, vals = out

@@ -639,6 +639,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     session::register(m)?;
     m.add_function(wrap_pyfunction!(sparse::sparse_einsum_f64, m)?)?;
     m.add_function(wrap_pyfunction!(sparse::sparse_einsum_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(sparse::sparse_einsum_c128, m)?)?;
+    m.add_function(wrap_pyfunction!(sparse::sparse_einsum_c64, m)?)?;
     m.add_function(wrap_pyfunction!(join::join_ipc, m)?)?;
     // Whether `comm=` (an mpi4py communicator) is available: the `mpi` feature.
     m.add("HAS_MPI", cfg!(feature = "mpi"))?;

@@ -80,20 +80,30 @@ pub(crate) fn fortran_handle(obj: &Bound<'_, PyAny>) -> PyResult<c_int> {
 /// The duplicate's MPI errors abort the job (MPI_ERRORS_ARE_FATAL): mpi4py sets its
 /// communicators to return error codes, which rsmpi's calls do not read.
 pub(crate) fn duplicate(handle: c_int) -> PyResult<MpiComm> {
-    // SAFETY: MPI is initialized and not finalized (checked by `fortran_handle` just before;
-    // mpi4py finalizes at interpreter exit, and finalizing from another thread while this one
-    // is in an MPI call is erroneous by the MPI standard), and `handle` is the Fortran handle
-    // mpi4py gave for a live intra-communicator (not MPI.COMM_NULL) of the MPI library this
-    // process has loaded: MPI_Comm_f2c maps it back to that communicator, which is only read.
+    duplicate_comm(handle).map_err(PyRuntimeError::new_err)
+}
+
+/// [`duplicate`] with its error as text (no Python object: callable where no GIL is held,
+/// e.g. by a session between calls), refused once MPI is finalized.
+pub(crate) fn duplicate_comm(handle: c_int) -> Result<MpiComm, String> {
+    if mpi::environment::is_finalized() {
+        return Err("MPI is finalized already".into());
+    }
+    // SAFETY: MPI is initialized (checked by `fortran_handle` before the handle was taken; it
+    // is never un-initialized) and not finalized (just checked; mpi4py finalizes at interpreter
+    // exit, and finalizing from another thread while this one is in an MPI call is erroneous
+    // by the MPI standard), and `handle` is the Fortran handle mpi4py gave for a live
+    // intra-communicator (not MPI.COMM_NULL) of the MPI library this process has loaded:
+    // MPI_Comm_f2c maps it back to that communicator, which is only read.
     let raw = unsafe { mpi::ffi::RSMPI_Comm_f2c(handle) };
     let mut dup = raw;
     // SAFETY: `raw` is a live intra-communicator (above) and `dup` a valid place for the new
     // handle; MPI_Comm_dup writes it only on success (checked below).
     let rc = unsafe { mpi::ffi::MPI_Comm_dup(raw, &mut dup) };
     if rc != mpi::ffi::MPI_SUCCESS as c_int || dup == raw {
-        return Err(PyRuntimeError::new_err(format!(
+        return Err(format!(
             "MPI_Comm_dup of the communicator failed (MPI error code {rc})"
-        )));
+        ));
     }
     // SAFETY: `dup` is the live communicator MPI_Comm_dup just made (an intra-communicator,
     // like the one it copies); reading the library's predefined ERRORS_ARE_FATAL handle is a
@@ -104,9 +114,9 @@ pub(crate) fn duplicate(handle: c_int) -> PyResult<MpiComm> {
     // SimpleCommunicator owns it and frees it (MPI_Comm_free) when dropped.
     let comm = unsafe { SimpleCommunicator::from_raw(dup) };
     if rc != mpi::ffi::MPI_SUCCESS as c_int {
-        return Err(PyRuntimeError::new_err(format!(
+        return Err(format!(
             "MPI_Comm_set_errhandler failed (MPI error code {rc})"
-        )));
+        ));
     }
     Ok(MpiComm::new(comm))
 }

@@ -1,15 +1,18 @@
 //! `deinsum.Session`, `deinsum.DistArray` and `deinsum.Layout`: the Python face of
 //! [`deinsum::Session`]. Arrays stay distributed inside the session between einsums; only
-//! `DistArray.numpy()` and `DistArray.save()` bring one whole into this process.
+//! `DistArray.numpy()` and `DistArray.save()` bring one whole into this process. On an mpi4py
+//! communicator (`Session(comm=...)`, the `mpi` feature) every rank makes the same calls and
+//! holds its own blocks; `numpy()` and `save()` are collective there.
 
 use deinsum::{DType, OutLayout, SessionError};
 use numpy::ndarray::IxDyn;
 use numpy::{
     Complex32, Complex64, IntoPyArray, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods,
 };
+#[cfg(not(feature = "mpi"))]
+use pyo3::exceptions::PyNotImplementedError;
 use pyo3::exceptions::{
-    PyFileExistsError, PyFileNotFoundError, PyMemoryError, PyNotImplementedError, PyOSError,
-    PyTypeError, PyValueError,
+    PyFileExistsError, PyFileNotFoundError, PyMemoryError, PyOSError, PyTypeError, PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -27,6 +30,7 @@ pub(crate) fn session_to_py(e: SessionError) -> PyErr {
         SessionError::ForeignArray { .. }
         | SessionError::Closed { .. }
         | SessionError::Shape { .. }
+        | SessionError::Peer { .. }
         | SessionError::Data(_) => PyValueError::new_err(msg),
         SessionError::DType { .. } => PyTypeError::new_err(msg),
         SessionError::TooLarge { .. } => PyMemoryError::new_err(msg),
@@ -117,17 +121,27 @@ impl PyDistArray {
 
     /// The whole array in this process, as a NumPy array (a copy). Raises MemoryError when it
     /// exceeds the memory this node has available, ValueError after the session closed.
-    fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    /// On MPI every rank calls it; with `root` (a rank) only that rank gets the array, the
+    /// others `None` (a gather instead of an all-gather).
+    #[pyo3(signature = (root=None))]
+    fn numpy<'py>(&self, py: Python<'py>, root: Option<usize>) -> PyResult<Bound<'py, PyAny>> {
         let a = &self.inner;
         let shape = a.shape().to_vec();
         deinsum::with_dtype!(a.dtype(), T => {
-            let v = py.allow_threads(|| a.gather::<T>()).map_err(session_to_py)?;
-            Ok(v.into_pyarray(py).reshape(IxDyn(&shape))?.into_any())
+            let v = match root {
+                None => Some(py.allow_threads(|| a.gather::<T>()).map_err(session_to_py)?),
+                Some(r) => py.allow_threads(|| a.gather_root::<T>(r)).map_err(session_to_py)?,
+            };
+            match v {
+                Some(v) => Ok(v.into_pyarray(py).reshape(IxDyn(&shape))?.into_any()),
+                None => Ok(py.None().into_bound(py)),
+            }
         })
     }
 
-    /// Writes the whole array to a `.npy` file. Refused (FileExistsError) over a file a live
-    /// array of the session was loaded from.
+    /// Writes the whole array to a `.npy` file (on MPI: every rank calls it, rank 0 writes the
+    /// one file). Refused (FileExistsError) over a file a live array of the session was
+    /// loaded from.
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
         let a = &self.inner;
         py.allow_threads(|| a.save_npy(&path))
@@ -144,10 +158,43 @@ impl PyDistArray {
     }
 }
 
-/// P in-process ranks holding plans, buffers and arrays between einsums.
+/// P ranks (in process, or an mpi4py communicator's) holding plans, buffers and arrays
+/// between einsums.
 #[pyclass(name = "Session", module = "deinsum", frozen)]
 pub(crate) struct PySession {
     inner: deinsum::Session,
+    /// The mpi4py communicator of an MPI session, kept alive while the session is.
+    _comm: Option<PyObject>,
+}
+
+/// A session on the ranks of `comm`: an mpi4py intra-communicator, or `"world"` for
+/// `mpi4py.MPI.COMM_WORLD`. Collective over it.
+#[cfg(feature = "mpi")]
+fn mpi_session(comm: &Bound<'_, PyAny>) -> PyResult<(deinsum::Session, PyObject)> {
+    let py = comm.py();
+    let obj = if comm.extract::<String>().is_ok_and(|s| s == "world") {
+        py.import("mpi4py.MPI")?.getattr("COMM_WORLD")?
+    } else {
+        comm.clone()
+    };
+    let handle = crate::mpi_run::fortran_handle(&obj)?;
+    let make: deinsum::session::MakeComm = std::sync::Arc::new(move || {
+        crate::mpi_run::duplicate_comm(handle).map_err(deinsum::exec::CommError::Backend)
+    });
+    let s = py
+        .allow_threads(|| deinsum::Session::mpi(make))
+        .map_err(session_to_py)?;
+    Ok((s, obj.unbind()))
+}
+
+/// Without the `mpi` feature there are no MPI sessions.
+#[cfg(not(feature = "mpi"))]
+fn mpi_session(_comm: &Bound<'_, PyAny>) -> PyResult<(deinsum::Session, PyObject)> {
+    Err(PyNotImplementedError::new_err(
+        "Session(comm=...) needs deinsum built with MPI, and this extension was built without \
+         it: reinstall with MATURIN_PEP517_ARGS=\"--features mpi\" pip install ./python (needs \
+         an MPI installation, e.g. libopenmpi-dev, and libclang-dev)",
+    ))
 }
 
 impl PySession {
@@ -183,8 +230,10 @@ impl PySession {
 
 #[pymethods]
 impl PySession {
-    /// A session on `procs` in-process ranks (default 1), each computing with `threads`
-    /// threads (default 1). `comm` (an mpi4py communicator) is not supported by sessions yet.
+    /// A session on `procs` in-process ranks (default 1), or with `comm` (an mpi4py
+    /// intra-communicator, or `"world"`) on its ranks, every rank of it making the same calls
+    /// (`procs`, if given, must be its size); each rank computes with `threads` threads
+    /// (default 1). The communicator must not be freed while the session is used.
     #[new]
     #[pyo3(signature = (procs=None, comm=None, threads=None))]
     fn new(
@@ -192,29 +241,43 @@ impl PySession {
         comm: Option<&Bound<'_, PyAny>>,
         threads: Option<usize>,
     ) -> PyResult<Self> {
-        if comm.is_some_and(|c| !c.is_none()) {
-            return Err(PyNotImplementedError::new_err(
-                "deinsum.Session runs on in-process ranks only: comm= (MPI) is not supported by \
-                 sessions yet; use deinsum.einsum(..., comm=comm) for one-shot MPI runs",
-            ));
-        }
-        let procs = procs.unwrap_or(1);
-        if procs == 0 {
+        if procs == Some(0) {
             return Err(PyValueError::new_err("procs must be at least 1"));
         }
-        let inner = deinsum::Session::local(procs).map_err(session_to_py)?;
+        let (inner, comm) = match comm.filter(|c| !c.is_none()) {
+            Some(c) => {
+                let (s, obj) = mpi_session(c)?;
+                if let Some(p) = procs.filter(|&p| p != s.procs()) {
+                    return Err(PyValueError::new_err(format!(
+                        "procs={p} but the communicator has {} ranks",
+                        s.procs()
+                    )));
+                }
+                (s, Some(obj))
+            }
+            None => (
+                deinsum::Session::local(procs.unwrap_or(1)).map_err(session_to_py)?,
+                None,
+            ),
+        };
         match threads {
             Some(0) => return Err(PyValueError::new_err("threads must be at least 1")),
             Some(t) => inner.set_threads(t),
             None => {}
         }
-        Ok(PySession { inner })
+        Ok(PySession { inner, _comm: comm })
     }
 
     /// Number of ranks.
     #[getter]
     fn procs(&self) -> usize {
         self.inner.procs()
+    }
+
+    /// This process's rank (its MPI rank; 0 in process).
+    #[getter]
+    fn rank(&self) -> usize {
+        self.inner.rank()
     }
 
     /// Whether the session was closed.
@@ -290,7 +353,9 @@ impl PySession {
 
     /// One dict per einsum call, in call order: `expr`, `words_moved` (all ranks' received
     /// words), `operand_words` (per operand, words moved to bring it to its compute layout),
-    /// `cached` (the plan came from the session's cache) and `predicted_seconds`.
+    /// `cached` (the plan came from the session's cache), `predicted_seconds`,
+    /// `bound_per_rank` (the SOAP lower bound on the words a rank touches) and
+    /// `touched_per_rank` (the words the plan's busiest rank touches).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
         for s in self.inner.stats() {
@@ -300,6 +365,8 @@ impl PySession {
             d.set_item("operand_words", s.operand_words)?;
             d.set_item("cached", s.cached)?;
             d.set_item("predicted_seconds", s.predicted_seconds)?;
+            d.set_item("bound_per_rank", s.bound_per_rank)?;
+            d.set_item("touched_per_rank", s.touched_per_rank)?;
             out.append(d)?;
         }
         Ok(out)
@@ -323,8 +390,9 @@ impl PySession {
 
     fn __repr__(&self) -> String {
         format!(
-            "<deinsum.Session on {} ranks{}>",
+            "<deinsum.Session on {} ranks{}{}>",
             self.inner.procs(),
+            if self.inner.is_mpi() { " (MPI)" } else { "" },
             if self.inner.is_open() { "" } else { ", closed" }
         )
     }

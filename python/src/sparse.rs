@@ -6,7 +6,10 @@ use deinsum::sparse::einsum::SparseOutput;
 use deinsum::sparse::SparseTensor;
 use deinsum::{Operand, SparseEinsum, SparseOptions};
 use numpy::ndarray::IxDyn;
-use numpy::{Element, IntoPyArray, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use numpy::{
+    Complex32, Complex64, Element, IntoPyArray, PyArrayMethods, PyReadonlyArrayDyn,
+    PyUntypedArrayMethods,
+};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -106,4 +109,28 @@ pub fn sparse_einsum_f32(
     threads: usize,
 ) -> PyResult<PyObject> {
     run::<f32>(py, expr, operands, procs, threads)
+}
+
+/// `einsum` with sparse operands in complex128.
+#[pyfunction]
+pub fn sparse_einsum_c128(
+    py: Python<'_>,
+    expr: &str,
+    operands: &Bound<'_, PyAny>,
+    procs: usize,
+    threads: usize,
+) -> PyResult<PyObject> {
+    run::<Complex64>(py, expr, operands, procs, threads)
+}
+
+/// `einsum` with sparse operands in complex64.
+#[pyfunction]
+pub fn sparse_einsum_c64(
+    py: Python<'_>,
+    expr: &str,
+    operands: &Bound<'_, PyAny>,
+    procs: usize,
+    threads: usize,
+) -> PyResult<PyObject> {
+    run::<Complex32>(py, expr, operands, procs, threads)
 }

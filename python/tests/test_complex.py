@@ -118,8 +118,12 @@ def test_plan_runs_complex_and_scalar_results():
     assert type(got) is type(want) and np.isclose(got, want)
 
 
-def test_complex_sparse_operands_are_refused_not_cast():
+def test_complex_sparse_operands_compute_in_complex_not_cast():
     sp = pytest.importorskip("scipy.sparse")
     a = sp.random(5, 4, density=0.5, format="csr", random_state=1).astype(np.complex128)
-    with pytest.raises(TypeError, match="complex128 is not built yet"):
-        deinsum.einsum("ij,j->i", a, np.ones(4))
+    a.data = a.data * (1 + 2j)
+    got = deinsum.einsum("ij,j->i", a, np.ones(4))
+    assert got.dtype == np.complex128
+    np.testing.assert_allclose(got, a @ np.ones(4), rtol=1e-12)
+    with pytest.raises(TypeError, match="Cannot cast"):
+        deinsum.einsum("ij,j->i", a, np.ones(4), dtype=np.float64)

@@ -70,14 +70,7 @@ impl Gathered {
     /// `v` widened to double precision of its kind.
     pub fn of<T: Scalar>(v: &[T]) -> Self {
         if T::DTYPE.is_complex() {
-            Gathered::Complex(
-                v.iter()
-                    .map(|x| {
-                        let (re, im) = x.parts();
-                        deinsum_exec::scalar::Complex64::new(re, im)
-                    })
-                    .collect(),
-            )
+            Gathered::Complex(v.iter().map(|x| x.to_c128()).collect())
         } else {
             Gathered::Real(v.iter().map(|x| x.to_f64()).collect())
         }
@@ -157,6 +150,8 @@ pub fn preflight<T: Scalar>(
         } => {
             let mut o = crate::Options::procs(plan.procs);
             o.mem = Some(*w);
+            // Where the run's plan starts its inputs, so the note speaks of the same plan.
+            o.inputs_anywhere = plan.inputs_in_place;
             match crate::Einsum::compile_parsed(&plan.einsum, &o) {
                 Ok(c) => format!(
                     " (the planner meets --mem {w}: peak {} words per rank with buffers)",

@@ -91,10 +91,12 @@ pub struct Options {
     pub dtype: DType,
     /// Where each operand's data is before the run, by operand number
     /// ([`deinsum_plan::PlanOptions::sources`]); an operand the list does not reach is
-    /// `Canonical`, or [`deinsum_plan::Source::Anywhere`] under `inputs_anywhere`.
+    /// [`deinsum_plan::Source::Anywhere`] under `inputs_anywhere`, else `Canonical`.
     pub sources: Vec<deinsum_plan::Source>,
     /// Operands [`Options::sources`] does not list can be read in any layout (generated,
-    /// from `.npy`, lent whole); false by default (they start canonical).
+    /// from `.npy`, lent whole): each is read where its first use computes, or canonically
+    /// where that predicts faster. True by default; false starts them in the canonical
+    /// distribution (`deinsum plan --inputs-canonical`).
     pub inputs_anywhere: bool,
 }
 
@@ -109,7 +111,7 @@ impl Default for Options {
             objective: deinsum_plan::Objective::default(),
             dtype: DType::default(),
             sources: Vec::new(),
-            inputs_anywhere: false,
+            inputs_anywhere: true,
         }
     }
 }

@@ -257,6 +257,91 @@ impl StepRow {
     }
 }
 
+/// One input operand over all ranks: the words moved to bring it from where it was read to
+/// where it computes, measured beside predicted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputRow {
+    /// The operand's number in the einsum.
+    pub operand: usize,
+    /// Its tensor, as reports name it (`T0 (ij)`).
+    pub tensor: String,
+    /// Words all ranks received of it: the steps that move only it, and of a step that moves
+    /// several tensors (a phase's windows) its share by the plan when the step measured
+    /// exactly as planned (else by its predicted fraction of the step's measured words).
+    pub measured_total: u64,
+    /// The plan's words of it over all ranks ([`Plan::input_words`]).
+    pub predicted_total: u64,
+    /// Whether every step that moves it measured exactly the plan's words on every rank.
+    pub exact: bool,
+}
+
+impl InputRow {
+    /// Read where it computes: no step moves it.
+    pub fn in_place(&self) -> bool {
+        self.predicted_total == 0 && self.measured_total == 0
+    }
+
+    /// Operand `k` of `plan` over the step rows of a run.
+    fn of(plan: &Plan, k: usize, rows: &[StepRow]) -> Self {
+        let t = plan
+            .tensors
+            .iter()
+            .find(|t| matches!(t.kind, TensorKind::Input(j) if j == k));
+        let id = t.map_or(k, |t| t.id);
+        let mut row = InputRow {
+            operand: k,
+            tensor: t.map(|t| t.label()).unwrap_or_default(),
+            measured_total: 0,
+            predicted_total: plan.input_words(id),
+            exact: true,
+        };
+        for r in rows {
+            let share = plan.step_words_of(r.step, id);
+            if share == 0 {
+                continue;
+            }
+            row.exact &= r.exact;
+            row.measured_total += if share == r.predicted_total || !r.exact {
+                // All the step's words are this tensor's, or the step is off plan and its
+                // measured words are split by the plan's fractions.
+                (u128::from(r.measured_total) * u128::from(share)
+                    / u128::from(r.predicted_total.max(1))) as u64
+            } else {
+                share
+            };
+        }
+        row
+    }
+
+    /// The JSON form of the row.
+    fn to_json(&self) -> serde_json::Value {
+        json!({
+            "operand": self.operand, "tensor": self.tensor, "words_total": self.measured_total,
+            "predicted_total": self.predicted_total, "exact": self.exact,
+            "in_place": self.in_place(),
+        })
+    }
+}
+
+impl fmt::Display for InputRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "input {}: words moved to its compute layout {} (predicted {}){}",
+            self.tensor,
+            self.measured_total,
+            self.predicted_total,
+            if !self.exact {
+                ", DIFFERS from the plan"
+            } else if self.in_place() {
+                ", read in place"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
 /// A run over all ranks, measured against the plan: built by [`RunSummary::new`] from every
 /// rank's [`RunReport`]; printed as text by `Display`, as JSON by `Serialize`.
 #[derive(Clone, Debug)]
@@ -273,6 +358,8 @@ pub struct RunSummary {
     pub context: RunContext,
     /// Per plan step.
     pub rows: Vec<StepRow>,
+    /// Per input operand: the words moved to bring it where it computes.
+    pub inputs: Vec<InputRow>,
     /// The slowest rank's wall time of the whole run (inputs and every repetition).
     pub seconds: f64,
     /// Per timed run, the slowest rank's time over the steps but loads and frees of inputs
@@ -453,6 +540,9 @@ impl RunSummary {
             predicted_peak_words_with_buffers: p.max_peak_memory_with_buffers,
             machine: p.machine.clone(),
             mem: plan.mem,
+            inputs: (0..plan.einsum.num_inputs())
+                .map(|k| InputRow::of(plan, k, &rows))
+                .collect(),
             rows,
             check: None,
         }
@@ -476,6 +566,7 @@ impl RunSummary {
     /// The JSON form (keys in sorted order, as `serde_json` writes a map).
     fn to_json(&self) -> serde_json::Value {
         let steps: Vec<_> = self.rows.iter().map(StepRow::to_json).collect();
+        let inputs: Vec<_> = self.inputs.iter().map(InputRow::to_json).collect();
         json!({
             "expression": self.expression,
             "procs": self.procs,
@@ -483,6 +574,7 @@ impl RunSummary {
             "backend": self.context.backend.name(),
             "dtype": self.context.dtype.name(),
             "steps": steps,
+            "inputs": inputs,
             "seconds": self.seconds,
             "repeat": self.contraction.len(),
             "warmup": self.context.warmup,
@@ -584,6 +676,9 @@ impl fmt::Display for RunSummary {
         for r in &self.rows {
             writeln!(f, "{r}")?;
         }
+        for r in &self.inputs {
+            writeln!(f, "{r}")?;
+        }
         self.write_totals(f)?;
         if let Some(c) = &self.check {
             writeln!(f, "{c}")?;
@@ -682,7 +777,12 @@ mod tests {
     /// A real 2-rank run of `ij,jk->ik` whose timed samples are then set by hand.
     fn two_rank_reports() -> (Plan, Vec<RunReport>) {
         let spec = deinsum_expr::ExtentSpec::from_flags(Some("i=6,j=5,k=7"), None, None).unwrap();
-        let e = crate::Einsum::compile("ij,jk->ik", &spec, &crate::Options::procs(2)).unwrap();
+        // Canonical inputs, so the plan has a move beside its compute.
+        let o = crate::Options {
+            inputs_anywhere: false,
+            ..crate::Options::procs(2)
+        };
+        let e = crate::Einsum::compile("ij,jk->ik", &spec, &o).unwrap();
         let plan = e.plan().clone();
         let world = deinsum_exec::InProcess::new(2).unwrap();
         let opts = deinsum_exec::ExecOptions::default();

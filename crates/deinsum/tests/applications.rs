@@ -2,6 +2,9 @@
 //! runs them: each sweep equals a serial run of the same algorithm, and X never moves after
 //! its first placement.
 
+// Both examples are whole programs, each with its own copy of examples/session_backend.rs.
+#![allow(clippy::duplicate_mod)]
+
 #[allow(dead_code)]
 #[path = "../../../examples/cp_als.rs"]
 mod cp_als;
@@ -47,7 +50,7 @@ fn cp_als_equals_serial_and_x_stays_put() {
 
 #[test]
 fn cp_als_example_runs() {
-    assert!(cp_als::run_case(2, 2, &[8, 6, 5], 3, 2, true).unwrap());
+    assert!(cp_als::run_case(cp_als::Backend::Local, 2, 2, &[8, 6, 5], 3, 2, true).unwrap());
 }
 
 #[test]

@@ -119,7 +119,15 @@ fn plan_pages_draw_a_grid_per_group_and_a_heat_map_per_move() {
 
 #[test]
 fn a_plan_for_a_million_ranks_states_its_sampling() {
-    let (page, plan) = plan_page(&["ij,jk->ik", "--size", "4000", "--procs", "1000000"]);
+    // Canonical inputs, so that the plan has moves to draw.
+    let (page, plan) = plan_page(&[
+        "ij,jk->ik",
+        "--size",
+        "4000",
+        "--procs",
+        "1000000",
+        "--inputs-canonical",
+    ]);
     assert_self_contained(&page);
     let (groups, moves) = groups_and_moves(&plan);
     assert_eq!(page.matches(r#"<svg class="grid""#).count(), groups);

@@ -83,7 +83,16 @@ fn assert_out_of_memory(code: i32, err: &str) -> (String, u64) {
 fn an_input_block_beyond_the_address_space_limit_is_an_error_at_its_load() {
     // Blocks of 8192 x 4096 f64 = 256 MiB each, under a 256 MiB limit: the first block fails.
     // The preflight check passes when the machine has the run's 3 GiB available.
-    let args = ["run", "ij,jk->ik", "--size", "8192", "--procs", "2"];
+    // Canonical inputs: the loads are the C-order row blocks.
+    let args = [
+        "run",
+        "ij,jk->ik",
+        "--size",
+        "8192",
+        "--procs",
+        "2",
+        "--inputs-canonical",
+    ];
     let (code, err) = deinsum_limited(256, &args);
     if mem_available().is_some_and(|m| m < 4 << 30) {
         // A small machine refuses the run before allocating: that is the other guard.

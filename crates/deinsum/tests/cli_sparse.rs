@@ -892,3 +892,141 @@ fn flags_a_sparse_run_cannot_honour_are_refused() {
     assert!(!html.exists(), "a refused --html wrote its page");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A complex Matrix Market file (`complex general`, 13 x 11, entries on a few rows only).
+fn complex_mtx(path: &std::path::Path) {
+    let mut text = String::from("%%MatrixMarket matrix coordinate complex general\n");
+    let entries: Vec<(usize, usize)> = (0..13)
+        .filter(|i| i % 4 != 1)
+        .flat_map(|i| [(i, (3 * i) % 11), (i, (5 * i + 2) % 11)])
+        .collect();
+    text.push_str(&format!("13 11 {}\n", entries.len()));
+    for (e, (i, j)) in entries.iter().enumerate() {
+        let (re, im) = (0.25 * e as f64 - 2.0, 1.5 - 0.125 * (e % 7) as f64);
+        text.push_str(&format!("{} {} {re} {im}\n", i + 1, j + 1));
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// Complex sparse runs: a Matrix Market `complex` file times a seeded dense operand (SpMM)
+/// and times SciPy's complex128 CSR archive (SpGEMM) in c128 and c64 at P = 1..16 (primes,
+/// extents no P divides), checked against the serial reference with the dtype's tolerance,
+/// words exact; the results written as complex Matrix Market, complex128 `.npz` and `.npy`;
+/// without `--dtype` the complex file is refused naming `--dtype c128`, and a complex result
+/// to `.tns` is refused before the run, exit 2.
+#[test]
+fn complex_sparse_files_run_in_c128_and_c64() {
+    let dir = std::env::temp_dir().join(format!("deinsum-cli-csparse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = dir.join("A.mtx");
+    complex_mtx(&a);
+    let a = a.to_str().unwrap();
+    let npz = format!(
+        "{}/../sparse/tests/data/csr_c128.npz",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    // A 13 x 4 complex sparse matrix for the 4 x 5 archive: the first columns of A's pattern.
+    let b = dir.join("B.mtx");
+    let text = std::fs::read_to_string(dir.join("A.mtx")).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .skip(2)
+        .filter(|l| l.split(' ').nth(1).unwrap().parse::<usize>().unwrap() <= 4)
+        .collect();
+    let head = format!(
+        "%%MatrixMarket matrix coordinate complex general\n13 4 {}\n",
+        kept.len()
+    );
+    std::fs::write(&b, head + &kept.join("\n") + "\n").unwrap();
+    let b = b.to_str().unwrap();
+    for (dtype, tol) in [("c128", 1e-10), ("c64", 1e-4)] {
+        for p in ["1", "2", "3", "5", "7", "11", "13", "16"] {
+            let inputs = format!("{b},{npz}");
+            for args in [
+                vec!["run", "ij,jk->ik", "--inputs", a, "--sizes", "k=3"],
+                vec!["run", "ij,jk->ik", "--inputs", inputs.as_str()],
+            ] {
+                let mut args = args.clone();
+                args.extend([
+                    "--dtype", dtype, "--procs", p, "--check", "--format", "json",
+                ]);
+                let (code, out, err) = deinsum(&args);
+                assert_eq!(code, 0, "{args:?}: {out}{err}");
+                let v = json(&out);
+                assert_eq!(v["dtype"], dtype, "{args:?}");
+                assert_eq!(v["measured"]["exact"], true, "{args:?}: {out}");
+                let rel = v["check"]["max_rel_error"].as_f64().unwrap();
+                assert!(rel <= tol, "{args:?}: {out}");
+            }
+        }
+    }
+    // Outputs: complex Matrix Market, complex128 archive and array; SpGEMM's and SpMM's.
+    for (inputs, sizes) in [(format!("{b},{npz}"), None), (a.to_string(), Some("k=3"))] {
+        for ext in ["mtx", "npz", "npy"] {
+            let out_file = dir.join(format!("C.{ext}"));
+            let mut args = vec![
+                "run",
+                "ij,jk->ik",
+                "--inputs",
+                inputs.as_str(),
+                "--dtype",
+                "c128",
+            ];
+            if let Some(s) = sizes {
+                args.extend(["--sizes", s]);
+            }
+            args.extend(["--procs", "3", "--output", out_file.to_str().unwrap()]);
+            let (code, out, err) = deinsum(&args);
+            assert_eq!(code, 0, "{args:?}: {out}{err}");
+            let bytes = std::fs::read(&out_file).unwrap();
+            let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).to_string();
+            match ext {
+                "mtx" => assert!(
+                    text.starts_with("%%MatrixMarket matrix coordinate complex general"),
+                    "{text}"
+                ),
+                "npy" => assert!(text.contains("'descr': '<c16'"), "{text}"),
+                _ => {}
+            }
+        }
+        // The archive reads back as a complex sparse operand of the next product.
+        let c_npz = dir.join("C.npz");
+        let (code, out, err) = deinsum(&[
+            "run",
+            "ij,jk->ik",
+            "--inputs",
+            c_npz.to_str().unwrap(),
+            "--sizes",
+            "k=2",
+            "--dtype",
+            "c128",
+            "--procs",
+            "2",
+            "--check",
+        ]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("c128"), "{out}");
+    }
+    // Without --dtype, the complex file is refused naming the complex dtype.
+    let (code, out, err) = deinsum(&["run", "ij,jk->ik", "--inputs", a, "--sizes", "k=3"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("use --dtype c128"), "{err}");
+    // A complex result to FROSTT: refused before the run.
+    let tns = dir.join("C.tns");
+    let (code, out, err) = deinsum(&[
+        "run",
+        "ij,jk->ik",
+        "--inputs",
+        a,
+        "--sizes",
+        "k=3",
+        "--dtype",
+        "c64",
+        "--output",
+        tns.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("FROSTT") && err.contains("complex"), "{err}");
+    assert!(!tns.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -255,7 +255,12 @@ fn kept_buffers_serve_later_calls_of_other_plans_for_many_p() {
     let (spec, ops) = seeded_operands(&cases[0].1, 9);
     let lent: Vec<&[f64]> = ops.iter().map(|v| v.as_slice()).collect();
     // Its ranks' two-thread pools are kept too, and serve the next call.
-    let c = Einsum::compile(cases[0].0, &spec, &Options::procs(3)).unwrap();
+    // Canonical inputs: their moves leave buffers (read in place, nothing would be kept).
+    let o = Options {
+        inputs_anywhere: false,
+        ..Options::procs(3)
+    };
+    let c = Einsum::compile(cases[0].0, &spec, &o).unwrap();
     let opts = ExecOptions {
         threads: 2,
         kept: Some(kept.clone()),

@@ -5,6 +5,7 @@
 //! `cargo test -p deinsum --features mpi --test mpi_kernels` (relaunches under mpirun).
 
 mod mpi_support;
+mod npy_support;
 
 use deinsum::exec::mpi::MpiComm;
 use deinsum::exec::npy;
@@ -403,9 +404,81 @@ fn complex_kernels(world: &MpiComm, c: &mut Checks) {
     }
 }
 
+/// `.npy` inputs read in the compute layout, as `deinsum run --backend mpi --inputs` runs
+/// them (`dense_run::run_rank`): rank 0 writes every operand whole in C, Fortran or mixed
+/// order; each rank reads only its compute block of each file, no input moves (the report's
+/// words for every input are 0, measured and predicted), every step moves exactly the plan's
+/// words and the gathered result is the serial one.
+fn npy_in_place(world: &MpiComm, c: &mut Checks) {
+    use deinsum::dense_run::{run_rank, Gathered, RunTasks};
+    use deinsum::report::{Backend, RunContext, RunSummary};
+    let p = world.size();
+    let me = world.rank();
+    let dir = scratch_dir(world);
+    for &(name, expr, sizes) in KERNELS {
+        let spec = ExtentSpec {
+            sizes: sizes.iter().copied().collect(),
+            ..ExtentSpec::default()
+        };
+        let compiled = world.or_abort(Einsum::compile(expr, &spec, &Options::procs(p)));
+        let plan = compiled.plan();
+        let want = naive_seeded(&plan.einsum, SEED);
+        for (order, fortran) in npy_support::ORDERS {
+            let sub = dir.join(format!("{name}-{order}"));
+            let files = if me == 0 {
+                world.or_abort(std::fs::create_dir_all(&sub));
+                npy_support::files(plan, &sub, SEED, fortran)
+            } else {
+                (0..plan.einsum.num_inputs())
+                    .map(|k| sub.join(format!("in{k}.npy")))
+                    .collect()
+            };
+            world.or_abort(world.barrier());
+            let tasks = RunTasks {
+                gather: true,
+                ..RunTasks::default()
+            };
+            let outcome = world.or_abort(run_rank(plan, world, &Inputs::<f64>::Npy(files), &tasks));
+            let what = format!("{name} ({order} files, P={p})");
+            let Some(out) = outcome else {
+                continue;
+            };
+            let ctx = RunContext {
+                backend: Backend::Mpi,
+                dtype: deinsum::DType::F64,
+                warmup: 0,
+            };
+            let summary = RunSummary::new(plan, &out.reports, &[], ctx);
+            c.check(summary.exact, || {
+                format!("{what}: words differ from the plan")
+            });
+            for r in &summary.inputs {
+                c.check(r.in_place() && r.exact, || {
+                    format!(
+                        "{what}: input {} moved {} words (predicted {})",
+                        r.tensor, r.measured_total, r.predicted_total
+                    )
+                });
+            }
+            match &out.gathered {
+                Some(Gathered::Real(got)) => {
+                    let e = rel_err(got, &want);
+                    c.check(e <= 1e-10, || format!("{what}: relative error {e:.3e}"));
+                }
+                _ => c.check(false, || format!("{what}: no real output gathered")),
+            }
+        }
+        world.or_abort(world.barrier());
+    }
+    if me == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 fn main() -> ExitCode {
     mpi_support::main_with("mpi_kernels", |w, c| {
         body(w, c);
         complex_kernels(w, c);
+        npy_in_place(w, c);
     })
 }

@@ -1,7 +1,8 @@
 //! The distributed sparse kernels on MPI (the same code as in process, over `MpiComm`): SpMM,
 //! the fine-grain SpMV/SpMM, SDDMM, SpGEMM and MTTKRP in every mode and on every grid equal to dense serial references with the sparse
 //! operands densified, and every rank's measured bytes equal to its plan's prediction; inputs
-//! with empty rows, empty ranks (more ranks than rows), duplicates and explicit zeros.
+//! with empty rows, empty ranks (more ranks than rows), duplicates and explicit zeros. Then
+//! every form in c128 and c64 through the library's per-rank run (`complex_forms`).
 //!
 //! `cargo test -p deinsum --features mpi --test mpi_sparse` (relaunches under mpirun).
 
@@ -233,6 +234,72 @@ fn body(w: &MpiComm, c: &mut Checks) {
     }
 }
 
+/// `expr` with extents `sizes`.
+fn parsed(expr: &str, sizes: &str) -> deinsum_expr::ParsedEinsum {
+    let spec = deinsum_expr::ExtentSpec {
+        sizes: deinsum_expr::parse_sizes(sizes).unwrap(),
+        ..Default::default()
+    };
+    deinsum_expr::parse(expr, &spec).unwrap()
+}
+
+/// Every sparse form in `T` (complex) through the library's per-rank run on the MPI world:
+/// the gathered result on rank 0 against the serial reference (checked in complex, the
+/// dtype's tolerance) and every rank's bytes as planned; extents no world size divides.
+fn complex_forms<T: deinsum::Scalar>(w: &MpiComm, c: &mut Checks) {
+    use deinsum_sparse::einsum::{self as se, Check, DenseOperand, RunOptions, Scheme, SparseJob};
+    let p = w.size();
+    let cases: [(&str, &str, &[usize], Scheme); 6] = [
+        ("ij,j->i", "i=37,j=37", &[0], Scheme::Rows),
+        ("ij,j->i", "i=37,j=37", &[0], Scheme::Fine),
+        ("ij,jk->ik", "i=31,j=23,k=3", &[0], Scheme::Auto),
+        ("ij,ik,jk->ij", "i=29,j=19,k=4", &[0], Scheme::Auto),
+        ("ij,jk->ik", "i=29,j=31,k=17", &[0, 1], Scheme::Auto),
+        ("ijk,ja,ka->ia", "i=11,j=7,k=5,a=3", &[0], Scheme::Auto),
+    ];
+    for (expr, sizes, sparse, scheme) in cases {
+        let what = format!("{expr} {sizes} {scheme:?} {}", T::DTYPE);
+        let e = parsed(expr, sizes);
+        let tensors = sparse
+            .iter()
+            .map(|&k| {
+                let shape: Vec<usize> =
+                    e.inputs()[k].indices.iter().map(|&x| e.extent(x)).collect();
+                gen::uniform::<T>(&shape, 0.12, 7 + k as u64).unwrap()
+            })
+            .collect();
+        let job = SparseJob::new(e, sparse, tensors, |_| DenseOperand::Seeded(3), scheme).unwrap();
+        let plan = job.plan(p).unwrap();
+        let mine = w.or_abort(se::run_rank(w, &job, &plan, &RunOptions::default()));
+        let Some(outs) = w.or_abort(se::gather_outcomes(w, mine)) else {
+            continue;
+        };
+        let report = se::SparseReport::new(&job, &plan, outs).unwrap();
+        c.check(report.exact(), || {
+            format!(
+                "{what}: bytes {:?} vs {:?}",
+                report.measured, report.predicted
+            )
+        });
+        let check = Check::of(&job, &report.output).unwrap();
+        let tol = T::DTYPE.tolerance();
+        c.check(check.max_rel <= tol, || format!("{what}: {check:?}"));
+        let imag = report
+            .output
+            .to_dense()
+            .iter()
+            .map(|v| v.parts().1.abs())
+            .fold(0.0, f64::max);
+        c.check(imag > 0.1, || format!("{what}: no imaginary parts"));
+    }
+}
+
+fn body_and_complex(w: &MpiComm, c: &mut Checks) {
+    body(w, c);
+    complex_forms::<deinsum::exec::scalar::Complex64>(w, c);
+    complex_forms::<deinsum::exec::scalar::Complex32>(w, c);
+}
+
 fn main() -> ExitCode {
-    mpi_support::main_with("mpi_sparse", body)
+    mpi_support::main_with("mpi_sparse", body_and_complex)
 }

@@ -11,7 +11,7 @@
 //! The same context carries the rank's rayon pool, so that box copies on the rank's own thread
 //! ([`crate::data`]) can split over the rank's threads ([`on_rank_pool`]).
 
-use deinsum_runtime::{lock, PoolBuilder, ProcessPool};
+use deinsum_runtime::{lock, Pool, PoolBuilder, ProcessPool};
 use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -157,7 +157,7 @@ impl KeptBuffers {
 #[derive(Clone, Default)]
 pub struct RankContext {
     free: Arc<Mutex<Free>>,
-    threads: Option<Arc<rayon::ThreadPool>>,
+    threads: Option<Arc<Pool>>,
 }
 
 thread_local! {
@@ -250,7 +250,7 @@ impl RankContext {
 
     /// The rank's thread pool, when it has more than one thread.
     pub fn thread_pool(&self) -> Option<&rayon::ThreadPool> {
-        self.threads.as_deref()
+        self.threads.as_deref().map(|p| &**p)
     }
 
     /// Makes this the context of the calling thread (the rank's own) until the guard drops.

@@ -11,7 +11,7 @@
 
 use crate::comm::{CallCounters, Calls, Collective, CommError, Communicator, Traffic};
 use crate::Scalar;
-use deinsum_runtime::{cores, lock, mark_carrier, on_carrier, PoolBuilder, ProcessPool};
+use deinsum_runtime::{cores, lock, mark_carrier, on_carrier, Pool, PoolBuilder, ProcessPool};
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Display;
@@ -877,7 +877,7 @@ static CARRIERS: Mutex<Kept> = Mutex::new(Kept {
 const MAX_CARRIED_PER_CORE: usize = 2;
 
 /// A run's hold on the carrier threads (released when dropped).
-struct Carriers(Arc<rayon::ThreadPool>);
+struct Carriers(Arc<Pool>);
 
 impl Drop for Carriers {
     fn drop(&mut self) {

@@ -494,7 +494,13 @@ impl Communicator for MpiComm {
                 out.len()
             )));
         }
-        if !self.fits_bytes::<T>(total) || total == 0 {
+        // Nothing to gather (every member's piece of an empty window): no call at all. The
+        // counts are the same on every member, so all of them skip it; the point-to-point
+        // fallback would make an exchange that a structured move must not show.
+        if total == 0 {
+            return Ok(());
+        }
+        if !self.fits_bytes::<T>(total) {
             out.copy_from_slice(&p2p::all_gather_v(self, mine, counts)?);
             return Ok(());
         }

@@ -49,6 +49,11 @@ pub trait Scalar:
     fn to_f64(self) -> f64 {
         self.parts().0
     }
+    /// Converts to complex f64, exactly for every element type (a real value's imaginary part 0).
+    fn to_c128(self) -> Complex64 {
+        let (re, im) = self.parts();
+        Complex64::new(re, im)
+    }
     /// The absolute value, as f64 (what error checks compare; a modulus for complex types).
     fn magnitude(self) -> f64;
     /// Appends the little-endian bytes of `xs` to `out`.

@@ -52,8 +52,21 @@ const KERNELS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// Cases beyond the kernels: (name, einsum, sizes, P).
+/// Cases beyond the kernels: (name, einsum, sizes, P). The first three are issue 37's
+/// million-rank rows (target: each whole `deinsum plan` process under 0.5 s).
 const LARGE: &[(&str, &str, &str, usize)] = &[
+    (
+        "mttkrp3_4096_r64_p2^20",
+        "ijk,ja,ka->ia",
+        "i=4096,j=4096,k=4096,a=64",
+        1 << 20,
+    ),
+    (
+        "ttmc5_96_r16_p3^12",
+        "ijklm,jb,kc,ld,me->ibcde",
+        "i=96,j=96,k=96,l=96,m=96,b=16,c=16,d=16,e=16",
+        531_441,
+    ),
     (
         "1mm_4096_p2^20",
         "ij,jk->ik",

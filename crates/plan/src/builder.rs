@@ -4,7 +4,6 @@
 
 use crate::moves::MoveView;
 use crate::predict::max_of;
-use crate::PerRank;
 use crate::{
     Distribution, Grid, GridDim, Interval, PlanOptions, PlanStep, Tensor, TensorId, Volume, Window,
 };
@@ -16,20 +15,24 @@ pub(crate) const EXACT_CANDIDATES: usize = 24;
 /// Exact evaluation is skipped for grids larger than this (the model ranks them alone).
 pub(crate) const EXACT_MAX_GRID: usize = 1 << 14;
 
-/// Canonical blocks are not cut below this many words (unless the tensor is smaller): an
-/// all-gather out of tiny blocks costs one message per block and receiving rank.
-pub const MIN_CANONICAL_BLOCK: u64 = 16;
+/// Canonical blocks are not cut below this many words on average (unless the tensor is
+/// smaller): an all-gather out of tiny blocks costs one message per block and receiving rank.
+/// Eight words, not more, so that a small factor (10 x 10 on 8 ranks) still spreads over
+/// every rank.
+pub const MIN_CANONICAL_BLOCK: u64 = 8;
 
 /// The canonical distribution of an input tensor of `shape` on `procs` ranks: a block
 /// distribution in C order on at most `P' = min(P, ceil(size / MIN_CANONICAL_BLOCK))` ranks,
 /// in balanced blocks ([`crate::balanced_range`]: the first `n mod p` blocks one element
 /// longer), so that every rank of its grid holds data. The first index is split over
 /// `p_0 = min(P', n_0)` ranks; the second over `min(floor(P' / p_0), n_1)`, and so on while
-/// ranks remain. The grid has between `P'/2` (exclusive) and `P'` ranks, exactly `P'` when
-/// `n_0 >= P'` (the usual 1-D row-block distribution). Grid dims are named by the tensor's
-/// indices, in tensor order. `balanced` is set only when some extent is not a multiple of its
-/// ranks (otherwise balanced and ceil-sized blocks coincide). A tensor without indices lives
-/// on rank 0.
+/// ranks remain. When that C-order split uses fewer than `P'` ranks, the grid with the most
+/// ranks (at most `P'`, each `p_k <= n_k`) is taken instead, the largest `p_0` first among
+/// equals (`[3, 100]` on 8 ranks: 2 x 4, not 3 x 2), so every rank holds a block whenever
+/// the extents allow. The grid has exactly `P'` ranks when `n_0 >= P'`. Grid dims are named by
+/// the tensor's indices, in tensor order. `balanced` is set only when some extent is not a
+/// multiple of its ranks (otherwise balanced and ceil-sized blocks coincide). A tensor
+/// without indices lives on rank 0.
 pub fn canonical_distribution(indices: &[Index], shape: &[usize], procs: usize) -> Distribution {
     if indices.is_empty() {
         return Distribution::on_root(0);
@@ -37,7 +40,7 @@ pub fn canonical_distribution(indices: &[Index], shape: &[usize], procs: usize) 
     let size = shape.iter().fold(1u64, |a, &n| a.saturating_mul(n as u64));
     let by_size = usize::try_from(size.div_ceil(MIN_CANONICAL_BLOCK)).unwrap_or(usize::MAX);
     let rem = procs.max(1).min(by_size.max(1));
-    let sizes = greedy_split(rem, shape);
+    let sizes = canonical_split(rem, shape);
     let balanced = shape.iter().zip(&sizes).any(|(&n, &p)| n % p != 0);
     let dims = indices
         .iter()
@@ -50,6 +53,68 @@ pub fn canonical_distribution(indices: &[Index], shape: &[usize], procs: usize) 
         partial: Vec::new(),
         window: Vec::new(),
         balanced,
+    }
+}
+
+/// Ranks per index when at most `rem` ranks split `shape`: the C-order split
+/// ([`greedy_split`]) unless some grid with `p_k <= n_k` uses more ranks, then the one using
+/// the most, the earliest indices split most among equals ([`most_ranks`]).
+fn canonical_split(rem: usize, shape: &[usize]) -> Vec<usize> {
+    let greedy = greedy_split(rem, shape);
+    let used: usize = greedy.iter().product();
+    if used == rem {
+        return greedy;
+    }
+    let mut best = (used, greedy);
+    let mut cur = Vec::with_capacity(shape.len());
+    let mut budget = MAX_SPLIT_NODES;
+    most_ranks(rem, shape, 1, &mut cur, &mut best, &mut budget);
+    best.1
+}
+
+/// Splits [`most_ranks`] tries at most (the best found so far stands beyond).
+const MAX_SPLIT_NODES: usize = 1 << 16;
+
+/// Depth-first over `p_k` from the largest down: the split of `shape[cur.len()..]` within
+/// `rem` ranks whose product with `used` beats `best` (strictly: an earlier find has larger
+/// leading splits). Stops once `best` uses every rank of the original budget.
+fn most_ranks(
+    rem: usize,
+    shape: &[usize],
+    used: usize,
+    cur: &mut Vec<usize>,
+    best: &mut (usize, Vec<usize>),
+    budget: &mut usize,
+) {
+    let k = cur.len();
+    if k == shape.len() {
+        if used > best.0 {
+            *best = (used, cur.clone());
+        }
+        return;
+    }
+    let rest: usize = shape[k..]
+        .iter()
+        .fold(1usize, |a, &n| a.saturating_mul(n.max(1)));
+    for p in (1..=rem.min(shape[k]).max(1)).rev() {
+        // The most this branch can reach: p, then what is left of the budget and extents.
+        let reach = used
+            .saturating_mul(p)
+            .saturating_mul((rem / p).min(rest / shape[k].max(1)));
+        // Every candidate split counts, pruned or not, so the search stays bounded.
+        if *budget == 0 {
+            return;
+        }
+        *budget -= 1;
+        if reach <= best.0 {
+            continue;
+        }
+        cur.push(p);
+        most_ranks(rem / p, shape, used * p, cur, best, budget);
+        cur.pop();
+        if best.0 >= used * rem {
+            return;
+        }
     }
 }
 
@@ -113,18 +178,18 @@ pub(crate) struct Move {
     pub(crate) from: Distribution,
     pub(crate) to: Distribution,
     pub(crate) sum: bool,
-    /// Words received per rank, sparse ascending.
-    pub(crate) received: PerRank,
+    /// Words received per rank of the target grid, dense (indexed by rank).
+    pub(crate) received: Vec<u64>,
     pub(crate) shape: Vec<usize>,
 }
 
 impl Move {
     pub(crate) fn total(&self) -> u64 {
-        self.received.values().sum()
+        self.received.iter().sum()
     }
 
     pub(crate) fn max(&self) -> u64 {
-        self.received.values().max().unwrap_or(0)
+        max_of(&self.received)
     }
 }
 
@@ -159,6 +224,9 @@ impl Totals {
         n: usize,
         per_rank: bool,
     ) -> (Vec<Volume>, Volume) {
+        // Ranks past every view's grids move nothing: their zero words change no total, no
+        // maximum and no sparse list, and the memory model reads a missing buffer as zero.
+        let n = views.iter().map(MoveView::ranks).max().unwrap_or(0).min(n);
         if self.received.len() < n {
             self.received.resize(n, 0);
             self.sent.resize(n, 0);
@@ -166,6 +234,19 @@ impl Totals {
         let mut each = vec![Volume::default(); views.len()];
         let mut v = Volume::default();
         let mut bufs = vec![0u64; n];
+        if let [view] = views {
+            // One move (the usual step): its words go straight into the totals.
+            let e = &mut each[0];
+            view.words_each(n, |r, s, w| {
+                e.add_rank(r, s, w, per_rank);
+                self.sent[r] += s;
+                self.received[r] += w;
+                bufs[r] = s + w;
+                v.add_rank(r, s, w, per_rank);
+            });
+            self.buffers.push((step, bufs));
+            return (each, v);
+        }
         let words: Vec<Vec<(u64, u64)>> = views.iter().map(|m| m.words_per_rank(n)).collect();
         for (r, buf) in bufs.iter_mut().enumerate() {
             let (mut s, mut w) = (0, 0);
@@ -184,15 +265,13 @@ impl Totals {
     }
 }
 
-/// Adds sparse per-rank words into the dense accumulator `acc`.
-pub(crate) fn add_received(acc: &mut Vec<u64>, received: &PerRank) {
-    if let Some(r) = received.last_rank() {
-        if acc.len() <= r {
-            acc.resize(r + 1, 0);
-        }
+/// Adds dense per-rank words (indexed by rank) into the dense accumulator `acc`.
+pub(crate) fn add_received(acc: &mut Vec<u64>, received: &[u64]) {
+    if acc.len() < received.len() {
+        acc.resize(received.len(), 0);
     }
-    for (r, w) in received.iter() {
-        acc[r] += w;
+    for (a, &w) in acc.iter_mut().zip(received) {
+        *a += w;
     }
 }
 
@@ -214,7 +293,7 @@ pub(crate) fn plan_move(
         from: f.clone(),
         to: t.clone(),
         sum,
-        received: MoveView::new(shape, f, t, sum, procs).received(),
+        received: MoveView::new(shape, f, t, sum, procs).received_dense(),
         shape: shape.to_vec(),
     };
     if !from.is_partial() {
@@ -335,8 +414,46 @@ pub(crate) fn current(
 ) -> Distribution {
     match state.get(&node) {
         Some(State::At(d)) => d.clone(),
-        _ => start_of(&tensors[node], opts, opts.procs).unwrap_or_else(|| target.clone()),
+        _ => match start_of(&tensors[node], opts, opts.procs) {
+            // A given layout that cuts the target's blocks (other grid-dim names, as after a
+            // relabel, or other dims of one rank) is the target: no local copy to it.
+            Some(d) if given(&tensors[node], opts) && same_blocks_by_rule(&d, target) => {
+                target.clone()
+            }
+            Some(d) => d,
+            None => target.clone(),
+        },
     }
+}
+
+/// True when input tensor `t` has a `Given` source.
+fn given(t: &Tensor, opts: &PlanOptions) -> bool {
+    matches!(t.kind, crate::TensorKind::Input(k) if matches!(opts.source(k), crate::Source::Given(_)))
+}
+
+/// `a` and `b` cut the same blocks by the same rule, whatever their grid dims are named and
+/// wherever they have dims of one rank (which cut nothing).
+fn same_blocks_by_rule(a: &Distribution, b: &Distribution) -> bool {
+    a.window == b.window && a.balanced == b.balanced && squeezed(a) == squeezed(b)
+}
+
+/// `d`'s grid sizes, splits and partial dims without its dims of one rank (renumbered).
+fn squeezed(d: &Distribution) -> (Vec<usize>, Vec<Vec<usize>>, Vec<usize>) {
+    let mut new = vec![None; d.grid.dims.len()];
+    let mut sizes = Vec::new();
+    for (g, dim) in d.grid.dims.iter().enumerate() {
+        if dim.size > 1 {
+            new[g] = Some(sizes.len());
+            sizes.push(dim.size);
+        }
+    }
+    let map = |gs: &[usize]| -> Vec<usize> {
+        gs.iter()
+            .filter_map(|&g| new.get(g).copied().flatten())
+            .collect()
+    };
+    let split = d.split.iter().map(|s| map(s)).collect();
+    (sizes, split, map(&d.partial))
 }
 
 /// Where input tensor `t` starts by its source ([`PlanOptions::source`]): `None` when it can

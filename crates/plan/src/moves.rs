@@ -368,15 +368,27 @@ impl MoveView {
     /// the blocks cut by one sweep instead of per-rank divisions).
     pub(crate) fn words_per_rank(&self, n: usize) -> Vec<(u64, u64)> {
         let mut out = Vec::with_capacity(n);
+        self.words_each(n, |_, s, w| out.push((s, w)));
+        out
+    }
+
+    /// Calls `f(rank, sent, received)` for each rank of `0..n` in order: [`Self::words_per_rank`]
+    /// without holding the list (a rank's words are used once, by the running totals).
+    pub(crate) fn words_each(&self, n: usize, mut f: impl FnMut(usize, u64, u64)) {
         let mut last = (0, 0);
         self.sweep(n, |r, sb, tb, same| {
             // Equal blocks send and receive alike unless senders are picked per rank.
             if !(same && self.one_holder) {
                 last = self.words_with(r, sb, tb);
             }
-            out.push(last);
+            f(r, last.0, last.1);
         });
-        out
+    }
+
+    /// Ranks that can send or receive anything (the larger of the two grids, at most P):
+    /// every rank past them moves nothing.
+    pub(crate) fn ranks(&self) -> usize {
+        self.src_size.max(self.dst_size)
     }
 
     /// Words sent plus received by each rank of `ranks`, in order (what its message buffers
@@ -439,6 +451,21 @@ impl MoveView {
             if last > 0 {
                 out.push(r, last);
             }
+        });
+        out
+    }
+
+    /// Words received by each rank of the target grid (`0..` its size, zeros included),
+    /// dense: [`Self::received`] at half its memory, for the planner's scoring, which adds
+    /// the moves of a candidate rank by rank.
+    pub(crate) fn received_dense(&self) -> Vec<u64> {
+        let mut out = Vec::with_capacity(self.dst_size);
+        let mut last = 0;
+        self.sweep(self.dst_size, |_, sb, tb, same| {
+            if !same {
+                last = self.received_with(sb, tb);
+            }
+            out.push(last);
         });
         out
     }

@@ -705,9 +705,9 @@ impl<'a> Planner<'a> {
                 let whole = g.dist(&grid, &a.indices, false);
                 for part in 0..t {
                     let w = windowed(&whole, k, t, part);
-                    let v = MoveView::new(&shape, &target, &w, false, procs).received();
+                    let v = MoveView::new(&shape, &target, &w, false, procs).received_dense();
                     add_received(&mut acc, &v);
-                    total += v.values().sum::<u64>();
+                    total += v.iter().sum::<u64>();
                 }
             }
         }

@@ -75,6 +75,36 @@ impl PlanOptions {
     }
 }
 
+impl crate::Plan {
+    /// Words (over all ranks) that step `i` moves of tensor `t`: a redistribution of it, or
+    /// the windows of it that a phase fetches and prefetches; 0 for any other step.
+    pub fn step_words_of(&self, i: usize, t: crate::TensorId) -> u64 {
+        match self.steps.get(i) {
+            Some(crate::PlanStep::Redistribute { tensor, volume, .. }) if *tensor == t => {
+                volume.total
+            }
+            Some(crate::PlanStep::ComputePhase {
+                fetch, prefetch, ..
+            }) => fetch
+                .iter()
+                .chain(prefetch)
+                .filter(|f| f.tensor == t)
+                .map(|f| f.volume.total)
+                .sum(),
+            _ => 0,
+        }
+    }
+
+    /// Words (over all ranks) moved to bring input tensor `t` to where it computes: its
+    /// redistributions and phase windows. 0 for an input read in place (loaded where its
+    /// group computes).
+    pub fn input_words(&self, t: crate::TensorId) -> u64 {
+        (0..self.steps.len())
+            .map(|i| self.step_words_of(i, t))
+            .sum()
+    }
+}
+
 /// Checks that every `Given` layout fits its operand: one split list per distinct index, a
 /// grid of at most `procs` ranks naming only its own dims, no partial sums and no phase window.
 pub(crate) fn check_sources(opts: &PlanOptions, operands: &[Vec<Index>]) -> Result<(), PlanError> {

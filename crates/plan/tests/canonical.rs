@@ -40,9 +40,10 @@ proptest! {
         let d = canonical_distribution(&indices(shape.len()), &shape, procs);
         let want = target(&shape, procs);
         let used = d.grid.size();
-        // As many ranks as the size allows, within a factor 2 (a C-order grid cannot always
-        // multiply to P'), and exactly P' when the first index alone can take them.
+        // As many ranks as any grid with p_k <= n_k can use within P' (exactly P' when the
+        // first index alone can take them), and at least the C-order split's (more than P'/2).
         prop_assert!(used <= want && 2 * used > want, "{used} ranks of {want}");
+        prop_assert_eq!(used, most_ranks(&shape, want), "{:?} on {}", shape, want);
         if shape[0] >= want {
             prop_assert_eq!(used, want);
         }
@@ -93,6 +94,17 @@ proptest! {
     }
 }
 
+/// The most ranks a grid with `p_k <= n_k` over `shape` uses within `most`, by brute force.
+fn most_ranks(shape: &[usize], most: usize) -> usize {
+    match shape.split_first() {
+        None => 1,
+        Some((&n, rest)) => (1..=n.min(most))
+            .map(|p| p * most_ranks(rest, most / p))
+            .max()
+            .unwrap_or(1),
+    }
+}
+
 /// Counts every element of the box `ranges` of a row-major tensor of `shape` in `seen`.
 fn mark(ranges: &[(usize, usize)], shape: &[usize], seen: &mut [u8]) {
     let mut idx: Vec<usize> = ranges.iter().map(|r| r.0).collect();
@@ -136,13 +148,18 @@ fn ten_rows_over_eight_ranks() {
             (9, 10)
         ]
     );
-    // 10 x 10: 100 words allow 7 ranks (no block under 16 words on average).
+    // 10 x 10: 100 words allow 8 ranks (no block under 8 words on average): rows 2,2,1,...
     assert_eq!(
         canonical_distribution(&['i', 'j'], &[10, 10], 8)
             .grid
             .size(),
-        7
+        8
     );
+    // 3 x 100 on 8 ranks: the C-order split (3 x 2) would leave 2 ranks empty; 2 x 4 fills
+    // them all.
+    let d = canonical_distribution(&['i', 'j'], &[3, 100], 8);
+    let sizes: Vec<usize> = d.grid.dims.iter().map(|g| g.size).collect();
+    assert_eq!(sizes, [2, 4]);
 }
 
 #[test]

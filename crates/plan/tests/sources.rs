@@ -4,7 +4,7 @@
 
 use deinsum_expr::{parse, ExtentSpec, ParsedEinsum};
 use deinsum_plan::{
-    build, canonical_distribution, Distribution, Plan, PlanError, PlanOptions, PlanStep, Source,
+    build, canonical_distribution, Distribution, Plan, PlanError, PlanOptions, Source,
 };
 use proptest::prelude::*;
 
@@ -33,22 +33,6 @@ fn loads(p: &Plan) -> Vec<Distribution> {
     (0..p.einsum.num_inputs())
         .map(|k| p.load_dist(k).expect("every operand is loaded").clone())
         .collect()
-}
-
-/// Words moved out of input `k`'s load distribution (redistributions of the input).
-fn input_words(p: &Plan, k: usize) -> u64 {
-    p.steps
-        .iter()
-        .map(|s| match s {
-            PlanStep::Redistribute { tensor, volume, .. } if *tensor == k => volume.total,
-            PlanStep::ComputePhase { fetch, .. } => fetch
-                .iter()
-                .filter(|f| f.tensor == k)
-                .map(|f| f.volume.total)
-                .sum(),
-            _ => 0,
-        })
-        .sum()
 }
 
 const KERNELS: [&str; 5] = [
@@ -126,8 +110,8 @@ fn mttkrp5_at_512_reads_the_tensor_where_it_computes() {
     let free = build(&e, &o(vec![Source::Anywhere; 5])).unwrap();
     let fixed = build(&e, &o(vec![Source::Canonical; 5])).unwrap();
     assert!(free.prediction.seconds < 0.5 * fixed.prediction.seconds);
-    assert_eq!(input_words(&free, 0), 0, "the big tensor does not move");
-    assert!(input_words(&fixed, 0) > 0);
+    assert_eq!(free.input_words(0), 0, "the big tensor does not move");
+    assert!(fixed.input_words(0) > 0);
 }
 
 /// A given layout is the Load step's distribution, and moving out of it is counted.

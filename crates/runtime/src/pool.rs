@@ -9,7 +9,8 @@
 
 use crate::carrier::in_worker_pool;
 use crate::sync::lock;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// Builds a rayon pool of the process: its threads named by the given function, as many as
 /// asked (rayon's default, one per core, unless [`PoolBuilder::threads`] says), each running
@@ -35,8 +36,70 @@ impl PoolBuilder {
     }
 
     /// The pool (an error when its threads cannot be spawned).
-    pub fn build(self) -> Result<rayon::ThreadPool, rayon::ThreadPoolBuildError> {
-        self.0.build()
+    pub fn build(self) -> Result<Pool, rayon::ThreadPoolBuildError> {
+        let exited = Arc::new((Mutex::new(0usize), Condvar::new()));
+        let seen = exited.clone();
+        let pool = self
+            .0
+            .exit_handler(move |_| {
+                let (count, cv) = &*seen;
+                *lock(count) += 1;
+                cv.notify_all();
+            })
+            .build()?;
+        Ok(Pool {
+            threads: pool.current_num_threads(),
+            pool: Some(pool),
+            exited,
+        })
+    }
+}
+
+/// Longest wait of [`Pool`]'s drop for its threads: a thread stuck in foreign code must not
+/// hang the caller for good.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A rayon pool whose drop returns once its threads have exited: rayon's own drop only asks
+/// them to, so a call that built and dropped a thousand threads left hundreds alive after it
+/// returned. Dereferences to the rayon pool.
+pub struct Pool {
+    pool: Option<rayon::ThreadPool>,
+    threads: usize,
+    /// Threads that have exited, and the signal of each exit.
+    exited: Arc<(Mutex<usize>, Condvar)>,
+}
+
+impl std::ops::Deref for Pool {
+    type Target = rayon::ThreadPool;
+    fn deref(&self) -> &rayon::ThreadPool {
+        self.pool
+            .as_ref()
+            .expect("a pool is only taken by its drop")
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let Some(pool) = self.pool.take() else { return };
+        // One of its own threads cannot wait for itself to exit.
+        let own = pool.current_thread_index().is_some();
+        drop(pool);
+        if own {
+            return;
+        }
+        let (count, cv) = &*self.exited;
+        let deadline = Instant::now() + JOIN_TIMEOUT;
+        let mut exited = lock(count);
+        while *exited < self.threads {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            exited = match cv.wait_timeout(exited, left) {
+                Ok((g, _)) => g,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
     }
 }
 
@@ -45,17 +108,17 @@ impl PoolBuilder {
 /// not used, and dropping it forgets it, as dropping it would signal threads that are not there.
 pub struct ProcessPool {
     by: u32,
-    pool: Option<Arc<rayon::ThreadPool>>,
+    pool: Option<Arc<Pool>>,
 }
 
 impl ProcessPool {
     /// `pool`, built by this process.
-    pub fn new(pool: Arc<rayon::ThreadPool>) -> Self {
+    pub fn new(pool: Arc<Pool>) -> Self {
         Self::built_by(pool, std::process::id())
     }
 
     /// `pool`, built by the process `by`.
-    fn built_by(pool: Arc<rayon::ThreadPool>, by: u32) -> Self {
+    fn built_by(pool: Arc<Pool>, by: u32) -> Self {
         ProcessPool {
             by,
             pool: Some(pool),
@@ -63,7 +126,7 @@ impl ProcessPool {
     }
 
     /// The pool, when this process built it.
-    pub fn here(&self) -> Option<&Arc<rayon::ThreadPool>> {
+    pub fn here(&self) -> Option<&Arc<Pool>> {
         self.pool.as_ref().filter(|_| self.by == std::process::id())
     }
 }
@@ -91,7 +154,7 @@ pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 }
 
 /// The kept pool of this process (`None` when it cannot be built).
-fn kept() -> Option<Arc<rayon::ThreadPool>> {
+fn kept() -> Option<Arc<Pool>> {
     static KEPT: Mutex<Option<ProcessPool>> = Mutex::new(None);
     let mut kept = lock(&KEPT);
     if let Some(pool) = kept.as_ref().and_then(ProcessPool::here) {
@@ -132,6 +195,25 @@ mod tests {
         names.sort();
         assert_eq!(names, ["test-pool-0", "test-pool-1", "test-pool-2"]);
         assert_eq!(started.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn dropping_a_pool_returns_after_its_threads_exit() {
+        let pool = PoolBuilder::new(|i| format!("test-join-{i}"))
+            .threads(4)
+            .build()
+            .unwrap();
+        let done = Arc::new(AtomicUsize::new(0));
+        for _ in 0..4 {
+            let done = done.clone();
+            // A thread exits only after its jobs: rayon's drop alone would return at once.
+            pool.spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                done.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        drop(pool);
+        assert_eq!(done.load(Ordering::SeqCst), 4);
     }
 
     #[test]

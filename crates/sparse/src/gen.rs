@@ -1,8 +1,9 @@
 //! Seeded sparse generators: uniform density over any shape, and Graph500's R-MAT graphs.
-//! Values are the executor's seeded values in [-1, 1), so results do not depend on P.
+//! Values are the executor's seeded values in [-1, 1) (real and imaginary parts for a complex
+//! type, the real parts those of a real run), so results do not depend on P.
 
 use crate::{SparseError, SparseTensor};
-use deinsum_exec::data::seeded_value;
+use deinsum_exec::data::seeded;
 use deinsum_exec::Scalar;
 
 /// splitmix64 step: the next state and a well-mixed output.
@@ -63,7 +64,7 @@ pub fn uniform<T: Scalar>(
             coords[start + m] = (rest % n as u64) as usize;
             rest /= n as u64;
         }
-        vals.push(T::from_f64(seeded_value(seed, 0, lin)));
+        vals.push(seeded::<T>(seed, 0, lin));
         lin += 1;
     }
     SparseTensor::from_entries(shape.to_vec(), coords, vals)
@@ -107,7 +108,7 @@ pub fn rmat<T: Scalar>(
             j = 2 * j + bj;
         }
         coords.extend([i, j]);
-        vals.push(T::from_f64(seeded_value(seed, 1, e as u64)));
+        vals.push(seeded::<T>(seed, 1, e as u64));
     }
     SparseTensor::from_entries(vec![n, n], coords, vals)
 }

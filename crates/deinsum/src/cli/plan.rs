@@ -24,9 +24,15 @@ pub struct Args {
     #[arg(long = "optimize", value_name = "NAME", default_value = "auto")]
     pub optimize: String,
     /// Inputs can be read in any layout: each is read where its first use computes, or
-    /// canonically where that predicts faster (never predicted slower than without it).
+    /// canonically where that predicts faster (never predicted slower than
+    /// --inputs-canonical). The default; the flag is kept for scripts that give it.
     #[arg(long)]
     pub inputs_in_place: bool,
+    /// Start every input in the canonical distribution (C-order blocks, first index over the
+    /// ranks) and plan its moves from there, as plans did before inputs were read where they
+    /// compute (for A/B comparisons).
+    #[arg(long, conflicts_with = "inputs_in_place")]
+    pub inputs_canonical: bool,
     /// Also list per-rank figures in the plan (words sent and received per rank, peak memory
     /// per rank): O(P) numbers, left out by default.
     #[arg(long)]
@@ -75,7 +81,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         mem: args.mem,
         mem_total: args.mem_total,
         path: deinsum_path::PathOptions::with_strategy(&args.optimize),
-        inputs_in_place: args.inputs_in_place,
+        inputs_in_place: !args.inputs_canonical,
         per_rank: args.per_rank,
         overlap: !args.no_overlap,
         machine: super::calibrate::load_machine(args.machine.as_deref())?,

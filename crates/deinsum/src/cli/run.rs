@@ -188,6 +188,7 @@ fn compile(
         overlap: !args.no_overlap,
         machine: args.run_machine(procs)?,
         objective: super::calibrate::objective(&args.objective)?,
+        inputs_anywhere: !args.inputs_canonical,
         ..crate::Options::default()
     };
     crate::Einsum::compile_parsed(einsum, &opts).map_err(|e| match e {

@@ -76,6 +76,16 @@ pub struct Args {
     /// before overlap; for A/B runs).
     #[arg(long, conflicts_with = "plan")]
     pub no_overlap: bool,
+    /// Inputs (generated or --inputs files) are read in any layout: each rank reads its block
+    /// of an input where the input's first use computes, or canonically where that predicts
+    /// faster. The default; the flag is kept for scripts that give it.
+    #[arg(long)]
+    pub inputs_in_place: bool,
+    /// Start every input in the canonical distribution (C-order blocks, first index over the
+    /// ranks) and move it from there, as plans did before inputs were read where they
+    /// compute (for A/B comparisons).
+    #[arg(long, conflicts_with_all = ["inputs_in_place", "plan"])]
+    pub inputs_canonical: bool,
     /// Seed of the generated inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -101,8 +111,9 @@ pub struct Args {
     /// Write the result to this file, in the format its extension names. Without a sparse
     /// operand: .npy only (each rank writes its own block). With one: .npy (a sparse result,
     /// SDDMM or SpGEMM, densified when its dense size fits this node's available memory, else
-    /// refused naming the size), .mtx (Matrix Market coordinate real general, matrices),
-    /// .tns (FROSTT, any order) or .npz (SciPy's save_npz CSR, matrices): a sparse result
+    /// refused naming the size), .mtx (Matrix Market coordinate real general, complex general
+    /// in a complex run, matrices), .tns (FROSTT, any order, real runs) or .npz (SciPy's
+    /// save_npz CSR, matrices; complex128 data in a complex run): a sparse result
     /// writes every stored entry of its pattern (explicit zeros too), a dense one (SpMM,
     /// SpMV, MTTKRP) its nonzeros. Another extension is refused (exit 2).
     #[arg(long, value_name = "FILE")]

@@ -1,11 +1,10 @@
 //! [`DistArray`]: a session's tensor, whole (readable anywhere) until its first use, then
 //! held as per-rank blocks in a layout.
 
+pub(crate) use super::ranks::{axes, Placed};
 use super::state::Inner;
 use super::types::SessionError;
 use crate::{DType, Scalar};
-use deinsum_exec::data::unpack_box;
-use deinsum_exec::kernels::LocalTensor;
 use deinsum_plan::{Block, Distribution};
 use std::any::Any;
 use std::path::{Path, PathBuf};
@@ -31,13 +30,6 @@ impl Held {
     pub(crate) fn placed<T: Scalar>(p: Placed<T>) -> Held {
         Held::Placed(Arc::new(p))
     }
-}
-
-/// An array's blocks: rank `r` holds `blocks[r]` (row-major over its axes), the block
-/// `layout.block(r, shape)`; `None` outside the layout's grid.
-pub(crate) struct Placed<T> {
-    pub(crate) layout: Distribution,
-    pub(crate) blocks: Vec<Option<Vec<T>>>,
 }
 
 /// Counts an array loaded from a file as alive until its last clone is dropped.
@@ -159,9 +151,35 @@ impl DistArray {
 
     /// The whole array, row-major, in this process. Refused when the session is closed, when
     /// `T` is not its element type, or when the whole array exceeds the memory this node has
-    /// available (`MemAvailable`), with its size.
+    /// available (`MemAvailable`), with its size. Under MPI every rank calls it and every rank
+    /// gets the whole (an all-gather of the blocks); a refusal on one rank is raised on all.
     pub fn gather<T: Scalar>(&self) -> Result<Vec<T>, SessionError> {
-        self.live_session("gather")?;
+        let s = self.live_session("gather")?;
+        let whole = self.gather_on::<T>(&s, None)?;
+        whole.ok_or_else(|| SessionError::Data(format!("{}: no data gathered", self.name())))
+    }
+
+    /// [`DistArray::gather`] onto rank `root` only: `Some(whole)` there, `None` on the other
+    /// ranks of an MPI session (a gather, not an all-gather). In process, where this process
+    /// is every rank, always `Some`. Under MPI every rank calls it.
+    pub fn gather_root<T: Scalar>(&self, root: usize) -> Result<Option<Vec<T>>, SessionError> {
+        let s = self.live_session("gather_root")?;
+        if root >= s.ranks.procs() {
+            return Err(SessionError::Data(format!(
+                "gather root {root} of a session on {} ranks",
+                s.ranks.procs()
+            )));
+        }
+        self.gather_on::<T>(&s, Some(root))
+    }
+
+    /// The whole array on every rank (`root` `None`) or on `root`, after the checks of
+    /// [`DistArray::gather`].
+    fn gather_on<T: Scalar>(
+        &self,
+        s: &Inner,
+        root: Option<usize>,
+    ) -> Result<Option<Vec<T>>, SessionError> {
         if T::DTYPE != self.dtype() {
             return Err(SessionError::Data(format!(
                 "{} is {}, asked for {}",
@@ -170,22 +188,28 @@ impl DistArray {
                 T::DTYPE
             )));
         }
+        let receives = !s.ranks.is_mpi() || root.is_none_or(|r| r == s.ranks.rank());
         let elems: u128 = self.shape().iter().map(|&n| n as u128).product();
         let bytes = elems * self.dtype().bytes() as u128;
-        if let Some(available) = deinsum_exec::preflight::available_memory() {
+        let mut fits = Ok(());
+        if let (true, Some(available)) = (receives, deinsum_exec::preflight::available_memory()) {
             if bytes > u128::from(available) {
-                return Err(SessionError::TooLarge {
+                fits = Err(SessionError::TooLarge {
                     name: self.name().into(),
                     bytes,
                     available,
                 });
             }
         }
-        whole::<T>(self.shape(), &self.held())
+        // Another node may refuse what this one has room for.
+        s.ranks.agree(fits)?;
+        whole::<T>(s, self.shape(), &self.held(), root)
     }
 
     /// Writes the whole array to a `.npy` file (C order, its element type). Refused over a
-    /// file that a live array of the session was loaded from.
+    /// file that a live array of the session was loaded from. Under MPI every rank calls it:
+    /// the blocks are gathered onto rank 0, which writes the one file; a failed write is
+    /// raised on every rank.
     pub fn save_npy(&self, path: &Path) -> Result<(), SessionError> {
         let s = self.live_session("save_npy")?;
         let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
@@ -196,13 +220,20 @@ impl DistArray {
             });
         }
         crate::with_dtype!(self.dtype(), T => {
-            let data = self.gather::<T>()?;
-            let mut bytes = deinsum_exec::npy::header_bytes::<T>(self.shape());
-            T::extend_bytes(&data, &mut bytes);
-            std::fs::write(path, bytes).map_err(|source| deinsum_exec::npy::NpyError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?;
+            let written = match self.gather_on::<T>(&s, Some(0))? {
+                Some(data) => {
+                    let mut bytes = deinsum_exec::npy::header_bytes::<T>(self.shape());
+                    T::extend_bytes(&data, &mut bytes);
+                    std::fs::write(path, bytes).map_err(|source| {
+                        SessionError::Npy(deinsum_exec::npy::NpyError::Io {
+                            path: path.to_path_buf(),
+                            source,
+                        })
+                    })
+                }
+                None => Ok(()),
+            };
+            s.ranks.agree(written)?;
         });
         Ok(())
     }
@@ -233,53 +264,31 @@ pub(crate) fn identity(shape: &[usize]) -> Result<deinsum_expr::ParsedEinsum, Se
     deinsum_expr::parse(&format!("{idx}->{idx}"), &spec).map_err(|e| SessionError::Einsum(e.into()))
 }
 
-/// Index names for `n` axes.
-pub(crate) fn axes(n: usize) -> Vec<char> {
-    ('a'..='z').chain('A'..='Z').take(n).collect()
-}
-
-/// The whole array from what holds it.
-pub(crate) fn whole<T: Scalar>(shape: &[usize], held: &Held) -> Result<Vec<T>, SessionError> {
+/// The whole array from what holds it: on every process (`root` `None`) or on `root` only
+/// (`None` on the other ranks of an MPI session). Collective under MPI for a placed array.
+pub(crate) fn whole<T: Scalar>(
+    s: &Inner,
+    shape: &[usize],
+    held: &Held,
+    root: Option<usize>,
+) -> Result<Option<Vec<T>>, SessionError> {
     let bad = || SessionError::Data("array data of another element type".into());
+    let here = !s.ranks.is_mpi() || root.is_none_or(|r| r == s.ranks.rank());
     match held {
-        Held::Whole(v) => Ok(v.downcast_ref::<Vec<T>>().ok_or_else(bad)?.clone()),
-        Held::File(path) => {
+        Held::Whole(v) if here => Ok(Some(v.downcast_ref::<Vec<T>>().ok_or_else(bad)?.clone())),
+        Held::File(path) if here => {
             let e = identity(shape)?;
-            Ok(deinsum_exec::npy::read_operand_block::<T>(
+            Ok(Some(deinsum_exec::npy::read_operand_block::<T>(
                 path,
                 &e.inputs()[0],
                 e.extents(),
                 &Block::full(shape),
-            )?)
+            )?))
         }
+        Held::Whole(_) | Held::File(_) => Ok(None),
         Held::Placed(p) => {
             let p = p.downcast_ref::<Placed<T>>().ok_or_else(bad)?;
-            assemble(shape, p)
+            s.ranks.assemble(shape, p, root)
         }
     }
-}
-
-/// The whole array from its blocks: each element from the one rank with coordinate 0 along
-/// every grid dim that does not split it.
-fn assemble<T: Scalar>(shape: &[usize], p: &Placed<T>) -> Result<Vec<T>, SessionError> {
-    let oom = |e: deinsum_exec::buffers::OutOfMemory| {
-        SessionError::Data(format!("out of memory: {} bytes", e.bytes))
-    };
-    let mut full =
-        LocalTensor::<T>::zeros(axes(shape.len()), shape.iter().map(|&n| (0, n)).collect())
-            .map_err(oom)?;
-    let splitting: Vec<usize> = p.layout.split.iter().flatten().copied().collect();
-    for (r, block) in p.blocks.iter().enumerate() {
-        let (Some(data), Some(c)) = (block, p.layout.grid.coords(r)) else {
-            continue;
-        };
-        let primary = c
-            .iter()
-            .enumerate()
-            .all(|(g, &x)| x == 0 || splitting.contains(&g));
-        if let (true, Some(b)) = (primary, p.layout.block(r, shape)) {
-            unpack_box(&mut full, &b, data, false).map_err(oom)?;
-        }
-    }
-    Ok(full.data.into_vec())
 }

@@ -1,8 +1,9 @@
 //! One [`Session::einsum`](crate::Session::einsum) call: check the operands, plan from where they are
-//! (cached), run on the session's ranks, place the operands that were whole, and keep the
-//! result distributed.
+//! (cached), run on the session's ranks (in process or MPI: one [`RankJob`] for both), place
+//! the operands that were whole, and keep the result distributed.
 
 use super::array::{new_array, whole, DistArray, Held, Placed};
+use super::ranks::RankJob;
 use super::state::Inner;
 use super::types::{EinsumStats, OutLayout, SessionError};
 use crate::{Communicator, Einsum, ExecOptions, Inputs, Scalar};
@@ -11,8 +12,76 @@ use deinsum_plan::{canonical_distribution, Distribution, Plan, PlanStep, Source}
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-/// What a rank returns: its output block, the output's layout and its received words.
-type RankOut<T> = (Option<Vec<T>>, Distribution, u64);
+/// What a rank returns: its output block and the output's layout.
+type RankOut<T> = (Option<Vec<T>>, Distribution);
+
+/// Every rank's part of one session einsum, on any communicator.
+struct EinsumJob<'a, T> {
+    e: &'a ParsedEinsum,
+    plan: &'a Plan,
+    /// Where each operand is (a placed operand here is in its load layout).
+    held: &'a [Held],
+    /// Each operand's load distribution.
+    loads: &'a [&'a Distribution],
+    /// The operands placed by this call, each rank's block ready.
+    placements: &'a [Option<Placed<T>>],
+    threads: usize,
+    /// The ranks are processes (MPI): a rank that cannot read its blocks stops all ranks
+    /// before the run, and the ranks check that they hold the same plan.
+    separate: bool,
+}
+
+impl<T: Scalar> RankJob for EinsumJob<'_, T> {
+    type Out = RankOut<T>;
+
+    fn run<C: Communicator>(&self, comm: &C) -> Result<(RankOut<T>, u64), crate::ExecError> {
+        let me = comm.rank();
+        let read = || -> Result<BTreeMap<usize, Vec<T>>, crate::ExecError> {
+            let mut mine = BTreeMap::new();
+            for k in 0..self.held.len() {
+                let block = match (&self.placements[k], &self.held[k]) {
+                    (Some(p), _) => p.blocks.get(me).cloned().flatten(),
+                    (None, Held::Placed(p)) => p
+                        .downcast_ref::<Placed<T>>()
+                        .and_then(|p| p.blocks.get(me).cloned().flatten()),
+                    (None, held) => rank_block::<T>(self.e, k, self.loads[k], held, me)?,
+                };
+                if let Some(b) = block {
+                    mine.insert(k, b);
+                }
+            }
+            Ok(mine)
+        };
+        let mine = read();
+        let mine = if self.separate {
+            let mut v = [u64::from(mine.is_err())];
+            comm.all_reduce_max_u64(&mut v)?;
+            let mine = mine?;
+            if v[0] > 0 {
+                return Err(invalid(
+                    "another rank could not read its operand blocks".into(),
+                ));
+            }
+            mine
+        } else {
+            mine?
+        };
+        let inputs = Inputs::Given(Mutex::new(mine));
+        let o = ExecOptions {
+            shared_plan: !self.separate,
+            threads: self.threads,
+            ..ExecOptions::default()
+        };
+        let (t, report) = deinsum_exec::execute_measured(self.plan, comm, &inputs, &o)?;
+        let received = report.steps.iter().map(|m| m.received).sum();
+        Ok(((t.local.map(|l| l.data.into_vec()), t.dist), received))
+    }
+}
+
+/// An executor error for what a rank could not read.
+fn invalid(m: String) -> crate::ExecError {
+    crate::ExecError::Comm(deinsum_exec::comm::CommError::Invalid(m))
+}
 
 pub(super) fn einsum<T: Scalar>(
     s: &Arc<Inner>,
@@ -21,7 +90,16 @@ pub(super) fn einsum<T: Scalar>(
     out: &OutLayout,
 ) -> Result<DistArray, SessionError> {
     let e = parse(expr, operands)?;
-    let held: Vec<Held> = operands.iter().map(|a| a.held()).collect();
+    let mut held: Vec<Held> = operands.iter().map(|a| a.held()).collect();
+    // A placed array used with a diagonal or a broadcast is read whole (collective under
+    // MPI, in the same order on every rank: the held states are the same everywhere).
+    for k in 0..operands.len() {
+        if matches!(held[k], Held::Placed(_)) && !plain(&e, k) {
+            let full = whole::<T>(s, operands[k].shape(), &held[k], None)?
+                .ok_or_else(|| SessionError::Data("no data gathered".into()))?;
+            held[k] = Held::whole(full);
+        }
+    }
     let sources: Vec<Source> = (0..operands.len())
         .map(|k| source_of::<T>(&e, k, &held[k]))
         .collect();
@@ -35,55 +113,64 @@ pub(super) fn einsum<T: Scalar>(
     let loads: Vec<&Distribution> = (0..operands.len())
         .map(|k| plan.load_dist(k).expect("the plan loads every operand"))
         .collect();
-    // Whole operands are read in place and never placed twice.
-    let mut placements: Vec<Option<Placed<T>>> = (0..operands.len()).map(|_| None).collect();
+    // A placed operand is loaded where it is (its source is `Given`); one that is not is read
+    // whole and cut (never expected: kept so that a plan that loads elsewhere stays right).
     for k in 0..operands.len() {
-        let first = operands[..k].iter().all(|a| !a.same(operands[k]));
-        if first && !matches!(held[k], Held::Placed(_)) && plain(&e, k) {
-            placements[k] = Some(place::<T>(plan, k, loads[k], &held[k])?);
+        let elsewhere = matches!(&held[k], Held::Placed(p)
+            if p.downcast_ref::<Placed<T>>().is_none_or(|p| &p.layout != loads[k]));
+        if elsewhere {
+            let full = whole::<T>(s, operands[k].shape(), &held[k], None)?
+                .ok_or_else(|| SessionError::Data("no data gathered".into()))?;
+            held[k] = Held::whole(full);
         }
     }
-    let outs = compiled.on_local_ranks::<T, RankOut<T>>(|comm| {
-        let me = comm.rank();
-        let mut mine = BTreeMap::new();
-        for k in 0..operands.len() {
-            let block = match &placements[k] {
-                Some(p) => p.blocks[me].clone(),
-                None => rank_block::<T>(&e, k, loads[k], &held[k], me)?,
-            };
-            if let Some(b) = block {
-                mine.insert(k, b);
+    // Whole operands are read in place and never placed twice.
+    let mut placements: Vec<Option<Placed<T>>> = (0..operands.len()).map(|_| None).collect();
+    let mut placed = Ok(());
+    for k in 0..operands.len() {
+        let first = operands[..k].iter().all(|a| !a.same(operands[k]));
+        let whole_now = !matches!(operands[k].held(), Held::Placed(_));
+        if first && whole_now && plain(&e, k) {
+            match place::<T>(s, plan, k, loads[k], &held[k]) {
+                Ok(p) => placements[k] = Some(p),
+                Err(err) => {
+                    placed = Err(err);
+                    break;
+                }
             }
         }
-        let inputs = Inputs::Given(Mutex::new(mine));
-        let o = ExecOptions {
-            shared_plan: true,
-            threads: s.threads(),
-            ..ExecOptions::default()
-        };
-        let (t, report) = deinsum_exec::execute_measured(plan, comm, &inputs, &o)?;
-        let received = report.steps.iter().map(|m| m.received).sum();
-        Ok((t.local.map(|l| l.data.into_vec()), t.dist, received))
-    })?;
+    }
+    // A file one rank cannot read stops every rank here.
+    s.ranks.agree(placed)?;
+    let job = EinsumJob {
+        e: &e,
+        plan,
+        held: &held,
+        loads: &loads,
+        placements: &placements,
+        threads: s.threads(),
+        separate: s.ranks.is_mpi(),
+    };
+    let (outs, words_moved) = s.ranks.run::<T, _>(&compiled, &job)?;
     for (k, p) in placements.into_iter().enumerate() {
         if let Some(p) = p {
             operands[k].set_held(Held::placed(p));
         }
     }
-    let words_moved: u64 = outs.iter().map(|o| o.2).sum();
     let layout = outs
         .first()
-        .map(|o| o.1.clone())
+        .map(|o| o.1 .1.clone())
         .unwrap_or_else(|| plan.output.1.clone());
-    let mut result = Placed {
-        layout,
-        blocks: outs.into_iter().map(|o| o.0).collect(),
-    };
+    let mut blocks: Vec<Option<Vec<T>>> = (0..plan.procs).map(|_| None).collect();
+    for (r, (b, _)) in outs {
+        blocks[r] = b;
+    }
+    let mut result = Placed { layout, blocks };
     let out_shape = plan
         .tensor(plan.output.0)
         .map(|t| t.shape.clone())
         .unwrap_or_default();
-    let moved_out = relayout(&mut result, &out_shape, out, s.procs)?;
+    let moved_out = relayout(s, &mut result, &out_shape, out)?;
     s.record(EinsumStats {
         expr: expr.into(),
         words_moved: words_moved + moved_out,
@@ -92,6 +179,8 @@ pub(super) fn einsum<T: Scalar>(
             .collect(),
         cached,
         predicted_seconds: plan.prediction.seconds,
+        bound_per_rank: plan.prediction.bound_per_rank,
+        touched_per_rank: plan.prediction.touched_per_rank,
     });
     Ok(new_array(
         s,
@@ -193,32 +282,24 @@ fn rank_block<T: Scalar>(
                 .map(Some)
                 .map_err(|x| fail(x.to_string()))
         }
-        // A placed array used with a diagonal or broadcast: its whole, cut again.
-        Held::Placed(_) => {
-            let full = whole::<T>(&shape_of(e, k), held).map_err(|x| fail(x.to_string()))?;
-            deinsum_exec::data::block_of_full(e, k, &full, &b)
-                .map(Some)
-                .map_err(|x| fail(x.to_string()))
-        }
+        // Placed arrays are read as they are (or made whole) before the ranks run.
+        Held::Placed(_) => Err(fail("a placed operand read as a whole".into())),
     }
 }
 
-/// Operand `k`'s storage shape.
-fn shape_of(e: &ParsedEinsum, k: usize) -> Vec<usize> {
-    e.inputs()[k].shape(e.extents())
-}
-
-/// A whole operand cut into every rank's block of `dist`: where it will stay.
+/// A whole operand cut into the blocks of `dist` of this process's ranks: where it will stay.
 fn place<T: Scalar>(
+    s: &Inner,
     plan: &Plan,
     k: usize,
     dist: &Distribution,
     held: &Held,
 ) -> Result<Placed<T>, SessionError> {
-    let blocks = (0..plan.procs)
-        .map(|r| rank_block::<T>(&plan.einsum, k, dist, held, r))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|x| SessionError::Einsum(x.into()))?;
+    let mut blocks: Vec<Option<Vec<T>>> = (0..plan.procs).map(|_| None).collect();
+    for r in s.ranks.here() {
+        blocks[r] = rank_block::<T>(&plan.einsum, k, dist, held, r)
+            .map_err(|x| SessionError::Einsum(x.into()))?;
+    }
     Ok(Placed {
         layout: dist.clone(),
         blocks,
@@ -246,17 +327,18 @@ fn operand_words(plan: &Plan, k: usize) -> u64 {
 }
 
 /// Moves the result into the layout `out` asks for; returns the words the move takes (over
-/// all ranks, the plan crate's count for it).
+/// all ranks, the plan crate's count for it). Collective under MPI.
 fn relayout<T: Scalar>(
+    s: &Inner,
     p: &mut Placed<T>,
     shape: &[usize],
     out: &OutLayout,
-    procs: usize,
 ) -> Result<u64, SessionError> {
+    let procs = s.ranks.procs();
     let to = match out {
         OutLayout::Plan => return Ok(0),
         OutLayout::Canonical => {
-            canonical_distribution(&super::array::axes(shape.len()), shape, procs)
+            canonical_distribution(&super::ranks::axes(shape.len()), shape, procs)
         }
         OutLayout::Like(d) => d.clone(),
     };
@@ -267,24 +349,23 @@ fn relayout<T: Scalar>(
     }
     let mv = deinsum_plan::MoveView::new(shape, &p.layout, &to, false, procs);
     let words = (0..procs).map(|r| mv.words_of(r).1).sum();
-    let full = whole::<T>(
-        shape,
-        &Held::placed(std::mem::replace(
-            p,
-            Placed {
-                layout: to.clone(),
-                blocks: Vec::new(),
-            },
-        )),
-    )?;
+    let from = std::mem::replace(
+        p,
+        Placed {
+            layout: to.clone(),
+            blocks: (0..procs).map(|_| None).collect(),
+        },
+    );
+    let full = whole::<T>(s, shape, &Held::placed(from), None)?
+        .ok_or_else(|| SessionError::Data("no data gathered".into()))?;
     let e = super::array::identity(shape)?;
-    p.blocks = (0..procs)
-        .map(|r| match to.block(r, shape) {
-            None => Ok(None),
-            Some(b) => deinsum_exec::data::block_of_full(&e, 0, &full, &b)
-                .map(Some)
-                .map_err(|x| SessionError::Data(x.to_string())),
-        })
-        .collect::<Result<_, _>>()?;
+    for r in s.ranks.here() {
+        if let Some(b) = to.block(r, shape) {
+            p.blocks[r] = Some(
+                deinsum_exec::data::block_of_full(&e, 0, &full, &b)
+                    .map_err(|x| SessionError::Data(x.to_string()))?,
+            );
+        }
+    }
     Ok(words)
 }

@@ -1,6 +1,7 @@
-//! A session's shared state: its ranks' options, open flag, plan cache, per-call stats and the
+//! A session's shared state: its ranks (in process or MPI), their options, open flag, plan cache, per-call stats and the
 //! files its live arrays were loaded from. Arrays hold it weakly; [`super::Session`] strongly.
 
+use super::ranks::Ranks;
 use super::types::{EinsumStats, SessionError};
 use crate::{Einsum, Options};
 use std::collections::HashMap;
@@ -11,7 +12,8 @@ use std::sync::{Arc, Mutex};
 /// The state behind a session and its arrays.
 pub(crate) struct Inner {
     pub(super) id: u64,
-    pub(super) procs: usize,
+    /// Where the ranks are.
+    pub(crate) ranks: Ranks,
     pub(super) options: Options,
     open: AtomicBool,
     pub(super) next_array: AtomicU64,
@@ -27,11 +29,12 @@ pub(crate) struct Inner {
 static SESSIONS: AtomicU64 = AtomicU64::new(1);
 
 impl Inner {
-    /// A new open session's state on `options.procs` ranks.
-    pub(super) fn new(options: Options) -> Inner {
+    /// A new open session's state on `ranks`, planning with `options` (for
+    /// `ranks.procs()` ranks).
+    pub(super) fn new(options: Options, ranks: Ranks) -> Inner {
         Inner {
             id: SESSIONS.fetch_add(1, Ordering::Relaxed),
-            procs: options.procs,
+            ranks,
             options,
             open: AtomicBool::new(true),
             next_array: AtomicU64::new(0),

@@ -70,6 +70,13 @@ pub enum SessionError {
         /// The live array.
         name: String,
     },
+    /// Another rank of an MPI session refused the call (its own error is raised there); no
+    /// rank went on, so none waits on it.
+    #[error("rank {rank} refused this call (see its error); no rank went on")]
+    Peer {
+        /// The refusing rank (the largest, when several refused).
+        rank: usize,
+    },
     /// A `.npy` file could not be read or written.
     #[error(transparent)]
     Npy(#[from] deinsum_exec::npy::NpyError),
@@ -104,4 +111,9 @@ pub struct EinsumStats {
     pub cached: bool,
     /// The plan's predicted seconds.
     pub predicted_seconds: f64,
+    /// The SOAP lower bound on the words one rank must touch (hold, received or resident)
+    /// for this einsum, per rank ([`deinsum_plan::Prediction::bound_per_rank`]).
+    pub bound_per_rank: f64,
+    /// The words the busiest rank touches in the plan (what the bound limits from below).
+    pub touched_per_rank: u64,
 }

@@ -1,7 +1,9 @@
-//! The check of a sparse einsum's result against a serial reference.
+//! The check of a sparse einsum's result against a serial reference, in complex f64 so that a
+//! complex result's imaginary parts are compared too (a real one's are zero on both sides).
 
 use super::{Form, SparseJob, SparseOutput};
 use crate::{kernels, Csr, SparseError, SparseTensor};
+use deinsum_exec::scalar::Complex64;
 use deinsum_exec::Scalar;
 
 /// The dense reference evaluates the einsum naively when its iteration space has at most
@@ -48,18 +50,9 @@ impl Check {
     ) -> Result<Self, SparseError> {
         let got = compared_form(job, output);
         let (want, reference) = reference(job)?;
-        let same_pattern = match job.form() {
-            Form::Spgemm => {
-                got.len() == want.len()
-                    && got
-                        .chunks(3)
-                        .zip(want.chunks(3))
-                        .all(|(g, w)| g[0] == w[0] && g[1] == w[1])
-            }
-            _ => got.len() == want.len(),
-        };
+        let same_pattern = got.coords == want.coords && got.values.len() == want.values.len();
         let (max_abs, max_rel) = if same_pattern {
-            deinsum_exec::reference::max_error(&got, &want)
+            deinsum_exec::reference::max_error(&got.values, &want.values)
         } else {
             (f64::INFINITY, f64::INFINITY)
         };
@@ -71,60 +64,100 @@ impl Check {
     }
 }
 
-/// The output in the form the check compares: dense for SpMM and MTTKRP, the values at the
-/// pattern for SDDMM, (row, column, value) triples in row-major order for SpGEMM.
-fn compared_form<T: Scalar>(job: &SparseJob<T>, output: &SparseOutput<T>) -> Vec<f64> {
+/// A result in the form the check compares: its values widened to complex f64 (a real value's
+/// imaginary part 0) and, for SpGEMM, each value's (row, column), row-major.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Compared {
+    /// SpGEMM: (row, column) of each value; empty for the other kernels.
+    pub coords: Vec<usize>,
+    /// The values: dense for SpMM and MTTKRP, at the pattern for SDDMM, SpGEMM's entries.
+    pub values: Vec<Complex64>,
+}
+
+/// The output in the form the check compares.
+fn compared_form<T: Scalar>(job: &SparseJob<T>, output: &SparseOutput<T>) -> Compared {
     match (job.form(), output) {
-        (Form::Spgemm, SparseOutput::Sparse(t)) => (0..t.nnz())
-            .flat_map(|e| {
-                let c = t.coord(e);
-                [c[0] as f64, c[1] as f64, t.values()[e].to_f64()]
-            })
-            .collect(),
-        (_, SparseOutput::Sparse(t)) => t.values().iter().map(|v| v.to_f64()).collect(),
-        (_, SparseOutput::Dense { data, .. }) => data.iter().map(|v| v.to_f64()).collect(),
+        (Form::Spgemm, SparseOutput::Sparse(t)) => Compared {
+            coords: (0..t.nnz()).flat_map(|e| t.coord(e).to_vec()).collect(),
+            values: t.values().iter().map(|&v| v.to_c128()).collect(),
+        },
+        (_, SparseOutput::Sparse(t)) => Compared {
+            coords: Vec::new(),
+            values: t.values().iter().map(|&v| v.to_c128()).collect(),
+        },
+        (_, SparseOutput::Dense { data, .. }) => Compared {
+            coords: Vec::new(),
+            values: data.iter().map(|&v| v.to_c128()).collect(),
+        },
     }
 }
 
-/// SpGEMM's entries as (row, column, value) triples, the value `val(row, column)`.
-fn triples<T: Scalar>(c: &Csr<T>, val: impl Fn(usize, usize, usize) -> f64) -> Vec<f64> {
-    let mut t = Vec::with_capacity(3 * c.nnz());
+/// SpGEMM's entries in the compared form, the value `val(row, column, entry)`.
+fn entries<T: Scalar>(c: &Csr<T>, val: impl Fn(usize, usize, usize) -> Complex64) -> Compared {
+    let mut out = Compared {
+        coords: Vec::with_capacity(2 * c.nnz()),
+        values: Vec::with_capacity(c.nnz()),
+    };
     for i in 0..c.nrows {
         for q in c.indptr[i]..c.indptr[i + 1] {
-            t.extend([i as f64, c.indices[q] as f64, val(i, c.indices[q], q)]);
+            out.coords.extend([i, c.indices[q]]);
+            out.values.push(val(i, c.indices[q], q));
         }
     }
-    t
+    out
+}
+
+/// The naive dense einsum with operand `k`'s element `x` given by `value`: in f64 for a real
+/// `T` (as fast as before), in complex f64 for a complex one.
+fn naive_wide<T: Scalar>(
+    einsum: &deinsum_expr::ParsedEinsum,
+    value: &dyn Fn(usize, u64) -> T,
+) -> Vec<Complex64> {
+    use deinsum_exec::reference::naive;
+    if T::DTYPE.is_complex() {
+        naive::<Complex64>(einsum, &|k, x| value(k, x).to_c128())
+    } else {
+        naive::<f64>(einsum, &|k, x| value(k, x).to_f64())
+            .into_iter()
+            .map(|v| Complex64::new(v, 0.0))
+            .collect()
+    }
 }
 
 /// The serial reference of `job` in the compared form, and what it is: the naive dense
 /// einsum up to [`DENSE_CHECK_POINTS`], else the serial sparse kernel.
-pub fn reference<T: Scalar>(job: &SparseJob<T>) -> Result<(Vec<f64>, CheckReference), SparseError> {
+pub fn reference<T: Scalar>(job: &SparseJob<T>) -> Result<(Compared, CheckReference), SparseError> {
     let einsum = job.einsum();
     if deinsum_exec::reference::iteration_space(einsum) <= DENSE_CHECK_POINTS {
         let dense: Vec<Vec<T>> = job.sparse().iter().map(SparseTensor::to_dense).collect();
         let sparse_k = job.form().sparse_operands();
-        let full = deinsum_exec::reference::naive(einsum, &|k, x| match sparse_k
-            .iter()
-            .position(|&s| s == k)
-        {
-            Some(p) => dense[p][x as usize].to_f64(),
-            None => job.dense_value(k, x),
-        });
+        let full = naive_wide::<T>(
+            einsum,
+            &|k, x| match sparse_k.iter().position(|&s| s == k) {
+                Some(p) => dense[p][x as usize],
+                None => job.dense_value(k, x),
+            },
+        );
         let out = match job.form() {
             Form::Sddmm { j, .. } => {
                 let s = &job.sparse()[0];
                 let n = job.ext(*j);
-                (0..s.nnz())
-                    .map(|e| full[s.coord(e)[0] * n + s.coord(e)[1]])
-                    .collect()
+                Compared {
+                    coords: Vec::new(),
+                    values: (0..s.nnz())
+                        .map(|e| full[s.coord(e)[0] * n + s.coord(e)[1]])
+                        .collect(),
+                }
             }
             // The serial product's pattern, its values read from the dense result.
             Form::Spgemm => {
                 let c = kernels::spgemm(job.csr(0)?, job.csr(1)?)?;
-                triples(&c, |i, col, _| full[i * c.ncols + col])
+                entries(&c, |i, col, _| full[i * c.ncols + col])
             }
-            _ => full,
+            _ => Compared {
+                coords: Vec::new(),
+                values: full,
+            },
         };
         return Ok((out, CheckReference::Dense));
     }
@@ -132,22 +165,25 @@ pub fn reference<T: Scalar>(job: &SparseJob<T>) -> Result<(Vec<f64>, CheckRefere
 }
 
 /// The serial sparse kernel's result in the compared form.
-fn serial_sparse<T: Scalar>(job: &SparseJob<T>) -> Result<Vec<f64>, SparseError> {
+fn serial_sparse<T: Scalar>(job: &SparseJob<T>) -> Result<Compared, SparseError> {
     let gen = |k: usize, n: usize| -> Vec<T> { job.dense_rows(k, 0, n, 1) };
-    let f64s = |v: Vec<T>| v.into_iter().map(T::to_f64).collect();
+    let widened = |v: Vec<T>| Compared {
+        coords: Vec::new(),
+        values: v.into_iter().map(Scalar::to_c128).collect(),
+    };
     Ok(match job.form() {
         Form::Spmm { j, rest, .. } => {
             let w = job.width(rest);
-            f64s(kernels::spmm(job.csr(0)?, &gen(1, job.ext(*j) * w), w)?)
+            widened(kernels::spmm(job.csr(0)?, &gen(1, job.ext(*j) * w), w)?)
         }
         Form::Sddmm { i, j, rest } => {
             let w = job.width(rest);
             let (u, v) = (gen(1, job.ext(*i) * w), gen(2, job.ext(*j) * w));
-            f64s(kernels::sddmm(job.csr(0)?, &u, &v, w)?)
+            widened(kernels::sddmm(job.csr(0)?, &u, &v, w)?)
         }
         Form::Spgemm => {
             let c = kernels::spgemm(job.csr(0)?, job.csr(1)?)?;
-            triples(&c, |_, _, q| c.vals[q].to_f64())
+            entries(&c, |_, _, q| c.vals[q].to_c128())
         }
         Form::Mttkrp {
             modes,
@@ -162,7 +198,7 @@ fn serial_sparse<T: Scalar>(job: &SparseJob<T>) -> Result<Vec<f64>, SparseError>
                 .map(|(m, op)| op.map_or(Vec::new(), |k| gen(k, job.ext(modes[m]) * r)))
                 .collect();
             let views: Vec<&[T]> = fs.iter().map(Vec::as_slice).collect();
-            f64s(kernels::mttkrp(&job.sparse()[0], &views, *mode, r)?)
+            widened(kernels::mttkrp(&job.sparse()[0], &views, *mode, r)?)
         }
     })
 }

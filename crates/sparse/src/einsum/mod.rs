@@ -15,7 +15,7 @@ mod output;
 mod plans;
 mod run;
 
-pub use check::{reference, Check, CheckReference};
+pub use check::{reference, Check, CheckReference, Compared};
 pub use form::{Form, BUILT};
 pub use output::{check_output_file, write_output};
 pub use plans::{Planned, Scheme, SchemeChoice, SparsePlan};
@@ -25,7 +25,7 @@ use crate::dist::{MttkrpPlan, SpgemmPlan};
 use crate::fine::FinePlan;
 use crate::halo::HaloPlan;
 use crate::{Csr, SparseError, SparseTensor};
-use deinsum_exec::data::seeded_value;
+use deinsum_exec::data::seeded;
 use deinsum_exec::Scalar;
 use deinsum_expr::{Index, ParsedEinsum};
 
@@ -35,7 +35,7 @@ pub enum DenseOperand<T> {
     /// Its values, row-major over its indices.
     Given(Vec<T>),
     /// Generated from the seed as a dense run of the same einsum and seed would
-    /// ([`deinsum_exec::data::seeded_value`], rounded to `T`).
+    /// ([`deinsum_exec::data::seeded`]: rounded to `T`, with imaginary parts for a complex `T`).
     Seeded(u64),
 }
 
@@ -214,20 +214,18 @@ impl<T: Scalar> SparseJob<T> {
         match self.dense.get(k) {
             Some(Some(DenseOperand::Given(d))) => d[lo * width..hi * width].to_vec(),
             Some(Some(DenseOperand::Seeded(seed))) => (lo * width..hi * width)
-                .map(|x| T::from_f64(seeded_value(*seed, k, x as u64)))
+                .map(|x| seeded::<T>(*seed, k, x as u64))
                 .collect(),
             _ => Vec::new(),
         }
     }
 
-    /// Element `x` (row-major storage index) of dense operand `k`, as f64.
-    pub fn dense_value(&self, k: usize, x: u64) -> f64 {
+    /// Element `x` (row-major storage index) of dense operand `k` (zero for a sparse one).
+    pub fn dense_value(&self, k: usize, x: u64) -> T {
         match self.dense.get(k) {
-            Some(Some(DenseOperand::Given(d))) => d[x as usize].to_f64(),
-            Some(Some(DenseOperand::Seeded(seed))) => {
-                T::from_f64(seeded_value(*seed, k, x)).to_f64()
-            }
-            _ => 0.0,
+            Some(Some(DenseOperand::Given(d))) => d[x as usize],
+            Some(Some(DenseOperand::Seeded(seed))) => seeded::<T>(*seed, k, x),
+            _ => T::default(),
         }
     }
 

@@ -3,30 +3,33 @@
 use super::{Form, SparseOutput};
 use crate::io::{self, OutputFormat};
 use crate::{SparseError, SparseTensor};
-use deinsum_exec::Scalar;
+use deinsum_exec::{DType, Scalar};
 use std::path::Path;
 
 fn named(e: SparseError) -> SparseError {
     SparseError::Usage(format!("--output {e}"))
 }
 
-/// Refuses, before the run, an output file the result of `form` (of `shape`) cannot be
-/// written to: an extension naming no format, a matrix format (`.mtx`, `.npz`) for a result
-/// of another order, or a sparse result to `.npy` whose dense array exceeds `avail` bytes
-/// (the array a reader such as `numpy.load` would have to hold; no limit when unknown).
+/// Refuses, before the run, an output file the result of `form` (of `shape`, in `dtype`)
+/// cannot be written to: an extension naming no format, a matrix format (`.mtx`, `.npz`) for
+/// a result of another order, a complex result to FROSTT (`.tns`), or a sparse result to
+/// `.npy` whose dense array exceeds `avail` bytes (the array a reader such as `numpy.load`
+/// would have to hold; no limit when unknown).
 pub fn check_output_file(
     form: &Form,
     shape: &[usize],
+    dtype: DType,
     out: &Path,
     avail: Option<u64>,
 ) -> Result<(), SparseError> {
     let format = OutputFormat::of(out).map_err(named)?;
     format.check_order(out, shape.len()).map_err(named)?;
+    format.check_dtype(out, dtype).map_err(named)?;
     if format != OutputFormat::Npy || !form.sparse_result() {
         return Ok(());
     }
-    // A sparse result is densified as float64 ([`io::write_npy_dense`]).
-    let bytes = io::dense_bytes(shape);
+    // A sparse result is densified as float64 or complex128 ([`io::write_npy_dense`]).
+    let bytes = io::dense_bytes(shape, dtype);
     match (bytes, avail) {
         (Some(b), Some(a)) if b <= a => return Ok(()),
         // The node's memory is unknown: write it.
@@ -39,10 +42,12 @@ pub fn check_output_file(
         format!(", more than this node's available memory ({a} bytes)")
     });
     Err(SparseError::Usage(format!(
-        "--output {}: the {} result is sparse; densified as .npy it is {} x float64 = {size} bytes{avail}; name a .mtx, .npz or .tns file to write its stored entries",
+        "--output {}: the {} result is sparse; densified as .npy it is {} x {} = {size} bytes{avail}; name {} file to write its stored entries",
         out.display(),
         form.name(),
         dims.join(" x "),
+        dtype.wide().numpy_name(),
+        if dtype.is_complex() { "a .mtx or .npz" } else { "a .mtx, .npz or .tns" },
     )))
 }
 
