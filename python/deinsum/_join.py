@@ -34,15 +34,22 @@ def _ipc(t):
 
 
 def join(left, right, on, how="inner", procs=1, strategy="auto", comm=None,
-         max_output_bytes=None, report=False):
+         max_output_bytes=None, report=False, placement="rows"):
     """SQL's ``SELECT * FROM left {how} JOIN right USING (on)`` on ``procs`` in-process ranks.
 
     ``left``, ``right``: pandas DataFrames or pyarrow Tables; the result is of ``left``'s kind
     (a DataFrame if it is one). ``on``: a key column name or a list of them, present in both.
     ``how``: ``inner``, ``left``, ``right`` or ``full``. ``strategy``: ``auto`` (least
-    predicted time), ``shuffle``, ``broadcast``, ``semi`` or ``index``. NULL keys never
+    predicted time), ``shuffle``, ``broadcast``, ``semi``, ``index`` or ``bloom``. NULL keys never
     match; duplicate keys give every pair; the key columns come once (coalesced in a full
     join), then left's other columns, then right's.
+
+    ``placement``: where the tables are on the ranks, as the CLI's ``--placement``: ``rows``
+    (both tables' rows split over every rank, the default), ``separate`` (the left's rows on
+    the first ceil(P/2) ranks, the right's on the others) or ``columns`` (the key columns on
+    the first group, the other columns on the second: joined by the join index, so only
+    ``strategy="auto"`` or ``"index"``). Another value raises ``ValueError``; with ``comm``
+    only ``rows`` is accepted (each rank passes the rows it holds).
 
     ``comm``: an mpi4py communicator (extension built with the ``mpi`` feature); each rank
     passes its own rows and gets its own rows of the output, and ``procs`` is the
@@ -53,9 +60,12 @@ def join(left, right, on, how="inner", procs=1, strategy="auto", comm=None,
     lt, pandas_out = _to_arrow(left, "left")
     rt, _ = _to_arrow(right, "right")
     keys = [on] if isinstance(on, str) else list(on)
+    if not isinstance(placement, str):
+        raise ValueError(f"placement must be one of \"rows\", \"separate\", \"columns\", "
+                         f"got {placement!r}")
     ipc, figures = _native.join_ipc(
         _ipc(lt), _ipc(rt), keys, str(how), str(strategy), int(procs),
-        None if max_output_bytes is None else int(max_output_bytes), comm)
+        None if max_output_bytes is None else int(max_output_bytes), comm, placement)
     import pyarrow as pa
 
     out = pa.ipc.open_stream(ipc).read_all()
