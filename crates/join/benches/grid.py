@@ -2,18 +2,17 @@
 fraction of N, selectivity, uniform or Zipf(1.2) keys, P ranks) every strategy runs once with
 `deinsum join --format json`; `auto` is the strategy of least predicted time (the inspection's
 predictions, as `deinsum join --strategy auto` picks it). auto is "within 10%" when the measured
-time of its pick is at most 1.1x the best strategy's. A case where it is not is measured twice
-more (auto's pick and the best), and the medians decide, so that one noisy run does not count
-as a miss. Writes its table into RESULTS.md between the grid markers (the rest of the file is
+time of its pick is at most 1.1x the best strategy's. Every strategy runs GRID_REPEAT times, the
+strategies taking turns, and its time is the least of its runs (the one least disturbed by other
+work on a shared machine). Writes its table into RESULTS.md between the grid markers (the rest of the file is
 join.sh's). Arguments: the deinsum binary, a scratch folder, RESULTS.md.
 
 Environment: GRID_SIZES (left rows, default "10000,100000,1000000"), GRID_PROCS (default
-"2,4,8"), GRID_FIT=1 also prints the least-squares fit of measured seconds on the predicted
+"2,4,8"), GRID_REPEAT (runs per strategy and case, default 3), GRID_FIT=1 also prints the least-squares fit of measured seconds on the predicted
 figures (the calibration of cost.rs's constants)."""
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pyarrow.parquet as pq
 EXE, WORK, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
 SIZES = [int(float(x)) for x in os.environ.get("GRID_SIZES", "10000,100000,1000000").split(",")]
 PROCS = [int(x) for x in os.environ.get("GRID_PROCS", "2,4,8").split(",")]
+REPEAT = max(1, int(os.environ.get("GRID_REPEAT", "3")))
 RATIOS = [0.01, 0.1, 1.0]
 SELECTIVITIES = [0.001, 0.1, 1.0]
 DISTS = ["uniform", "zipf"]
@@ -70,23 +70,21 @@ def run(lp, rp, p, strategy):
 
 
 def case(lp, rp, p):
-    """Every strategy's measured seconds, its predicted seconds and figures, and auto's pick."""
-    measured, predicted, figures = {}, {}, {}
-    for s in STRATEGIES:
-        t, rep = run(lp, rp, p, s)
-        measured[s] = [t]
-        pred = next(x for x in rep["inspection"]["predictions"] if x["strategy"] == s)
-        predicted[s] = pred["seconds"]
-        figures[s] = pred
+    """Every strategy's measured seconds (the least of REPEAT runs, the strategies taking turns
+    so that a change of the machine's load hits them alike), its predicted seconds and
+    figures, and auto's pick."""
+    measured, predicted, figures = {s: [] for s in STRATEGIES}, {}, {}
+    for _ in range(REPEAT):
+        for s in STRATEGIES:
+            t, rep = run(lp, rp, p, s)
+            measured[s].append(t)
+            pred = next(x for x in rep["inspection"]["predictions"] if x["strategy"] == s)
+            predicted[s] = pred["seconds"]
+            figures[s] = pred
     pick = min(STRATEGIES, key=lambda s: predicted[s])
-    best = min(STRATEGIES, key=lambda s: measured[s][0])
-    if measured[pick][0] > 1.1 * measured[best][0]:
-        for s in {pick, best}:
-            for _ in range(2):
-                measured[s].append(run(lp, rp, p, s)[0])
-    med = {s: statistics.median(v) for s, v in measured.items()}
-    best = min(STRATEGIES, key=lambda s: med[s])
-    return med, predicted, figures, pick, best
+    best_of = {s: min(v) for s, v in measured.items()}
+    best = min(STRATEGIES, key=lambda s: best_of[s])
+    return best_of, predicted, figures, pick, best
 
 
 def fit(cases):
@@ -119,8 +117,8 @@ def main():
                     seed += 1
                     lp, rp, m = tables(n, ratio, sel, dist, seed)
                     for p in PROCS:
-                        med, pred, figs, pick, best = case(lp, rp, p)
-                        ok = med[pick] <= 1.1 * med[best]
+                        t, pred, figs, pick, best = case(lp, rp, p)
+                        ok = t[pick] <= 1.1 * t[best]
                         hits += ok
                         total += 1
                         share = min(1.0, (os.cpu_count() or 1) / p)
@@ -129,12 +127,12 @@ def main():
                               / share,
                               max(a + b for a, b in zip(figs[s]["rows_in"], figs[s]["rows_out"]))
                               / share,
-                              figs[s]["calls"] * (p - 1)], med[s])
+                              figs[s]["calls"] * (p - 1)], t[s])
                             for s in STRATEGIES])
-                        times = " ".join(f"{s[:2]}={med[s]:.3f}" for s in STRATEGIES)
+                        times = " ".join(f"{s[:2]}={t[s]:.3f}" for s in STRATEGIES)
                         rows.append(f"| {n:,} | {m:,} | {sel:g} | {dist} | {p} | {best} "
-                                    f"{med[best]:.3f} | {pick} {med[pick]:.3f} | "
-                                    f"{med[pick] / med[best]:.2f} | {'yes' if ok else '**no**'} "
+                                    f"{t[best]:.3f} | {pick} {t[pick]:.3f} | "
+                                    f"{t[pick] / t[best]:.2f} | {'yes' if ok else '**no**'} "
                                     f"| {times} |")
                         print(rows[-1], flush=True)
     load1 = os.getloadavg()
@@ -148,8 +146,9 @@ def main():
         "the right's with probability *sel* (uniform, or Zipf(1.2) over them), else a key the "
         "right lacks; inner join, in-process ranks, the release binary; a strategy's time is "
         "its slowest rank's join (inspector included, reading excluded). auto = the strategy "
-        "of least predicted time. A miss is re-measured twice (auto's pick and the best; "
-        f"medians). Sizes {', '.join(f'{s:,}' for s in SIZES)} (larger sizes left "
+        f"of least predicted time. Each strategy ran {REPEAT} times per case, the strategies "
+        "taking turns; its time is the least of its runs. "
+        f"Sizes {', '.join(f'{s:,}' for s in SIZES)} (larger sizes left "
         "out: they would not fit the session's time on this shared machine).",
         "",
         f"Run {started}, {os.cpu_count()} cores shared with other work: load average "

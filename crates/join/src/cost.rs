@@ -85,7 +85,8 @@ pub struct Prediction {
     pub sent: Vec<u64>,
     /// Bytes each rank receives from other ranks.
     pub received: Vec<u64>,
-    /// Rows each rank's local join reads.
+    /// Rows each rank's local work reads: the local join's, and the semi-joins' distinct-key
+    /// passes, key-list inserts and filter tests.
     pub rows_in: Vec<u64>,
     /// Output rows each rank produces.
     pub rows_out: Vec<u64>,

@@ -48,6 +48,11 @@ pub fn heavy_threshold(total: u64, p: usize) -> u64 {
     }
 }
 
+/// A key of a semi-join key list costs its receiver as many rows of the local join: a map
+/// insert and the list of the ranks wanting it (measured on the auto-choice grid, where the
+/// key-list semi-join took 3-5x its predicted time at 10⁵ rows when counted as one).
+pub const SEMI_KEY_ROWS: u64 = 2;
+
 /// Bytes of a row number in a message.
 pub const ROW_NUMBER: u64 = 8;
 /// Bytes of one entry of the join index sent to a right row's holder: its row, the left
@@ -660,11 +665,23 @@ fn finish(
         }
         // The right holders scan their keyed rows: once against the key lists (one hash
         // look-up a row), against every filter that came (a test of each row a filter).
+        // Both semi-joins first find each rank's distinct left keys (a hash insert per keyed
+        // left row), and the key-list semi-join files every key list a rank receives (its
+        // own included) in a map of the ranks wanting each key: an insert and a list per
+        // key, counted as [`SEMI_KEY_ROWS`] rows.
         let filters = ranks.iter().filter(|f| f.left_distinct > 0).count() as u64;
+        let all_distinct: u64 = distinct.iter().sum();
         for (r, f) in ranks.iter().enumerate() {
             match strategy {
-                Strategy::Semi => rows_in[r] += f.right_keyed,
-                Strategy::Bloom => rows_in[r] += f.right_keyed * filters,
+                Strategy::Semi => {
+                    let listed = if f.right_keyed > 0 {
+                        all_distinct
+                    } else {
+                        f.left_distinct
+                    };
+                    rows_in[r] += f.right_keyed + f.left_keyed + SEMI_KEY_ROWS * listed;
+                }
+                Strategy::Bloom => rows_in[r] += f.right_keyed * filters + f.left_keyed,
                 _ => {}
             }
         }
