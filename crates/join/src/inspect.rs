@@ -568,6 +568,36 @@ fn bloom_whole(
     1
 }
 
+/// Adds to `rows_in` the semi-joins' local passes besides the join. The right holders scan
+/// their keyed rows: once against the key lists (one hash look-up a row), against every
+/// filter that came (a test of each row a filter). Both semi-joins first find each rank's
+/// distinct left keys (a hash insert per keyed left row), and the key-list semi-join files
+/// every key list a rank receives (its own included) in a map of the ranks wanting each
+/// key: an insert and a list per key, counted as [`SEMI_KEY_ROWS`] rows.
+fn add_local_passes(
+    strategy: Strategy,
+    ranks: &[RankFigures],
+    distinct: &[u64],
+    rows_in: &mut [u64],
+) {
+    let filters = ranks.iter().filter(|f| f.left_distinct > 0).count() as u64;
+    let all_distinct: u64 = distinct.iter().sum();
+    for (r, f) in ranks.iter().enumerate() {
+        match strategy {
+            Strategy::Semi => {
+                let listed = if f.right_keyed > 0 {
+                    all_distinct
+                } else {
+                    f.left_distinct
+                };
+                rows_in[r] += f.right_keyed + f.left_keyed + SEMI_KEY_ROWS * listed;
+            }
+            Strategy::Bloom => rows_in[r] += f.right_keyed * filters + f.left_keyed,
+            _ => {}
+        }
+    }
+}
+
 /// The inspection from the summed figures.
 fn finish(
     v: &[u64],
@@ -663,28 +693,7 @@ fn finish(
         if strategy == Strategy::Bloom {
             calls += bloom_whole(&mut sent, &mut received, v, lay, &ranks, shape);
         }
-        // The right holders scan their keyed rows: once against the key lists (one hash
-        // look-up a row), against every filter that came (a test of each row a filter).
-        // Both semi-joins first find each rank's distinct left keys (a hash insert per keyed
-        // left row), and the key-list semi-join files every key list a rank receives (its
-        // own included) in a map of the ranks wanting each key: an insert and a list per
-        // key, counted as [`SEMI_KEY_ROWS`] rows.
-        let filters = ranks.iter().filter(|f| f.left_distinct > 0).count() as u64;
-        let all_distinct: u64 = distinct.iter().sum();
-        for (r, f) in ranks.iter().enumerate() {
-            match strategy {
-                Strategy::Semi => {
-                    let listed = if f.right_keyed > 0 {
-                        all_distinct
-                    } else {
-                        f.left_distinct
-                    };
-                    rows_in[r] += f.right_keyed + f.left_keyed + SEMI_KEY_ROWS * listed;
-                }
-                Strategy::Bloom => rows_in[r] += f.right_keyed * filters + f.left_keyed,
-                _ => {}
-            }
-        }
+        add_local_passes(strategy, &ranks, distinct, &mut rows_in);
         predictions.push(Prediction::new(
             strategy, sent, received, rows_in, rows_out, calls, machine, p,
         ));
