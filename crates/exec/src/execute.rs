@@ -677,12 +677,29 @@ pub fn execute_lent<T: Scalar, C: Communicator>(
     execute_from(plan, comm, Source::Lent(operands), opts)
 }
 
+/// [`execute_measured`] on this rank's own blocks, lent for the run: operand number to the
+/// row-major data of exactly its block in the plan's `Load` distribution, read in place (a
+/// distributed array that stays placed between runs is never copied to be read).
+pub fn execute_lent_blocks<T: Scalar, C: Communicator>(
+    plan: &Plan,
+    comm: &C,
+    blocks: &BTreeMap<usize, &[T]>,
+    opts: &ExecOptions,
+) -> Result<(DistTensor<T>, RunReport), ExecError> {
+    if let Some(out) = empty_output(plan, comm) {
+        return out;
+    }
+    execute_from(plan, comm, Source::LentBlocks(blocks), opts)
+}
+
 /// Where a run's input blocks come from.
 enum Source<'d, T> {
     /// The caller's [`Inputs`] (every block the rank's own).
     Inputs(&'d Inputs<T>),
     /// Whole operands lent for the run (contiguous blocks read in place).
     Lent(&'d [&'d [T]]),
+    /// The rank's own blocks lent for the run (read in place).
+    LentBlocks(&'d BTreeMap<usize, &'d [T]>),
 }
 
 impl<T> Clone for Source<'_, T> {
@@ -1740,6 +1757,20 @@ fn load_block<'d, T: Scalar>(
                 return Ok(Data::Lent(part));
             }
             return Ok(block_of_full(&plan.einsum, k, full, b)?.into());
+        }
+        Source::LentBlocks(map) => {
+            let data = *map
+                .get(&k)
+                .ok_or_else(|| LoadError::Input("no local block given".into()))?;
+            if data.len() as u64 != b.len() {
+                return Err(LoadError::Input(format!(
+                    "local block has {} elements, the plan's block {:?} has {}",
+                    data.len(),
+                    b.ranges,
+                    b.len()
+                )));
+            }
+            return Ok(Data::Lent(data));
         }
     };
     load_own(plan, k, b, inputs).map(Data::Own)

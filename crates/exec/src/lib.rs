@@ -1,7 +1,7 @@
 //! Runs a [`deinsum_plan::Plan`] on P ranks over a [`Communicator`].
 //!
 //! - [`InProcess`]: P ranks as threads with message passing (the default backend);
-//! - [`execute`], [`execute_measured`], [`execute_lent`]: the executor, generic over the
+//! - [`execute`], [`execute_measured`], [`execute_lent`], [`execute_lent_blocks`]: the executor, generic over the
 //!   communicator, following the plan's step semantics (Load / Redistribute / Compute / Free);
 //! - [`kernels`]: local contractions (transpose + GEMM, tiled fused groups);
 //! - [`gemm`]: which library runs the GEMMs (faer, or a system CBLAS with feature `blas`);
@@ -44,9 +44,9 @@ pub use data::Inputs;
 /// The element type as a value (defined with the plan, which records it).
 pub use deinsum_plan::DType;
 pub use execute::{
-    assemble, assemble_onto, execute, execute_lent, execute_measured, gather_reports, plan_hash,
-    primary_slabs, slab_in, DistTensor, ExecError, ExecOptions, RunReport, Stage, StepKind,
-    StepMeasure,
+    assemble, assemble_onto, execute, execute_lent, execute_lent_blocks, execute_measured,
+    gather_reports, plan_hash, primary_slabs, slab_in, DistTensor, ExecError, ExecOptions,
+    RunReport, Stage, StepKind, StepMeasure,
 };
 pub use gemm::Gemm;
 pub use local::{InProcess, LocalComm, RankFailure};

@@ -305,6 +305,15 @@ impl Distribution {
         Some(Block { ranges })
     }
 
+    /// Whether `self` and `other` give every rank `0..procs` the same block of a tensor of
+    /// `shape` (and hold the same partial sums): two descriptions of one layout, such as a
+    /// grid with an extra dim of size 1, or a replica dim under another name.
+    pub fn same_blocks(&self, other: &Distribution, shape: &[usize], procs: usize) -> bool {
+        self == other
+            || (self.partial == other.partial
+                && (0..procs).all(|r| self.block(r, shape) == other.block(r, shape)))
+    }
+
     /// The range of tensor index `v` (extent `n`) in the block at grid coordinates
     /// `coord(grid dim)`: cut along each grid dim splitting it, outermost first, then windowed.
     /// Every block of a distribution is made of these.
@@ -346,6 +355,50 @@ impl Distribution {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn dist(dims: &[(char, usize)], split: Vec<Vec<usize>>) -> Distribution {
+        Distribution {
+            grid: Grid {
+                dims: dims
+                    .iter()
+                    .map(|&(index, size)| GridDim { index, size })
+                    .collect(),
+            },
+            split,
+            partial: vec![],
+            window: vec![],
+            balanced: false,
+        }
+    }
+
+    #[test]
+    fn same_blocks_sees_through_size_one_dims_and_replica_names() {
+        let shape = [7, 5, 3];
+        let a = dist(
+            &[('i', 2), ('j', 1), ('k', 1)],
+            vec![vec![0], vec![1], vec![2]],
+        );
+        let b = dist(
+            &[('i', 2), ('j', 1), ('k', 1), ('z', 1)],
+            vec![vec![0], vec![1], vec![2]],
+        );
+        assert!(a.same_blocks(&b, &shape, 2) && b.same_blocks(&a, &shape, 2));
+        // Replicated over two ranks, the replica dim named differently or placed elsewhere.
+        let m = [4, 6];
+        let r1 = dist(&[('i', 1), ('z', 1), ('y', 2)], vec![vec![0], vec![1]]);
+        let r2 = dist(
+            &[('i', 2), ('j', 1), ('k', 1), ('z', 1)],
+            vec![vec![2], vec![3]],
+        );
+        assert!(r1.same_blocks(&r2, &m, 2));
+        // Split against replicated, split along another index: different blocks.
+        let s1 = dist(&[('i', 2), ('z', 1)], vec![vec![0], vec![1]]);
+        let s2 = dist(&[('i', 1), ('z', 2)], vec![vec![0], vec![1]]);
+        assert!(!s1.same_blocks(&r1, &m, 2));
+        assert!(!s1.same_blocks(&s2, &m, 2));
+        // A rank outside one grid holds nothing there: not the same as an in-grid block.
+        assert!(!r1.same_blocks(&dist(&[('i', 1)], vec![vec![], vec![]]), &m, 2));
+    }
 
     /// Pieces of `whole` cut by `cut` into `parts` tile it exactly, in order.
     fn tiles(whole: Interval, parts: usize, cut: impl Fn(usize) -> Interval) -> bool {

@@ -6,11 +6,11 @@ use super::array::{new_array, whole, DistArray, Held, Placed};
 use super::ranks::RankJob;
 use super::state::Inner;
 use super::types::{EinsumStats, OutLayout, SessionError};
-use crate::{Communicator, Einsum, ExecOptions, Inputs, Scalar};
+use crate::{Communicator, Einsum, ExecOptions, Scalar};
 use deinsum_expr::{ExtentSpec, ParsedEinsum};
 use deinsum_plan::{canonical_distribution, Distribution, Plan, Source};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// What a rank returns: its output block and the output's layout.
 type RankOut<T> = (Option<Vec<T>>, Distribution);
@@ -36,46 +36,72 @@ impl<T: Scalar> RankJob for EinsumJob<'_, T> {
 
     fn run<C: Communicator>(&self, comm: &C) -> Result<(RankOut<T>, u64), crate::ExecError> {
         let me = comm.rank();
+        // Placed blocks are lent to the run as they are (never copied); only an operand held
+        // whole is cut, into a block of its own.
         let read = || -> Result<BTreeMap<usize, Vec<T>>, crate::ExecError> {
-            let mut mine = BTreeMap::new();
+            let mut cut = BTreeMap::new();
             for k in 0..self.held.len() {
-                let block = match (&self.placements[k], &self.held[k]) {
-                    (Some(p), _) => p.blocks.get(me).cloned().flatten(),
-                    (None, Held::Placed(p)) => p
-                        .downcast_ref::<Placed<T>>()
-                        .and_then(|p| p.blocks.get(me).cloned().flatten()),
-                    (None, held) => rank_block::<T>(self.e, k, self.loads[k], held, me)?,
-                };
-                if let Some(b) = block {
-                    mine.insert(k, b);
+                if self.placements[k].is_none() && !matches!(self.held[k], Held::Placed(_)) {
+                    if let Some(b) = rank_block::<T>(self.e, k, self.loads[k], &self.held[k], me)? {
+                        cut.insert(k, b);
+                    }
                 }
             }
-            Ok(mine)
+            Ok(cut)
         };
-        let mine = read();
-        let mine = if self.separate {
-            let mut v = [u64::from(mine.is_err())];
+        let cut = read();
+        let cut = if self.separate {
+            let mut v = [u64::from(cut.is_err())];
             comm.all_reduce_max_u64(&mut v)?;
-            let mine = mine?;
             if v[0] > 0 {
                 return Err(invalid(
                     "another rank could not read its operand blocks".into(),
                 ));
             }
-            mine
+            cut.unwrap_or_default()
         } else {
-            mine?
+            cut?
         };
-        let inputs = Inputs::Given(Mutex::new(mine));
+        let mut mine: BTreeMap<usize, &[T]> = BTreeMap::new();
+        for k in 0..self.held.len() {
+            let placed = match (&self.placements[k], &self.held[k]) {
+                (Some(p), _) => Some(p),
+                (None, Held::Placed(p)) => p.downcast_ref::<Placed<T>>(),
+                _ => None,
+            };
+            let block = match placed {
+                Some(p) => p.blocks.get(me).and_then(|b| b.as_deref()),
+                None => cut.get(&k).map(|b| b.as_slice()),
+            };
+            if let Some(b) = block {
+                mine.insert(k, b);
+            }
+        }
         let o = ExecOptions {
             shared_plan: !self.separate,
             threads: self.threads,
             ..ExecOptions::default()
         };
-        let (t, report) = deinsum_exec::execute_measured(self.plan, comm, &inputs, &o)?;
+        let (t, report) = deinsum_exec::execute_lent_blocks(self.plan, comm, &mine, &o)?;
         let received = report.steps.iter().map(|m| m.received).sum();
         Ok(((t.local.map(|l| l.data.into_vec()), t.dist), received))
     }
+}
+
+/// Words that reading a placed operand whole moves: every rank receives the elements its own
+/// block lacks.
+fn regather_words<T: Scalar>(held: &Held, shape: &[usize], procs: usize) -> u64 {
+    let n: u64 = shape.iter().map(|&x| x as u64).product();
+    let Held::Placed(p) = held else { return 0 };
+    let Some(p) = p.downcast_ref::<Placed<T>>() else {
+        return 0;
+    };
+    (0..procs)
+        .map(|r| {
+            let own = p.layout.block(r, shape).map_or(0, |b| b.len());
+            n.saturating_sub(own)
+        })
+        .sum()
 }
 
 /// An executor error for what a rank could not read.
@@ -91,10 +117,13 @@ pub(super) fn einsum<T: Scalar>(
 ) -> Result<DistArray, SessionError> {
     let e = parse(expr, operands)?;
     let mut held: Vec<Held> = operands.iter().map(|a| a.held()).collect();
+    // Words each placed operand read whole costs (every rank receives what it does not hold).
+    let mut regathered = vec![0u64; operands.len()];
     // A placed array used with a diagonal or a broadcast is read whole (collective under
     // MPI, in the same order on every rank: the held states are the same everywhere).
     for k in 0..operands.len() {
         if matches!(held[k], Held::Placed(_)) && !plain(&e, k) {
+            regathered[k] = regather_words::<T>(&held[k], operands[k].shape(), s.ranks.procs());
             let full = whole::<T>(s, operands[k].shape(), &held[k], None)?
                 .ok_or_else(|| SessionError::Data("no data gathered".into()))?;
             held[k] = Held::whole(full);
@@ -117,8 +146,11 @@ pub(super) fn einsum<T: Scalar>(
     // whole and cut (never expected: kept so that a plan that loads elsewhere stays right).
     for k in 0..operands.len() {
         let elsewhere = matches!(&held[k], Held::Placed(p)
-            if p.downcast_ref::<Placed<T>>().is_none_or(|p| &p.layout != loads[k]));
+        if p.downcast_ref::<Placed<T>>().is_none_or(|p| {
+            !p.layout.same_blocks(loads[k], operands[k].shape(), plan.procs)
+        }));
         if elsewhere {
+            regathered[k] = regather_words::<T>(&held[k], operands[k].shape(), s.ranks.procs());
             let full = whole::<T>(s, operands[k].shape(), &held[k], None)?
                 .ok_or_else(|| SessionError::Data("no data gathered".into()))?;
             held[k] = Held::whole(full);
@@ -173,8 +205,10 @@ pub(super) fn einsum<T: Scalar>(
     let moved_out = relayout(s, &mut result, &out_shape, out)?;
     s.record(EinsumStats {
         expr: expr.into(),
-        words_moved: words_moved + moved_out,
-        operand_words: (0..operands.len()).map(|k| plan.input_words(k)).collect(),
+        words_moved: words_moved + moved_out + regathered.iter().sum::<u64>(),
+        operand_words: (0..operands.len())
+            .map(|k| plan.input_words(k) + regathered[k])
+            .collect(),
         cached,
         predicted_seconds: plan.prediction.seconds,
         bound_per_rank: plan.prediction.bound_per_rank,
