@@ -125,15 +125,23 @@ fn cheapest<T: Scalar>(
     let mut best: Option<(f64, bool, Orientation)> = None;
     for swap in [false, true] {
         let (x, y) = if swap { (b, a) } else { (a, b) };
-        for read_in_place in [true, false] {
-            let o = Orientation::of(x, y, out, read_in_place);
+        let mut consider = |o: Orientation| {
             if !keep(swap, &o) {
-                continue;
+                return;
             }
             let cost = o.cost();
             if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
                 best = Some((cost, swap, o));
             }
+        };
+        let in_place = Orientation::of(x, y, out, true);
+        // Copying the row operand first differs from reading it in place only where it is
+        // stored transposed; otherwise it is the same orientation again (which would lose
+        // the tie), and costing it took as long as a 32 x 64 x 32 product.
+        let copied = in_place.reads_transposed_rows();
+        consider(in_place);
+        if copied {
+            consider(Orientation::of(x, y, out, false));
         }
     }
     best.map(|(_, swap, o)| (swap, o))
@@ -653,6 +661,11 @@ impl Orientation {
     /// of faer's plain rate, B's transposed read in place at 0.93).
     fn cost(&self) -> f64 {
         let words = (2 * self.operands_copied + self.output_copied) as f64;
+        // Every case below costs `words` for a small product without a slow read: the
+        // environment is not asked (reading it takes a lock, once per orientation).
+        if !self.slow_read && self.madds < crate::tune::MIN_MADDS {
+            return words;
+        }
         match crate::tune::transposed_rows_for(self.madds) {
             Some(t) => {
                 let slow = if self.slow_read {
@@ -664,6 +677,12 @@ impl Orientation {
             }
             None => words,
         }
+    }
+
+    /// Whether the row operand is read in place stored transposed (the one case in which
+    /// copying it instead gives another orientation).
+    fn reads_transposed_rows(&self) -> bool {
+        self.x_form.as_ref().is_some_and(|f| f.trans)
     }
 
     /// The GEMM's extents `(batch, rows, columns, summed)` over the operands' ranges.
