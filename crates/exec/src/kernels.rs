@@ -962,3 +962,110 @@ fn eval_group_held<T: Scalar>(
     }
     Ok(nodes.pop().expect("a group has a step").1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block over `indices` (extent 2 + position) with zero data: orientations read only
+    /// indices and ranges.
+    fn block(indices: &[Index]) -> LocalTensor<f64> {
+        let ranges: Vec<(usize, usize)> =
+            indices.iter().map(|&c| (0, 2 + (c as usize % 5))).collect();
+        let n = ranges.iter().map(|&(s, e)| e - s).product();
+        LocalTensor {
+            indices: indices.to_vec(),
+            ranges,
+            data: vec![0.0; n].into(),
+        }
+    }
+
+    /// What picks an orientation: its index orders, forms, copies and cost.
+    type Key = (
+        Vec<Vec<Index>>,
+        Option<(bool, Vec<Index>, Vec<Index>)>,
+        Option<(bool, Vec<Index>, Vec<Index>)>,
+        (usize, usize, bool),
+        u64,
+    );
+
+    fn key(o: &Orientation) -> Key {
+        let form = |f: &Option<InPlace>| {
+            f.as_ref()
+                .map(|f| (f.trans, f.order.0.clone(), f.order.1.clone()))
+        };
+        (
+            vec![
+                o.batch.clone(),
+                o.left.clone(),
+                o.right.clone(),
+                o.summed.clone(),
+            ],
+            form(&o.x_form),
+            form(&o.y_form),
+            (o.operands_copied, o.output_copied, o.slow_read),
+            o.cost().to_bits(),
+        )
+    }
+
+    fn permutations(v: &[Index]) -> Vec<Vec<Index>> {
+        if v.len() <= 1 {
+            return vec![v.to_vec()];
+        }
+        let mut out = Vec::new();
+        for i in 0..v.len() {
+            let mut rest = v.to_vec();
+            let c = rest.remove(i);
+            for mut p in permutations(&rest) {
+                p.insert(0, c);
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn cheapest_skips_only_the_copied_rows_orientation_that_equals_the_in_place_one() {
+        // Every storage order of both operands: where the row operand is not read stored
+        // transposed, copying it first is the same orientation; and `cheapest` picks what
+        // costing all four orientations picks.
+        let cases: [(&str, &str, &str); 3] = [
+            ("ij", "jk", "ik"),
+            ("bij", "bjk", "bik"),
+            ("ijl", "jk", "ilk"),
+        ];
+        let mut skipped = 0;
+        for (sa, sb, so) in cases {
+            let (ia, ib, out): (Vec<Index>, Vec<Index>, Vec<Index>) = (
+                sa.chars().collect(),
+                sb.chars().collect(),
+                so.chars().collect(),
+            );
+            for pa in permutations(&ia) {
+                for pb in permutations(&ib) {
+                    let (a, b) = (block(&pa), block(&pb));
+                    let mut all: Option<(f64, bool, Key)> = None;
+                    for swap in [false, true] {
+                        let (x, y) = if swap { (&b, &a) } else { (&a, &b) };
+                        let in_place = Orientation::of(x, y, &out, true);
+                        let copied = Orientation::of(x, y, &out, false);
+                        if !in_place.reads_transposed_rows() {
+                            assert_eq!(key(&in_place), key(&copied), "{pa:?} {pb:?} {swap}");
+                            skipped += 1;
+                        }
+                        for o in [in_place, copied] {
+                            let c = o.cost();
+                            if all.as_ref().is_none_or(|(best, _, _)| c < *best) {
+                                all = Some((c, swap, key(&o)));
+                            }
+                        }
+                    }
+                    let (swap, o) = cheapest(&a, &b, &out, |_, _| true).unwrap();
+                    let (_, want_swap, want) = all.unwrap();
+                    assert_eq!((swap, key(&o)), (want_swap, want), "{pa:?} {pb:?}");
+                }
+            }
+        }
+        assert!(skipped > 0, "no orientation was the same twice");
+    }
+}

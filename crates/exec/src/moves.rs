@@ -1121,16 +1121,10 @@ impl<C: Communicator> Routes<C> {
         let mut words = Vec::with_capacity(plan.steps.len());
         for (i, step) in plan.steps.iter().enumerate() {
             let moves = step_moves(step);
-            let transfers = if moves.is_empty() {
-                Vec::new()
-            } else {
-                plan.step_transfers(i, me)
-            };
-            words.push(if moves.is_empty() {
-                (0, 0)
-            } else {
-                plan.step_words(i, me)
-            });
+            // All of the step's moves (a phase's prefetches too, which `moves` leaves out);
+            // none, at no cost, for a step that moves nothing.
+            let transfers = plan.step_transfers(i, me);
+            words.push(plan.step_words(i, me));
             let (mut rs, mut gs) = (Vec::new(), Vec::new());
             for ((tensor, from, to, kind), tr) in moves.into_iter().zip(&transfers) {
                 let shape = plan
