@@ -1122,7 +1122,7 @@ impl<'a, 'd, T: Scalar, C: Communicator> Interpreter<'a, 'd, T, C> {
                 ..
             } => {
                 m.tensor = Some(*tensor);
-                (m.predicted_sent, m.predicted_received) = self.plan.step_words(i, self.me);
+                (m.predicted_sent, m.predicted_received) = self.routes.words(i);
                 if *sum {
                     self.reduce_tensor(i, *tensor, from, to)
                 } else {
@@ -1137,7 +1137,7 @@ impl<'a, 'd, T: Scalar, C: Communicator> Interpreter<'a, 'd, T, C> {
                 prefetch,
                 ..
             } => {
-                (m.predicted_sent, m.predicted_received) = self.plan.step_words(i, self.me);
+                (m.predicted_sent, m.predicted_received) = self.routes.words(i);
                 self.compute_phase(i, *group, *phase, fetch, prefetch, m)
             }
             PlanStep::Free { tensor } => {
@@ -1187,7 +1187,7 @@ impl<'a, 'd, T: Scalar, C: Communicator> Interpreter<'a, 'd, T, C> {
         let way = self.routes.way(i, 0);
         // Counted before the move: a source handed over to a peer comes back empty.
         let cur_words = held_words(&cur);
-        let moved = moves::move_block(self.comm, way, t, cur, to, &transfers, &mut self.mem);
+        let moved = moves::move_block(self.comm, way, t, cur, to, transfers, &mut self.mem);
         let moved = moved.map_err(step_move_error(self.plan, self.me, i, tensor))?;
         self.replace(tensor, to, cur_words, moved.source, moved.block);
         Ok(())
@@ -1210,7 +1210,7 @@ impl<'a, 'd, T: Scalar, C: Communicator> Interpreter<'a, 'd, T, C> {
             t,
             cur.as_deref(),
             to,
-            &transfers,
+            transfers,
             &mut self.mem,
         );
         let new = new.map_err(step_move_error(self.plan, self.me, i, tensor))?;
@@ -1226,13 +1226,13 @@ impl<'a, 'd, T: Scalar, C: Communicator> Interpreter<'a, 'd, T, C> {
         i: usize,
         tensor: TensorId,
         from: &Distribution,
-    ) -> Result<(&'a Tensor, Option<HeldBlock<'d, T>>, Vec<Transfer>), ExecError> {
+    ) -> Result<(&'a Tensor, Option<HeldBlock<'d, T>>, &'a [Transfer]), ExecError> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
         let transfers = self
-            .plan
-            .step_transfers(i, self.me)
-            .pop()
-            .unwrap_or_default();
+            .routes
+            .transfers(i)
+            .last()
+            .map_or(&[][..], Vec::as_slice);
         let t = self
             .plan
             .tensor(tensor)
@@ -1345,6 +1345,7 @@ impl<'a, 'd, T: Scalar, C: Communicator> Interpreter<'a, 'd, T, C> {
             let at = Prefetch {
                 plan: self.plan,
                 comm: self.comm,
+                lists: self.routes.transfers(i),
                 held: &self.held,
                 step: i,
                 skip: fetch.len(),
@@ -1406,9 +1407,9 @@ impl<'a, 'd, T: Scalar, C: Communicator> Interpreter<'a, 'd, T, C> {
         fetch: &[deinsum_plan::Fetch],
     ) -> Result<Vec<PhaseWindow<'d, T>>, ExecError> {
         let bad = |message: String| ExecError::InvalidPlan { step: i, message };
-        let fetch_transfers = self.plan.step_transfers(i, self.me);
+        let fetch_transfers = self.routes.transfers(i);
         let mut windows = Vec::new();
-        for (j, (f, transfers)) in fetch.iter().zip(&fetch_transfers).enumerate() {
+        for (j, (f, transfers)) in fetch.iter().zip(fetch_transfers).enumerate() {
             let t = self
                 .plan
                 .tensor(f.tensor)
@@ -1439,6 +1440,8 @@ impl<'a, 'd, T: Scalar, C: Communicator> Interpreter<'a, 'd, T, C> {
 struct Prefetch<'a, T: Scalar, C: Communicator> {
     plan: &'a Plan,
     comm: &'a C,
+    /// This rank's transfers of the step, one list per move ([`moves::Routes::transfers`]).
+    lists: &'a [Vec<Transfer>],
     held: &'a LiveBlocks<'a, T>,
     step: usize,
     skip: usize,
@@ -1463,10 +1466,9 @@ impl<T: Scalar, C: Communicator> Prefetch<'_, T, C> {
             message,
         };
         let (me, p) = (self.comm.rank(), self.comm.size());
-        let lists = self.plan.step_transfers(self.step, me);
         let mut legs = Vec::new();
         let mut tensors = Vec::new();
-        for (f, trs) in self.prefetch.iter().zip(lists.iter().skip(self.skip)) {
+        for (f, trs) in self.prefetch.iter().zip(self.lists.iter().skip(self.skip)) {
             let t = self
                 .plan
                 .tensor(f.tensor)

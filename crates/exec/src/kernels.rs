@@ -125,15 +125,23 @@ fn cheapest<T: Scalar>(
     let mut best: Option<(f64, bool, Orientation)> = None;
     for swap in [false, true] {
         let (x, y) = if swap { (b, a) } else { (a, b) };
-        for read_in_place in [true, false] {
-            let o = Orientation::of(x, y, out, read_in_place);
+        let mut consider = |o: Orientation| {
             if !keep(swap, &o) {
-                continue;
+                return;
             }
             let cost = o.cost();
             if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
                 best = Some((cost, swap, o));
             }
+        };
+        let in_place = Orientation::of(x, y, out, true);
+        // Copying the row operand first differs from reading it in place only where it is
+        // stored transposed; otherwise it is the same orientation again (which would lose
+        // the tie), and costing it took as long as a 32 x 64 x 32 product.
+        let copied = in_place.reads_transposed_rows();
+        consider(in_place);
+        if copied {
+            consider(Orientation::of(x, y, out, false));
         }
     }
     best.map(|(_, swap, o)| (swap, o))
@@ -653,6 +661,11 @@ impl Orientation {
     /// of faer's plain rate, B's transposed read in place at 0.93).
     fn cost(&self) -> f64 {
         let words = (2 * self.operands_copied + self.output_copied) as f64;
+        // Every case below costs `words` for a small product without a slow read: the
+        // environment is not asked (reading it takes a lock, once per orientation).
+        if !self.slow_read && self.madds < crate::tune::MIN_MADDS {
+            return words;
+        }
         match crate::tune::transposed_rows_for(self.madds) {
             Some(t) => {
                 let slow = if self.slow_read {
@@ -664,6 +677,12 @@ impl Orientation {
             }
             None => words,
         }
+    }
+
+    /// Whether the row operand is read in place stored transposed (the one case in which
+    /// copying it instead gives another orientation).
+    fn reads_transposed_rows(&self) -> bool {
+        self.x_form.as_ref().is_some_and(|f| f.trans)
     }
 
     /// The GEMM's extents `(batch, rows, columns, summed)` over the operands' ranges.
@@ -942,4 +961,111 @@ fn eval_group_held<T: Scalar>(
         nodes.push((node, r));
     }
     Ok(nodes.pop().expect("a group has a step").1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block over `indices` (extent 2 + position) with zero data: orientations read only
+    /// indices and ranges.
+    fn block(indices: &[Index]) -> LocalTensor<f64> {
+        let ranges: Vec<(usize, usize)> =
+            indices.iter().map(|&c| (0, 2 + (c as usize % 5))).collect();
+        let n = ranges.iter().map(|&(s, e)| e - s).product();
+        LocalTensor {
+            indices: indices.to_vec(),
+            ranges,
+            data: vec![0.0; n].into(),
+        }
+    }
+
+    /// What picks an orientation: its index orders, forms, copies and cost.
+    type Key = (
+        Vec<Vec<Index>>,
+        Option<(bool, Vec<Index>, Vec<Index>)>,
+        Option<(bool, Vec<Index>, Vec<Index>)>,
+        (usize, usize, bool),
+        u64,
+    );
+
+    fn key(o: &Orientation) -> Key {
+        let form = |f: &Option<InPlace>| {
+            f.as_ref()
+                .map(|f| (f.trans, f.order.0.clone(), f.order.1.clone()))
+        };
+        (
+            vec![
+                o.batch.clone(),
+                o.left.clone(),
+                o.right.clone(),
+                o.summed.clone(),
+            ],
+            form(&o.x_form),
+            form(&o.y_form),
+            (o.operands_copied, o.output_copied, o.slow_read),
+            o.cost().to_bits(),
+        )
+    }
+
+    fn permutations(v: &[Index]) -> Vec<Vec<Index>> {
+        if v.len() <= 1 {
+            return vec![v.to_vec()];
+        }
+        let mut out = Vec::new();
+        for i in 0..v.len() {
+            let mut rest = v.to_vec();
+            let c = rest.remove(i);
+            for mut p in permutations(&rest) {
+                p.insert(0, c);
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn cheapest_skips_only_the_copied_rows_orientation_that_equals_the_in_place_one() {
+        // Every storage order of both operands: where the row operand is not read stored
+        // transposed, copying it first is the same orientation; and `cheapest` picks what
+        // costing all four orientations picks.
+        let cases: [(&str, &str, &str); 3] = [
+            ("ij", "jk", "ik"),
+            ("bij", "bjk", "bik"),
+            ("ijl", "jk", "ilk"),
+        ];
+        let mut skipped = 0;
+        for (sa, sb, so) in cases {
+            let (ia, ib, out): (Vec<Index>, Vec<Index>, Vec<Index>) = (
+                sa.chars().collect(),
+                sb.chars().collect(),
+                so.chars().collect(),
+            );
+            for pa in permutations(&ia) {
+                for pb in permutations(&ib) {
+                    let (a, b) = (block(&pa), block(&pb));
+                    let mut all: Option<(f64, bool, Key)> = None;
+                    for swap in [false, true] {
+                        let (x, y) = if swap { (&b, &a) } else { (&a, &b) };
+                        let in_place = Orientation::of(x, y, &out, true);
+                        let copied = Orientation::of(x, y, &out, false);
+                        if !in_place.reads_transposed_rows() {
+                            assert_eq!(key(&in_place), key(&copied), "{pa:?} {pb:?} {swap}");
+                            skipped += 1;
+                        }
+                        for o in [in_place, copied] {
+                            let c = o.cost();
+                            if all.as_ref().is_none_or(|(best, _, _)| c < *best) {
+                                all = Some((c, swap, key(&o)));
+                            }
+                        }
+                    }
+                    let (swap, o) = cheapest(&a, &b, &out, |_, _| true).unwrap();
+                    let (_, want_swap, want) = all.unwrap();
+                    assert_eq!((swap, key(&o)), (want_swap, want), "{pa:?} {pb:?}");
+                }
+            }
+        }
+        assert!(skipped > 0, "no orientation was the same twice");
+    }
 }

@@ -1090,6 +1090,13 @@ pub(crate) struct Routes<C> {
     geoms: Vec<Vec<Option<Geometry>>>,
     /// Sub-communicators by (grid, kept dims); `None` on a rank outside the grid.
     subs: Vec<(SubKey, Option<C>)>,
+    /// Per step, this rank's transfers, one list per move of the plan's step (fetches, then
+    /// prefetches; [`deinsum_plan::Plan::step_transfers`]): derived once, not in every run
+    /// (deriving them cost more than a 32 x 64 x 32 product's step).
+    transfers: Vec<Vec<Vec<Transfer>>>,
+    /// Per step, the words this rank sends and receives by the plan
+    /// ([`deinsum_plan::Plan::step_words`]).
+    words: Vec<(u64, u64)>,
 }
 
 /// One move's route and the sub-communicator it runs on.
@@ -1110,13 +1117,14 @@ impl<C: Communicator> Routes<C> {
         let mut routes: Vec<Vec<Route>> = Vec::with_capacity(plan.steps.len());
         let mut geoms: Vec<Vec<Option<Geometry>>> = Vec::with_capacity(plan.steps.len());
         let mut unfit: Vec<u64> = Vec::new();
+        let mut all_transfers = Vec::with_capacity(plan.steps.len());
+        let mut words = Vec::with_capacity(plan.steps.len());
         for (i, step) in plan.steps.iter().enumerate() {
             let moves = step_moves(step);
-            let transfers = if moves.is_empty() {
-                Vec::new()
-            } else {
-                plan.step_transfers(i, me)
-            };
+            // All of the step's moves (a phase's prefetches too, which `moves` leaves out);
+            // none, at no cost, for a step that moves nothing.
+            let transfers = plan.step_transfers(i, me);
+            words.push(plan.step_words(i, me));
             let (mut rs, mut gs) = (Vec::new(), Vec::new());
             for ((tensor, from, to, kind), tr) in moves.into_iter().zip(&transfers) {
                 let shape = plan
@@ -1131,6 +1139,7 @@ impl<C: Communicator> Routes<C> {
             }
             routes.push(rs);
             geoms.push(gs);
+            all_transfers.push(transfers);
         }
         comm.all_reduce_max_u64(&mut unfit)?;
         let mut flags = unfit.into_iter();
@@ -1151,7 +1160,20 @@ impl<C: Communicator> Routes<C> {
             routes,
             geoms,
             subs,
+            transfers: all_transfers,
+            words,
         })
+    }
+
+    /// This rank's transfers in step `step`, one list per move (none for a step that moves
+    /// nothing or is out of range).
+    pub(crate) fn transfers(&self, step: usize) -> &[Vec<Transfer>] {
+        self.transfers.get(step).map_or(&[], Vec::as_slice)
+    }
+
+    /// The words this rank sends and receives in step `step` by the plan.
+    pub(crate) fn words(&self, step: usize) -> (u64, u64) {
+        self.words.get(step).copied().unwrap_or((0, 0))
     }
 
     /// The way move `j` of step `step` runs (the exchange for a move not seen).
