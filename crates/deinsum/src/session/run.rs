@@ -8,7 +8,7 @@ use super::state::Inner;
 use super::types::{EinsumStats, OutLayout, SessionError};
 use crate::{Communicator, Einsum, ExecOptions, Inputs, Scalar};
 use deinsum_expr::{ExtentSpec, ParsedEinsum};
-use deinsum_plan::{canonical_distribution, Distribution, Plan, PlanStep, Source};
+use deinsum_plan::{canonical_distribution, Distribution, Plan, Source};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -174,9 +174,7 @@ pub(super) fn einsum<T: Scalar>(
     s.record(EinsumStats {
         expr: expr.into(),
         words_moved: words_moved + moved_out,
-        operand_words: (0..operands.len())
-            .map(|k| operand_words(plan, k))
-            .collect(),
+        operand_words: (0..operands.len()).map(|k| plan.input_words(k)).collect(),
         cached,
         predicted_seconds: plan.prediction.seconds,
         bound_per_rank: plan.prediction.bound_per_rank,
@@ -304,26 +302,6 @@ fn place<T: Scalar>(
         layout: dist.clone(),
         blocks,
     })
-}
-
-/// Words moved (over all ranks) to bring input `k` to where it computes: its
-/// redistributions and phase fetches.
-fn operand_words(plan: &Plan, k: usize) -> u64 {
-    plan.steps
-        .iter()
-        .map(|s| match s {
-            PlanStep::Redistribute { tensor, volume, .. } if *tensor == k => volume.total,
-            PlanStep::ComputePhase {
-                fetch, prefetch, ..
-            } => fetch
-                .iter()
-                .chain(prefetch)
-                .filter(|f| f.tensor == k)
-                .map(|f| f.volume.total)
-                .sum(),
-            _ => 0,
-        })
-        .sum()
 }
 
 /// Moves the result into the layout `out` asks for; returns the words the move takes (over
