@@ -2,6 +2,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use deinsum_expr::{parse, ExtentSpec};
+use deinsum_plan::choose::choose_within_budget;
 use deinsum_plan::{build, PlanOptions};
 use std::hint::black_box;
 
@@ -115,6 +116,23 @@ fn bench(c: &mut Criterion) {
         // The plan's drop is left out of the timing: it is freeing, not planning.
         g.bench_function(&name, |b| {
             b.iter_with_large_drop(|| build(black_box(&e), black_box(&opts)).unwrap())
+        });
+    }
+    // Issue 37's million-rank rows as `deinsum plan` runs them: inputs readable in place
+    // (each tree planned from where it loads them and canonically) and the choice among
+    // candidate trees (crates/plan/benches/cli_million.sh times the whole process).
+    for &(name, expr, sizes, procs) in &LARGE[..3] {
+        let spec = ExtentSpec::from_flags(Some(sizes), None, None).expect("sizes");
+        let e = parse(expr, &spec).expect("einsum");
+        let opts = PlanOptions {
+            procs,
+            inputs_in_place: true,
+            ..Default::default()
+        };
+        g.bench_function(format!("cli_{name}"), |b| {
+            b.iter_with_large_drop(|| {
+                choose_within_budget(black_box(&e), black_box(&opts)).unwrap()
+            })
         });
     }
     g.finish();

@@ -2,7 +2,7 @@
 //! message buffers of the step's moves. Built once per plan (rank-independent), queried per
 //! rank, so one rank's peak costs O(steps) and all ranks' O(P · steps).
 
-use crate::moves::{ranges_of, Cuts, MoveView};
+use crate::moves::{ranges_of, Cursor, Cuts, MoveView};
 use crate::{Distribution, GroupPlan, PlanStep, Tensor, TensorId, Window};
 use deinsum_path::ContractionTree;
 use std::collections::{BTreeMap, HashMap};
@@ -183,43 +183,58 @@ impl MemoryModel {
     /// per-rank lists (indexed by rank) only with `per_rank`.
     pub(crate) fn peaks(&self, per_rank: bool) -> Peaks {
         let mut p = Peaks::default();
-        // Ranks in chunks: each base's blocks and each move's buffer words are swept over a
-        // chunk at once (no per-rank divisions), in memory bounded by the chunk.
+        // Ranks in chunks: each move's buffer words are swept over a chunk at once, in memory
+        // bounded by the chunk; each base's block is walked by a cursor (no per-rank
+        // divisions), and a block's length is taken again only when its base's block changed.
         let cuts: Vec<Cuts> = self.bases.iter().map(|(d, sh)| Cuts::new(d, sh)).collect();
-        for lo in (0..self.active).step_by(PEAK_CHUNK) {
-            let hi = (lo + PEAK_CHUNK).min(self.active);
-            let bufs: Vec<Vec<Vec<u64>>> = self
-                .held
-                .iter()
-                .map(|h| match self.buffers.contains_key(&h.step) {
-                    true => Vec::new(),
-                    false => h.moves.iter().map(|m| m.buffer_words(lo..hi)).collect(),
-                })
-                .collect();
-            let mut coords: Vec<Vec<usize>> = cuts.iter().map(|c| c.start_at(lo)).collect();
-            let mut base: Vec<Option<crate::Ranges>> = vec![None; cuts.len()];
-            for r in lo..hi {
-                for (k, ((c, x), (d, _))) in cuts
+        let mut cursors: Vec<Cursor> = cuts.iter().map(|c| Cursor::new(c, 0)).collect();
+        let sizes: Vec<usize> = self.bases.iter().map(|(d, _)| d.grid.size()).collect();
+        let mut lens = vec![0u64; self.blocks.len()];
+        let mut changed = vec![true; self.bases.len()];
+        let mut inside = vec![false; self.bases.len()];
+        let mut bufs: Vec<Vec<Vec<u64>>> = Vec::new();
+        let set = self.buffers_set();
+        let mut held = Vec::new();
+        for r in 0..self.active {
+            let lo = r - r % PEAK_CHUNK;
+            if r == lo {
+                let hi = (lo + PEAK_CHUNK).min(self.active);
+                bufs = self
+                    .held
                     .iter()
-                    .zip(coords.iter_mut())
-                    .zip(&self.bases)
-                    .enumerate()
-                {
-                    base[k] = (r < d.grid.size()).then(|| {
-                        let mut out = crate::Ranges::new();
-                        c.ranges_into(x, &mut out);
-                        out
-                    });
-                    c.step(x);
+                    .map(|h| match self.buffers.contains_key(&h.step) {
+                        true => Vec::new(),
+                        false => h.moves.iter().map(|m| m.buffer_words(lo..hi)).collect(),
+                    })
+                    .collect();
+            }
+            for (k, c) in cursors.iter_mut().enumerate() {
+                let now_inside = r < sizes[k];
+                // Leaving a grid changes the block too (it becomes none).
+                let moved = now_inside && c.sync();
+                changed[k] = moved || now_inside != inside[k];
+                inside[k] = now_inside;
+                c.advance();
+            }
+            if changed.iter().any(|&c| c) {
+                for ((bi, window), len) in self.blocks.iter().zip(lens.iter_mut()) {
+                    if changed[*bi] {
+                        *len = match inside[*bi] {
+                            true => block_len(cursors[*bi].ranges(), window),
+                            false => 0,
+                        };
+                    }
                 }
-                let (d, b) =
-                    self.peak_with(r, &base, |h| bufs[h].iter().map(|v| v[r - lo]).sum::<u64>());
-                p.max = p.max.max(d);
-                p.max_with_buffers = p.max_with_buffers.max(b);
-                if per_rank {
-                    p.per_rank.push(d);
-                    p.per_rank_with_buffers.push(b);
-                }
+                self.held_words(&lens, &mut held);
+            }
+            let (d, b) = self.peak_from(r, &held, &set, |h| {
+                bufs[h].iter().map(|v| v[r - lo]).sum::<u64>()
+            });
+            p.max = p.max.max(d);
+            p.max_with_buffers = p.max_with_buffers.max(b);
+            if per_rank {
+                p.per_rank.push(d);
+                p.per_rank_with_buffers.push(b);
             }
         }
         p
@@ -233,7 +248,14 @@ impl MemoryModel {
             .iter()
             .map(|(d, sh)| ranges_of(d, rank, sh))
             .collect();
-        self.peak_with(rank, &base, |h| {
+        let lens: Vec<u64> = self
+            .blocks
+            .iter()
+            .map(|(bi, window)| base[*bi].as_ref().map_or(0, |r| block_len(r, window)))
+            .collect();
+        let mut held = Vec::new();
+        self.held_words(&lens, &mut held);
+        self.peak_from(rank, &held, &self.buffers_set(), |h| {
             self.held[h]
                 .moves
                 .iter()
@@ -245,29 +267,37 @@ impl MemoryModel {
         })
     }
 
-    /// [`Self::of_rank`] given the rank's block of every base and the buffer words of each
-    /// held step's moves (`move_words(held index)`, asked only where no buffers were set).
-    fn peak_with(
+    /// The words a rank holds at each held step, given its length of every block.
+    fn held_words(&self, lens: &[u64], out: &mut Vec<u64>) {
+        out.clear();
+        out.extend(
+            self.held
+                .iter()
+                .map(|h| h.blocks.iter().map(|&(i, n)| lens[i] * n).sum::<u64>()),
+        );
+    }
+
+    /// Per held step, the buffer words per rank set by the planner (if any).
+    fn buffers_set(&self) -> Vec<Option<&Vec<u64>>> {
+        self.held
+            .iter()
+            .map(|h| self.buffers.get(&h.step))
+            .collect()
+    }
+
+    /// [`Self::of_rank`] given the words the rank holds at each held step ([`Self::held_words`]),
+    /// the buffers set per held step ([`Self::buffers_set`]) and the buffer words of each held
+    /// step's moves (`move_words(held index)`, asked only where no buffers were set).
+    fn peak_from(
         &self,
         rank: usize,
-        base: &[Option<crate::Ranges>],
+        held: &[u64],
+        set: &[Option<&Vec<u64>>],
         move_words: impl Fn(usize) -> u64,
     ) -> (u64, u64) {
-        let lens: Vec<u64> = self
-            .blocks
-            .iter()
-            .map(|(bi, window)| {
-                let Some(r) = &base[*bi] else { return 0 };
-                r.iter()
-                    .enumerate()
-                    .map(|(v, &range)| Window::narrow(window, v, range.into()).len() as u64)
-                    .product()
-            })
-            .collect();
         let (mut peak, mut peak_buf) = (0u64, 0u64);
-        for (hi, h) in self.held.iter().enumerate() {
-            let x: u64 = h.blocks.iter().map(|&(i, n)| lens[i] * n).sum();
-            let bufs: u64 = match self.buffers.get(&h.step) {
+        for (hi, (&x, b)) in held.iter().zip(set).enumerate() {
+            let bufs: u64 = match b {
                 Some(b) => b.get(rank).copied().unwrap_or(0),
                 None => move_words(hi),
             };
@@ -276,6 +306,15 @@ impl MemoryModel {
         }
         (peak, peak_buf)
     }
+}
+
+/// Elements of the block with `ranges`, cut to `window`.
+fn block_len(ranges: &[(usize, usize)], window: &[Window]) -> u64 {
+    ranges
+        .iter()
+        .enumerate()
+        .map(|(v, &range)| Window::narrow(window, v, range.into()).len() as u64)
+        .product()
 }
 
 impl MemoryModel {

@@ -105,8 +105,9 @@ pub(crate) struct Cuts {
     /// Per index: the grid dims it is split over and, when small enough, its range per
     /// mixed-radix number of their coordinates (first dim most significant).
     per_index: Vec<(Vec<usize>, Option<Vec<Range>>)>,
-    /// The last grid dim that splits an index (none: every rank holds the same block).
-    last_split: Option<usize>,
+    /// Per index, the last grid dim that splits it: a step that changes only later dims
+    /// leaves its range as it was ([`Cursor`] cuts it again only when one of its dims moved).
+    index_last: Vec<Option<usize>>,
     shape: Vec<usize>,
     dist: Distribution,
 }
@@ -144,11 +145,11 @@ impl Cuts {
                 (dims, table)
             })
             .collect();
-        let last_split = dist.split.iter().flatten().copied().max();
+        let index_last = dist.split.iter().map(|d| d.iter().copied().max()).collect();
         Cuts {
             sizes,
             per_index,
-            last_split,
+            index_last,
             shape: shape.to_vec(),
             dist: dist.clone(),
         }
@@ -166,32 +167,99 @@ impl Cuts {
         coords
     }
 
-    /// The next rank's coordinates (row-major, last fastest; wraps past the grid's end);
-    /// whether its block may differ (a grid dim that splits an index changed).
-    pub(crate) fn step(&self, coords: &mut [usize]) -> bool {
-        for k in (0..coords.len()).rev() {
-            coords[k] += 1;
-            if coords[k] < self.sizes[k] {
-                // Dims k.. changed (k stepped, the later ones wrapped to 0).
-                return self.last_split.is_some_and(|m| k <= m);
-            }
-            coords[k] = 0;
-        }
-        self.last_split.is_some()
-    }
-
     /// The block at `coords`, into `out`.
     pub(crate) fn ranges_into(&self, coords: &[usize], out: &mut crate::Ranges) {
         out.clear();
-        for (v, (dims, table)) in self.per_index.iter().enumerate() {
-            out.push(match table {
-                Some(t) => t[dims.iter().fold(0, |a, &g| a * self.sizes[g] + coords[g])],
-                None => self
-                    .dist
-                    .index_range(v, self.shape[v], |g| coords[g])
-                    .into(),
-            });
+        for v in 0..self.per_index.len() {
+            out.push(self.range_of(v, coords));
         }
+    }
+
+    /// The range of index `v` at `coords`.
+    fn range_of(&self, v: usize, coords: &[usize]) -> Range {
+        let (dims, table) = &self.per_index[v];
+        match table {
+            Some(t) => t[dims.iter().fold(0, |a, &g| a * self.sizes[g] + coords[g])],
+            None => self
+                .dist
+                .index_range(v, self.shape[v], |g| coords[g])
+                .into(),
+        }
+    }
+
+    /// The next rank's coordinates (row-major, last fastest; wraps past the grid's end);
+    /// returns the outermost grid dim that changed (0 after wrapping).
+    fn step_dim(&self, coords: &mut [usize]) -> usize {
+        for k in (0..coords.len()).rev() {
+            coords[k] += 1;
+            if coords[k] < self.sizes[k] {
+                return k;
+            }
+            coords[k] = 0;
+        }
+        0
+    }
+}
+
+/// A walk over consecutive ranks of one distribution: its coordinates stepped as an odometer
+/// and its block kept current by cutting again only the indices whose grid dims moved (per
+/// rank, usually one table lookup instead of one per index).
+pub(crate) struct Cursor<'c> {
+    cuts: &'c Cuts,
+    coords: Vec<usize>,
+    ranges: crate::Ranges,
+    /// Outermost grid dim moved since `ranges` were cut (`usize::MAX`: none; 0 with
+    /// `fresh`: cut every index).
+    moved: usize,
+    /// `ranges` not cut yet.
+    fresh: bool,
+}
+
+impl<'c> Cursor<'c> {
+    /// The walk from `rank`.
+    pub(crate) fn new(cuts: &'c Cuts, rank: usize) -> Cursor<'c> {
+        Cursor {
+            coords: cuts.start_at(rank),
+            cuts,
+            ranges: crate::Ranges::new(),
+            moved: 0,
+            fresh: true,
+        }
+    }
+
+    /// Makes the block the current rank's; true when it differs from the block this walk
+    /// last made current (always the first time).
+    pub(crate) fn sync(&mut self) -> bool {
+        let c = self.cuts;
+        if self.fresh {
+            c.ranges_into(&self.coords, &mut self.ranges);
+            (self.fresh, self.moved) = (false, usize::MAX);
+            return true;
+        }
+        if self.moved == usize::MAX {
+            return false;
+        }
+        let mut changed = false;
+        for v in 0..self.ranges.len() {
+            if c.index_last[v].is_some_and(|g| g >= self.moved) {
+                let r = c.range_of(v, &self.coords);
+                changed |= r != self.ranges[v];
+                self.ranges[v] = r;
+            }
+        }
+        self.moved = usize::MAX;
+        changed
+    }
+
+    /// The block made current by the last [`Self::sync`].
+    pub(crate) fn ranges(&self) -> &[Range] {
+        &self.ranges
+    }
+
+    /// Steps to the next rank.
+    pub(crate) fn advance(&mut self) {
+        let k = self.cuts.step_dim(&mut self.coords);
+        self.moved = self.moved.min(k);
     }
 }
 
@@ -236,6 +304,30 @@ pub struct MoveView {
     one_holder: bool,
     src_size: usize,
     dst_size: usize,
+    /// Words each source rank sends to others, when senders are picked per rank (replicas):
+    /// derived once from every target's receives, for sweeps over all ranks.
+    sent_table: std::sync::OnceLock<Vec<u64>>,
+}
+
+/// What a sweep's [`MoveView::words_with`] keeps from rank to rank.
+#[derive(Default)]
+struct SentMemo {
+    /// Per index, the last source range seen and the words of it that target blocks take (a
+    /// sweep meets the same ranges rank after rank).
+    cover: Vec<(Range, u64)>,
+    /// Take each rank's sends from the move's table (a sweep over all ranks) rather than
+    /// deriving them for the one rank.
+    table: bool,
+}
+
+impl SentMemo {
+    /// The memo of a sweep over every rank.
+    fn sweep() -> SentMemo {
+        SentMemo {
+            cover: Vec::new(),
+            table: true,
+        }
+    }
 }
 
 impl MoveView {
@@ -311,6 +403,7 @@ impl MoveView {
             from: from.clone(),
             to: to.clone(),
             sum,
+            sent_table: std::sync::OnceLock::new(),
             src_parts,
             dst_parts,
             partial_dims,
@@ -336,15 +429,17 @@ impl MoveView {
         } else {
             None
         };
-        self.words_with(rank, sb.as_deref(), tb.as_deref())
+        self.words_with(rank, sb.as_deref(), tb.as_deref(), &mut SentMemo::default())
     }
 
-    /// [`Self::words_of`] given the rank's source and target blocks (`None` outside a grid).
+    /// [`Self::words_of`] given the rank's source and target blocks (`None` outside a grid)
+    /// and what the sweep keeps from rank to rank.
     fn words_with(
         &self,
         rank: usize,
         sb: Option<&[(usize, usize)]>,
         tb: Option<&[(usize, usize)]>,
+        memo: &mut SentMemo,
     ) -> (u64, u64) {
         let len = |b: &[(usize, usize)]| -> u64 {
             b.iter().map(|&(s, e)| e.saturating_sub(s) as u64).product()
@@ -358,7 +453,7 @@ impl MoveView {
             _ => 0,
         };
         let sent = match sb {
-            Some(b) if len(b) > 0 => self.sent_from(rank, b, own),
+            Some(b) if len(b) > 0 => self.sent_from(rank, b, own, memo),
             _ => 0,
         };
         (sent, received)
@@ -375,11 +470,11 @@ impl MoveView {
     /// Calls `f(rank, sent, received)` for each rank of `0..n` in order: [`Self::words_per_rank`]
     /// without holding the list (a rank's words are used once, by the running totals).
     pub(crate) fn words_each(&self, n: usize, mut f: impl FnMut(usize, u64, u64)) {
-        let mut last = (0, 0);
+        let (mut last, mut memo) = ((0, 0), SentMemo::sweep());
         self.sweep(n, |r, sb, tb, same| {
             // Equal blocks send and receive alike unless senders are picked per rank.
             if !(same && self.one_holder) {
-                last = self.words_with(r, sb, tb);
+                last = self.words_with(r, sb, tb, &mut memo);
             }
             f(r, last.0, last.1);
         });
@@ -395,10 +490,10 @@ impl MoveView {
     /// hold during the move).
     pub(crate) fn buffer_words(&self, ranks: std::ops::Range<usize>) -> Vec<u64> {
         let mut out = Vec::with_capacity(ranks.len());
-        let mut last = 0;
+        let (mut last, mut memo) = (0, SentMemo::sweep());
         self.sweep_range(ranks, |r, sb, tb, same| {
             if !(same && self.one_holder) {
-                let (s, w) = self.words_with(r, sb, tb);
+                let (s, w) = self.words_with(r, sb, tb, &mut memo);
                 last = s + w;
             }
             out.push(last);
@@ -415,7 +510,10 @@ impl MoveView {
     /// With one holder per piece this is closed form: every target rank whose block meets
     /// `sb` takes that overlap from it, so the sum separates per index; with replicas it
     /// counts the rank's derived sends.
-    fn sent_from(&self, rank: usize, sb: &[(usize, usize)], own: u64) -> u64 {
+    fn sent_from(&self, rank: usize, sb: &[(usize, usize)], own: u64, memo: &mut SentMemo) -> u64 {
+        if !self.one_holder && memo.table {
+            return self.sent_table().get(rank).copied().unwrap_or(0);
+        }
         if !self.one_holder {
             return self
                 .sends(rank)
@@ -424,19 +522,45 @@ impl MoveView {
                 .map(|t| t.boxes.iter().map(Block::len).sum::<u64>())
                 .sum();
         }
-        let cover: u64 = sb
-            .iter()
-            .zip(&self.dst_parts)
-            .map(|(&r, parts)| {
-                meeting(parts, r)
+        let cover = &mut memo.cover;
+        if cover.len() != sb.len() {
+            // An empty range never matches a nonempty source block's: every entry is cut.
+            cover.clear();
+            cover.resize(sb.len(), ((0, 0), 0));
+        }
+        let mut words = 1u64;
+        for ((&r, parts), c) in sb.iter().zip(&self.dst_parts).zip(cover.iter_mut()) {
+            if c.0 != r {
+                let w = meeting(parts, r)
                     .iter()
                     .map(|iv| overlap(r, (iv.start, iv.end)))
-                    .sum::<u64>()
-            })
-            .product();
+                    .sum::<u64>();
+                *c = (r, w);
+            }
+            words *= c.1;
+        }
         // A rank's own piece stays only when it also holds that target block (it is in
         // the target grid); `own` is 0 otherwise.
-        cover * self.rep_to - own
+        words * self.rep_to - own
+    }
+
+    /// Words each source rank sends to others with replicas (senders picked per rank): every
+    /// target's receives taken once, each transfer's words added to its sender, O(P · pieces)
+    /// for all ranks where asking each sender ([`Self::sends`]) costs O(P) per rank.
+    fn sent_table(&self) -> &[u64] {
+        self.sent_table.get_or_init(|| {
+            let mut sent = vec![0u64; self.src_size];
+            for d in 0..self.dst_size {
+                for t in self.receives(d) {
+                    if t.src != d {
+                        if let Some(s) = sent.get_mut(t.src) {
+                            *s += t.boxes.iter().map(Block::len).sum::<u64>();
+                        }
+                    }
+                }
+            }
+            sent
+        })
     }
 
     /// Words received per rank, sparse `(rank, words)` ascending (nonzero only): what the
@@ -508,33 +632,32 @@ impl MoveView {
             Cuts::new(&self.from, &self.shape),
             Cuts::new(&self.to, &self.shape),
         );
-        let (mut fc, mut tc) = (from.start_at(ranks.start), to.start_at(ranks.start));
-        let (mut fb, mut tb) = (crate::Ranges::new(), crate::Ranges::new());
-        // Whether `fb`/`tb` hold the current rank's blocks (none cut yet).
-        let (mut f_ok, mut t_ok) = (false, false);
+        let (mut fc, mut tc) = (
+            Cursor::new(&from, ranks.start),
+            Cursor::new(&to, ranks.start),
+        );
+        // Whether the previous rank was in each grid (leaving a grid changes a block too: it
+        // becomes none).
+        let (mut was_src, mut was_dst) = (false, false);
         let mut first = true;
         for r in ranks {
             let (in_src, in_dst) = (r < self.src_size, r < self.dst_size);
-            // Leaving a grid changes a block too (it becomes none).
-            let mut same =
-                !first && (in_src || r != self.src_size) && (in_dst || r != self.dst_size);
-            if in_src && !f_ok {
-                from.ranges_into(&fc, &mut fb);
-                (f_ok, same) = (true, false);
+            let mut same = !first && in_src == was_src && in_dst == was_dst;
+            if in_src {
+                same &= !fc.sync();
             }
-            if in_dst && !t_ok {
-                to.ranges_into(&tc, &mut tb);
-                (t_ok, same) = (true, false);
+            if in_dst {
+                same &= !tc.sync();
             }
             f(
                 r,
-                in_src.then_some(&fb[..]),
-                in_dst.then_some(&tb[..]),
+                in_src.then_some(fc.ranges()),
+                in_dst.then_some(tc.ranges()),
                 same,
             );
-            f_ok &= !from.step(&mut fc);
-            t_ok &= !to.step(&mut tc);
-            first = false;
+            fc.advance();
+            tc.advance();
+            (was_src, was_dst, first) = (in_src, in_dst, false);
         }
     }
 
@@ -543,10 +666,10 @@ impl MoveView {
     pub fn volume(&self, per_rank: bool) -> Volume {
         let n = self.src_size.max(self.dst_size);
         let mut v = Volume::default();
-        let mut last = (0, 0);
+        let (mut last, mut memo) = ((0, 0), SentMemo::sweep());
         self.sweep(n, |r, sb, tb, same| {
             if !(same && self.one_holder) {
-                last = self.words_with(r, sb, tb);
+                last = self.words_with(r, sb, tb, &mut memo);
             }
             v.add_rank(r, last.0, last.1, per_rank);
         });

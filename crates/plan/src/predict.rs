@@ -2,7 +2,7 @@
 //! planner's `finish` and the overlap pass, which recomputes it after rewriting steps.
 
 use crate::memory::{tensor_shape, Peaks};
-use crate::moves::block_len;
+use crate::moves::{Cursor, Cuts};
 use crate::{GroupPlan, PerRank, PlanOptions, Prediction, Tensor, TensorId};
 
 /// Sets every group's SOAP parallel bounds for `procs` ranks and budget `s_bound`; returns the
@@ -30,8 +30,21 @@ pub(crate) fn touched(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) ->
         }
         for (id, d) in g.inputs.iter().chain(std::iter::once(&g.output)) {
             let sh = shape(*id);
-            for (r, w) in per_rank.iter_mut().enumerate().take(size) {
-                *w += block_len(d, r, &sh);
+            // Ranks past the distribution's grid hold nothing of it; a block's length is taken
+            // again only when its ranges changed.
+            let cuts = Cuts::new(d, &sh);
+            let mut cursor = Cursor::new(&cuts, 0);
+            let mut len = 0u64;
+            for w in per_rank.iter_mut().take(size.min(d.grid.size())) {
+                if cursor.sync() {
+                    len = cursor
+                        .ranges()
+                        .iter()
+                        .map(|&(lo, hi)| (hi - lo) as u64)
+                        .product();
+                }
+                *w += len;
+                cursor.advance();
             }
         }
     }
