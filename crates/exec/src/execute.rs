@@ -1764,18 +1764,23 @@ fn load_block<'d, T: Scalar>(
             let data = *map
                 .get(&k)
                 .ok_or_else(|| LoadError::Input("no local block given".into()))?;
-            if data.len() as u64 != b.len() {
-                return Err(LoadError::Input(format!(
-                    "local block has {} elements, the plan's block {:?} has {}",
-                    data.len(),
-                    b.ranges,
-                    b.len()
-                )));
-            }
+            fits_block(data.len(), b)?;
             return Ok(Data::Lent(data));
         }
     };
     load_own(plan, k, b, inputs).map(Data::Own)
+}
+
+/// A given block of `len` elements must be exactly the plan's block `b`.
+fn fits_block(len: usize, b: &Block) -> Result<(), LoadError> {
+    if len as u64 == b.len() {
+        return Ok(());
+    }
+    Err(LoadError::Input(format!(
+        "local block has {len} elements, the plan's block {:?} has {}",
+        b.ranges,
+        b.len()
+    )))
 }
 
 /// This rank's block `b` of operand `k` from `inputs`, in its own buffer.
@@ -1799,14 +1804,7 @@ fn load_own<T: Scalar>(
             let data = map
                 .get(&k)
                 .ok_or_else(|| LoadError::Input("no local block given".into()))?;
-            if data.len() as u64 != b.len() {
-                return Err(LoadError::Input(format!(
-                    "local block has {} elements, the plan's block {:?} has {}",
-                    data.len(),
-                    b.ranges,
-                    b.len()
-                )));
-            }
+            fits_block(data.len(), b)?;
             crate::buffers::try_copy(data).map_err(LoadError::Alloc)
         }
         Inputs::Given(map) => {
@@ -1814,14 +1812,7 @@ fn load_own<T: Scalar>(
             let data = map.remove(&k).ok_or_else(|| {
                 LoadError::Input("no local block given (or taken already)".into())
             })?;
-            if data.len() as u64 != b.len() {
-                return Err(LoadError::Input(format!(
-                    "local block has {} elements, the plan's block {:?} has {}",
-                    data.len(),
-                    b.ranges,
-                    b.len()
-                )));
-            }
+            fits_block(data.len(), b)?;
             Ok(data)
         }
         Inputs::Npy(paths) => {
