@@ -88,6 +88,16 @@ impl<T: Scalar> RankJob for EinsumJob<'_, T> {
     }
 }
 
+/// Replaces a placed operand by its whole data (collective under MPI); returns the words the
+/// read moves.
+fn read_whole<T: Scalar>(s: &Inner, shape: &[usize], held: &mut Held) -> Result<u64, SessionError> {
+    let words = regather_words::<T>(held, shape, s.ranks.procs());
+    let full = whole::<T>(s, shape, held, None)?
+        .ok_or_else(|| SessionError::Data("no data gathered".into()))?;
+    *held = Held::whole(full);
+    Ok(words)
+}
+
 /// Words that reading a placed operand whole moves: every rank receives the elements its own
 /// block lacks.
 fn regather_words<T: Scalar>(held: &Held, shape: &[usize], procs: usize) -> u64 {
@@ -123,10 +133,7 @@ pub(super) fn einsum<T: Scalar>(
     // MPI, in the same order on every rank: the held states are the same everywhere).
     for k in 0..operands.len() {
         if matches!(held[k], Held::Placed(_)) && !plain(&e, k) {
-            regathered[k] = regather_words::<T>(&held[k], operands[k].shape(), s.ranks.procs());
-            let full = whole::<T>(s, operands[k].shape(), &held[k], None)?
-                .ok_or_else(|| SessionError::Data("no data gathered".into()))?;
-            held[k] = Held::whole(full);
+            regathered[k] = read_whole::<T>(s, operands[k].shape(), &mut held[k])?;
         }
     }
     let sources: Vec<Source> = (0..operands.len())
@@ -150,10 +157,7 @@ pub(super) fn einsum<T: Scalar>(
             !p.layout.same_blocks(loads[k], operands[k].shape(), plan.procs)
         }));
         if elsewhere {
-            regathered[k] = regather_words::<T>(&held[k], operands[k].shape(), s.ranks.procs());
-            let full = whole::<T>(s, operands[k].shape(), &held[k], None)?
-                .ok_or_else(|| SessionError::Data("no data gathered".into()))?;
-            held[k] = Held::whole(full);
+            regathered[k] = read_whole::<T>(s, operands[k].shape(), &mut held[k])?;
         }
     }
     // Whole operands are read in place and never placed twice.
