@@ -311,6 +311,15 @@ fn broadcast<C: Communicator>(comm: &C, s: &Sides, left: bool) -> Result<Table, 
     concat(out)
 }
 
+/// The semi-joins' pairs without those of left rows whose key is NULL (those rows go with
+/// the null-key output).
+fn keyed_left(pairs: Pairs, lk: &Keys) -> Pairs {
+    pairs
+        .into_iter()
+        .filter(|&(a, _)| a.is_some_and(|i| lk.get(i).is_some()))
+        .collect()
+}
+
 /// This rank's distinct non-NULL left keys, in first-seen order.
 fn distinct_left<'a>(s: &Sides<'a>) -> Vec<&'a [u8]> {
     let mut seen: KeyMap<()> = KeyMap::default();
@@ -384,10 +393,7 @@ fn semi<C: Communicator>(comm: &C, s: &Sides, ins: &Inspection) -> Result<Table,
     let kind = s.shape.kind;
     // Left rows with a NULL key go with the null-key output.
     let (pairs, _, _) = hash_join(s.lk, &rrk, kind.keeps_left(), false);
-    let pairs: Pairs = pairs
-        .into_iter()
-        .filter(|&(a, _)| a.is_some_and(|i| s.lk.get(i).is_some()))
-        .collect();
+    let pairs = keyed_left(pairs, s.lk);
     let mut out = vec![assemble(s.shape, s.l, &rr, &pairs)];
     if kind.keeps_right() {
         let pairs: Pairs = (0..s.r.rows())
@@ -448,10 +454,7 @@ fn bloom<C: Communicator>(comm: &C, s: &Sides, ins: &Inspection) -> Result<Table
     let rrk = Keys::of(&rr, &s.shape.rkeys);
     let kind = s.shape.kind;
     let (pairs, _, rmatched) = hash_join(s.lk, &rrk, kind.keeps_left(), false);
-    let pairs: Pairs = pairs
-        .into_iter()
-        .filter(|&(a, _)| a.is_some_and(|i| s.lk.get(i).is_some()))
-        .collect();
+    let pairs = keyed_left(pairs, s.lk);
     let mut out = vec![assemble(s.shape, s.l, &rr, &pairs)];
     if kind.keeps_right() {
         let matched = match_flags_back(comm, &rmatched, &counts, &sent_rows, s.r.rows())?;
