@@ -147,7 +147,7 @@ impl Sides<'_> {
 }
 
 fn concat(parts: Vec<Table>) -> Result<Table, JoinError> {
-    Table::concat(&parts).map_err(JoinError::Invalid)
+    Table::concat_owned(parts).map_err(JoinError::Invalid)
 }
 
 /// Where a shuffle sends each keyed row of one side (`left`) of `t`: to its key's owner, or

@@ -9,7 +9,7 @@
 use crate::bloom::{filter_bytes, Stripe};
 use crate::coll;
 use crate::cost::{Prediction, Strategy};
-use crate::kernel::{key_hash, owner, JoinShape, KeyMap, Keys};
+use crate::kernel::{key_hash, owner, JoinShape, KeyIndex, Keys};
 use crate::{JoinError, Table};
 use deinsum_exec::Communicator;
 use serde::Serialize;
@@ -114,15 +114,17 @@ impl Inspection {
     }
 }
 
-/// Per-key summaries of this rank's rows.
+/// Per-key summaries of this rank's rows: the distinct keys in order of first sight, and
+/// each one's summary.
 fn summarize<'a>(
     shape: &JoinShape,
     l: &Table,
     lk: &'a Keys,
     r: &Table,
     rk: &'a Keys,
-) -> KeyMap<'a, Summary> {
-    let mut m: KeyMap<Summary> = KeyMap::default();
+) -> (Vec<&'a [u8]>, Vec<Summary>) {
+    let mut index = KeyIndex::with_capacity(rk.len().max(1024));
+    let mut sums: Vec<Summary> = Vec::new();
     let (lall, rall) = (shape.lall(), shape.rall());
     for (t, k, all, rest, off) in [
         (l, lk, &lall, &shape.lrest, 0),
@@ -130,14 +132,18 @@ fn summarize<'a>(
     ] {
         for i in 0..t.rows() {
             if let Some(key) = k.get(i) {
-                let e = m.entry(key).or_default();
+                let (id, new) = index.insert(key);
+                if new {
+                    sums.push([0; 6]);
+                }
+                let e = &mut sums[id];
                 e[off] += 1;
                 e[off + 1] += t.row_bytes(i, all) as u64;
                 e[off + 2] += t.row_bytes(i, rest) as u64;
             }
         }
     }
-    m
+    (index.keys().to_vec(), sums)
 }
 
 /// Index of a figure in the summed vector.
@@ -416,10 +422,10 @@ pub fn inspect<C: Communicator>(
     let (me, p) = (comm.rank(), comm.size());
     let lay = Layout { p };
     let mut v = vec![0u64; lay.len()];
-    let local = summarize(shape, l, lk, r, rk);
+    let (keys, sums) = summarize(shape, l, lk, r, rk);
     // Summaries to the owners.
     let mut msgs: Vec<Vec<u8>> = vec![Vec::new(); p];
-    for (k, s) in &local {
+    for (k, s) in keys.iter().zip(&sums) {
         let m = &mut msgs[owner(k, p)];
         m.extend_from_slice(&(k.len() as u32).to_le_bytes());
         m.extend_from_slice(k);
@@ -427,10 +433,10 @@ pub fn inspect<C: Communicator>(
             m.extend_from_slice(&x.to_le_bytes());
         }
     }
-    let distinct = local.values().filter(|s| s[0] > 0).count() as u64;
-    drop(local);
+    let distinct = sums.iter().filter(|s| s[0] > 0).count() as u64;
+    drop((keys, sums));
     let got = coll::all_to_all(comm, msgs)?;
-    let mut at_owner: KeyMap<Vec<(usize, Summary)>> = KeyMap::default();
+    let mut at_owner = AtOwner::new(got.iter().map(Vec::len).sum::<usize>() / 60);
     for (s, buf) in got.iter().enumerate() {
         let mut b = &buf[..];
         while !b.is_empty() {
@@ -441,7 +447,7 @@ pub fn inspect<C: Communicator>(
                 let o = 4 + n + 8 * j;
                 *x = u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
             }
-            at_owner.entry(k).or_default().push((s, e));
+            at_owner.push(k, s, e);
             b = &b[4 + n + 48..];
         }
     }
@@ -466,7 +472,10 @@ pub fn inspect<C: Communicator>(
     coll::all_sum(comm, &mut pre)?;
     let ranks = owner_view(&at_owner, &pre[1..], heavy_threshold(pre[0], p));
     let mut heavy_msg = Vec::new();
-    for (k, by_rank) in &at_owner {
+    let mut by_rank = Vec::new();
+    for id in 0..at_owner.index.len() {
+        let k = at_owner.gather(id, &mut by_rank);
+        let by_rank = &by_rank[..];
         if let Some(bl) = add_key(&mut v, &lay, shape, k, me, by_rank, &ranks) {
             heavy_msg.extend_from_slice(&(k.len() as u32).to_le_bytes());
             heavy_msg.extend_from_slice(k);
@@ -515,18 +524,75 @@ pub fn inspect<C: Communicator>(
     finish(&v, &lay, shape, machine, heavy, &pre[1 + p..])
 }
 
+/// No entry (the end of a key's chain in [`AtOwner`]).
+const NO_ENTRY: u32 = u32::MAX;
+
+/// The summaries an owner received, by key: each key's (sending rank, summary) entries
+/// chained in the order received (one flat list, not a list per key).
+struct AtOwner<'a> {
+    index: KeyIndex<'a>,
+    entries: Vec<(usize, Summary)>,
+    head: Vec<u32>,
+    tail: Vec<u32>,
+    next: Vec<u32>,
+}
+
+impl<'a> AtOwner<'a> {
+    /// Room for about `n` entries.
+    fn new(n: usize) -> AtOwner<'a> {
+        AtOwner {
+            index: KeyIndex::with_capacity(n),
+            entries: Vec::with_capacity(n),
+            head: Vec::with_capacity(n),
+            tail: Vec::with_capacity(n),
+            next: Vec::with_capacity(n),
+        }
+    }
+
+    /// Files rank `q`'s summary `e` of key `k`.
+    fn push(&mut self, k: &'a [u8], q: usize, e: Summary) {
+        let at = u32::try_from(self.entries.len()).expect("under 2^32 summaries on a rank");
+        self.entries.push((q, e));
+        self.next.push(NO_ENTRY);
+        let (id, new) = self.index.insert(k);
+        if new {
+            self.head.push(at);
+            self.tail.push(at);
+        } else {
+            self.next[self.tail[id] as usize] = at;
+            self.tail[id] = at;
+        }
+    }
+
+    /// Key `id` and its entries (into `out`, in the order received).
+    fn gather(&self, id: usize, out: &mut Vec<(usize, Summary)>) -> &'a [u8] {
+        out.clear();
+        let mut e = self.head[id];
+        while e != NO_ENTRY {
+            out.push(self.entries[e as usize]);
+            e = self.next[e as usize];
+        }
+        self.index.key(id)
+    }
+}
+
 /// The owner's [`Ranks`]: `counts` holds every rank's keyed right rows, then every rank's
 /// distinct left keys; the stripes take the owner's keys each rank holds on the left.
-fn owner_view(at_owner: &KeyMap<Vec<(usize, Summary)>>, counts: &[u64], heavy: u64) -> Ranks {
+fn owner_view(at_owner: &AtOwner, counts: &[u64], heavy: u64) -> Ranks {
     let p = counts.len() / 2;
     let mut stripes: Vec<Option<Stripe>> = (0..p)
         .map(|q| (counts[p + q] > 0).then(|| Stripe::new(counts[p + q], p)))
         .collect();
-    for (k, by_rank) in at_owner {
-        for &(q, _) in by_rank.iter().filter(|(_, e)| e[0] > 0) {
-            if let Some(f) = &mut stripes[q] {
-                f.insert(k);
+    for (id, &k) in at_owner.index.keys().iter().enumerate() {
+        let mut e = at_owner.head[id];
+        while e != NO_ENTRY {
+            let (q, s) = &at_owner.entries[e as usize];
+            if s[0] > 0 {
+                if let Some(f) = &mut stripes[*q] {
+                    f.insert(k);
+                }
             }
+            e = at_owner.next[e as usize];
         }
     }
     Ranks {

@@ -180,8 +180,10 @@ impl Keys {
     /// The keys of `t` over the columns `cols`.
     pub fn of(t: &Table, cols: &[usize]) -> Keys {
         let n = t.rows();
+        // A guess at the bytes (8 a cell, a fixed-width key's exact size), so the buffer is
+        // not grown and copied again and again on a big table.
         let mut k = Keys {
-            bytes: Vec::new(),
+            bytes: Vec::with_capacity(n * 8 * cols.len()),
             offs: Vec::with_capacity(n + 1),
             null: Vec::with_capacity(n),
         };
@@ -258,6 +260,163 @@ pub type KeyMap<'a, V> = HashMap<&'a [u8], V, BuildHasherDefault<KeyHasher>>;
 /// an outer join (the sparse product `kl,kr->lr` of the two relations, with its margins).
 pub type Pairs = Vec<(Option<usize>, Option<usize>)>;
 
+/// A key's tag in a [`KeyIndex`]: its bytes as a word when it has 8 (a single int64 or
+/// float64 key: equal tags of 8-byte keys are equal keys, no bytes compared), else its
+/// [`key_hash`].
+#[inline]
+fn tag(k: &[u8]) -> u64 {
+    match <[u8; 8]>::try_from(k) {
+        Ok(w) => u64::from_le_bytes(w),
+        Err(_) => key_hash(k),
+    }
+}
+
+/// One slot of a [`KeyIndex`]: the key's tag, its number plus one (0: empty), its length.
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    tag: u64,
+    id: u32,
+    len: u32,
+}
+
+/// The distinct keys seen, numbered 0, 1, … in order of first insertion: an open-addressing
+/// table (linear probing, at most half full) whose slots hold the key's tag, so a probe of a
+/// fixed-width key touches one slot and no key bytes (the local joins' and the inspector's
+/// hot loop; a `HashMap<&[u8], Vec<_>>` cost an allocation per key and a `memcmp` per probe).
+pub struct KeyIndex<'a> {
+    slots: Vec<Slot>,
+    keys: Vec<&'a [u8]>,
+    shift: u32,
+}
+
+impl<'a> KeyIndex<'a> {
+    /// An index sized for about `n` distinct keys (it grows past them).
+    pub fn with_capacity(n: usize) -> KeyIndex<'a> {
+        let bits = (2 * n.max(8)).next_power_of_two().trailing_zeros();
+        KeyIndex {
+            slots: vec![Slot::default(); 1 << bits],
+            keys: Vec::with_capacity(n),
+            shift: 64 - bits,
+        }
+    }
+
+    /// Number of distinct keys.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether no key was inserted.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The key numbered `id`.
+    pub fn key(&self, id: usize) -> &'a [u8] {
+        self.keys[id]
+    }
+
+    /// The keys in the order of their numbers.
+    pub fn keys(&self) -> &[&'a [u8]] {
+        &self.keys
+    }
+
+    /// The first slot to probe for `tag` (Fibonacci hashing: the top bits of a multiple).
+    #[inline]
+    fn home(&self, tag: u64) -> usize {
+        (tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
+    }
+
+    /// The slot holding `k` (`Ok`) or the empty slot where it would go (`Err`).
+    #[inline]
+    fn find(&self, k: &[u8], t: u64) -> Result<usize, usize> {
+        let mask = self.slots.len() - 1;
+        let len = k.len() as u32;
+        let mut i = self.home(t);
+        loop {
+            let s = self.slots[i];
+            if s.id == 0 {
+                return Err(i);
+            }
+            if s.tag == t && s.len == len && (len == 8 || self.keys[s.id as usize - 1] == k) {
+                return Ok(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// The number of `k`, if it was inserted.
+    #[inline]
+    pub fn get(&self, k: &[u8]) -> Option<usize> {
+        self.find(k, tag(k))
+            .ok()
+            .map(|i| self.slots[i].id as usize - 1)
+    }
+
+    /// The number of `k`, inserting it (next number) when new; and whether it was new.
+    #[inline]
+    pub fn insert(&mut self, k: &'a [u8]) -> (usize, bool) {
+        let t = tag(k);
+        match self.find(k, t) {
+            Ok(i) => (self.slots[i].id as usize - 1, false),
+            Err(mut i) => {
+                if 2 * (self.keys.len() + 1) > self.slots.len() {
+                    self.grow();
+                    i = self.find(k, t).expect_err("a new key");
+                }
+                let id = self.keys.len();
+                self.keys.push(k);
+                self.slots[i] = Slot {
+                    tag: t,
+                    id: u32::try_from(id + 1).expect("under 2^32 distinct keys on a rank"),
+                    len: k.len() as u32,
+                };
+                (id, true)
+            }
+        }
+    }
+
+    /// Doubles the slots and re-files every key.
+    fn grow(&mut self) {
+        let old = std::mem::take(&mut self.slots);
+        self.slots = vec![Slot::default(); 2 * old.len()];
+        self.shift -= 1;
+        let mask = self.slots.len() - 1;
+        for s in old.into_iter().filter(|s| s.id != 0) {
+            let mut i = self.home(s.tag);
+            while self.slots[i].id != 0 {
+                i = (i + 1) & mask;
+            }
+            self.slots[i] = s;
+        }
+    }
+}
+
+/// No row (the end of a chain of rows of one key).
+const NO_ROW: u32 = u32::MAX;
+
+/// The rows of `k`, chained in order: the key numbers of a [`KeyIndex`] over `k`, each
+/// number's first row, and each row's next row of the same key ([`NO_ROW`] at the end).
+fn chain_rows(k: &Keys) -> (KeyIndex<'_>, Vec<u32>, Vec<u32>) {
+    let n = u32::try_from(k.len()).expect("under 2^32 rows on a rank");
+    let mut index = KeyIndex::with_capacity(k.len());
+    let mut head: Vec<u32> = Vec::new();
+    let mut tail: Vec<u32> = Vec::new();
+    let mut next = vec![NO_ROW; n as usize];
+    for j in 0..n {
+        if let Some(key) = k.get(j as usize) {
+            let (id, new) = index.insert(key);
+            if new {
+                head.push(j);
+                tail.push(j);
+            } else {
+                next[tail[id] as usize] = j;
+                tail[id] = j;
+            }
+        }
+    }
+    (index, head, next)
+}
+
 /// The local hash join of `l` and `r`: every matching pair (left rows in order, each with its
 /// matches in right order), then the unmatched left rows (`keep_left`, in place among them)
 /// and the unmatched right rows (`keep_right`, at the end). Also returns which left rows and
@@ -268,22 +427,21 @@ pub fn hash_join(
     keep_left: bool,
     keep_right: bool,
 ) -> (Pairs, Vec<bool>, Vec<bool>) {
-    let mut table: KeyMap<Vec<usize>> = KeyMap::default();
-    for j in 0..r.len() {
-        if let Some(k) = r.get(j) {
-            table.entry(k).or_default().push(j);
-        }
-    }
+    let (index, head, next) = chain_rows(r);
     let mut rmatched = vec![false; r.len()];
     let mut lmatched = vec![false; l.len()];
-    let mut pairs = Vec::new();
+    // A left row has one match or none when the right's keys are distinct (a dimension table):
+    // then this is the output's size or more.
+    let mut pairs = Vec::with_capacity(l.len());
     for (i, lm) in lmatched.iter_mut().enumerate() {
-        match l.get(i).and_then(|k| table.get(k)) {
-            Some(js) => {
+        match l.get(i).and_then(|k| index.get(k)) {
+            Some(id) => {
                 *lm = true;
-                for &j in js {
-                    pairs.push((Some(i), Some(j)));
-                    rmatched[j] = true;
+                let mut j = head[id];
+                while j != NO_ROW {
+                    pairs.push((Some(i), Some(j as usize)));
+                    rmatched[j as usize] = true;
+                    j = next[j as usize];
                 }
             }
             None if keep_left => pairs.push((Some(i), None)),
@@ -308,20 +466,20 @@ pub fn assemble(
     r: &Table,
     pairs: &[(Option<usize>, Option<usize>)],
 ) -> Table {
-    let li: Vec<Option<usize>> = pairs.iter().map(|p| p.0).collect();
-    let ri: Vec<Option<usize>> = pairs.iter().map(|p| p.1).collect();
     let mut cols: Vec<Column> = Vec::with_capacity(shape.names.len());
-    let any_right_only = ri.iter().zip(&li).any(|(r, l)| l.is_none() && r.is_some());
+    let any_right_only = pairs.iter().any(|p| p.0.is_none() && p.1.is_some());
+    let lt = |c: &Column| c.take_by(pairs.len(), |x| pairs[x].0);
+    let rt = |c: &Column| c.take_by(pairs.len(), |x| pairs[x].1);
     for (&a, &b) in shape.lkeys.iter().zip(&shape.rkeys) {
-        let lk = l.columns()[a].take(&li);
+        let lk = lt(&l.columns()[a]);
         cols.push(if any_right_only {
-            lk.coalesce(&r.columns()[b].take(&ri))
+            lk.coalesce(&rt(&r.columns()[b]))
         } else {
             lk
         });
     }
-    cols.extend(shape.lrest.iter().map(|&c| l.columns()[c].take(&li)));
-    cols.extend(shape.rrest.iter().map(|&c| r.columns()[c].take(&ri)));
+    cols.extend(shape.lrest.iter().map(|&c| lt(&l.columns()[c])));
+    cols.extend(shape.rrest.iter().map(|&c| rt(&r.columns()[c])));
     Table::new(shape.names.clone(), cols).expect("columns of one length")
 }
 

@@ -234,6 +234,25 @@ impl Column {
         }
     }
 
+    /// `n` cells, the `x`-th the cell at `row(x)`, NULL where that is `None` (a join's output
+    /// column straight from its pairs, no row list made first).
+    pub fn take_by(&self, n: usize, row: impl Fn(usize) -> Option<usize>) -> Column {
+        fn pick<T: Copy>(
+            v: &[Option<T>],
+            n: usize,
+            row: impl Fn(usize) -> Option<usize>,
+        ) -> Vec<Option<T>> {
+            (0..n).map(|x| row(x).and_then(|i| v[i])).collect()
+        }
+        match self {
+            Column::Null(_) => Column::Null(n),
+            Column::Int64(v) => Column::Int64(pick(v, n, row)),
+            Column::Float64(v) => Column::Float64(pick(v, n, row)),
+            Column::Bool(v) => Column::Bool(pick(v, n, row)),
+            Column::Utf8(v) => Column::Utf8((0..n).map(|x| row(x).and_then(|i| v[i].clone())).collect()),
+        }
+    }
+
     /// The cells at `rows` (all present).
     pub fn take_rows(&self, rows: &[usize]) -> Column {
         let r: Vec<Option<usize>> = rows.iter().map(|&i| Some(i)).collect();
@@ -428,6 +447,24 @@ impl Table {
         };
         let mut out = first.clone();
         for t in &parts[1..] {
+            if t.columns.len() != out.columns.len() {
+                return Err("tables of different widths".into());
+            }
+            for (a, b) in out.columns.iter_mut().zip(&t.columns) {
+                a.append(b)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// As [`Table::concat`], taking the parts: the first is extended in place instead of
+    /// copied (a rank's output is mostly one big part).
+    pub fn concat_owned(parts: Vec<Table>) -> Result<Table, String> {
+        let mut parts = parts.into_iter();
+        let Some(mut out) = parts.next() else {
+            return Err("no tables to concatenate".into());
+        };
+        for t in parts {
             if t.columns.len() != out.columns.len() {
                 return Err("tables of different widths".into());
             }
