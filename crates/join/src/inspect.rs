@@ -9,7 +9,7 @@
 use crate::bloom::{filter_bytes, Stripe};
 use crate::coll;
 use crate::cost::{Prediction, Strategy};
-use crate::kernel::{key_hash, owner, JoinShape, KeyIndex, Keys};
+use crate::kernel::{key_hash, owner, JoinShape, KeyIndex, Keys, BATCH};
 use crate::{JoinError, Table};
 use deinsum_exec::Communicator;
 use serde::Serialize;
@@ -118,28 +118,41 @@ impl Inspection {
 /// each one's summary.
 fn summarize<'a>(
     shape: &JoinShape,
-    l: &Table,
-    lk: &'a Keys,
-    r: &Table,
-    rk: &'a Keys,
+    (l, lk, lall): (&Table, &'a Keys, &[u64]),
+    (r, rk, rall): (&Table, &'a Keys, &[u64]),
 ) -> (Vec<&'a [u8]>, Vec<Summary>) {
     let mut index = KeyIndex::with_capacity(rk.len().max(1024));
     let mut sums: Vec<Summary> = Vec::new();
-    let (lall, rall) = (shape.lall(), shape.rall());
     for (t, k, all, rest, off) in [
-        (l, lk, &lall, &shape.lrest, 0),
-        (r, rk, &rall, &shape.rrest, 3),
+        (l, lk, lall, &shape.lrest, 0),
+        (r, rk, rall, &shape.rrest, 3),
     ] {
-        for i in 0..t.rows() {
-            if let Some(key) = k.get(i) {
-                let (id, new) = index.insert(key);
-                if new {
-                    sums.push([0; 6]);
-                }
+        let rest = t.rows_bytes(rest);
+        // In batches: the slots read first, then the keys filed, the summaries read, and
+        // added to (each step's cache misses in flight together).
+        let mut ids = [usize::MAX; BATCH];
+        for start in (0..t.rows()).step_by(BATCH) {
+            let rows = start..t.rows().min(start + BATCH);
+            for key in rows.clone().filter_map(|i| k.get(i)) {
+                index.warm(key);
+            }
+            for (i, id) in rows.clone().zip(&mut ids) {
+                *id = k.get(i).map_or(usize::MAX, |key| {
+                    let (id, new) = index.insert(key);
+                    if new {
+                        sums.push([0; 6]);
+                    }
+                    id
+                });
+            }
+            for &id in ids.iter().filter(|&&id| id != usize::MAX) {
+                std::hint::black_box(sums[id][off]);
+            }
+            for (i, &id) in rows.zip(&ids).filter(|(_, &id)| id != usize::MAX) {
                 let e = &mut sums[id];
                 e[off] += 1;
-                e[off + 1] += t.row_bytes(i, all) as u64;
-                e[off + 2] += t.row_bytes(i, rest) as u64;
+                e[off + 1] += all[i];
+                e[off + 2] += rest[i];
             }
         }
     }
@@ -422,7 +435,11 @@ pub fn inspect<C: Communicator>(
     let (me, p) = (comm.rank(), comm.size());
     let lay = Layout { p };
     let mut v = vec![0u64; lay.len()];
-    let (keys, sums) = summarize(shape, l, lk, r, rk);
+    let (lall, rall) = (shape.lall(), shape.rall());
+    // Every row's encoded bytes, once (the summaries, the keyed totals and the kept NULL-key
+    // rows all add them up).
+    let (lbytes, rbytes) = (l.rows_bytes(&lall), r.rows_bytes(&rall));
+    let (keys, sums) = summarize(shape, (l, lk, &lbytes), (r, rk, &rbytes));
     // Summaries to the owners.
     let mut msgs: Vec<Vec<u8>> = vec![Vec::new(); p];
     for (k, s) in keys.iter().zip(&sums) {
@@ -453,16 +470,13 @@ pub fn inspect<C: Communicator>(
     }
     // This rank's own figures, and its rows whose key is NULL (they never move; an outer
     // join keeps them where they are).
-    let (lall, rall) = (shape.lall(), shape.rall());
-    let keyed = |t: &Table, k: &Keys, all: &[usize]| {
+    let keyed = |t: &Table, k: &Keys, bytes: &[u64]| {
         (0..t.rows())
             .filter(|&i| k.get(i).is_some())
-            .fold((0u64, 0u64), |(n, b), i| {
-                (n + 1, b + t.row_bytes(i, all) as u64)
-            })
+            .fold((0u64, 0u64), |(n, b), i| (n + 1, b + bytes[i]))
     };
-    let (ln, lb) = keyed(l, lk, &lall);
-    let (rn, rb) = keyed(r, rk, &rall);
+    let (ln, lb) = keyed(l, lk, &lbytes);
+    let (rn, rb) = keyed(r, rk, &rbytes);
     // The keyed rows of both tables (for the heavy keys' threshold), and per rank its keyed
     // right rows and distinct left keys.
     let mut pre = vec![0u64; 1 + 2 * p];
@@ -509,12 +523,12 @@ pub fn inspect<C: Communicator>(
         let mut b = 0u64;
         if shape.kind.keeps_left() {
             for i in (0..l.rows()).filter(|&i| lk.get(i).is_none()) {
-                b += l.row_bytes(i, &lall) as u64 + shape.rrest.len() as u64;
+                b += lbytes[i] + shape.rrest.len() as u64;
             }
         }
         if shape.kind.keeps_right() {
             for i in (0..r.rows()).filter(|&i| rk.get(i).is_none()) {
-                b += r.row_bytes(i, &rall) as u64 + shape.lrest.len() as u64;
+                b += rbytes[i] + shape.lrest.len() as u64;
             }
         }
         b

@@ -110,6 +110,17 @@ impl Column {
         self.len() == 0
     }
 
+    /// Room for `n` more cells.
+    pub fn reserve(&mut self, n: usize) {
+        match self {
+            Column::Null(_) => {}
+            Column::Int64(v) => v.reserve(n),
+            Column::Float64(v) => v.reserve(n),
+            Column::Utf8(v) => v.reserve(n),
+            Column::Bool(v) => v.reserve(n),
+        }
+    }
+
     /// Whether cell `i` is NULL.
     pub fn is_null(&self, i: usize) -> bool {
         match self {
@@ -249,7 +260,9 @@ impl Column {
             Column::Int64(v) => Column::Int64(pick(v, n, row)),
             Column::Float64(v) => Column::Float64(pick(v, n, row)),
             Column::Bool(v) => Column::Bool(pick(v, n, row)),
-            Column::Utf8(v) => Column::Utf8((0..n).map(|x| row(x).and_then(|i| v[i].clone())).collect()),
+            Column::Utf8(v) => {
+                Column::Utf8((0..n).map(|x| row(x).and_then(|i| v[i].clone())).collect())
+            }
         }
     }
 
@@ -315,6 +328,15 @@ impl Column {
             Column::Bool(v) => v[i].map(|x| x.to_string()).unwrap_or_default(),
             Column::Utf8(v) => v[i].clone().unwrap_or_default(),
         }
+    }
+}
+
+/// The most bytes a cell of fixed-width type `t` takes (strings: their least, a NULL).
+fn max_cell(t: DataType) -> usize {
+    match t {
+        DataType::Int64 | DataType::Float64 => 9,
+        DataType::Bool => 2,
+        DataType::Null | DataType::Utf8 => NULL_CELL,
     }
 }
 
@@ -413,6 +435,27 @@ impl Table {
         cols.iter().map(|&c| self.columns[c].cell_bytes(i)).sum()
     }
 
+    /// Encoded bytes of every row over the columns `cols` ([`Table::row_bytes`] of each row,
+    /// added up column by column: one pass a column instead of a dispatch a cell).
+    pub fn rows_bytes(&self, cols: &[usize]) -> Vec<u64> {
+        fn add<T>(out: &mut [u64], v: &[Option<T>], size: impl Fn(&T) -> u64) {
+            for (b, x) in out.iter_mut().zip(v) {
+                *b += x.as_ref().map_or(NULL_CELL as u64, &size);
+            }
+        }
+        let mut out = vec![0u64; self.rows()];
+        for &c in cols {
+            match &self.columns[c] {
+                Column::Null(_) => out.iter_mut().for_each(|b| *b += NULL_CELL as u64),
+                Column::Int64(v) => add(&mut out, v, |_| 9),
+                Column::Float64(v) => add(&mut out, v, |_| 9),
+                Column::Bool(v) => add(&mut out, v, |_| 2),
+                Column::Utf8(v) => add(&mut out, v, |s| 5 + s.len() as u64),
+            }
+        }
+        out
+    }
+
     /// Appends the encoding of row `i` over the columns `cols` to `out`.
     pub fn encode_row(&self, i: usize, cols: &[usize], out: &mut Vec<u8>) {
         for &c in cols {
@@ -423,6 +466,15 @@ impl Table {
     /// The rows of `buf` (encoded over every column of a table of `types`, back to back).
     pub fn decode(names: &[String], types: &[DataType], mut buf: &[u8]) -> Result<Table, String> {
         let mut columns: Vec<Column> = types.iter().map(|&t| Column::empty(t)).collect();
+        // At least this many rows (each cell at most 9 bytes but strings): room for them at
+        // once, not a doubling a power of two.
+        if !types.contains(&DataType::Utf8) {
+            let widest: usize = types.iter().map(|&t| max_cell(t)).sum();
+            let rows = buf.len() / widest.max(1);
+            for c in &mut columns {
+                c.reserve(rows);
+            }
+        }
         while !buf.is_empty() {
             for c in &mut columns {
                 c.decode_push(&mut buf)?;

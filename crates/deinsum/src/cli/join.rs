@@ -175,15 +175,24 @@ fn finish_group(args: &Args, outs: Vec<Done>, json: bool) -> anyhow::Result<()> 
 
 /// Reports a join's ranks (`auto`: the strategy was chosen by cost) and writes its rows.
 fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::Result<()> {
-    let runs: Vec<deinsum_join::RankJoin> = outs
+    let mut runs: Vec<deinsum_join::RankJoin> = outs
         .into_iter()
         .filter_map(|o| match o {
             Done::Join(r) => Some(*r),
             _ => None,
         })
         .collect();
-    let parts: Vec<Table> = runs.iter().map(|r| r.table.clone()).collect();
-    let table = Table::concat(&parts).map_err(|e| anyhow::anyhow!(e))?;
+    // The text report counts the ranks' rows, so it is written before they move out.
+    let text = (!json).then(|| report::run_text(&runs, auto));
+    // The ranks' outputs move into one table (a copy of every row, twice, before).
+    let parts: Vec<Table> = runs
+        .iter_mut()
+        .map(|r| {
+            let empty = r.table.empty_like();
+            std::mem::replace(&mut r.table, empty)
+        })
+        .collect();
+    let table = Table::concat_owned(parts).map_err(|e| anyhow::anyhow!(e))?;
     if json {
         let v = serde_json::json!({
             "strategy": runs[0].strategy,
@@ -200,7 +209,7 @@ fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        eprint!("{}", report::run_text(&runs, auto));
+        eprint!("{}", text.unwrap_or_default());
     }
     emit(args, &table, json)
 }
