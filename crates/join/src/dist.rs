@@ -6,7 +6,9 @@ use crate::bloom::Bloom;
 use crate::coll;
 use crate::cost::Strategy;
 use crate::inspect::{inspect, Inspection};
-use crate::kernel::{assemble, hash_join, key_hash, owner, JoinShape, KeyMap, Keys, Pairs};
+use crate::kernel::{
+    assemble, hash_join, key_hash, owner, JoinShape, KeyIndex, KeyMap, Keys, Pairs,
+};
 use crate::{Column, JoinError, Table};
 use deinsum_exec::{Communicator, Traffic};
 
@@ -322,11 +324,11 @@ fn keyed_left(pairs: Pairs, lk: &Keys) -> Pairs {
 
 /// This rank's distinct non-NULL left keys, in first-seen order.
 fn distinct_left<'a>(s: &Sides<'a>) -> Vec<&'a [u8]> {
-    let mut seen: KeyMap<()> = KeyMap::default();
-    (0..s.l.rows())
-        .filter_map(|i| s.lk.get(i))
-        .filter(|k| seen.insert(*k, ()).is_none())
-        .collect()
+    let mut seen = KeyIndex::with_capacity(1024);
+    for k in (0..s.l.rows()).filter_map(|i| s.lk.get(i)) {
+        seen.insert(k);
+    }
+    seen.keys().to_vec()
 }
 
 /// `mine` to every rank holding keyed right rows (and to this one, handed over); the message
@@ -368,20 +370,35 @@ fn semi<C: Communicator>(comm: &C, s: &Sides, ins: &Inspection) -> Result<Table,
     let all: Vec<usize> = (0..s.r.names().len()).collect();
     let mut msgs = vec![Vec::new(); p];
     let mut wanted_anywhere = vec![false; s.r.rows()];
-    // The ranks that want each key, so the right rows are scanned once.
-    let mut wanted_by: KeyMap<Vec<usize>> = KeyMap::default();
+    // The ranks that want each key (chained in rank order: a key's first, then each one's
+    // next), so the right rows are scanned once.
+    let mut wanted_by = KeyIndex::with_capacity(1024);
+    let (mut first, mut last, mut ranks, mut next) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (q, b) in lists.iter().enumerate() {
         let mut b = &b[..];
         while !b.is_empty() {
             let n = u32::from_le_bytes(b[..4].try_into().expect("4")) as usize;
-            wanted_by.entry(&b[4..4 + n]).or_default().push(q);
+            let (id, new) = wanted_by.insert(&b[4..4 + n]);
+            let at = ranks.len();
+            ranks.push(q);
+            next.push(usize::MAX);
+            if new {
+                first.push(at);
+                last.push(at);
+            } else {
+                next[last[id]] = at;
+                last[id] = at;
+            }
             b = &b[4 + n..];
         }
     }
     for (j, wanted) in wanted_anywhere.iter_mut().enumerate() {
-        if let Some(qs) = s.rk.get(j).and_then(|k| wanted_by.get(k)) {
-            for &q in qs {
-                s.r.encode_row(j, &all, &mut msgs[q]);
+        if let Some(id) = s.rk.get(j).and_then(|k| wanted_by.get(k)) {
+            let mut e = first[id];
+            while e != usize::MAX {
+                s.r.encode_row(j, &all, &mut msgs[ranks[e]]);
+                e = next[e];
             }
             *wanted = true;
         }
