@@ -579,19 +579,41 @@ impl MoveView {
         out
     }
 
-    /// Words received by each rank of the target grid (`0..` its size, zeros included),
-    /// dense: [`Self::received`] at half its memory, for the planner's scoring, which adds
-    /// the moves of a candidate rank by rank.
-    pub(crate) fn received_dense(&self) -> Vec<u64> {
-        let mut out = Vec::with_capacity(self.dst_size);
+    /// Calls `f(received)` for each rank of the target grid in order (`0..` its size, zeros
+    /// included): [`Self::received`] for the planner's scoring, which adds the moves of a
+    /// candidate rank by rank.
+    pub(crate) fn received_each(&self, mut f: impl FnMut(u64)) {
         let mut last = 0;
         self.sweep(self.dst_size, |_, sb, tb, same| {
             if !same {
                 last = self.received_with(sb, tb);
             }
-            out.push(last);
+            f(last);
         });
-        out
+    }
+
+    /// Whether each piece has one holder, so a rank's sent words are closed form (with
+    /// replicas they come from every target's receives).
+    pub(crate) fn sends_in_closed_form(&self) -> bool {
+        self.one_holder
+    }
+
+    /// Ranks of the target grid within P (every later rank receives nothing).
+    pub(crate) fn dst_ranks(&self) -> usize {
+        self.dst_size
+    }
+
+    /// What the move's words depend on: the shape, both distributions, whether partial sums
+    /// are reduced, and the ranks of both grids within P.
+    pub(crate) fn identity(&self) -> (&[usize], &Distribution, &Distribution, bool, usize, usize) {
+        (
+            &self.shape,
+            &self.from,
+            &self.to,
+            self.sum,
+            self.src_size,
+            self.dst_size,
+        )
     }
 
     /// Words a rank with source block `sb` and target block `tb` receives.
