@@ -115,7 +115,7 @@ pub fn choose(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Choice, PlanE
     };
     // Only the kept plan's memory is predicted (the candidates were planned without it).
     if crate::predict::memory_deferrable(opts) {
-        crate::predict::complete_memory(&mut chosen.plan, opts);
+        crate::predict::complete_memory(&mut chosen.plan, opts, &memo);
     }
     Ok(chosen)
 }

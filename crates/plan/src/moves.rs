@@ -549,15 +549,44 @@ impl MoveView {
     /// for all ranks where asking each sender ([`Self::sends`]) costs O(P) per rank.
     fn sent_table(&self) -> &[u64] {
         self.sent_table.get_or_init(|| {
+            // What [`Self::receives`] lists for each target, counted without building the
+            // transfers (one box per sender and piece: its words are the overlaps' product).
             let mut sent = vec![0u64; self.src_size];
+            let fg = &self.from.grid;
+            let mut coords = vec![0usize; fg.dims.len()];
+            let mut lists: Vec<&[Piece]> = Vec::with_capacity(self.shape.len());
             for d in 0..self.dst_size {
-                for t in self.receives(d) {
-                    if t.src != d {
-                        if let Some(s) = sent.get_mut(t.src) {
-                            *s += t.boxes.iter().map(Block::len).sum::<u64>();
+                let Some(tb) = ranges_of(&self.to, d, &self.shape) else {
+                    continue;
+                };
+                if tb.iter().any(|&(s, e)| s >= e) {
+                    continue;
+                }
+                lists.clear();
+                lists.extend(self.src_parts.iter().zip(&tb).map(|(p, &r)| meeting(p, r)));
+                odometer(&lists, |pos| {
+                    let mut words = 1u64;
+                    for (v, list) in lists.iter().enumerate() {
+                        let iv = &list[pos[v]];
+                        words *= overlap((iv.start, iv.end), tb[v]);
+                        for (k, &g) in self.from.split[v].iter().enumerate() {
+                            coords[g] = iv.coords[k];
                         }
                     }
-                }
+                    for q in 0..self.partial_count {
+                        let mut r = q;
+                        for &g in self.partial_dims.iter().rev() {
+                            coords[g] = r % fg.dims[g].size;
+                            r /= fg.dims[g].size;
+                        }
+                        let src = self.pick(d, &mut coords);
+                        if src != d {
+                            if let Some(s) = sent.get_mut(src) {
+                                *s += words;
+                            }
+                        }
+                    }
+                });
             }
             sent
         })

@@ -121,17 +121,22 @@ pub(crate) fn memory_deferrable(opts: &PlanOptions) -> bool {
 /// Completes the prediction of a plan whose memory part was deferred ([`crate::planner`]'s
 /// `finish` without caps, for candidates compared on seconds and words alone): the words
 /// each rank touches, the memory peaks over its steps (the message buffers derived from its
-/// moves, as the planner counted them), the SOAP bounds and the ratio.
-pub(crate) fn complete_memory(plan: &mut crate::Plan, opts: &PlanOptions) {
+/// moves, from `memo`, as the planner counted them), the SOAP bounds and the ratio.
+pub(crate) fn complete_memory(
+    plan: &mut crate::Plan,
+    opts: &PlanOptions,
+    memo: &crate::rank_words::MoveMemo,
+) {
     let procs = plan.procs;
     plan.prediction.touched_per_rank = touched(&plan.groups, &plan.tensors, procs);
-    let memory = crate::memory::MemoryModel::new(
+    let mut memory = crate::memory::MemoryModel::new(
         &plan.steps,
         &plan.tensors,
         &plan.groups,
         &plan.tree,
         procs,
     );
+    memory.buffers_from(memo);
     let peaks = memory.peaks(opts.per_rank);
     set_memory(&mut plan.prediction, &mut plan.groups, peaks, procs, opts);
 }
