@@ -60,6 +60,18 @@ fn meeting(parts: &[Piece], (s, e): (usize, usize)) -> &[Piece] {
     &parts[lo..hi.max(lo)]
 }
 
+/// Whether `parts` (sorted, disjoint, nonempty) cover `[0, n)` without a gap.
+fn tiles(parts: &[Piece], n: usize) -> bool {
+    let mut at = 0;
+    for p in parts {
+        if p.start != at {
+            return false;
+        }
+        at = p.end;
+    }
+    at == n
+}
+
 /// Length of the overlap of two half-open ranges.
 fn overlap((a, b): (usize, usize), (c, d): (usize, usize)) -> u64 {
     b.min(d).saturating_sub(a.max(c)) as u64
@@ -290,6 +302,9 @@ pub struct MoveView {
     src_parts: Vec<Vec<Piece>>,
     /// Target partition per tensor index, cut to the target's windows (empty cuts dropped).
     dst_parts: Vec<Vec<Piece>>,
+    /// Per index, whether its target pieces tile `[0, n)` (no window cuts it): the words of a
+    /// source range that target blocks take are then its length, without a search.
+    dst_tiles: Vec<bool>,
     /// Source grid dims whose coordinates pick a partial replica (only with `sum`).
     partial_dims: Vec<usize>,
     /// Source grid dims whose coordinates only pick a replica of the same data.
@@ -405,6 +420,11 @@ impl MoveView {
             sum,
             sent_table: std::sync::OnceLock::new(),
             src_parts,
+            dst_tiles: dst_parts
+                .iter()
+                .zip(shape)
+                .map(|(p, &n)| tiles(p, n))
+                .collect(),
             dst_parts,
             partial_dims,
             replica_dims,
@@ -529,7 +549,12 @@ impl MoveView {
             cover.resize(sb.len(), ((0, 0), 0));
         }
         let mut words = 1u64;
-        for ((&r, parts), c) in sb.iter().zip(&self.dst_parts).zip(cover.iter_mut()) {
+        let tiled = sb.iter().zip(&self.dst_parts).zip(&self.dst_tiles);
+        for (((&r, parts), &tiles), c) in tiled.zip(cover.iter_mut()) {
+            if tiles {
+                words *= r.1.saturating_sub(r.0) as u64;
+                continue;
+            }
             if c.0 != r {
                 let w = meeting(parts, r)
                     .iter()
