@@ -198,9 +198,6 @@ impl Move {
 pub(crate) struct Totals {
     pub(crate) received: Vec<u64>,
     pub(crate) sent: Vec<u64>,
-    /// Per step that moves: its index and the words sent plus received per rank (the
-    /// step's message buffers), handed to the memory model.
-    pub(crate) buffers: Vec<(usize, Vec<u64>)>,
 }
 
 impl Totals {
@@ -208,27 +205,26 @@ impl Totals {
     /// added into the totals.
     pub(crate) fn tally(
         &mut self,
-        step: usize,
         views: &[MoveView],
         n: usize,
         per_rank: bool,
         memo: &MoveMemo,
     ) -> Volume {
-        self.tally_each(step, views, n, per_rank, memo).1
+        self.tally_each(views, n, per_rank, memo).1
     }
 
     /// [`Self::tally`], with each view's own volume too (every rank's words taken once, from
-    /// `memo` when a tree planned before met the move).
+    /// `memo` when a tree planned before met the move; the memory model takes the step's
+    /// message buffers from there too).
     pub(crate) fn tally_each(
         &mut self,
-        step: usize,
         views: &[MoveView],
         n: usize,
         per_rank: bool,
         memo: &MoveMemo,
     ) -> (Vec<Volume>, Volume) {
         // Ranks past every view's grids move nothing: their zero words change no total, no
-        // maximum and no sparse list, and the memory model reads a missing buffer as zero.
+        // maximum and no sparse list.
         let n = views.iter().map(MoveView::ranks).max().unwrap_or(0).min(n);
         if self.received.len() < n {
             self.received.resize(n, 0);
@@ -236,18 +232,27 @@ impl Totals {
         }
         let mut each = vec![Volume::default(); views.len()];
         let mut v = Volume::default();
-        let mut bufs = vec![0u64; n];
         if let [view] = views {
-            // One move (the usual step): its words go straight into the totals.
-            let e = &mut each[0];
-            memo.words(view).for_each(|r, s, w| {
-                e.add_rank(r, s, w, per_rank);
-                self.sent[r] += s;
-                self.received[r] += w;
-                bufs[r] = s + w;
-                v.add_rank(r, s, w, per_rank);
-            });
-            self.buffers.push((step, bufs));
+            // One move (the usual step): its words go straight into the totals, its maxima
+            // and total are the move's own.
+            let words = memo.words(view);
+            let (sent, received) = (&mut self.sent, &mut self.received);
+            if per_rank {
+                words.for_each(|r, s, w| {
+                    v.add_rank(r, s, w, true);
+                    sent[r] += s;
+                    received[r] += w;
+                });
+            } else {
+                v.max_per_rank = words.max_received;
+                v.max_sent = words.max_sent;
+                v.total = words.total_received;
+                words.for_each(|r, s, w| {
+                    sent[r] += s;
+                    received[r] += w;
+                });
+            }
+            each[0] = v.clone();
             return (each, v);
         }
         let mut words: Vec<Vec<(u64, u64)>> = Vec::with_capacity(views.len());
@@ -257,7 +262,7 @@ impl Totals {
             dense.resize(n, (0, 0));
             words.push(dense);
         }
-        for (r, buf) in bufs.iter_mut().enumerate() {
+        for r in 0..n {
             let (mut s, mut w) = (0, 0);
             for (mw, e) in words.iter().zip(&mut each) {
                 let (ms, mw) = mw[r];
@@ -266,10 +271,8 @@ impl Totals {
             }
             self.sent[r] += s;
             self.received[r] += w;
-            *buf = s + w;
             v.add_rank(r, s, w, per_rank);
         }
-        self.buffers.push((step, bufs));
         (each, v)
     }
 }
@@ -487,13 +490,7 @@ pub(crate) fn emit_move(
     memo: &MoveMemo,
 ) {
     let view = MoveView::new(&mv.shape, &mv.from, &mv.to, mv.sum, opts.procs);
-    let volume = totals.tally(
-        steps.len(),
-        std::slice::from_ref(&view),
-        opts.procs,
-        opts.per_rank,
-        memo,
-    );
+    let volume = totals.tally(std::slice::from_ref(&view), opts.procs, opts.per_rank, memo);
     steps.push(PlanStep::Redistribute {
         tensor,
         pattern: view.kind(volume.total),

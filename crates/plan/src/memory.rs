@@ -318,12 +318,6 @@ fn block_len(ranges: &[(usize, usize)], window: &[Window]) -> u64 {
 }
 
 impl MemoryModel {
-    /// Takes the message buffer words per rank (sent plus received, indexed by rank) of
-    /// step `step` as already counted, instead of deriving them again.
-    pub(crate) fn set_buffers(&mut self, step: usize, words: Vec<u64>) {
-        self.buffers.insert(step, words);
-    }
-
     /// Takes the message buffer words of every step that moves and has none set from `memo`
     /// (each move's words swept once per choice) instead of sweeping them again.
     pub(crate) fn buffers_from(&mut self, memo: &crate::rank_words::MoveMemo) {

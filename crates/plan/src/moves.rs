@@ -489,9 +489,18 @@ impl MoveView {
 
     /// Calls `f(rank, sent, received)` for each rank of `0..n` in order: [`Self::words_per_rank`]
     /// without holding the list (a rank's words are used once, by the running totals).
-    pub(crate) fn words_each(&self, n: usize, mut f: impl FnMut(usize, u64, u64)) {
+    pub(crate) fn words_each(&self, n: usize, f: impl FnMut(usize, u64, u64)) {
+        self.words_in(0..n, f)
+    }
+
+    /// [`Self::words_each`] over the ranks of `ranks` (a part of a sweep over all of them).
+    pub(crate) fn words_in(
+        &self,
+        ranks: std::ops::Range<usize>,
+        mut f: impl FnMut(usize, u64, u64),
+    ) {
         let (mut last, mut memo) = ((0, 0), SentMemo::sweep());
-        self.sweep(n, |r, sb, tb, same| {
+        self.sweep_range(ranks, |r, sb, tb, same| {
             // Equal blocks send and receive alike unless senders are picked per rank.
             if !(same && self.one_holder) {
                 last = self.words_with(r, sb, tb, &mut memo);
@@ -633,12 +642,12 @@ impl MoveView {
         out
     }
 
-    /// Calls `f(received)` for each rank of the target grid in order (`0..` its size, zeros
-    /// included): [`Self::received`] for the planner's scoring, which adds the moves of a
+    /// Calls `f(received)` for each rank of `ranks` (within the target grid) in order: the
+    /// words [`Self::received`] lists, for the planner's scoring, which adds the moves of a
     /// candidate rank by rank.
-    pub(crate) fn received_each(&self, mut f: impl FnMut(u64)) {
+    pub(crate) fn received_in(&self, ranks: std::ops::Range<usize>, mut f: impl FnMut(u64)) {
         let mut last = 0;
-        self.sweep(self.dst_size, |_, sb, tb, same| {
+        self.sweep_range(ranks, |_, sb, tb, same| {
             if !same {
                 last = self.received_with(sb, tb);
             }

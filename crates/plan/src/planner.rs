@@ -397,9 +397,7 @@ impl<'a> Planner<'a> {
             self.tree,
             procs,
         );
-        for (step, words) in totals.buffers {
-            memory.set_buffers(step, words);
-        }
+        memory.buffers_from(self.memo);
         let p = memory.peaks(false);
         (p.max, p.max_with_buffers)
     }
@@ -862,7 +860,7 @@ impl<'a> Planner<'a> {
             None => steps.push(PlanStep::Compute { group: gid }),
             Some(_) => {
                 for &part in parts {
-                    let step = self.phase_step(g, c, grid, &inputs, part, gid, steps.len(), totals);
+                    let step = self.phase_step(g, c, grid, &inputs, part, gid, totals);
                     steps.push(step);
                 }
             }
@@ -924,7 +922,7 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// One phase of a phased compute (step `step` of the plan): the windows every rank
+    /// One phase of a phased compute: the windows every rank
     /// fetches, then the compute.
     #[allow(clippy::too_many_arguments)]
     fn phase_step(
@@ -935,7 +933,6 @@ impl<'a> Planner<'a> {
         inputs: &[(TensorId, Distribution)],
         part: usize,
         gid: usize,
-        step: usize,
         totals: &mut Totals,
     ) -> PlanStep {
         let procs = self.opts.procs;
@@ -952,7 +949,7 @@ impl<'a> Planner<'a> {
             views.push(MoveView::new(&shape, &rest, &w, false, procs));
             fetch.push((a.node, rest, w));
         }
-        let (each, volume) = totals.tally_each(step, &views, procs, self.opts.per_rank, self.memo);
+        let (each, volume) = totals.tally_each(&views, procs, self.opts.per_rank, self.memo);
         let fetch = fetch
             .into_iter()
             .zip(each)
@@ -1006,8 +1003,8 @@ impl<'a> Planner<'a> {
             false => touched(&self.groups, &self.tensors, procs),
         };
         let mut memory = MemoryModel::new(&self.steps, &self.tensors, &self.groups, tree, procs);
-        for (step, words) in std::mem::take(&mut self.totals.buffers) {
-            memory.set_buffers(step, words);
+        if !defer {
+            memory.buffers_from(self.memo);
         }
         let ranks_used = memory.ranks_used;
         let peaks = match defer {

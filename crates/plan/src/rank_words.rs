@@ -6,8 +6,36 @@
 
 use crate::moves::MoveView;
 use crate::Distribution;
+use rayon::prelude::*;
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
+
+/// Ranks one task sweeps when a move's ranks are swept on all cores (a sweep of a million
+/// ranks is split so that the last tree planned does not finish on one core alone).
+const CHUNK: usize = 1 << 16;
+
+/// `sweep` over `0..n` in chunks of [`CHUNK`] ranks on the process's pool, the words of each
+/// chunk in rank order.
+fn swept(
+    n: usize,
+    sweep: impl Fn(Range<usize>, &mut Vec<(u64, u64)>) + Sync,
+) -> Vec<Vec<(u64, u64)>> {
+    let chunks: Vec<Range<usize>> = (0..n)
+        .step_by(CHUNK)
+        .map(|lo| lo..(lo + CHUNK).min(n))
+        .collect();
+    deinsum_runtime::install(|| {
+        chunks
+            .into_par_iter()
+            .map(|r| {
+                let mut out = Vec::with_capacity(r.len());
+                sweep(r, &mut out);
+                out
+            })
+            .collect()
+    })
+}
 
 /// The palette index of each rank, in the narrowest integer the palette's size allows.
 #[derive(Debug)]
@@ -54,6 +82,8 @@ pub(crate) struct RankWords {
     has_sent: bool,
     /// Largest words received by one rank.
     pub(crate) max_received: u64,
+    /// Largest words sent by one rank (0 unless sent was counted).
+    pub(crate) max_sent: u64,
     /// Words received over all ranks.
     pub(crate) total_received: u64,
 }
@@ -74,6 +104,7 @@ impl Builder {
                 index: PaletteIndex::U8(Vec::with_capacity(ranks)),
                 has_sent,
                 max_received: 0,
+                max_sent: 0,
                 total_received: 0,
             },
             pos: HashMap::new(),
@@ -84,6 +115,7 @@ impl Builder {
     /// Appends the next rank's words.
     fn push(&mut self, pair: (u64, u64)) {
         let w = &mut self.words;
+        w.max_sent = w.max_sent.max(pair.0);
         w.max_received = w.max_received.max(pair.1);
         w.total_received += pair.1;
         let i = match self.last {
@@ -105,8 +137,10 @@ impl Builder {
 impl RankWords {
     /// The received words of every rank of `view`'s target grid (sent not counted).
     pub(crate) fn received_of(view: &MoveView) -> RankWords {
-        let mut b = Builder::new(false, view.dst_ranks());
-        view.received_each(|w| b.push((0, w)));
+        let n = view.dst_ranks();
+        let mut b = Builder::new(false, n);
+        let parts = swept(n, |r, out| view.received_in(r, |w| out.push((0, w))));
+        parts.into_iter().flatten().for_each(|p| b.push(p));
         b.words
     }
 
@@ -114,7 +148,8 @@ impl RankWords {
     pub(crate) fn words_of(view: &MoveView) -> RankWords {
         let n = view.ranks();
         let mut b = Builder::new(true, n);
-        view.words_each(n, |_, s, w| b.push((s, w)));
+        let parts = swept(n, |r, out| view.words_in(r, |_, s, w| out.push((s, w))));
+        parts.into_iter().flatten().for_each(|p| b.push(p));
         b.words
     }
 
