@@ -3,7 +3,7 @@
 //! below both (the passes in order are in `driver`).
 
 use crate::moves::MoveView;
-use crate::predict::max_of;
+use crate::rank_words::{MoveMemo, RankWords};
 use crate::{
     Distribution, Grid, GridDim, Interval, PlanOptions, PlanStep, Tensor, TensorId, Volume, Window,
 };
@@ -178,18 +178,18 @@ pub(crate) struct Move {
     pub(crate) from: Distribution,
     pub(crate) to: Distribution,
     pub(crate) sum: bool,
-    /// Words received per rank of the target grid, dense (indexed by rank).
-    pub(crate) received: Vec<u64>,
+    /// Words received per rank of the target grid.
+    pub(crate) received: std::sync::Arc<RankWords>,
     pub(crate) shape: Vec<usize>,
 }
 
 impl Move {
     pub(crate) fn total(&self) -> u64 {
-        self.received.iter().sum()
+        self.received.total_received
     }
 
     pub(crate) fn max(&self) -> u64 {
-        max_of(&self.received)
+        self.received.max_received
     }
 }
 
@@ -198,9 +198,6 @@ impl Move {
 pub(crate) struct Totals {
     pub(crate) received: Vec<u64>,
     pub(crate) sent: Vec<u64>,
-    /// Per step that moves: its index and the words sent plus received per rank (the
-    /// step's message buffers), handed to the memory model.
-    pub(crate) buffers: Vec<(usize, Vec<u64>)>,
 }
 
 impl Totals {
@@ -208,24 +205,26 @@ impl Totals {
     /// added into the totals.
     pub(crate) fn tally(
         &mut self,
-        step: usize,
         views: &[MoveView],
         n: usize,
         per_rank: bool,
+        memo: &MoveMemo,
     ) -> Volume {
-        self.tally_each(step, views, n, per_rank).1
+        self.tally_each(views, n, per_rank, memo).1
     }
 
-    /// [`Self::tally`], with each view's own volume too (every rank's words taken once).
+    /// [`Self::tally`], with each view's own volume too (every rank's words taken once, from
+    /// `memo` when a tree planned before met the move; the memory model takes the step's
+    /// message buffers from there too).
     pub(crate) fn tally_each(
         &mut self,
-        step: usize,
         views: &[MoveView],
         n: usize,
         per_rank: bool,
+        memo: &MoveMemo,
     ) -> (Vec<Volume>, Volume) {
         // Ranks past every view's grids move nothing: their zero words change no total, no
-        // maximum and no sparse list, and the memory model reads a missing buffer as zero.
+        // maximum and no sparse list.
         let n = views.iter().map(MoveView::ranks).max().unwrap_or(0).min(n);
         if self.received.len() < n {
             self.received.resize(n, 0);
@@ -233,22 +232,37 @@ impl Totals {
         }
         let mut each = vec![Volume::default(); views.len()];
         let mut v = Volume::default();
-        let mut bufs = vec![0u64; n];
         if let [view] = views {
-            // One move (the usual step): its words go straight into the totals.
-            let e = &mut each[0];
-            view.words_each(n, |r, s, w| {
-                e.add_rank(r, s, w, per_rank);
-                self.sent[r] += s;
-                self.received[r] += w;
-                bufs[r] = s + w;
-                v.add_rank(r, s, w, per_rank);
-            });
-            self.buffers.push((step, bufs));
+            // One move (the usual step): its words go straight into the totals, its maxima
+            // and total are the move's own.
+            let words = memo.words(view);
+            let (sent, received) = (&mut self.sent, &mut self.received);
+            if per_rank {
+                words.for_each(|r, s, w| {
+                    v.add_rank(r, s, w, true);
+                    sent[r] += s;
+                    received[r] += w;
+                });
+            } else {
+                v.max_per_rank = words.max_received;
+                v.max_sent = words.max_sent;
+                v.total = words.total_received;
+                words.for_each(|r, s, w| {
+                    sent[r] += s;
+                    received[r] += w;
+                });
+            }
+            each[0] = v.clone();
             return (each, v);
         }
-        let words: Vec<Vec<(u64, u64)>> = views.iter().map(|m| m.words_per_rank(n)).collect();
-        for (r, buf) in bufs.iter_mut().enumerate() {
+        let mut words: Vec<Vec<(u64, u64)>> = Vec::with_capacity(views.len());
+        for m in views {
+            let mut dense = Vec::with_capacity(n);
+            memo.words(m).for_each(|_, s, w| dense.push((s, w)));
+            dense.resize(n, (0, 0));
+            words.push(dense);
+        }
+        for r in 0..n {
             let (mut s, mut w) = (0, 0);
             for (mw, e) in words.iter().zip(&mut each) {
                 let (ms, mw) = mw[r];
@@ -257,21 +271,9 @@ impl Totals {
             }
             self.sent[r] += s;
             self.received[r] += w;
-            *buf = s + w;
             v.add_rank(r, s, w, per_rank);
         }
-        self.buffers.push((step, bufs));
         (each, v)
-    }
-}
-
-/// Adds dense per-rank words (indexed by rank) into the dense accumulator `acc`.
-pub(crate) fn add_received(acc: &mut Vec<u64>, received: &[u64]) {
-    if acc.len() < received.len() {
-        acc.resize(received.len(), 0);
-    }
-    for (a, &w) in acc.iter_mut().zip(received) {
-        *a += w;
     }
 }
 
@@ -284,6 +286,7 @@ pub(crate) fn plan_move(
     from: &Distribution,
     to: &Distribution,
     procs: usize,
+    memo: &MoveMemo,
 ) -> Vec<Move> {
     if from == to {
         return Vec::new();
@@ -293,7 +296,7 @@ pub(crate) fn plan_move(
         from: f.clone(),
         to: t.clone(),
         sum,
-        received: MoveView::new(shape, f, t, sum, procs).received_dense(),
+        received: memo.received(&MoveView::new(shape, f, t, sum, procs)),
         shape: shape.to_vec(),
     };
     if !from.is_partial() {
@@ -307,9 +310,9 @@ pub(crate) fn plan_move(
     let a = mk(from, &rs, true);
     let b = mk(&rs, to, false);
     let mut acc = Vec::new();
-    add_received(&mut acc, &a.received);
-    add_received(&mut acc, &b.received);
-    let two = (max_of(&acc), a.total() + b.total());
+    a.received.add_received_to(&mut acc);
+    b.received.add_received_to(&mut acc);
+    let two = (crate::predict::max_of(&acc), a.total() + b.total());
     let one = (direct.max(), direct.total());
     if two < one {
         vec![a, b]
@@ -484,14 +487,10 @@ pub(crate) fn emit_move(
     totals: &mut Totals,
     steps: &mut Vec<PlanStep>,
     opts: &PlanOptions,
+    memo: &MoveMemo,
 ) {
     let view = MoveView::new(&mv.shape, &mv.from, &mv.to, mv.sum, opts.procs);
-    let volume = totals.tally(
-        steps.len(),
-        std::slice::from_ref(&view),
-        opts.procs,
-        opts.per_rank,
-    );
+    let volume = totals.tally(std::slice::from_ref(&view), opts.procs, opts.per_rank, memo);
     steps.push(PlanStep::Redistribute {
         tensor,
         pattern: view.kind(volume.total),

@@ -2,8 +2,10 @@
 //! with the least predicted time (or words, or FLOPs) is kept. The planner itself is not
 //! touched: each candidate goes through [`crate::plan_tree`].
 
+use crate::driver::plan_tree_in;
+use crate::rank_words::MoveMemo;
 pub use crate::Objective;
-use crate::{plan_tree, Plan, PlanError, PlanOptions};
+use crate::{Plan, PlanError, PlanOptions};
 use deinsum_expr::ParsedEinsum;
 use rayon::prelude::*;
 
@@ -99,19 +101,31 @@ pub fn choose_within_budget(
 /// tree can do better from those layouts than from its own greedy start, and with it the
 /// prediction for `Anywhere` is never above the one for the layouts it picks.
 pub fn choose(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Choice, PlanError> {
-    let first = choose_trees(einsum, opts)?;
+    // Both rounds plan the same trees from nearby starts: many moves recur.
+    let memo = MoveMemo::default();
+    let first = choose_trees(einsum, opts, &memo)?;
     let n = einsum.num_inputs();
-    if !opts.any_anywhere(n) {
-        return Ok(first);
+    let mut chosen = if !opts.any_anywhere(n) {
+        first
+    } else {
+        match choose_trees(einsum, &opts.anywhere_as_loaded(&first.plan, n), &memo) {
+            Ok(again) if crate::driver::better(opts.objective, &again.plan, &first.plan) => again,
+            _ => first,
+        }
+    };
+    // Only the kept plan's memory is predicted (the candidates were planned without it).
+    if crate::predict::memory_deferrable(opts) {
+        crate::predict::complete_memory(&mut chosen.plan, opts, &memo);
     }
-    match choose_trees(einsum, &opts.anywhere_as_loaded(&first.plan, n)) {
-        Ok(again) if crate::driver::better(opts.objective, &again.plan, &first.plan) => Ok(again),
-        _ => Ok(first),
-    }
+    Ok(chosen)
 }
 
-/// [`choose`] over the candidate trees, each planned by [`plan_tree`].
-fn choose_trees(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Choice, PlanError> {
+/// [`choose`] over the candidate trees, each planned by [`crate::plan_tree`] (sharing `memo`).
+fn choose_trees(
+    einsum: &ParsedEinsum,
+    opts: &PlanOptions,
+    memo: &MoveMemo,
+) -> Result<Choice, PlanError> {
     if opts.procs == 0 {
         return Err(PlanError::ZeroProcs);
     }
@@ -124,7 +138,9 @@ fn choose_trees(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Choice, Pla
     let planned: Vec<Result<Plan, PlanError>> = deinsum_runtime::install(|| {
         trees
             .par_iter()
-            .map(|(_, info)| plan_tree(einsum, &info.tree, info.path.clone(), opts))
+            .map(|(_, info)| {
+                plan_tree_in(einsum, &info.tree, info.path.clone(), opts, (memo, true))
+            })
             .collect()
     });
     for ((origin, info), planned) in trees.into_iter().zip(planned) {

@@ -4,6 +4,7 @@
 
 use crate::overlap;
 use crate::planner::Planner;
+use crate::rank_words::MoveMemo;
 use crate::source;
 use crate::time;
 use crate::{Objective, Plan, PlanError, PlanOptions};
@@ -23,7 +24,10 @@ fn build_untimed(
     fusion: &Fusion,
     opts: &PlanOptions,
 ) -> Result<Plan, PlanError> {
-    with_least_budget(opts, |o| build_once(einsum, tree, path.clone(), fusion, o))
+    let memo = MoveMemo::default();
+    with_least_budget(opts, |o| {
+        build_once(einsum, tree, path.clone(), fusion, o, (&memo, false))
+    })
 }
 
 /// Which per-rank cap a budget error is about.
@@ -130,9 +134,10 @@ pub(crate) fn build_once(
     path: Vec<Vec<usize>>,
     fusion: &Fusion,
     opts: &PlanOptions,
+    memo: (&MoveMemo, bool),
 ) -> Result<Plan, PlanError> {
     let Some(s) = opts.mem.or(opts.mem_total) else {
-        return plan_groups(einsum, tree, path, fusion, opts, None).map_err(|(_, e)| e);
+        return plan_groups(einsum, tree, path, fusion, opts, None, memo).map_err(|(_, e)| e);
     };
     // Groups are chosen greedily; when a later group k finds no room under the budget, the
     // groups before it are planned again under a tighter budget `b`: cut by what k lacked,
@@ -143,7 +148,7 @@ pub(crate) fn build_once(
     let (mut k, mut cut) = (0, 0u64);
     for _ in 0..RETIGHTEN {
         let tight = (k > 0).then_some((k, b));
-        match plan_groups(einsum, tree, path.clone(), fusion, opts, tight) {
+        match plan_groups(einsum, tree, path.clone(), fusion, opts, tight, memo) {
             Ok(p) => return Ok(p),
             Err((gi, e)) => match Cap::of(&e) {
                 Some((_, needed)) if gi > 0 && gi >= k => {
@@ -163,7 +168,7 @@ pub(crate) fn build_once(
             break;
         }
     }
-    plan_groups(einsum, tree, path, fusion, opts, None).map_err(|(_, e)| e)
+    plan_groups(einsum, tree, path, fusion, opts, None, memo).map_err(|(_, e)| e)
 }
 
 /// The planner's stages over every group (those before `tight.0` under the budget
@@ -175,10 +180,12 @@ fn plan_groups(
     fusion: &Fusion,
     opts: &PlanOptions,
     tight: Option<(usize, u64)>,
+    (memo, defer_memory): (&MoveMemo, bool),
 ) -> Result<Plan, (usize, PlanError)> {
     let n = fusion.groups.len();
-    let mut planner = Planner::new(einsum, tree, opts).map_err(|e| (0, e))?;
+    let mut planner = Planner::new(einsum, tree, opts, memo).map_err(|e| (0, e))?;
     planner.tight = tight;
+    planner.defer_memory = defer_memory;
     for (gi, group) in fusion.groups.iter().enumerate() {
         planner
             .plan_group(gi, group, gi + 1 == n)
@@ -187,7 +194,7 @@ fn plan_groups(
     // The overlap post-pass: its one call site (a plan in, the same plan pipelined out).
     planner
         .finish(path)
-        .map(|plan| overlap::apply(plan, opts))
+        .map(|plan| overlap::apply_in(plan, opts, defer_memory))
         .map_err(|e| (n, e))
 }
 
@@ -218,6 +225,19 @@ pub fn plan_tree(
     path: Vec<Vec<usize>>,
     opts: &PlanOptions,
 ) -> Result<Plan, PlanError> {
+    plan_tree_in(einsum, tree, path, opts, (&MoveMemo::default(), false))
+}
+
+/// [`plan_tree`] sharing the per-rank words of moves with the other trees of a choice
+/// (`memo.0`); with `memo.1` and no cap, the plan's memory prediction is left to the caller
+/// ([`crate::predict::complete_memory`]): candidates are compared on seconds and words.
+pub(crate) fn plan_tree_in(
+    einsum: &ParsedEinsum,
+    tree: &ContractionTree,
+    path: Vec<Vec<usize>>,
+    opts: &PlanOptions,
+    memo: (&MoveMemo, bool),
+) -> Result<Plan, PlanError> {
     if tree.has_multi_operand_step() {
         return Err(PlanError::MultiOperandStep {
             limit: opts.path.memory_limit.unwrap_or(0),
@@ -231,7 +251,7 @@ pub fn plan_tree(
     let fusion = deinsum_soap::analyze(tree, analysis_memory(einsum, opts))?;
     // One pass: `build` searches the least budget around the whole choice.
     let planned = |o: &PlanOptions| {
-        build_once(einsum, tree, path.clone(), &fusion, o).map(|mut plan| {
+        build_once(einsum, tree, path.clone(), &fusion, o, memo).map(|mut plan| {
             time::annotate(&mut plan, &o.machine);
             plan
         })

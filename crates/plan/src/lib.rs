@@ -685,6 +685,7 @@ pub mod overlap;
 mod per_rank;
 mod planner;
 mod predict;
+mod rank_words;
 pub use builder::{canonical_distribution, reduced_distribution, MIN_CANONICAL_BLOCK};
 pub use driver::{analysis_memory, build_from, plan_tree};
 pub use entry::{build, build_flops};

@@ -318,10 +318,23 @@ fn block_len(ranges: &[(usize, usize)], window: &[Window]) -> u64 {
 }
 
 impl MemoryModel {
-    /// Takes the message buffer words per rank (sent plus received, indexed by rank) of
-    /// step `step` as already counted, instead of deriving them again.
-    pub(crate) fn set_buffers(&mut self, step: usize, words: Vec<u64>) {
-        self.buffers.insert(step, words);
+    /// Takes the message buffer words of every step that moves and has none set from `memo`
+    /// (each move's words swept once per choice) instead of sweeping them again.
+    pub(crate) fn buffers_from(&mut self, memo: &crate::rank_words::MoveMemo) {
+        for h in &self.held {
+            if h.moves.is_empty() || self.buffers.contains_key(&h.step) {
+                continue;
+            }
+            let mut words: Vec<u64> = Vec::new();
+            for m in &h.moves {
+                let w = memo.words(m);
+                if words.len() < w.len() {
+                    words.resize(w.len(), 0);
+                }
+                w.for_each(|r, s, x| words[r] += s + x);
+            }
+            self.buffers.insert(h.step, words);
+        }
     }
 }
 

@@ -60,6 +60,18 @@ fn meeting(parts: &[Piece], (s, e): (usize, usize)) -> &[Piece] {
     &parts[lo..hi.max(lo)]
 }
 
+/// Whether `parts` (sorted, disjoint, nonempty) cover `[0, n)` without a gap.
+fn tiles(parts: &[Piece], n: usize) -> bool {
+    let mut at = 0;
+    for p in parts {
+        if p.start != at {
+            return false;
+        }
+        at = p.end;
+    }
+    at == n
+}
+
 /// Length of the overlap of two half-open ranges.
 fn overlap((a, b): (usize, usize), (c, d): (usize, usize)) -> u64 {
     b.min(d).saturating_sub(a.max(c)) as u64
@@ -290,6 +302,9 @@ pub struct MoveView {
     src_parts: Vec<Vec<Piece>>,
     /// Target partition per tensor index, cut to the target's windows (empty cuts dropped).
     dst_parts: Vec<Vec<Piece>>,
+    /// Per index, whether its target pieces tile `[0, n)` (no window cuts it): the words of a
+    /// source range that target blocks take are then its length, without a search.
+    dst_tiles: Vec<bool>,
     /// Source grid dims whose coordinates pick a partial replica (only with `sum`).
     partial_dims: Vec<usize>,
     /// Source grid dims whose coordinates only pick a replica of the same data.
@@ -405,6 +420,11 @@ impl MoveView {
             sum,
             sent_table: std::sync::OnceLock::new(),
             src_parts,
+            dst_tiles: dst_parts
+                .iter()
+                .zip(shape)
+                .map(|(p, &n)| tiles(p, n))
+                .collect(),
             dst_parts,
             partial_dims,
             replica_dims,
@@ -469,9 +489,18 @@ impl MoveView {
 
     /// Calls `f(rank, sent, received)` for each rank of `0..n` in order: [`Self::words_per_rank`]
     /// without holding the list (a rank's words are used once, by the running totals).
-    pub(crate) fn words_each(&self, n: usize, mut f: impl FnMut(usize, u64, u64)) {
+    pub(crate) fn words_each(&self, n: usize, f: impl FnMut(usize, u64, u64)) {
+        self.words_in(0..n, f)
+    }
+
+    /// [`Self::words_each`] over the ranks of `ranks` (a part of a sweep over all of them).
+    pub(crate) fn words_in(
+        &self,
+        ranks: std::ops::Range<usize>,
+        mut f: impl FnMut(usize, u64, u64),
+    ) {
         let (mut last, mut memo) = ((0, 0), SentMemo::sweep());
-        self.sweep(n, |r, sb, tb, same| {
+        self.sweep_range(ranks, |r, sb, tb, same| {
             // Equal blocks send and receive alike unless senders are picked per rank.
             if !(same && self.one_holder) {
                 last = self.words_with(r, sb, tb, &mut memo);
@@ -529,7 +558,12 @@ impl MoveView {
             cover.resize(sb.len(), ((0, 0), 0));
         }
         let mut words = 1u64;
-        for ((&r, parts), c) in sb.iter().zip(&self.dst_parts).zip(cover.iter_mut()) {
+        let tiled = sb.iter().zip(&self.dst_parts).zip(&self.dst_tiles);
+        for (((&r, parts), &tiles), c) in tiled.zip(cover.iter_mut()) {
+            if tiles {
+                words *= r.1.saturating_sub(r.0) as u64;
+                continue;
+            }
             if c.0 != r {
                 let w = meeting(parts, r)
                     .iter()
@@ -549,15 +583,44 @@ impl MoveView {
     /// for all ranks where asking each sender ([`Self::sends`]) costs O(P) per rank.
     fn sent_table(&self) -> &[u64] {
         self.sent_table.get_or_init(|| {
+            // What [`Self::receives`] lists for each target, counted without building the
+            // transfers (one box per sender and piece: its words are the overlaps' product).
             let mut sent = vec![0u64; self.src_size];
+            let fg = &self.from.grid;
+            let mut coords = vec![0usize; fg.dims.len()];
+            let mut lists: Vec<&[Piece]> = Vec::with_capacity(self.shape.len());
             for d in 0..self.dst_size {
-                for t in self.receives(d) {
-                    if t.src != d {
-                        if let Some(s) = sent.get_mut(t.src) {
-                            *s += t.boxes.iter().map(Block::len).sum::<u64>();
+                let Some(tb) = ranges_of(&self.to, d, &self.shape) else {
+                    continue;
+                };
+                if tb.iter().any(|&(s, e)| s >= e) {
+                    continue;
+                }
+                lists.clear();
+                lists.extend(self.src_parts.iter().zip(&tb).map(|(p, &r)| meeting(p, r)));
+                odometer(&lists, |pos| {
+                    let mut words = 1u64;
+                    for (v, list) in lists.iter().enumerate() {
+                        let iv = &list[pos[v]];
+                        words *= overlap((iv.start, iv.end), tb[v]);
+                        for (k, &g) in self.from.split[v].iter().enumerate() {
+                            coords[g] = iv.coords[k];
                         }
                     }
-                }
+                    for q in 0..self.partial_count {
+                        let mut r = q;
+                        for &g in self.partial_dims.iter().rev() {
+                            coords[g] = r % fg.dims[g].size;
+                            r /= fg.dims[g].size;
+                        }
+                        let src = self.pick(d, &mut coords);
+                        if src != d {
+                            if let Some(s) = sent.get_mut(src) {
+                                *s += words;
+                            }
+                        }
+                    }
+                });
             }
             sent
         })
@@ -579,19 +642,41 @@ impl MoveView {
         out
     }
 
-    /// Words received by each rank of the target grid (`0..` its size, zeros included),
-    /// dense: [`Self::received`] at half its memory, for the planner's scoring, which adds
-    /// the moves of a candidate rank by rank.
-    pub(crate) fn received_dense(&self) -> Vec<u64> {
-        let mut out = Vec::with_capacity(self.dst_size);
+    /// Calls `f(received)` for each rank of `ranks` (within the target grid) in order: the
+    /// words [`Self::received`] lists, for the planner's scoring, which adds the moves of a
+    /// candidate rank by rank.
+    pub(crate) fn received_in(&self, ranks: std::ops::Range<usize>, mut f: impl FnMut(u64)) {
         let mut last = 0;
-        self.sweep(self.dst_size, |_, sb, tb, same| {
+        self.sweep_range(ranks, |_, sb, tb, same| {
             if !same {
                 last = self.received_with(sb, tb);
             }
-            out.push(last);
+            f(last);
         });
-        out
+    }
+
+    /// Whether each piece has one holder, so a rank's sent words are closed form (with
+    /// replicas they come from every target's receives).
+    pub(crate) fn sends_in_closed_form(&self) -> bool {
+        self.one_holder
+    }
+
+    /// Ranks of the target grid within P (every later rank receives nothing).
+    pub(crate) fn dst_ranks(&self) -> usize {
+        self.dst_size
+    }
+
+    /// What the move's words depend on: the shape, both distributions, whether partial sums
+    /// are reduced, and the ranks of both grids within P.
+    pub(crate) fn identity(&self) -> (&[usize], &Distribution, &Distribution, bool, usize, usize) {
+        (
+            &self.shape,
+            &self.from,
+            &self.to,
+            self.sum,
+            self.src_size,
+            self.dst_size,
+        )
     }
 
     /// Words a rank with source block `sb` and target block `tb` receives.

@@ -63,10 +63,16 @@ impl Default for Chunking {
 /// itself unless `opts.overlap` and the machine can move words while its ranks compute
 /// ([`crate::Machine::copies_hide`]).
 pub fn apply(plan: Plan, opts: &PlanOptions) -> Plan {
+    apply_in(plan, opts, false)
+}
+
+/// [`apply`]; with `defer_memory`, a rewritten plan's memory prediction is left for later
+/// as the planner's `finish` left it ([`crate::predict::complete_memory`]).
+pub(crate) fn apply_in(plan: Plan, opts: &PlanOptions, defer_memory: bool) -> Plan {
     if !opts.overlap || !opts.machine.copies_hide(opts.procs) {
         return plan;
     }
-    pipeline(plan, opts, &Chunking::DEFAULT)
+    pipeline_in(plan, opts, &Chunking::DEFAULT, defer_memory)
 }
 
 /// Pipelines every group of `plan` that can be: phased groups get prefetches, groups computed
@@ -74,6 +80,11 @@ pub fn apply(plan: Plan, opts: &PlanOptions) -> Plan {
 /// above the budget `opts.mem` (or, with buffers, `opts.mem_total`) is not made. When nothing is rewritten, `plan` comes back
 /// unchanged, byte for byte.
 pub fn pipeline(plan: Plan, opts: &PlanOptions, rule: &Chunking) -> Plan {
+    pipeline_in(plan, opts, rule, false)
+}
+
+/// [`pipeline`], the memory prediction deferred with `defer_memory` (as [`apply_in`]).
+fn pipeline_in(plan: Plan, opts: &PlanOptions, rule: &Chunking, defer_memory: bool) -> Plan {
     let mut plan = plan;
     let mut changed = false;
     for gi in 0..plan.groups.len() {
@@ -99,7 +110,7 @@ pub fn pipeline(plan: Plan, opts: &PlanOptions, rule: &Chunking) -> Plan {
         changed = true;
     }
     if changed {
-        refresh_prediction(&mut plan, opts);
+        refresh_prediction(&mut plan, opts, defer_memory);
     }
     plan
 }
@@ -407,7 +418,7 @@ fn max_peaks(plan: &Plan) -> (u64, u64) {
 
 /// Recomputes the plan's predicted words, peaks and bounds from its steps through the planner's
 /// own prediction (the per-rank I/O is unchanged: the groups' distributions are).
-fn refresh_prediction(plan: &mut Plan, opts: &PlanOptions) {
+fn refresh_prediction(plan: &mut Plan, opts: &PlanOptions, defer_memory: bool) {
     let procs = plan.procs;
     let (mut received, mut sent) = (vec![0u64; procs], vec![0u64; procs]);
     for i in 0..plan.steps.len() {
@@ -420,8 +431,12 @@ fn refresh_prediction(plan: &mut Plan, opts: &PlanOptions) {
             received[r] += w;
         }
     }
-    let peaks = memory(plan).peaks(opts.per_rank);
     let words = (&received[..], &sent[..]);
+    if defer_memory && crate::predict::memory_deferrable(opts) {
+        crate::predict::set_words(&mut plan.prediction, words, opts);
+        return;
+    }
+    let peaks = memory(plan).peaks(opts.per_rank);
     set_prediction(
         &mut plan.prediction,
         &mut plan.groups,

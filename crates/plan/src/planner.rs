@@ -3,15 +3,16 @@
 //! steps, and at the end the predictions. [`Planner`] carries what the stages share.
 
 use crate::builder::{
-    add_received, current, emit_move, phased_dim, plan_move, reduced_distribution, replicas_of,
-    resting_for, shape_of, start_of, windowed, Candidate, Move, State, Totals, EXACT_CANDIDATES,
-    EXACT_MAX_GRID,
+    current, emit_move, phased_dim, plan_move, reduced_distribution, replicas_of, resting_for,
+    shape_of, start_of, windowed, Candidate, Move, State, Totals, EXACT_CANDIDATES, EXACT_MAX_GRID,
 };
 use crate::busiest_len;
 use crate::grids;
 use crate::memory::MemoryModel;
+use crate::memory::Peaks;
 use crate::moves::{block_len, ranges_of, MoveView};
-use crate::predict::{max_of, set_prediction, touched};
+use crate::predict::{max_of, set_prediction, set_words, touched};
+use crate::rank_words::MoveMemo;
 use crate::{
     Distribution, Fetch, Grid, GridDim, GroupPlan, Phases, Plan, PlanError, PlanOptions, PlanStep,
     Prediction, Tensor, TensorId, TensorKind, PLAN_VERSION,
@@ -122,6 +123,8 @@ pub(crate) struct Planner<'a> {
     einsum: &'a ParsedEinsum,
     tree: &'a ContractionTree,
     opts: &'a PlanOptions,
+    /// Per-rank words of the moves already swept in this choice.
+    memo: &'a MoveMemo,
     tensors: Vec<Tensor>,
     state: BTreeMap<TensorId, State>,
     steps: Vec<PlanStep>,
@@ -131,6 +134,9 @@ pub(crate) struct Planner<'a> {
     /// Groups before `.0` are planned under the tighter budget `.1` (room left for later
     /// groups that found none).
     pub(crate) tight: Option<(usize, u64)>,
+    /// Leave the memory part of the prediction (peaks, touched words, bounds) to whoever
+    /// keeps the plan ([`crate::predict::complete_memory`]) when no cap needs the peaks.
+    pub(crate) defer_memory: bool,
 }
 
 impl<'a> Planner<'a> {
@@ -139,6 +145,7 @@ impl<'a> Planner<'a> {
         einsum: &'a ParsedEinsum,
         tree: &'a ContractionTree,
         opts: &'a PlanOptions,
+        memo: &'a MoveMemo,
     ) -> Result<Self, PlanError> {
         if opts.procs == 0 {
             return Err(PlanError::ZeroProcs);
@@ -173,6 +180,7 @@ impl<'a> Planner<'a> {
             einsum,
             tree,
             opts,
+            memo,
             tensors,
             state: (0..n_in).map(|k| (k, State::Unloaded)).collect(),
             steps: Vec::new(),
@@ -180,6 +188,7 @@ impl<'a> Planner<'a> {
             totals: Totals::default(),
             idle_reasons: Vec::new(),
             tight: None,
+            defer_memory: false,
         })
     }
 
@@ -377,8 +386,8 @@ impl<'a> Planner<'a> {
             let (out_id, od) = (gp.output.0, &gp.output.1);
             let oshape = shape_of(&g.out_idx, self.einsum.extents());
             let final_dist = reduced_distribution(od, &oshape);
-            for mv in plan_move(&oshape, od, &final_dist, procs) {
-                emit_move(out_id, mv, &mut totals, &mut steps, self.opts);
+            for mv in plan_move(&oshape, od, &final_dist, procs, self.memo) {
+                emit_move(out_id, mv, &mut totals, &mut steps, self.opts, self.memo);
             }
         }
         let mut memory = MemoryModel::new(
@@ -388,9 +397,7 @@ impl<'a> Planner<'a> {
             self.tree,
             procs,
         );
-        for (step, words) in totals.buffers {
-            memory.set_buffers(step, words);
-        }
+        memory.buffers_from(self.memo);
         let p = memory.peaks(false);
         (p.max, p.max_with_buffers)
     }
@@ -681,7 +688,7 @@ impl<'a> Planner<'a> {
                 let shape = shape_of(&a.indices, self.einsum.extents());
                 let target = resting_for(&grid, g.gidx, &a.indices, c.phases);
                 let from = current(&self.state, &self.tensors, self.opts, a.node, &target);
-                plan_move(&shape, &from, &target, self.opts.procs)
+                plan_move(&shape, &from, &target, self.opts.procs, self.memo)
             })
             .collect()
     }
@@ -696,7 +703,7 @@ impl<'a> Planner<'a> {
         let moves = self.input_moves(g, c);
         for (a, m) in g.group.inputs.iter().zip(&moves) {
             for mv in m {
-                add_received(&mut acc, &mv.received);
+                mv.received.add_received_to(&mut acc);
                 total += mv.total();
             }
             if let (Some(k), Some((_, t))) = (phased_dim(c.phases, g.gidx, &a.indices), c.phases) {
@@ -705,9 +712,11 @@ impl<'a> Planner<'a> {
                 let whole = g.dist(&grid, &a.indices, false);
                 for part in 0..t {
                     let w = windowed(&whole, k, t, part);
-                    let v = MoveView::new(&shape, &target, &w, false, procs).received_dense();
-                    add_received(&mut acc, &v);
-                    total += v.iter().sum::<u64>();
+                    let v = self
+                        .memo
+                        .received(&MoveView::new(&shape, &target, &w, false, procs));
+                    v.add_received_to(&mut acc);
+                    total += v.total_received;
                 }
             }
         }
@@ -716,8 +725,8 @@ impl<'a> Planner<'a> {
         if od.is_partial() {
             let oshape = shape_of(&g.out_idx, ext);
             let rd = reduced_distribution(&od, &oshape);
-            for mv in plan_move(&oshape, &od, &rd, procs) {
-                add_received(&mut acc, &mv.received);
+            for mv in plan_move(&oshape, &od, &rd, procs, self.memo) {
+                mv.received.add_received_to(&mut acc);
                 total += mv.total();
             }
         }
@@ -840,7 +849,7 @@ impl<'a> Planner<'a> {
                 });
             }
             for mv in m {
-                emit_move(a.node, mv, totals, steps, self.opts);
+                emit_move(a.node, mv, totals, steps, self.opts, self.memo);
             }
             if target != whole {
                 resting.push((a.node, target));
@@ -851,7 +860,7 @@ impl<'a> Planner<'a> {
             None => steps.push(PlanStep::Compute { group: gid }),
             Some(_) => {
                 for &part in parts {
-                    let step = self.phase_step(g, c, grid, &inputs, part, gid, steps.len(), totals);
+                    let step = self.phase_step(g, c, grid, &inputs, part, gid, totals);
                     steps.push(step);
                 }
             }
@@ -913,7 +922,7 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// One phase of a phased compute (step `step` of the plan): the windows every rank
+    /// One phase of a phased compute: the windows every rank
     /// fetches, then the compute.
     #[allow(clippy::too_many_arguments)]
     fn phase_step(
@@ -924,7 +933,6 @@ impl<'a> Planner<'a> {
         inputs: &[(TensorId, Distribution)],
         part: usize,
         gid: usize,
-        step: usize,
         totals: &mut Totals,
     ) -> PlanStep {
         let procs = self.opts.procs;
@@ -941,7 +949,7 @@ impl<'a> Planner<'a> {
             views.push(MoveView::new(&shape, &rest, &w, false, procs));
             fetch.push((a.node, rest, w));
         }
-        let (each, volume) = totals.tally_each(step, &views, procs, self.opts.per_rank);
+        let (each, volume) = totals.tally_each(&views, procs, self.opts.per_rank, self.memo);
         let fetch = fetch
             .into_iter()
             .zip(each)
@@ -978,16 +986,31 @@ impl<'a> Planner<'a> {
             self.einsum.extents(),
         );
         let final_dist = reduced_distribution(&out_dist, &oshape);
-        for mv in plan_move(&oshape, &out_dist, &final_dist, procs) {
-            emit_move(out_id, mv, &mut self.totals, &mut self.steps, opts);
+        for mv in plan_move(&oshape, &out_dist, &final_dist, procs, self.memo) {
+            emit_move(
+                out_id,
+                mv,
+                &mut self.totals,
+                &mut self.steps,
+                opts,
+                self.memo,
+            );
         }
-        let touched_per_rank = touched(&self.groups, &self.tensors, procs);
+        // Candidates are compared on seconds and words: without caps the peaks wait.
+        let defer = self.defer_memory && crate::predict::memory_deferrable(opts);
+        let touched_per_rank = match defer {
+            true => 0,
+            false => touched(&self.groups, &self.tensors, procs),
+        };
         let mut memory = MemoryModel::new(&self.steps, &self.tensors, &self.groups, tree, procs);
-        for (step, words) in std::mem::take(&mut self.totals.buffers) {
-            memory.set_buffers(step, words);
+        if !defer {
+            memory.buffers_from(self.memo);
         }
         let ranks_used = memory.ranks_used;
-        let peaks = memory.peaks(opts.per_rank);
+        let peaks = match defer {
+            true => Peaks::default(),
+            false => memory.peaks(opts.per_rank),
+        };
         let (max_peak, max_peak_buf) = (peaks.max, peaks.max_with_buffers);
         if let Some(s) = opts.mem.filter(|&s| max_peak > s) {
             return Err(PlanError::MemoryTooSmall {
@@ -1026,7 +1049,10 @@ impl<'a> Planner<'a> {
             ..Prediction::default()
         };
         let words = (&self.totals.received[..], &self.totals.sent[..]);
-        set_prediction(&mut prediction, &mut self.groups, words, peaks, procs, opts);
+        match defer {
+            true => set_words(&mut prediction, words, opts),
+            false => set_prediction(&mut prediction, &mut self.groups, words, peaks, procs, opts),
+        }
         Ok(Plan {
             version: PLAN_VERSION,
             expression,
@@ -1470,7 +1496,8 @@ mod tests {
         for info in &trees {
             let fusion = deinsum_soap::analyze(&info.tree, crate::analysis_memory(&einsum, &opts))
                 .expect("fusion");
-            let mut planner = Planner::new(&einsum, &info.tree, &opts).expect("planner");
+            let memo = MoveMemo::default();
+            let mut planner = Planner::new(&einsum, &info.tree, &opts, &memo).expect("planner");
             let n = fusion.groups.len();
             for (gi, group) in fusion.groups.iter().enumerate() {
                 let g = planner.group_ctx(gi, group).expect("group");

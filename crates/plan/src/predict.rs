@@ -67,18 +67,39 @@ pub(crate) fn per_rank(dense: &[u64], wanted: bool) -> PerRank {
 pub(crate) fn set_prediction(
     pr: &mut Prediction,
     groups: &mut [GroupPlan],
+    words: (&[u64], &[u64]),
+    peaks: Peaks,
+    procs: usize,
+    opts: &PlanOptions,
+) {
+    set_words(pr, words, opts);
+    set_memory(pr, groups, peaks, procs, opts);
+}
+
+/// The words part of [`set_prediction`]: totals and maxima of `received` and `sent` per rank.
+pub(crate) fn set_words(
+    pr: &mut Prediction,
     (received, sent): (&[u64], &[u64]),
+    opts: &PlanOptions,
+) {
+    pr.max_per_rank = max_of(received);
+    pr.total = received.iter().sum();
+    pr.max_sent_per_rank = max_of(sent);
+    pr.received = per_rank(received, opts.per_rank);
+    pr.sent = per_rank(sent, opts.per_rank);
+}
+
+/// The memory part of [`set_prediction`]: the peaks, the groups' SOAP bounds and the ratio
+/// of `pr.touched_per_rank` to the plan's bound.
+pub(crate) fn set_memory(
+    pr: &mut Prediction,
+    groups: &mut [GroupPlan],
     peaks: Peaks,
     procs: usize,
     opts: &PlanOptions,
 ) {
     let s_bound = opts.mem.map_or((peaks.max as f64).max(1.0), |s| s as f64);
     let bound_per_rank = set_bounds(groups, procs, s_bound);
-    pr.max_per_rank = max_of(received);
-    pr.total = received.iter().sum();
-    pr.max_sent_per_rank = max_of(sent);
-    pr.received = per_rank(received, opts.per_rank);
-    pr.sent = per_rank(sent, opts.per_rank);
     pr.peak_memory = PerRank::from_dense(peaks.per_rank);
     pr.max_peak_memory = peaks.max;
     pr.peak_memory_with_buffers = PerRank::from_dense(peaks.per_rank_with_buffers);
@@ -89,6 +110,35 @@ pub(crate) fn set_prediction(
     } else {
         f64::NAN
     };
+}
+
+/// Whether a plan under `opts` may leave its memory prediction for later: no cap asks for
+/// the peaks while planning.
+pub(crate) fn memory_deferrable(opts: &PlanOptions) -> bool {
+    opts.mem.is_none() && opts.mem_total.is_none()
+}
+
+/// Completes the prediction of a plan whose memory part was deferred ([`crate::planner`]'s
+/// `finish` without caps, for candidates compared on seconds and words alone): the words
+/// each rank touches, the memory peaks over its steps (the message buffers derived from its
+/// moves, from `memo`, as the planner counted them), the SOAP bounds and the ratio.
+pub(crate) fn complete_memory(
+    plan: &mut crate::Plan,
+    opts: &PlanOptions,
+    memo: &crate::rank_words::MoveMemo,
+) {
+    let procs = plan.procs;
+    plan.prediction.touched_per_rank = touched(&plan.groups, &plan.tensors, procs);
+    let mut memory = crate::memory::MemoryModel::new(
+        &plan.steps,
+        &plan.tensors,
+        &plan.groups,
+        &plan.tree,
+        procs,
+    );
+    memory.buffers_from(memo);
+    let peaks = memory.peaks(opts.per_rank);
+    set_memory(&mut plan.prediction, &mut plan.groups, peaks, procs, opts);
 }
 
 /// The largest of `acc`, 0 when empty.

@@ -1,0 +1,261 @@
+//! Per-rank words of a move, swept once per planning choice: [`RankWords`] holds each rank's
+//! `(sent, received)` compactly (a palette of the distinct pairs and one small index per
+//! rank), and [`MoveMemo`] keeps them by move, so the candidate trees of one choice (and the
+//! scoring, the emission and the memory model of each) that meet the same move share one
+//! O(P) sweep instead of repeating it: at a million ranks the sweeps are the planning time.
+
+use crate::moves::MoveView;
+use crate::Distribution;
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+/// Ranks one task sweeps when a move's ranks are swept on all cores (a sweep of a million
+/// ranks is split so that the last tree planned does not finish on one core alone).
+const CHUNK: usize = 1 << 16;
+
+/// `sweep` over `0..n` in chunks of [`CHUNK`] ranks on the process's pool, the words of each
+/// chunk in rank order.
+fn swept(
+    n: usize,
+    sweep: impl Fn(Range<usize>, &mut Vec<(u64, u64)>) + Sync,
+) -> Vec<Vec<(u64, u64)>> {
+    let chunks: Vec<Range<usize>> = (0..n)
+        .step_by(CHUNK)
+        .map(|lo| lo..(lo + CHUNK).min(n))
+        .collect();
+    deinsum_runtime::install(|| {
+        chunks
+            .into_par_iter()
+            .map(|r| {
+                let mut out = Vec::with_capacity(r.len());
+                sweep(r, &mut out);
+                out
+            })
+            .collect()
+    })
+}
+
+/// The palette index of each rank, in the narrowest integer the palette's size allows.
+#[derive(Debug)]
+enum PaletteIndex {
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+}
+
+impl PaletteIndex {
+    fn push(&mut self, i: usize) {
+        match self {
+            PaletteIndex::U8(v) if i <= u8::MAX as usize => v.push(i as u8),
+            PaletteIndex::U16(v) if i <= u16::MAX as usize => v.push(i as u16),
+            PaletteIndex::U32(v) => v.push(i as u32),
+            PaletteIndex::U8(v) => {
+                *self = PaletteIndex::U16(v.iter().map(|&x| x as u16).collect());
+                self.push(i);
+            }
+            PaletteIndex::U16(v) => {
+                *self = PaletteIndex::U32(v.iter().map(|&x| x as u32).collect());
+                self.push(i);
+            }
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            PaletteIndex::U8(v) => v.len(),
+            PaletteIndex::U16(v) => 2 * v.len(),
+            PaletteIndex::U32(v) => 4 * v.len(),
+        }
+    }
+}
+
+/// Words sent and received by each rank of `0..len` in one move (ranks past `len` move
+/// nothing), with the received maximum and total.
+#[derive(Debug)]
+pub(crate) struct RankWords {
+    /// The distinct `(sent, received)` pairs.
+    palette: Vec<(u64, u64)>,
+    index: PaletteIndex,
+    /// Whether `sent` was counted (a scoring sweep counts only what is received: sent is 0).
+    has_sent: bool,
+    /// Largest words received by one rank.
+    pub(crate) max_received: u64,
+    /// Largest words sent by one rank (0 unless sent was counted).
+    pub(crate) max_sent: u64,
+    /// Words received over all ranks.
+    pub(crate) total_received: u64,
+}
+
+/// Builds a [`RankWords`] rank by rank.
+struct Builder {
+    words: RankWords,
+    /// Palette position of each pair (beyond the last one, which is checked first).
+    pos: HashMap<(u64, u64), usize>,
+    last: Option<((u64, u64), usize)>,
+}
+
+impl Builder {
+    fn new(has_sent: bool, ranks: usize) -> Builder {
+        Builder {
+            words: RankWords {
+                palette: Vec::new(),
+                index: PaletteIndex::U8(Vec::with_capacity(ranks)),
+                has_sent,
+                max_received: 0,
+                max_sent: 0,
+                total_received: 0,
+            },
+            pos: HashMap::new(),
+            last: None,
+        }
+    }
+
+    /// Appends the next rank's words.
+    fn push(&mut self, pair: (u64, u64)) {
+        let w = &mut self.words;
+        w.max_sent = w.max_sent.max(pair.0);
+        w.max_received = w.max_received.max(pair.1);
+        w.total_received += pair.1;
+        let i = match self.last {
+            Some((p, i)) if p == pair => i,
+            _ => {
+                let next = w.palette.len();
+                let i = *self.pos.entry(pair).or_insert(next);
+                if i == next {
+                    w.palette.push(pair);
+                }
+                self.last = Some((pair, i));
+                i
+            }
+        };
+        w.index.push(i);
+    }
+}
+
+impl RankWords {
+    /// The received words of every rank of `view`'s target grid (sent not counted).
+    pub(crate) fn received_of(view: &MoveView) -> RankWords {
+        let n = view.dst_ranks();
+        let mut b = Builder::new(false, n);
+        let parts = swept(n, |r, out| view.received_in(r, |w| out.push((0, w))));
+        parts.into_iter().flatten().for_each(|p| b.push(p));
+        b.words
+    }
+
+    /// The sent and received words of every rank that takes part in `view`.
+    pub(crate) fn words_of(view: &MoveView) -> RankWords {
+        let n = view.ranks();
+        let mut b = Builder::new(true, n);
+        let parts = swept(n, |r, out| view.words_in(r, |_, s, w| out.push((s, w))));
+        parts.into_iter().flatten().for_each(|p| b.push(p));
+        b.words
+    }
+
+    /// Ranks counted (every rank past them moves nothing).
+    pub(crate) fn len(&self) -> usize {
+        match &self.index {
+            PaletteIndex::U8(v) => v.len(),
+            PaletteIndex::U16(v) => v.len(),
+            PaletteIndex::U32(v) => v.len(),
+        }
+    }
+
+    /// Calls `f(rank, sent, received)` for each counted rank in order.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(usize, u64, u64)) {
+        let p = &self.palette;
+        match &self.index {
+            PaletteIndex::U8(v) => v.iter().enumerate().for_each(|(r, &i)| {
+                let (s, w) = p[i as usize];
+                f(r, s, w)
+            }),
+            PaletteIndex::U16(v) => v.iter().enumerate().for_each(|(r, &i)| {
+                let (s, w) = p[i as usize];
+                f(r, s, w)
+            }),
+            PaletteIndex::U32(v) => v.iter().enumerate().for_each(|(r, &i)| {
+                let (s, w) = p[i as usize];
+                f(r, s, w)
+            }),
+        }
+    }
+
+    /// Adds each rank's received words into the dense per-rank `acc` (grown as needed).
+    pub(crate) fn add_received_to(&self, acc: &mut Vec<u64>) {
+        if acc.len() < self.len() {
+            acc.resize(self.len(), 0);
+        }
+        self.for_each(|r, _, w| acc[r] += w);
+    }
+
+    fn bytes(&self) -> usize {
+        self.index.bytes() + 16 * self.palette.len()
+    }
+}
+
+/// What identifies a move's per-rank words: the tensor's shape, both distributions, whether
+/// partial sums are reduced, and the ranks of the two grids within P.
+type MoveKey = (Vec<usize>, Distribution, Distribution, bool, usize, usize);
+
+/// Most bytes of per-rank words one [`MoveMemo`] keeps; moves past it are swept each time.
+const MEMO_BYTES: usize = 96 << 20;
+
+/// The per-rank words of the moves met while planning one choice (shared by its trees,
+/// which are planned on several threads): a move's words are a function of the move alone,
+/// so a second use takes them from here.
+#[derive(Default)]
+pub(crate) struct MoveMemo {
+    entries: Mutex<(HashMap<MoveKey, Arc<RankWords>>, usize)>,
+}
+
+impl MoveMemo {
+    /// `view`'s received words per rank (with or without its sent words: they are counted
+    /// too when they cost little beside the sweep, so that emitting the move later finds them).
+    pub(crate) fn received(&self, view: &MoveView) -> Arc<RankWords> {
+        self.get(view, false).unwrap_or_else(|| {
+            let words = match view.sends_in_closed_form() {
+                true => RankWords::words_of(view),
+                false => RankWords::received_of(view),
+            };
+            self.put(view, words)
+        })
+    }
+
+    /// `view`'s sent and received words per rank.
+    pub(crate) fn words(&self, view: &MoveView) -> Arc<RankWords> {
+        self.get(view, true)
+            .unwrap_or_else(|| self.put(view, RankWords::words_of(view)))
+    }
+
+    fn get(&self, view: &MoveView, sent: bool) -> Option<Arc<RankWords>> {
+        let e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        e.0.get(&view.key())
+            .filter(|w| w.has_sent || !sent)
+            .cloned()
+    }
+
+    /// Keeps `words` (replacing a received-only entry) unless the memo is full.
+    fn put(&self, view: &MoveView, words: RankWords) -> Arc<RankWords> {
+        let words = Arc::new(words);
+        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let key = view.key();
+        if let Some(kept) = e.0.get(&key).filter(|w| w.has_sent || !words.has_sent) {
+            return kept.clone();
+        }
+        let old = e.0.get(&key).map_or(0, |w| w.bytes());
+        if e.1 - old + words.bytes() <= MEMO_BYTES {
+            e.1 = e.1 - old + words.bytes();
+            e.0.insert(key, words.clone());
+        }
+        words
+    }
+}
+
+impl MoveView {
+    /// The key of this move in a [`MoveMemo`].
+    fn key(&self) -> MoveKey {
+        let (shape, from, to, sum, src, dst) = self.identity();
+        (shape.to_vec(), from.clone(), to.clone(), sum, src, dst)
+    }
+}
