@@ -5,6 +5,7 @@
 # shared VM the machine's speed drifts from one minute to the next, so a row pairs each round's
 # prediction with that round's measurement and reports the median over rounds.
 # Usage: crates/deinsum/benches/predicted.sh [--quick]
+# Writes PREDICTED.md, or PREDICTED-quick.md after `calibrate --quick` rounds.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
@@ -25,6 +26,11 @@ kernels=(
   "CP fit|ia,ja,ka,ijk->i|--sizes i=128,j=128,k=128,a=32"
   "CP fit flops|ia,ja,ka,ijk->i|--sizes i=128,j=128,k=128,a=32 --objective flops"
 )
+case "${1:-}" in
+  "") out="$here/PREDICTED.md" ;;
+  --quick) out="$here/PREDICTED-quick.md" ;;
+  *) echo "usage: $0 [--quick]" >&2; exit 2 ;;
+esac
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq "$rounds"); do
   machine="$work/machine-$round.json"
@@ -65,11 +71,11 @@ for r in range(1, rounds + 1):
     print(f"| {r} | " + " | ".join(cells) + f" | {m['memory']['per_thread'] / 1e9:.1f} | {net['alpha'] * 1e6:.2f} |")
 print()
 rows = {}
+table = []
 for line in open(f"{work}/runs.tsv"):
     name, p, _, report = line.rstrip("\n").split("\t", 3)
     rows.setdefault((name, p), []).append(json.loads(report))
-print("| kernel | P | path | predicted [ms] | measured median [ms] | median/pred | per-round ratios | min/pred | within ±30% (median) |")
-print("|---|---|---|---|---|---|---|---|---|")
+within = 0
 for (name, p), ds in rows.items():
     preds = [d["predicted_seconds"] for d in ds]
     meds = [d["contraction_seconds_median"] for d in ds]
@@ -79,8 +85,14 @@ for (name, p), ds in rows.items():
     lo = min(d["contraction_seconds_min"] for d in ds)
     ok = "yes" if abs(ratio - 1) <= 0.30 else "no"
     paths = {json.dumps(d["path"], separators=(",", "")) for d in ds}
-    print(f"| {name} | {p} | {' or '.join(sorted(paths))} | {pred*1e3:.3f} | {med*1e3:.3f} | {ratio:.2f} | "
-          f"{ratios[0]:.2f}-{ratios[-1]:.2f} | {lo/pred:.2f} | {ok} |")
+    within += ok == "yes"
+    table.append(f"| {name} | {p} | {' or '.join(sorted(paths))} | {pred*1e3:.3f} | {med*1e3:.3f} | {ratio:.2f} | "
+                 f"{ratios[0]:.2f}-{ratios[-1]:.2f} | {lo/pred:.2f} | {ok} |")
+print(f"**{within} of {len(table)} rows within ±30%** (median of the per-round ratios).")
+print()
+print("| kernel | P | path | predicted [ms] | measured median [ms] | median/pred | per-round ratios | min/pred | within ±30% (median) |")
+print("|---|---|---|---|---|---|---|---|---|")
+print("\n".join(table))
 print()
 print("The first round's machine file in full:")
 print()
@@ -88,6 +100,6 @@ print("```json")
 print(open(f"{work}/machine-1.json").read().rstrip())
 print("```")
 PY
-} >"$here/PREDICTED.md.new"
-mv "$here/PREDICTED.md.new" "$here/PREDICTED.md"
-cat "$here/PREDICTED.md"
+} >"$out.new"
+mv "$out.new" "$out"
+cat "$out"

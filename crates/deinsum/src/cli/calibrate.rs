@@ -127,9 +127,11 @@ impl<T> ContextNone<T> for Option<T> {
     }
 }
 
-/// The contraction measured for each class, its extents and multiply-adds.
-fn class_kernel(class: RateClass, quick: bool) -> (&'static str, String, f64) {
-    let big = if quick { 256 } else { 512 };
+/// The contraction measured for each class, its extents and multiply-adds. `--quick` measures
+/// the same products (fewer times): a rate taken at a smaller size is not the rate plans run at
+/// (256³ ran at 60 GFLOP/s a thread where 512³ and larger run at 75-106).
+fn class_kernel(class: RateClass) -> (&'static str, String, f64) {
+    let big = 512;
     match class {
         RateClass::Large => (
             "ij,jk->ik",
@@ -141,7 +143,7 @@ fn class_kernel(class: RateClass, quick: bool) -> (&'static str, String, f64) {
         // before, swung between 0.4 and 0.75 of the large rate from one minute to the next on a
         // shared VM, and ran no kernel's steps.)
         RateClass::Medium => {
-            let m = if quick { 8192 } else { 16384 };
+            let m = 16384;
             (
                 "ij,jk->ik",
                 format!("i={m},j=128,k=16"),
@@ -150,7 +152,7 @@ fn class_kernel(class: RateClass, quick: bool) -> (&'static str, String, f64) {
         }
         // A Khatri-Rao step: no summed index.
         RateClass::Small => {
-            let n = if quick { 128 } else { 256 };
+            let n = 256;
             (
                 "ja,ka->jka",
                 format!("j={n},k={n},a=32"),
@@ -168,14 +170,14 @@ fn gemm_rates(cores: usize, quick: bool) -> anyhow::Result<Vec<(RateClass, Vec<G
     }
     // Medians of 25: a 2-thread product of a few ms varied 52-62 (once 31) GFLOP/s per thread
     // between calibrations taken as medians of 7 on a quiet 2-core host.
-    let reps = if quick { 3 } else { 25 };
+    let reps = if quick { 7 } else { 25 };
     // Every class and thread count is measured in each of `rounds` sweeps and the median sweep
     // kept: one sweep's 2-thread medium product ran at half its speed now and then (20-24
     // against 35-45 GFLOP/s per thread, depending on what ran just before it in the process).
     let rounds = if quick { 1 } else { 3 };
     let kernels: Vec<_> = RateClass::ALL
         .iter()
-        .map(|&c| (c, class_kernel(c, quick)))
+        .map(|&c| (c, class_kernel(c)))
         .collect();
     let mut seconds = vec![vec![Vec::with_capacity(rounds); threads.len()]; kernels.len()];
     for _ in 0..rounds {
@@ -222,7 +224,7 @@ fn complex_rates(
     quick: bool,
     gemm: &[(RateClass, Vec<GemmRate>)],
 ) -> anyhow::Result<()> {
-    let (expr, sizes, madds) = class_kernel(RateClass::Large, quick);
+    let (expr, sizes, madds) = class_kernel(RateClass::Large);
     let reps = if quick { 3 } else { 9 };
     let mut threads = vec![1];
     if cores > 1 {
@@ -268,7 +270,7 @@ fn oversubscription(
     quick: bool,
     gemm: &[(RateClass, Vec<GemmRate>)],
 ) -> anyhow::Result<Vec<(RateClass, f64)>> {
-    let window = if quick { 0.03 } else { 0.15 };
+    let window = if quick { 0.1 } else { 0.15 };
     let rounds = if quick { 1 } else { 3 };
     // The node's flop/s with `n` ranks side by side: their flops over the wall time from
     // their common start to the last one's end (a rank's own step times miss the time it
@@ -306,7 +308,7 @@ fn oversubscription(
         };
     let mut out = Vec::new();
     for class in RateClass::ALL {
-        let (expr, sizes, madds) = class_kernel(class, quick);
+        let (expr, sizes, madds) = class_kernel(class);
         let one = gemm
             .iter()
             .find(|(c, _)| *c == class)
@@ -336,7 +338,8 @@ fn oversubscription(
 /// Stream-copy bandwidth (bytes read plus written per second) of one thread and of `cores`
 /// threads each copying its own buffer.
 fn stream_copy(cores: usize, quick: bool) -> Memory {
-    let words = if quick { 1 << 22 } else { 1 << 24 };
+    // 128 MB a buffer in both modes: a smaller copy stays in a large last-level cache.
+    let words = 1 << 24;
     let reps = if quick { 3 } else { 7 };
     let one = {
         let src = vec![1.0f64; words];
@@ -411,7 +414,7 @@ fn link_of<C: deinsum_exec::Communicator>(
 ) -> Result<Link, deinsum_exec::CommError> {
     let reps = if quick { 20 } else { 100 };
     let small = ping_pong(comm, 1, reps)?;
-    let big_words = if quick { 1 << 18 } else { 1 << 20 };
+    let big_words = 1 << 20;
     let big = ping_pong(comm, big_words, reps / 4 + 3)?;
     let alpha = small.max(1e-9);
     let beta = ((big - alpha) / (8 * big_words) as f64).max(1e-13);
