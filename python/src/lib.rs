@@ -2,6 +2,7 @@
 //! types and back. Every decision (parsing, paths, bounds, plans, execution) is the crates';
 //! `deinsum/__init__.py` holds the Python-facing signatures.
 
+mod alloc;
 mod convert;
 mod join;
 mod limits;
@@ -22,11 +23,6 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
-
-/// The extension's own allocator (see Cargo.toml): arrays it hands to NumPy are freed through
-/// it too, by the Rust owner rust-numpy keeps for them.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// A compiled plan (the `Plan` of the Python package wraps it).
 #[pyclass(module = "deinsum._native", frozen)]
@@ -130,6 +126,8 @@ fn run_typed<'py, T: deinsum::Scalar + Element>(
     let kept = (limits::run_threads(procs, threads) > deinsum::cli::node_cores() as u128)
         .then(deinsum::exec::buffers::KeptBuffers::new);
     let short = is_short(e.plan(), slices.iter().map(|s| s.len()).sum());
+    // Its threads' allocator segments go back to the OS once freed (see alloc.rs).
+    let _no_new_arenas = kept.is_some().then(alloc::NoNewArenas::hold);
     let out = run_interruptible(
         py,
         |opts| e.run_local_borrowed(&slices, opts),
@@ -630,6 +628,7 @@ fn release_buffers() -> usize {
 /// The native module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    alloc::init();
     m.add_class::<NativePlan>()?;
     m.add_class::<NativePathInfo>()?;
     m.add_function(wrap_pyfunction!(compile, m)?)?;

@@ -147,12 +147,44 @@ def test_oversubscribed_threads_are_released_after_the_call():
     assert _native_threads() <= base + 8, (base, _native_threads())
 
 
-def _native_threads():
+def _status(key):
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("Threads:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def _native_threads():
+    return _status("Threads")
+
+
+def _settles(probe, bound):
+    """Whether `probe()` falls to `bound` or below within 5 s (threads finish exiting after
+    the call has returned)."""
+    import time
+
+    for _ in range(100):
+        if probe() <= bound:
+            return True
+        time.sleep(0.05)
+    return probe() <= bound
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status")
+@pytest.mark.parametrize("kwargs", [{"procs": 300}, {"threads": 300}, {"procs": 64, "threads": 4}])
+def test_oversubscribed_calls_leave_no_threads_or_reservations(kwargs):
+    # Each thread that allocates reserves a 32 MiB segment of the allocator: 300 threads
+    # left 9.4 GiB of address space reserved for good before (1,000 left 33 GiB). What may
+    # stay: glibc's per-thread arenas (at most 8 per core, 64 MiB each) and a few threads.
+    a = np.ones((64, 64))
+    deinsum.einsum("ij,jk->ik", a, a, procs=2)
+    threads, size_kb = _native_threads(), _status("VmSize")
+    np.testing.assert_allclose(deinsum.einsum("ij,jk->ik", a, a, **kwargs), a @ a)
+    deinsum.release_buffers()
+    assert _settles(_native_threads, threads + 4), (threads, _native_threads())
+    bound_kb = size_kb + (8 * os.cpu_count() * 64 + 512) * 1024
+    assert _settles(lambda: _status("VmSize"), bound_kb), (size_kb, _status("VmSize"))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ulimit -v and /proc")

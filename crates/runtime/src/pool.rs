@@ -15,36 +15,66 @@ use std::time::{Duration, Instant};
 /// Builds a rayon pool of the process: its threads named by the given function, as many as
 /// asked (rayon's default, one per core, unless [`PoolBuilder::threads`] says), each running
 /// an optional start handler before its first job.
-#[derive(Debug)]
 #[must_use = "a PoolBuilder does nothing until built"]
-pub struct PoolBuilder(rayon::ThreadPoolBuilder);
+pub struct PoolBuilder {
+    builder: rayon::ThreadPoolBuilder,
+    start: Option<Box<StartHandler>>,
+}
+
+/// What a pool's thread runs when it starts (see [`PoolBuilder::on_start`]).
+type StartHandler = dyn Fn(usize) + Send + Sync;
+
+impl std::fmt::Debug for PoolBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolBuilder")
+            .field("builder", &self.builder)
+            .field("start", &self.start.is_some())
+            .finish()
+    }
+}
 
 impl PoolBuilder {
     /// A pool whose `i`-th thread is called `name(i)` (threads are numbered from 0).
     pub fn new(name: impl FnMut(usize) -> String + 'static) -> Self {
-        PoolBuilder(rayon::ThreadPoolBuilder::new().thread_name(name))
+        PoolBuilder {
+            builder: rayon::ThreadPoolBuilder::new().thread_name(name),
+            start: None,
+        }
     }
 
     /// `n` threads (0 keeps rayon's default, one per core).
     pub fn threads(self, n: usize) -> Self {
-        PoolBuilder(self.0.num_threads(n))
+        PoolBuilder {
+            builder: self.builder.num_threads(n),
+            ..self
+        }
     }
 
     /// Runs `start(i)` on the `i`-th thread when it starts, before it takes any job.
     pub fn on_start(self, start: impl Fn(usize) + Send + Sync + 'static) -> Self {
-        PoolBuilder(self.0.start_handler(start))
+        PoolBuilder {
+            start: Some(Box::new(start)),
+            ..self
+        }
     }
 
     /// The pool (an error when its threads cannot be spawned).
     pub fn build(self) -> Result<Pool, rayon::ThreadPoolBuildError> {
         let exited = Arc::new((Mutex::new(0usize), Condvar::new()));
         let seen = exited.clone();
+        let start = self.start;
         let pool = self
-            .0
-            .exit_handler(move |_| {
-                let (count, cv) = &*seen;
-                *lock(count) += 1;
-                cv.notify_all();
+            .builder
+            .start_handler(move |i| {
+                // Registered before the thread's other thread-locals (crossbeam-epoch's
+                // handle, first used by its first job), so dropped after them: the exit is
+                // counted once what the thread hands back at its end has been handed back.
+                EXIT.with(|e| {
+                    *e.borrow_mut() = Some(ExitSignal(seen.clone()));
+                });
+                if let Some(start) = &start {
+                    start(i);
+                }
             })
             .build()?;
         Ok(Pool {
@@ -53,6 +83,29 @@ impl PoolBuilder {
             exited,
         })
     }
+}
+
+/// Counts its thread's exit, and signals it, when the thread's thread-locals are dropped.
+struct ExitSignal(Arc<(Mutex<usize>, Condvar)>);
+
+impl Drop for ExitSignal {
+    fn drop(&mut self) {
+        let (count, cv) = &*self.0;
+        *lock(count) += 1;
+        cv.notify_all();
+    }
+}
+
+thread_local! {
+    /// The exit signal of a pool thread (set by its start handler).
+    static EXIT: std::cell::RefCell<Option<ExitSignal>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Rounds of crossbeam-epoch collection after a pool's threads have exited: each round frees
+/// up to 8 bags of deferred frees, and each exited thread left one besides its epoch entry
+/// (which holds on to the allocator's reservation for that thread, 32 MiB of address space).
+fn epoch_rounds(threads: usize) -> usize {
+    threads.div_ceil(4) + 16
 }
 
 /// Longest wait of [`Pool`]'s drop for its threads: a thread stuck in foreign code must not
@@ -99,6 +152,12 @@ impl Drop for Pool {
                 Ok((g, _)) => g,
                 Err(poisoned) => poisoned.into_inner().0,
             };
+        }
+        drop(exited);
+        // The exited threads' epoch entries (rayon's deques are crossbeam's) are freed only by
+        // a later collection: run it now, so that what they pin is released with the pool.
+        for _ in 0..epoch_rounds(self.threads) {
+            crossbeam_epoch::pin().flush();
         }
     }
 }
