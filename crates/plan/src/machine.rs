@@ -19,6 +19,9 @@ pub enum RateClass {
     /// No summed index or a single row or column (outer and Hadamard products, matrix-vector,
     /// Khatri-Rao steps): bound by memory, not arithmetic.
     Small,
+    /// A narrow product (see [`NARROW_SIDE`]): never returned by [`RateClass::of`], priced
+    /// at its own measured rate when the machine file has one (`gemm.narrow`, optional).
+    Narrow,
 }
 
 /// Smallest side of a [`RateClass::Large`] product.
@@ -28,15 +31,24 @@ pub const LARGE_SIDE: u64 = 128;
 /// this long, in calls of at least [`NARROW_CALL`] multiply-adds. It runs between the two
 /// classes (faer on a Zen 4 core: `36864 x 32 x 192` at 0.82 of the `512^3` rate, the fused
 /// MTTKRP at rank 32 at 0.8-0.9, where the medium class's `16384 x 16 x 128` ran at 0.6-0.7),
-/// so the model takes the mean of their rates ([`Machine::gemm_rate_of`]).
+/// so the model takes its own measured rate where the file has one, else the mean of the two
+/// classes' rates ([`Machine::gemm_rate_of`]). (On an Intel host the rank-32 MTTKRP and chain
+/// steps ran at 0.72-0.78 of that mean.)
 pub const NARROW_SIDE: u64 = 32;
 
 /// Fewest multiply-adds in one call of a narrow product.
 pub const NARROW_CALL: u64 = 1 << 22;
 
 impl RateClass {
-    /// Every class, in file order.
+    /// Every class a machine file must have, in file order.
     pub const ALL: [RateClass; 3] = [RateClass::Large, RateClass::Medium, RateClass::Small];
+    /// The classes a machine file may have ([`RateClass::ALL`], then the optional narrow one).
+    pub const MEASURED: [RateClass; 4] = [
+        RateClass::Large,
+        RateClass::Medium,
+        RateClass::Small,
+        RateClass::Narrow,
+    ];
 
     /// The class's key in the machine file.
     pub fn key(self) -> &'static str {
@@ -44,6 +56,7 @@ impl RateClass {
             RateClass::Large => "large",
             RateClass::Medium => "medium",
             RateClass::Small => "small",
+            RateClass::Narrow => "narrow",
         }
     }
 
@@ -100,7 +113,8 @@ pub struct Machine {
     /// Bytes per word the figures were measured at (8: `deinsum calibrate` measures f64).
     /// The time model takes a plan's word size from its element type ([`crate::DType`]).
     pub word_bytes: usize,
-    /// Measured rates per class, ascending in threads ([`RateClass::ALL`] order).
+    /// Measured rates per class, ascending in threads ([`RateClass::MEASURED`] order; the
+    /// narrow class only where measured).
     pub gemm: Vec<(RateClass, Vec<GemmRate>)>,
     /// Stream-copy bandwidth.
     pub memory: Memory,
@@ -310,16 +324,19 @@ impl Machine {
             }
         };
         let g = object(&v, "gemm")?;
-        let gemm = RateClass::ALL
+        let mut gemm = RateClass::ALL
             .iter()
             .map(|&c| rates(g, c).map(|r| (c, r)))
             .collect::<Result<Vec<_>, _>>()?;
+        if g.get(RateClass::Narrow.key()).is_some() {
+            gemm.push((RateClass::Narrow, rates(g, RateClass::Narrow)?));
+        }
         let mem = object(&v, "memory")?;
         let net = object(&v, "network")?;
         let mut oversubscribed = Vec::new();
         if v.get("oversubscribed").is_some() {
             let o = object(&v, "oversubscribed")?;
-            for c in RateClass::ALL {
+            for c in RateClass::MEASURED {
                 if o.get(c.key()).is_some() {
                     let f = positive(o, &format!("oversubscribed.{}", c.key()))?;
                     oversubscribed.push((c, f));
@@ -413,8 +430,8 @@ impl Machine {
     }
 
     /// [`Machine::gemm_rate_on_node`] for a (batched) product of `m x k` by `k x n` blocks: the
-    /// rate of its class, or for a narrow product (see [`NARROW_SIDE`]) the mean of the large
-    /// and medium rates.
+    /// rate of its class, or for a narrow product (see [`NARROW_SIDE`]) the narrow rate where
+    /// the file has one, else the mean of the large and medium rates.
     pub fn gemm_rate_of(&self, (m, n, k): (u64, u64, u64), threads: usize, procs: usize) -> f64 {
         let class = RateClass::of(m, n, k);
         let rate = self.gemm_rate_on_node(class, threads, procs);
@@ -423,6 +440,9 @@ impl Machine {
             && side >= NARROW_SIDE
             && m.saturating_mul(n).saturating_mul(k) >= NARROW_CALL
         {
+            if self.gemm.iter().any(|(c, _)| *c == RateClass::Narrow) {
+                return self.gemm_rate_on_node(RateClass::Narrow, threads, procs);
+            }
             0.5 * (rate + self.gemm_rate_on_node(RateClass::Large, threads, procs))
         } else {
             rate

@@ -22,6 +22,39 @@ fn machine_file_round_trips() {
     assert_eq!(Machine::from_json(&m.to_json()).unwrap(), m);
 }
 
+/// A narrow product takes the file's narrow rate where it has one, else the mean of the large
+/// and medium rates; the optional class survives the file's round trip.
+#[test]
+fn narrow_products_take_the_measured_narrow_rate() {
+    use deinsum_plan::machine::GemmRate;
+    let mut m = Machine::default();
+    let shape = (256, 32, 65536); // MTTKRP's rank-32 step: every side >= 32, 2^29 madds.
+    let mean =
+        0.5 * (m.gemm_rate_of((512, 512, 512), 1, 1) + m.gemm_rate_of((16384, 16, 128), 1, 1));
+    assert_eq!(m.gemm_rate_of(shape, 1, 1), mean);
+    m.gemm.push((
+        RateClass::Narrow,
+        vec![GemmRate {
+            threads: 1,
+            flops_per_thread: 1.25e9,
+        }],
+    ));
+    assert_eq!(m.gemm_rate_of(shape, 1, 1), 1.25e9);
+    // Not narrow: a side of 16 stays medium.
+    assert_eq!(
+        m.gemm_rate_of((16384, 16, 128), 1, 1),
+        m.gemm_rate(RateClass::Medium, 1)
+    );
+    let back = Machine::from_json(&m.to_json()).unwrap();
+    assert_eq!(back, m);
+    assert!(m.to_json().contains("\"narrow\""));
+    // A file without it still reads (the older machine files).
+    assert_eq!(
+        Machine::from_json(&Machine::default().to_json()).unwrap(),
+        Machine::default()
+    );
+}
+
 /// The oversubscribed share slows a class only when the node's threads outnumber its cores.
 #[test]
 fn oversubscribed_share_applies_beyond_the_cores() {

@@ -150,6 +150,13 @@ fn class_kernel(class: RateClass) -> (&'static str, String, f64) {
                 (m * 128 * 16) as f64,
             )
         }
+        // A narrow product as MTTKRP's and the chain's rank-32 steps run it: rows of 256, a
+        // long summed index, 32 columns.
+        RateClass::Narrow => (
+            "ij,jk->ik",
+            "i=256,j=32768,k=32".to_string(),
+            (256 * 32768 * 32) as f64,
+        ),
         // A Khatri-Rao step: no summed index.
         RateClass::Small => {
             let n = 256;
@@ -175,7 +182,7 @@ fn gemm_rates(cores: usize, quick: bool) -> anyhow::Result<Vec<(RateClass, Vec<G
     // kept: one sweep's 2-thread medium product ran at half its speed now and then (20-24
     // against 35-45 GFLOP/s per thread, depending on what ran just before it in the process).
     let rounds = if quick { 1 } else { 3 };
-    let kernels: Vec<_> = RateClass::ALL
+    let kernels: Vec<_> = RateClass::MEASURED
         .iter()
         .map(|&c| (c, class_kernel(c)))
         .collect();
@@ -307,7 +314,7 @@ fn oversubscription(
             Ok(n as f64 * (reps + 1) as f64 * 2.0 * madds / wall.max(1e-9))
         };
     let mut out = Vec::new();
-    for class in RateClass::ALL {
+    for class in RateClass::MEASURED {
         let (expr, sizes, madds) = class_kernel(class);
         let one = gemm
             .iter()
