@@ -607,19 +607,13 @@ impl MoveView {
                             coords[g] = iv.coords[k];
                         }
                     }
-                    for q in 0..self.partial_count {
-                        let mut r = q;
-                        for &g in self.partial_dims.iter().rev() {
-                            coords[g] = r % fg.dims[g].size;
-                            r /= fg.dims[g].size;
-                        }
-                        let src = self.pick(d, &mut coords);
+                    self.partial_senders(d, &mut coords, |src| {
                         if src != d {
                             if let Some(s) = sent.get_mut(src) {
                                 *s += words;
                             }
                         }
-                    }
+                    });
                 });
             }
             sent
@@ -761,6 +755,20 @@ impl MoveView {
         v
     }
 
+    /// Calls `f` with the sender [`Self::pick`]s for `d` of each partial block at the split
+    /// coordinates already in `coords` (one per combination of the partial dims' coordinates).
+    fn partial_senders(&self, d: usize, coords: &mut [usize], mut f: impl FnMut(usize)) {
+        let fg = &self.from.grid;
+        for q in 0..self.partial_count {
+            let mut r = q;
+            for &g in self.partial_dims.iter().rev() {
+                coords[g] = r % fg.dims[g].size;
+                r /= fg.dims[g].size;
+            }
+            f(self.pick(d, coords));
+        }
+    }
+
     /// The sender of the piece of the source cell at `coords` (split and partial dims set)
     /// to target `d`: `d` itself when it holds the piece, else the replica at `d`'s own replica
     /// coordinates (`d mod replicas` outside the source grid). Sets the replica dims of
@@ -820,13 +828,7 @@ impl MoveView {
                     coords[g] = iv.coords[k];
                 }
             }
-            for q in 0..self.partial_count {
-                let mut r = q;
-                for &g in self.partial_dims.iter().rev() {
-                    coords[g] = r % fg.dims[g].size;
-                    r /= fg.dims[g].size;
-                }
-                let src = self.pick(d, &mut coords);
+            self.partial_senders(d, &mut coords, |src| {
                 out.push(Transfer {
                     src,
                     dst: d,
@@ -834,7 +836,7 @@ impl MoveView {
                         ranges: ranges.clone()
                     }],
                 });
-            }
+            });
         });
         out.sort_unstable_by_key(|t| t.src);
         out
