@@ -7,10 +7,13 @@ Each run is a fresh interpreter: it imports numpy and deinsum and makes the oper
 timed), then times the first `deinsum.einsum(expr, *ops, procs=P)` (cold) and the minimum of
 the next 20 (warm). Kernels: attention scores bhqd,bhkd->bhqk at 8x16x512x64 and the norm of
 a 15-site MPS at bond 32 (30 operands, float64). Prints the median over N runs (default 5)
-of cold, warm and cold/warm per kernel; --numpy times numpy.einsum(optimize=True) the same way.
+of cold, warm and cold/warm per kernel; --numpy times numpy.einsum(optimize=True) the same
+way, with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset in its interpreter only (NumPy's own
+OpenBLAS kernel, as its users get it).
 """
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -57,10 +60,16 @@ def arg(name, default):
 
 
 def child(kernel, procs, who):
+    # NumPy runs as its users get it: this workplace's OpenBLAS overrides (an AVX2 kernel) are
+    # unset for the baseline's interpreter only; deinsum's gets the environment as given.
+    env = dict(os.environ)
+    if who == "numpy":
+        env.pop("OPENBLAS_CORETYPE", None)
+        env.pop("OPENBLAS_L2_SIZE", None)
     # -P: the installed package, not a source tree in the working directory.
     r = subprocess.run(
         [sys.executable, "-P", "-c", CHILD, kernel, str(procs), who],
-        capture_output=True, text=True, check=False,
+        capture_output=True, text=True, check=False, env=env,
     )
     if r.returncode != 0:
         sys.exit(r.stderr)
