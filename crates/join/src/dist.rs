@@ -7,7 +7,7 @@ use crate::coll;
 use crate::cost::Strategy;
 use crate::inspect::{inspect, Inspection};
 use crate::kernel::{
-    assemble, hash_join, key_hash, owner, JoinShape, KeyIndex, KeyMap, Keys, Pairs,
+    assemble, hash_join, key_hash, owner, JoinShape, KeyChains, KeyIndex, KeyMap, Keys, Pairs,
 };
 use crate::{Column, JoinError, Table};
 use deinsum_exec::{Communicator, Traffic};
@@ -370,35 +370,22 @@ fn semi<C: Communicator>(comm: &C, s: &Sides, ins: &Inspection) -> Result<Table,
     let all: Vec<usize> = (0..s.r.names().len()).collect();
     let mut msgs = vec![Vec::new(); p];
     let mut wanted_anywhere = vec![false; s.r.rows()];
-    // The ranks that want each key (chained in rank order: a key's first, then each one's
-    // next), so the right rows are scanned once.
-    let mut wanted_by = KeyIndex::with_capacity(1024);
-    let (mut first, mut last, mut ranks, mut next) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // The ranks that want each key (chained in rank order), so the right rows are scanned once.
+    let mut wanted_by = KeyChains::with_capacity(1024, 1024);
+    let mut ranks = Vec::new();
     for (q, b) in lists.iter().enumerate() {
         let mut b = &b[..];
         while !b.is_empty() {
             let n = u32::from_le_bytes(b[..4].try_into().expect("4")) as usize;
-            let (id, new) = wanted_by.insert(&b[4..4 + n]);
-            let at = ranks.len();
+            wanted_by.push(&b[4..4 + n], ranks.len());
             ranks.push(q);
-            next.push(usize::MAX);
-            if new {
-                first.push(at);
-                last.push(at);
-            } else {
-                next[last[id]] = at;
-                last[id] = at;
-            }
             b = &b[4 + n..];
         }
     }
     for (j, wanted) in wanted_anywhere.iter_mut().enumerate() {
-        if let Some(id) = s.rk.get(j).and_then(|k| wanted_by.get(k)) {
-            let mut e = first[id];
-            while e != usize::MAX {
+        if let Some(id) = s.rk.get(j).and_then(|k| wanted_by.index().get(k)) {
+            for e in wanted_by.items(id) {
                 s.r.encode_row(j, &all, &mut msgs[ranks[e]]);
-                e = next[e];
             }
             *wanted = true;
         }

@@ -9,7 +9,7 @@
 use crate::bloom::{filter_bytes, Stripe};
 use crate::coll;
 use crate::cost::{Prediction, Strategy};
-use crate::kernel::{key_hash, owner, JoinShape, KeyIndex, Keys, BATCH};
+use crate::kernel::{key_hash, owner, JoinShape, KeyChains, KeyIndex, Keys, BATCH};
 use crate::{JoinError, Table};
 use deinsum_exec::Communicator;
 use serde::Serialize;
@@ -488,8 +488,9 @@ pub fn inspect<C: Communicator>(
     let ranks = owner_view(&at_owner, &pre[1..], heavy_threshold(pre[0], p));
     let mut heavy_msg = Vec::new();
     let mut by_rank = Vec::new();
-    for id in 0..at_owner.index.len() {
-        let k = at_owner.gather(id, &mut by_rank);
+    for (id, &k) in at_owner.keys().iter().enumerate() {
+        by_rank.clear();
+        by_rank.extend(at_owner.of(id).copied());
         let by_rank = &by_rank[..];
         if let Some(bl) = add_key(&mut v, &lay, shape, k, me, by_rank, &ranks) {
             heavy_msg.extend_from_slice(&(k.len() as u32).to_le_bytes());
@@ -539,55 +540,36 @@ pub fn inspect<C: Communicator>(
     finish(&v, &lay, shape, machine, heavy, &pre[1 + p..])
 }
 
-/// No entry (the end of a key's chain in [`AtOwner`]).
-const NO_ENTRY: u32 = u32::MAX;
-
-/// The summaries an owner received, by key: each key's (sending rank, summary) entries
-/// chained in the order received (one flat list, not a list per key).
+/// The summaries an owner received, by key: each key's (sending rank, summary) entries in the
+/// order received.
 struct AtOwner<'a> {
-    index: KeyIndex<'a>,
+    chains: KeyChains<'a>,
     entries: Vec<(usize, Summary)>,
-    head: Vec<u32>,
-    tail: Vec<u32>,
-    next: Vec<u32>,
 }
 
 impl<'a> AtOwner<'a> {
     /// Room for about `n` entries.
     fn new(n: usize) -> AtOwner<'a> {
         AtOwner {
-            index: KeyIndex::with_capacity(n),
+            chains: KeyChains::with_capacity(n, n),
             entries: Vec::with_capacity(n),
-            head: Vec::with_capacity(n),
-            tail: Vec::with_capacity(n),
-            next: Vec::with_capacity(n),
         }
     }
 
     /// Files rank `q`'s summary `e` of key `k`.
     fn push(&mut self, k: &'a [u8], q: usize, e: Summary) {
-        let at = u32::try_from(self.entries.len()).expect("under 2^32 summaries on a rank");
+        self.chains.push(k, self.entries.len());
         self.entries.push((q, e));
-        self.next.push(NO_ENTRY);
-        let (id, new) = self.index.insert(k);
-        if new {
-            self.head.push(at);
-            self.tail.push(at);
-        } else {
-            self.next[self.tail[id] as usize] = at;
-            self.tail[id] = at;
-        }
     }
 
-    /// Key `id` and its entries (into `out`, in the order received).
-    fn gather(&self, id: usize, out: &mut Vec<(usize, Summary)>) -> &'a [u8] {
-        out.clear();
-        let mut e = self.head[id];
-        while e != NO_ENTRY {
-            out.push(self.entries[e as usize]);
-            e = self.next[e as usize];
-        }
-        self.index.key(id)
+    /// The distinct keys received.
+    fn keys(&self) -> &[&'a [u8]] {
+        self.chains.index().keys()
+    }
+
+    /// Key `id`'s entries, in the order received.
+    fn of(&self, id: usize) -> impl Iterator<Item = &(usize, Summary)> + '_ {
+        self.chains.items(id).map(|e| &self.entries[e])
     }
 }
 
@@ -598,16 +580,13 @@ fn owner_view(at_owner: &AtOwner, counts: &[u64], heavy: u64) -> Ranks {
     let mut stripes: Vec<Option<Stripe>> = (0..p)
         .map(|q| (counts[p + q] > 0).then(|| Stripe::new(counts[p + q], p)))
         .collect();
-    for (id, &k) in at_owner.index.keys().iter().enumerate() {
-        let mut e = at_owner.head[id];
-        while e != NO_ENTRY {
-            let (q, s) = &at_owner.entries[e as usize];
+    for (id, &k) in at_owner.keys().iter().enumerate() {
+        for (q, s) in at_owner.of(id) {
             if s[0] > 0 {
                 if let Some(f) = &mut stripes[*q] {
                     f.insert(k);
                 }
             }
-            e = at_owner.next[e as usize];
         }
     }
     Ranks {

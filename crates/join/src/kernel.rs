@@ -415,30 +415,75 @@ impl<'a> KeyIndex<'a> {
 /// Keys warmed together ([`KeyIndex::warm`]).
 pub const BATCH: usize = 16;
 
-/// No row (the end of a chain of rows of one key).
-const NO_ROW: u32 = u32::MAX;
+/// The end of a key's chain in [`KeyChains`].
+const NO_ITEM: u32 = u32::MAX;
 
-/// The rows of `k`, chained in order: the key numbers of a [`KeyIndex`] over `k`, each
-/// number's first row, and each row's next row of the same key ([`NO_ROW`] at the end).
-fn chain_rows(k: &Keys) -> (KeyIndex<'_>, Vec<u32>, Vec<u32>) {
-    let n = u32::try_from(k.len()).expect("under 2^32 rows on a rank");
-    let mut index = KeyIndex::with_capacity(k.len());
-    let mut head: Vec<u32> = Vec::new();
-    let mut tail: Vec<u32> = Vec::new();
-    let mut next = vec![NO_ROW; n as usize];
-    for j in 0..n {
-        if let Some(key) = k.get(j as usize) {
-            let (id, new) = index.insert(key);
-            if new {
-                head.push(j);
-                tail.push(j);
-            } else {
-                next[tail[id] as usize] = j;
-                tail[id] = j;
-            }
+/// Items (rows, entries) filed by key and chained per key in the order filed: a [`KeyIndex`]
+/// of the keys, each key's first and last item, and each item's next of the same key. One flat
+/// list, not a `Vec` per key (the local join's right rows, the semi-join's wanting ranks, the
+/// inspector's received summaries).
+pub struct KeyChains<'a> {
+    index: KeyIndex<'a>,
+    head: Vec<u32>,
+    tail: Vec<u32>,
+    next: Vec<u32>,
+}
+
+impl<'a> KeyChains<'a> {
+    /// Room for about `keys` distinct keys and `items` items.
+    pub fn with_capacity(keys: usize, items: usize) -> KeyChains<'a> {
+        KeyChains {
+            index: KeyIndex::with_capacity(keys),
+            head: Vec::with_capacity(keys),
+            tail: Vec::with_capacity(keys),
+            next: Vec::with_capacity(items),
         }
     }
-    (index, head, next)
+
+    /// Files item `at` (numbers increase from one call to the next; the caller keeps the
+    /// item's data at that number) under `k`.
+    pub fn push(&mut self, k: &'a [u8], at: usize) {
+        let at = u32::try_from(at).expect("under 2^32 items on a rank");
+        if self.next.len() <= at as usize {
+            self.next.resize(at as usize + 1, NO_ITEM);
+        }
+        let (id, new) = self.index.insert(k);
+        if new {
+            self.head.push(at);
+            self.tail.push(at);
+        } else {
+            self.next[self.tail[id] as usize] = at;
+            self.tail[id] = at;
+        }
+    }
+
+    /// The keys and their numbers.
+    pub fn index(&self) -> &KeyIndex<'a> {
+        &self.index
+    }
+
+    /// The items of key number `id`, in the order filed.
+    pub fn items(&self, id: usize) -> impl Iterator<Item = usize> + '_ {
+        let mut e = self.head[id];
+        std::iter::from_fn(move || {
+            (e != NO_ITEM).then(|| {
+                let at = e as usize;
+                e = self.next[at];
+                at
+            })
+        })
+    }
+}
+
+/// The rows of `k` chained per key (each row's number is its item number).
+fn chain_rows(k: &Keys) -> KeyChains<'_> {
+    let mut chains = KeyChains::with_capacity(k.len(), k.len());
+    for j in 0..k.len() {
+        if let Some(key) = k.get(j) {
+            chains.push(key, j);
+        }
+    }
+    chains
 }
 
 /// The local hash join of `l` and `r`: every matching pair (left rows in order, each with its
@@ -451,7 +496,8 @@ pub fn hash_join(
     keep_left: bool,
     keep_right: bool,
 ) -> (Pairs, Vec<bool>, Vec<bool>) {
-    let (index, head, next) = chain_rows(r);
+    let chains = chain_rows(r);
+    let index = chains.index();
     let mut rmatched = vec![false; r.len()];
     let mut lmatched = vec![false; l.len()];
     // A left row has one match or none when the right's keys are distinct (a dimension table):
@@ -466,11 +512,9 @@ pub fn hash_join(
         match l.get(i).and_then(|k| index.get(k)) {
             Some(id) => {
                 *lm = true;
-                let mut j = head[id];
-                while j != NO_ROW {
-                    pairs.push((Some(i), Some(j as usize)));
-                    rmatched[j as usize] = true;
-                    j = next[j as usize];
+                for j in chains.items(id) {
+                    pairs.push((Some(i), Some(j)));
+                    rmatched[j] = true;
                 }
             }
             None if keep_left => pairs.push((Some(i), None)),
