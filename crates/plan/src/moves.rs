@@ -10,6 +10,8 @@
 
 use crate::{Block, Distribution, Grid, MoveKind, PlanStep, TensorId, Transfer, Volume};
 
+mod kernel;
+
 /// A nonempty interval of one tensor index under a nested blocking, with the coordinates of
 /// the grid dimensions that produced it (in split-list order; inline, as a partition has a
 /// piece per block).
@@ -275,6 +277,24 @@ impl<'c> Cursor<'c> {
     }
 }
 
+/// Shortest run of ranks [`MoveView::runs`] takes: below it, a sweep rank by rank (whose
+/// cursors cut only what moved) is the cheaper.
+const MIN_RUN: usize = 4;
+
+/// Ranks of `dist`'s grid that hold the same block, aligned: the stride of the innermost grid
+/// dim (over more than one rank) that splits an index; the grid's size when none does.
+fn block_run(dist: &Distribution) -> usize {
+    let dims = &dist.grid.dims;
+    let mut stride = 1;
+    for k in (0..dims.len()).rev() {
+        if dims[k].size > 1 && dist.split.iter().any(|s| s.contains(&k)) {
+            return stride;
+        }
+        stride *= dims[k].size;
+    }
+    stride.max(1)
+}
+
 /// Number of elements of the block `rank` holds in `dist` (0 outside the grid), without
 /// allocating for tensors of up to four indices.
 pub fn block_len(dist: &Distribution, rank: usize, shape: &[usize]) -> u64 {
@@ -322,6 +342,8 @@ pub struct MoveView {
     /// Words each source rank sends to others, when senders are picked per rank (replicas):
     /// derived once from every target's receives, for sweeps over all ranks.
     sent_table: std::sync::OnceLock<Vec<u64>>,
+    /// The tabled sweep of a one-holder move (`None` inside: its tables would be large).
+    kernel: std::sync::OnceLock<Option<kernel::Kernel>>,
 }
 
 /// What a sweep's [`MoveView::words_with`] keeps from rank to rank.
@@ -419,6 +441,7 @@ impl MoveView {
             to: to.clone(),
             sum,
             sent_table: std::sync::OnceLock::new(),
+            kernel: std::sync::OnceLock::new(),
             src_parts,
             dst_tiles: dst_parts
                 .iter()
@@ -507,6 +530,85 @@ impl MoveView {
             }
             f(r, last.0, last.1);
         });
+    }
+
+    /// Whether [`Self::runs_in`] sweeps this move by runs of ranks: its sends are closed form
+    /// (a rank's words are its blocks') and both grids keep a block for [`MIN_RUN`] ranks or
+    /// more.
+    pub(crate) fn sweeps_by_runs(&self) -> bool {
+        self.one_holder && block_run(&self.from).min(block_run(&self.to)) >= MIN_RUN
+    }
+
+    /// Calls `f(rank, len, source block, target block)` for the runs of ranks of `ranks` that
+    /// hold the same two blocks, in order (a block is `None` outside its grid): a grid's block
+    /// changes only where the coordinate of a dim that splits an index does, at multiples of
+    /// [`block_run`], so a run's blocks are cut once for all its ranks.
+    fn runs(
+        &self,
+        ranks: std::ops::Range<usize>,
+        mut f: impl FnMut(usize, usize, Option<&[Range]>, Option<&[Range]>),
+    ) {
+        let (from, to) = (
+            Cuts::new(&self.from, &self.shape),
+            Cuts::new(&self.to, &self.shape),
+        );
+        let (ms, md) = (block_run(&self.from), block_run(&self.to));
+        let (mut sb, mut tb) = (crate::Ranges::new(), crate::Ranges::new());
+        let mut r = ranks.start;
+        while r < ranks.end {
+            let (in_src, in_dst) = (r < self.src_size, r < self.dst_size);
+            let mut next = ranks.end;
+            if in_src {
+                next = next.min(self.src_size).min((r / ms + 1) * ms);
+                from.ranges_into(&from.start_at(r), &mut sb);
+            }
+            if in_dst {
+                next = next.min(self.dst_size).min((r / md + 1) * md);
+                to.ranges_into(&to.start_at(r), &mut tb);
+            }
+            f(
+                r,
+                next - r,
+                in_src.then_some(&sb[..]),
+                in_dst.then_some(&tb[..]),
+            );
+            r = next;
+        }
+    }
+
+    /// Calls `f(len, sent, received)` for consecutive runs of the ranks of `ranks` (one
+    /// rank each unless [`Self::sweeps_by_runs`]), in order: [`Self::words_in`] by runs.
+    pub(crate) fn words_by_runs(
+        &self,
+        ranks: std::ops::Range<usize>,
+        mut f: impl FnMut(usize, u64, u64),
+    ) {
+        if !self.sweeps_by_runs() {
+            if self.one_holder {
+                if let Some(k) = self.kernel.get_or_init(|| kernel::Kernel::new(self)) {
+                    return k.sweep(self, ranks, |s, w| f(1, s, w));
+                }
+            }
+            return self.words_in(ranks, |_, s, w| f(1, s, w));
+        }
+        let mut memo = SentMemo::sweep();
+        self.runs(ranks, |r, len, sb, tb| {
+            let (s, w) = self.words_with(r, sb, tb, &mut memo);
+            f(len, s, w)
+        });
+    }
+
+    /// Calls `f(len, received)` for consecutive runs of the ranks of `ranks` (within the
+    /// target grid): [`Self::received_in`] by runs when [`Self::sweeps_by_runs`].
+    pub(crate) fn received_by_runs(
+        &self,
+        ranks: std::ops::Range<usize>,
+        mut f: impl FnMut(usize, u64),
+    ) {
+        if !self.sweeps_by_runs() {
+            return self.received_in(ranks, |w| f(1, w));
+        }
+        self.runs(ranks, |_, len, sb, tb| f(len, self.received_with(sb, tb)));
     }
 
     /// Ranks that can send or receive anything (the larger of the two grids, at most P):

@@ -15,12 +15,14 @@ use std::sync::{Arc, Mutex};
 /// ranks is split so that the last tree planned does not finish on one core alone).
 const CHUNK: usize = 1 << 16;
 
-/// `sweep` over `0..n` in chunks of [`CHUNK`] ranks on the process's pool, the words of each
-/// chunk in rank order.
+/// `sweep` over `0..n` in chunks of [`CHUNK`] ranks on the process's pool, each chunk's words
+/// gathered into its own [`Builder`] (a palette and a small index per rank, never 16 bytes a
+/// rank), in rank order.
 fn swept(
     n: usize,
-    sweep: impl Fn(Range<usize>, &mut Vec<(u64, u64)>) + Sync,
-) -> Vec<Vec<(u64, u64)>> {
+    has_sent: bool,
+    sweep: impl Fn(Range<usize>, &mut Builder) + Sync,
+) -> Vec<Builder> {
     let chunks: Vec<Range<usize>> = (0..n)
         .step_by(CHUNK)
         .map(|lo| lo..(lo + CHUNK).min(n))
@@ -29,9 +31,9 @@ fn swept(
         chunks
             .into_par_iter()
             .map(|r| {
-                let mut out = Vec::with_capacity(r.len());
-                sweep(r, &mut out);
-                out
+                let mut b = Builder::new(has_sent, r.len());
+                sweep(r, &mut b);
+                b
             })
             .collect()
     })
@@ -59,6 +61,25 @@ impl PaletteIndex {
                 *self = PaletteIndex::U32(v.iter().map(|&x| x as u32).collect());
                 self.push(i);
             }
+        }
+    }
+
+    /// Appends position `i` for `n` ranks.
+    fn push_n(&mut self, i: usize, n: usize) {
+        self.push(i);
+        match self {
+            PaletteIndex::U8(v) => v.resize(v.len() + n - 1, i as u8),
+            PaletteIndex::U16(v) => v.resize(v.len() + n - 1, i as u16),
+            PaletteIndex::U32(v) => v.resize(v.len() + n - 1, i as u32),
+        }
+    }
+
+    /// Calls `f` with each rank's palette position in order.
+    fn for_each(&self, f: impl FnMut(usize)) {
+        match self {
+            PaletteIndex::U8(v) => v.iter().map(|&i| i as usize).for_each(f),
+            PaletteIndex::U16(v) => v.iter().map(|&i| i as usize).for_each(f),
+            PaletteIndex::U32(v) => v.iter().map(|&i| i as usize).for_each(f),
         }
     }
 
@@ -112,12 +133,15 @@ impl Builder {
         }
     }
 
-    /// Appends the next rank's words.
-    fn push(&mut self, pair: (u64, u64)) {
+    /// Appends the words of the next `n` ranks (each moves `pair`).
+    fn push_run(&mut self, pair: (u64, u64), n: usize) {
+        if n == 0 {
+            return;
+        }
         let w = &mut self.words;
         w.max_sent = w.max_sent.max(pair.0);
         w.max_received = w.max_received.max(pair.1);
-        w.total_received += pair.1;
+        w.total_received += pair.1 * n as u64;
         let i = match self.last {
             Some((p, i)) if p == pair => i,
             _ => {
@@ -130,7 +154,31 @@ impl Builder {
                 i
             }
         };
-        w.index.push(i);
+        w.index.push_n(i, n);
+    }
+
+    /// Appends the ranks of `next` (the chunk after this builder's ranks): its palette merged
+    /// into this one in first-use order (the palette a single sweep would have built).
+    fn append(&mut self, next: Builder) {
+        let n = next.words;
+        let w = &mut self.words;
+        w.max_sent = w.max_sent.max(n.max_sent);
+        w.max_received = w.max_received.max(n.max_received);
+        w.total_received += n.total_received;
+        let map: Vec<usize> = n
+            .palette
+            .iter()
+            .map(|&pair| {
+                let next = w.palette.len();
+                let i = *self.pos.entry(pair).or_insert(next);
+                if i == next {
+                    w.palette.push(pair);
+                }
+                i
+            })
+            .collect();
+        n.index.for_each(|i| w.index.push(map[i]));
+        self.last = None;
     }
 }
 
@@ -138,18 +186,31 @@ impl RankWords {
     /// The received words of every rank of `view`'s target grid (sent not counted).
     pub(crate) fn received_of(view: &MoveView) -> RankWords {
         let n = view.dst_ranks();
-        let mut b = Builder::new(false, n);
-        let parts = swept(n, |r, out| view.received_in(r, |w| out.push((0, w))));
-        parts.into_iter().flatten().for_each(|p| b.push(p));
-        b.words
+        let parts = swept(n, false, |r, b| {
+            view.received_by_runs(r, |n, w| b.push_run((0, w), n))
+        });
+        Self::joined(parts, false, n)
     }
 
     /// The sent and received words of every rank that takes part in `view`.
     pub(crate) fn words_of(view: &MoveView) -> RankWords {
         let n = view.ranks();
-        let mut b = Builder::new(true, n);
-        let parts = swept(n, |r, out| view.words_in(r, |_, s, w| out.push((s, w))));
-        parts.into_iter().flatten().for_each(|p| b.push(p));
+        let parts = swept(n, true, |r, b| {
+            view.words_by_runs(r, |n, s, w| b.push_run((s, w), n))
+        });
+        Self::joined(parts, true, n)
+    }
+
+    /// The chunks' builders joined in rank order.
+    fn joined(parts: Vec<Builder>, has_sent: bool, n: usize) -> RankWords {
+        let mut parts = parts.into_iter();
+        let Some(mut b) = parts.next() else {
+            return Builder::new(has_sent, 0).words;
+        };
+        if let PaletteIndex::U8(v) = &mut b.words.index {
+            v.reserve(n.saturating_sub(v.len()));
+        }
+        parts.for_each(|p| b.append(p));
         b.words
     }
 
