@@ -685,13 +685,39 @@ impl MoveView {
     /// for all ranks where asking each sender ([`Self::sends`]) costs O(P) per rank.
     fn sent_table(&self) -> &[u64] {
         self.sent_table.get_or_init(|| {
-            // What [`Self::receives`] lists for each target, counted without building the
-            // transfers (one box per sender and piece: its words are the overlaps' product).
+            // The targets in a few contiguous parts on the pool (the sweep that asked waits
+            // here with the others), each part's sends summed into its own table.
+            let n = self.dst_size;
+            let parts = (2 * rayon::current_num_threads()).clamp(1, n.div_ceil(1 << 14).max(1));
+            let step = n.div_ceil(parts).max(1);
+            let tables: Vec<Vec<u64>> = deinsum_runtime::install(|| {
+                use rayon::prelude::*;
+                (0..n)
+                    .step_by(step)
+                    .collect::<Vec<_>>()
+                    .into_par_iter()
+                    .map(|lo| self.sent_by(lo..(lo + step).min(n)))
+                    .collect()
+            });
+            let mut tables = tables.into_iter();
+            let mut sent = tables.next().unwrap_or_else(|| vec![0; self.src_size]);
+            for t in tables {
+                sent.iter_mut().zip(t).for_each(|(a, b)| *a += b);
+            }
+            sent
+        })
+    }
+
+    /// Words each source rank sends to the targets of `targets` (others than itself), with
+    /// replicas: what [`Self::receives`] lists for each target, counted without building the
+    /// transfers (one box per sender and piece: its words are the overlaps' product).
+    fn sent_by(&self, targets: std::ops::Range<usize>) -> Vec<u64> {
+        {
             let mut sent = vec![0u64; self.src_size];
             let fg = &self.from.grid;
             let mut coords = vec![0usize; fg.dims.len()];
             let mut lists: Vec<&[Piece]> = Vec::with_capacity(self.shape.len());
-            for d in 0..self.dst_size {
+            for d in targets {
                 let Some(tb) = ranges_of(&self.to, d, &self.shape) else {
                     continue;
                 };
@@ -719,7 +745,7 @@ impl MoveView {
                 });
             }
             sent
-        })
+        }
     }
 
     /// Words received per rank, sparse `(rank, words)` ascending (nonzero only): what the

@@ -109,6 +109,9 @@ pub(crate) struct RankWords {
     pub(crate) total_received: u64,
 }
 
+/// Palette length up to which [`Builder`] finds a pair by scanning the palette.
+const SHORT_PALETTE: usize = 16;
+
 /// Builds a [`RankWords`] rank by rank.
 struct Builder {
     words: RankWords,
@@ -146,9 +149,16 @@ impl Builder {
             Some((p, i)) if p == pair => i,
             _ => {
                 let next = w.palette.len();
-                let i = *self.pos.entry(pair).or_insert(next);
+                // A short palette is searched in place (cheaper than hashing the pair).
+                let i = match next <= SHORT_PALETTE {
+                    true => w.palette.iter().position(|&p| p == pair).unwrap_or(next),
+                    false => *self.pos.entry(pair).or_insert(next),
+                };
                 if i == next {
                     w.palette.push(pair);
+                    if next <= SHORT_PALETTE {
+                        self.pos.insert(pair, next);
+                    }
                 }
                 self.last = Some((pair, i));
                 i
@@ -177,7 +187,16 @@ impl Builder {
                 i
             })
             .collect();
-        n.index.for_each(|i| w.index.push(map[i]));
+        match (&mut w.index, &n.index) {
+            // The chunk's palette is a prefix of this one in the same order (the usual case):
+            // its index is copied as it is.
+            (PaletteIndex::U8(a), PaletteIndex::U8(b))
+                if map.iter().enumerate().all(|(i, &m)| i == m) =>
+            {
+                a.extend_from_slice(b)
+            }
+            _ => n.index.for_each(|i| w.index.push(map[i])),
+        }
         self.last = None;
     }
 }
