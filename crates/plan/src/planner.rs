@@ -11,7 +11,7 @@ use crate::grids;
 use crate::memory::MemoryModel;
 use crate::memory::Peaks;
 use crate::moves::{block_len, ranges_of, MoveView};
-use crate::predict::{max_of, set_prediction, set_words, touched};
+use crate::predict::{set_prediction, set_words, touched};
 use crate::rank_words::MoveMemo;
 use crate::{
     Distribution, Fetch, Grid, GridDim, GroupPlan, Phases, Plan, PlanError, PlanOptions, PlanStep,
@@ -698,12 +698,13 @@ impl<'a> Planner<'a> {
     fn schedule(&self, g: &GroupCtx, c: &Candidate, ci: usize) -> Scheduled {
         let (procs, ext) = (self.opts.procs, self.einsum.extents());
         let grid = g.grid(&c.sizes);
-        let mut acc = Vec::new();
+        // The received words of every move, added per rank below.
+        let mut words: Vec<std::sync::Arc<crate::rank_words::RankWords>> = Vec::new();
         let mut total = 0u64;
         let moves = self.input_moves(g, c);
         for (a, m) in g.group.inputs.iter().zip(&moves) {
             for mv in m {
-                mv.received.add_received_to(&mut acc);
+                words.push(mv.received.clone());
                 total += mv.total();
             }
             if let (Some(k), Some((_, t))) = (phased_dim(c.phases, g.gidx, &a.indices), c.phases) {
@@ -715,8 +716,8 @@ impl<'a> Planner<'a> {
                     let v = self
                         .memo
                         .received(&MoveView::new(&shape, &target, &w, false, procs));
-                    v.add_received_to(&mut acc);
                     total += v.total_received;
+                    words.push(v);
                 }
             }
         }
@@ -726,12 +727,12 @@ impl<'a> Planner<'a> {
             let oshape = shape_of(&g.out_idx, ext);
             let rd = reduced_distribution(&od, &oshape);
             for mv in plan_move(&oshape, &od, &rd, procs, self.memo) {
-                mv.received.add_received_to(&mut acc);
+                words.push(mv.received.clone());
                 total += mv.total();
             }
         }
         Scheduled {
-            max_per_rank: max_of(&acc),
+            max_per_rank: self.memo.max_of_sum(&words),
             total,
             candidate: ci,
             moves,

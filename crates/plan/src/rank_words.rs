@@ -287,9 +287,27 @@ const MEMO_BYTES: usize = 96 << 20;
 #[derive(Default)]
 pub(crate) struct MoveMemo {
     entries: Mutex<(HashMap<MoveKey, Arc<RankWords>>, usize)>,
+    /// Per-rank buffers [`Self::max_of_sum`] reuses (a fresh one each scoring paid its
+    /// zeroed pages again); dropped with the memo, when the choice is planned.
+    sums: Mutex<Vec<Vec<u64>>>,
 }
 
 impl MoveMemo {
+    /// The largest per-rank sum of `words` (each rank's received words added over the moves
+    /// of one candidate): one move's own maximum, else added up in a kept buffer.
+    pub(crate) fn max_of_sum(&self, words: &[Arc<RankWords>]) -> u64 {
+        if let [one] = words {
+            return one.max_received;
+        }
+        let lock = || self.sums.lock().unwrap_or_else(|p| p.into_inner());
+        let mut acc = lock().pop().unwrap_or_default();
+        acc.clear();
+        words.iter().for_each(|w| w.add_received_to(&mut acc));
+        let max = crate::predict::max_of(&acc);
+        lock().push(acc);
+        max
+    }
+
     /// `view`'s received words per rank (with or without its sent words: they are counted
     /// too when they cost little beside the sweep, so that emitting the move later finds them).
     pub(crate) fn received(&self, view: &MoveView) -> Arc<RankWords> {

@@ -51,7 +51,7 @@ impl Side {
     }
 
     /// Steps `coords` (and the offsets) to the next rank (row-major, wrapping at the end).
-    #[inline]
+    #[inline(always)]
     fn step(&self, coords: &mut [usize], off: &mut [usize]) {
         for k in (0..coords.len()).rev() {
             coords[k] += 1;
@@ -112,9 +112,10 @@ impl Kernel {
         for r in ranks {
             let (in_src, in_dst) = (r < view.src_size, r < view.dst_size);
             let (mut slen, mut cover, mut tlen, mut own) = (1u64, 1u64, 1u64, 1u64);
-            for v in 0..st.len() {
-                let (s, c) = st[v][so[v]];
-                let (t, l) = dt[v][to_off[v]];
+            let src = st.iter().zip(&so);
+            for ((sv, &si), (dv, &di)) in src.zip(dt.iter().zip(&to_off)) {
+                let (s, c) = sv[si];
+                let (t, l) = dv[di];
                 slen *= s.1.saturating_sub(s.0) as u64;
                 cover *= c;
                 tlen *= l;
