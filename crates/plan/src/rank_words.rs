@@ -357,3 +357,42 @@ impl MoveView {
         (shape.to_vec(), from.clone(), to.clone(), sum, src, dst)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chunks joined in order give the palette, index and figures of one builder fed every
+    /// rank (the palette in first-use order, past the short palette and past a u8 index).
+    #[test]
+    fn joined_chunks_equal_one_sweep() {
+        let pair = |r: usize| -> (u64, u64) {
+            let k = (r * 7919 + r / 13) % (r / 50 + 3);
+            (k as u64 % 5, k as u64)
+        };
+        for n in [0, 1, 40, 700, 20_000] {
+            let mut one = Builder::new(true, n);
+            (0..n).for_each(|r| one.push_run(pair(r), 1));
+            let parts: Vec<Builder> = (0..n)
+                .step_by(333)
+                .map(|lo| {
+                    let mut b = Builder::new(true, 333);
+                    (lo..(lo + 333).min(n)).for_each(|r| b.push_run(pair(r), 1));
+                    b
+                })
+                .collect();
+            let (a, b) = (one.words, RankWords::joined(parts, true, n));
+            assert_eq!(a.palette, b.palette);
+            assert_eq!(a.bytes(), b.bytes());
+            assert_eq!(
+                (a.max_sent, a.max_received, a.total_received),
+                (b.max_sent, b.max_received, b.total_received)
+            );
+            let (mut x, mut y) = (Vec::new(), Vec::new());
+            a.for_each(|r, s, w| x.push((r, s, w)));
+            b.for_each(|r, s, w| y.push((r, s, w)));
+            assert_eq!(x, y);
+            assert_eq!(y.len(), n);
+        }
+    }
+}

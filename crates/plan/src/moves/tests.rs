@@ -255,3 +255,31 @@ fn replicas_spread_the_sends() {
     assert_eq!(v.sent.len(), 4);
     assert_eq!(v.max_sent, 1);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// The sweeps by runs and by table offsets give every rank of any part of the ranks the
+    /// words the rank-by-rank sweep gives (and its received words alone, the same).
+    #[test]
+    fn run_and_tabled_sweeps_equal_the_rank_sweep(
+        (shape, from, to, sum, procs) in case(),
+        cut in 0usize..64,
+    ) {
+        let view = MoveView::new(&shape, &from, &to, sum, procs);
+        let n = view.ranks();
+        let lo = cut % (n + 1);
+        let mut want = Vec::new();
+        view.words_in(lo..n, |_, s, w| want.push((s, w)));
+        let mut got = Vec::new();
+        view.words_by_runs(lo..n, |len, s, w| got.extend(std::iter::repeat_n((s, w), len)));
+        prop_assert_eq!(&got, &want);
+        let d = view.dst_ranks();
+        let lo = lo.min(d);
+        let mut want = Vec::new();
+        view.received_in(lo..d, |w| want.push(w));
+        let mut got = Vec::new();
+        view.received_by_runs(lo..d, |len, w| got.extend(std::iter::repeat_n(w, len)));
+        prop_assert_eq!(&got, &want);
+    }
+}
