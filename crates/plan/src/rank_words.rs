@@ -303,7 +303,7 @@ impl MoveMemo {
         let mut acc = lock().pop().unwrap_or_default();
         acc.clear();
         words.iter().for_each(|w| w.add_received_to(&mut acc));
-        let max = crate::predict::max_of(&acc);
+        let max = acc.iter().copied().max().unwrap_or(0);
         lock().push(acc);
         max
     }
