@@ -191,7 +191,7 @@ impl Keys {
         // One int64 key column (the common case): its words straight, no dispatch a cell.
         if let [c] = cols {
             if let Column::Int64(v) = &t.columns()[*c] {
-                for x in v {
+                for x in v.iter() {
                     if let Some(x) = x {
                         k.bytes.extend_from_slice(&x.to_le_bytes());
                     }
