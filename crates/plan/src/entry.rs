@@ -26,10 +26,16 @@ pub fn build(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Plan, PlanErro
 fn build_once(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
     match (opts.objective, opts.tree_search) {
         (Objective::Flops, _) => build_flops(einsum, opts),
-        (Objective::Time, TreeSearch::WhenItPays) => match build_flops(einsum, opts) {
+        (Objective::Time, TreeSearch::WhenItPays) => match choose::first_tree(einsum, opts) {
             Ok(p) if p.prediction.seconds < SEARCH_PAYS => Ok(p),
             // Worth the search (or refused under a budget another tree may meet).
-            _ => choose::choose(einsum, opts).map(|c| c.plan),
+            _ => {
+                let full = PlanOptions {
+                    tree_search: TreeSearch::Full,
+                    ..opts.clone()
+                };
+                choose::choose(einsum, &full).map(|c| c.plan)
+            }
         },
         _ => choose::choose(einsum, opts).map(|c| c.plan),
     }

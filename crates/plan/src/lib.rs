@@ -32,10 +32,11 @@ pub enum TreeSearch {
     /// plan` and `deinsum run` print and run (the default).
     #[default]
     Full,
-    /// The path search's tree first ([`crate::build_flops`]); the other candidates are
-    /// planned only when its plan predicts at least [`SEARCH_PAYS`] seconds. Below that the
-    /// search (tens of plannings of every tree) takes longer than any plan it could find
-    /// saves, so a caller that compiles to run at once (Python's `einsum`) keeps the first.
+    /// The path search's tree first, planned once from where its inputs are first used; when
+    /// that plan predicts at least [`SEARCH_PAYS`] seconds it is dropped and the plan is
+    /// [`TreeSearch::Full`]'s (byte-identical). Below that the search (tens of plannings of
+    /// every tree) takes longer than any plan it could find saves, so a caller that compiles
+    /// to run at once (Python's `einsum`) keeps the first.
     WhenItPays,
 }
 
