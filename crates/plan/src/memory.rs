@@ -126,10 +126,7 @@ impl MemoryModel {
                     let mut own = Vec::new();
                     compute_blocks(&mut own, g, tree, &[], None);
                     b.extend(own.into_iter().map(|(d, sh, n)| (intern(d, sh), n)));
-                    live.insert(
-                        g.output.0,
-                        intern(g.output.1.clone(), shape(g.output.0)),
-                    );
+                    live.insert(g.output.0, intern(g.output.1.clone(), shape(g.output.0)));
                     b
                 }
                 PlanStep::ComputePhase {
@@ -154,10 +151,7 @@ impl MemoryModel {
                     compute_blocks(&mut own, g, tree, &windows, cut);
                     b.extend(own.into_iter().map(|(d, sh, n)| (intern(d, sh), n)));
                     if cut.is_some_and(|(_, t, p)| p + 1 == t) {
-                        live.insert(
-                            g.output.0,
-                            intern(g.output.1.clone(), shape(g.output.0)),
-                        );
+                        live.insert(g.output.0, intern(g.output.1.clone(), shape(g.output.0)));
                     }
                     b
                 }
