@@ -69,6 +69,27 @@ impl<'a> Shapes<'a> {
     }
 }
 
+/// The moves whose message buffers sit beside step `s`'s blocks.
+fn step_moves(s: &PlanStep, shapes: &Shapes<'_>, procs: usize) -> Vec<MoveView> {
+    match s {
+        PlanStep::Redistribute {
+            tensor,
+            from,
+            to,
+            sum,
+            ..
+        } => vec![MoveView::new(&shapes.of(*tensor), from, to, *sum, procs)],
+        PlanStep::ComputePhase {
+            fetch, prefetch, ..
+        } => fetch
+            .iter()
+            .chain(prefetch)
+            .map(|f| MoveView::new(&shapes.of(f.tensor), &f.from, &f.to, false, procs))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 impl MemoryModel {
     /// Walks `steps` once to learn what is live at each of them.
     pub(crate) fn new(
@@ -160,23 +181,7 @@ impl MemoryModel {
                     continue;
                 }
             };
-            let moves = match s {
-                PlanStep::Redistribute {
-                    tensor,
-                    from,
-                    to,
-                    sum,
-                    ..
-                } => vec![MoveView::new(&shape(*tensor), from, to, *sum, procs)],
-                PlanStep::ComputePhase {
-                    fetch, prefetch, ..
-                } => fetch
-                    .iter()
-                    .chain(prefetch)
-                    .map(|f| MoveView::new(&shape(f.tensor), &f.from, &f.to, false, procs))
-                    .collect(),
-                _ => Vec::new(),
-            };
+            let moves = step_moves(s, &shapes, procs);
             held.push(StepHolding {
                 step,
                 blocks,
