@@ -287,7 +287,10 @@ def compile(expr, *shapes, procs=1, mem=None, optimize="auto", machine="default"
     JSON); `machine="host"` plans for `procs` in-process ranks on this host, as `deinsum run`
     and `einsum` do (on a host whose cores the ranks fill, no overlapped phases);
     `machine="mpi"` plans for MPI ranks as `deinsum run` under mpirun does (this node's cores
-    shared by the ranks the launcher put on it), as `einsum(..., comm=)` does.
+    shared by the ranks the launcher put on it), as `einsum(..., comm=)` does. Plans for
+    "host" and "mpi" are for running at once: when the path search's tree predicts under a
+    millisecond, the other candidate trees are not planned (the search would take longer
+    than the run), so such a plan can differ from the one `deinsum run` prints.
     """
     if machine not in ("default", "host", "mpi"):
         raise ValueError(f"machine must be 'default', 'host' or 'mpi', not {machine!r}")
@@ -438,8 +441,27 @@ def _unbroadcast(expr, operands):
 
 
 # Subscript numbers of NumPy's sublist form, as letters: 0-25 are a-z, 26-51 A-Z (NumPy's
-# own range).
+# own range); from 52 on, non-ASCII characters from U+00C0 up (opt_einsum's symbols start
+# there too), whitespace and surrogates skipped: networks of hundreds of indices.
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_MORE = []  # labels of subscripts 52, 53, ..., made as first asked for
+_MORE_NEXT = [0xC0]  # the next code point to consider for _MORE
+
+
+def _label(n, where):
+    """Subscript number `n` as an index label."""
+    if n < len(_LETTERS):
+        return _LETTERS[n]
+    if n > 0x10FFFF:
+        raise ValueError(f"{where}: subscript {n} is out of range")
+    while len(_MORE) <= n - len(_LETTERS):
+        code = _MORE_NEXT[0]
+        if code > 0x10FFFF:
+            raise ValueError(f"{where}: subscript {n} is out of range")
+        _MORE_NEXT[0] = code + 1
+        if not (0xD800 <= code <= 0xDFFF or chr(code).isspace()):
+            _MORE.append(chr(code))
+    return _MORE[n - len(_LETTERS)]
 
 
 def _sublist(sub, where):
@@ -451,10 +473,7 @@ def _sublist(sub, where):
         if x is Ellipsis:
             out.append("...")
             continue
-        n = _count(f"a subscript of {where}", x, 0)
-        if n >= len(_LETTERS):
-            raise ValueError(f"{where}: subscript {n} is out of range (0 to {len(_LETTERS) - 1})")
-        out.append(_LETTERS[n])
+        out.append(_label(_count(f"a subscript of {where}", x, 0), where))
     return "".join(out)
 
 

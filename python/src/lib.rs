@@ -369,9 +369,17 @@ fn compile(
             )))
         }
     };
+    // Plans for running here and now (`einsum`'s) skip the search over candidate trees when
+    // it cannot pay (an einsum predicted under a millisecond: the search would take longer
+    // than the run); "default" prints what `deinsum plan` prints.
+    let tree_search = match machine {
+        "default" => deinsum::plan::TreeSearch::Full,
+        _ => deinsum::plan::TreeSearch::WhenItPays,
+    };
     let options = deinsum::Options {
         mem,
         path: deinsum::path::PathOptions::with_strategy(optimize),
+        tree_search,
         ..base
     };
     let inner = deinsum::Einsum::compile_parsed(&e, &options).map_err(to_py)?;

@@ -98,6 +98,10 @@ pub struct Options {
     /// where that predicts faster. True by default; false starts them in the canonical
     /// distribution (`deinsum plan --inputs-canonical`).
     pub inputs_anywhere: bool,
+    /// How many candidate trees are planned (default: all of them;
+    /// [`deinsum_plan::TreeSearch::WhenItPays`] keeps the path search's tree for an einsum
+    /// whose plan predicts under a millisecond, for callers that compile to run at once).
+    pub tree_search: deinsum_plan::TreeSearch,
 }
 
 impl Default for Options {
@@ -112,6 +116,7 @@ impl Default for Options {
             dtype: DType::default(),
             sources: Vec::new(),
             inputs_anywhere: true,
+            tree_search: deinsum_plan::TreeSearch::Full,
         }
     }
 }
@@ -180,6 +185,7 @@ fn build_plan(einsum: &deinsum_expr::ParsedEinsum, o: &Options) -> Result<Plan, 
         dtype: o.dtype,
         inputs_in_place: o.inputs_anywhere,
         sources: o.sources.clone(),
+        tree_search: o.tree_search,
         ..deinsum_plan::PlanOptions::default()
     };
     if empty::has_empty_extent(einsum) {

@@ -383,3 +383,37 @@ fn options_dtype_reaches_the_plan() {
     assert_eq!(words, f32_mm.plan().prediction.max_peak_memory_with_buffers);
     assert_eq!(2 * f32_mm.plan().bytes(words), f64_mm.plan().bytes(words));
 }
+
+/// `TreeSearch::WhenItPays` (Python's `einsum`): an einsum predicted under `SEARCH_PAYS`
+/// gets the path search's tree alone, planned once, and runs equal to serial; a larger one
+/// gets exactly the full search's plan (byte-identical JSON).
+#[test]
+fn quick_tree_search_is_correct_and_leaves_larger_plans_alone() {
+    use deinsum::plan::{TreeSearch, SEARCH_PAYS};
+    let quick = |p: usize| Options {
+        tree_search: TreeSearch::WhenItPays,
+        ..Options::procs(p)
+    };
+    let tiny = (
+        "ij,jk,kl,lm->im",
+        sizes(&[('i', 4), ('j', 5), ('k', 3), ('l', 6), ('m', 5)]),
+    );
+    for p in 1..=4 {
+        let c = Einsum::compile(tiny.0, &tiny.1, &quick(p)).expect("quick plan");
+        assert!(c.plan().prediction.seconds < SEARCH_PAYS);
+        check_run(&c, tiny.0, p, 3);
+    }
+    let large = (
+        "ij,jk,kl->il",
+        sizes(&[('i', 512), ('j', 512), ('k', 512), ('l', 512)]),
+    );
+    for p in [1, 2, 4] {
+        let full = Einsum::compile(large.0, &large.1, &Options::procs(p)).expect("full plan");
+        assert!(full.plan().prediction.seconds >= SEARCH_PAYS);
+        let q = Einsum::compile(large.0, &large.1, &quick(p)).expect("quick plan");
+        assert_eq!(
+            serde_json::to_string(q.plan()).expect("json"),
+            serde_json::to_string(full.plan()).expect("json")
+        );
+    }
+}

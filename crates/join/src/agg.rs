@@ -135,8 +135,8 @@ fn sum_column(
 /// The number in column `c`, row `i` of `t` (None for NULL or a non-number).
 fn value(t: &Table, c: usize, i: usize) -> Option<Acc> {
     match &t.columns()[c] {
-        Column::Int64(v) => v[i].map(|x| Acc::Int(x as i128)),
-        Column::Float64(v) => v[i].map(Acc::Float),
+        Column::Int64(v) => v.get(i).map(|x| Acc::Int(x as i128)),
+        Column::Float64(v) => v.get(i).map(Acc::Float),
         _ => None,
     }
 }

@@ -10,6 +10,7 @@ use crate::bloom::{filter_bytes, Stripe};
 use crate::coll;
 use crate::cost::{Prediction, Strategy};
 use crate::kernel::{key_hash, owner, JoinShape, KeyChains, KeyIndex, Keys, BATCH};
+use crate::table::RowSizes;
 use crate::{JoinError, Table};
 use deinsum_exec::Communicator;
 use serde::Serialize;
@@ -118,8 +119,8 @@ impl Inspection {
 /// each one's summary.
 fn summarize<'a>(
     shape: &JoinShape,
-    (l, lk, lall): (&Table, &'a Keys, &[u64]),
-    (r, rk, rall): (&Table, &'a Keys, &[u64]),
+    (l, lk, lall): (&Table, &'a Keys, &RowSizes),
+    (r, rk, rall): (&Table, &'a Keys, &RowSizes),
 ) -> (Vec<&'a [u8]>, Vec<Summary>) {
     let mut index = KeyIndex::with_capacity(rk.len().max(1024));
     let mut sums: Vec<Summary> = Vec::new();
@@ -127,7 +128,7 @@ fn summarize<'a>(
         (l, lk, lall, &shape.lrest, 0),
         (r, rk, rall, &shape.rrest, 3),
     ] {
-        let rest = t.rows_bytes(rest);
+        let rest = t.row_sizes(rest);
         // In batches: the slots read first, then the keys filed, the summaries read, and
         // added to (each step's cache misses in flight together).
         let mut ids = [usize::MAX; BATCH];
@@ -151,8 +152,8 @@ fn summarize<'a>(
             for (i, &id) in rows.zip(&ids).filter(|(_, &id)| id != usize::MAX) {
                 let e = &mut sums[id];
                 e[off] += 1;
-                e[off + 1] += all[i];
-                e[off + 2] += rest[i];
+                e[off + 1] += all.get(i);
+                e[off + 2] += rest.get(i);
             }
         }
     }
@@ -438,7 +439,7 @@ pub fn inspect<C: Communicator>(
     let (lall, rall) = (shape.lall(), shape.rall());
     // Every row's encoded bytes, once (the summaries, the keyed totals and the kept NULL-key
     // rows all add them up).
-    let (lbytes, rbytes) = (l.rows_bytes(&lall), r.rows_bytes(&rall));
+    let (lbytes, rbytes) = (l.row_sizes(&lall), r.row_sizes(&rall));
     let (keys, sums) = summarize(shape, (l, lk, &lbytes), (r, rk, &rbytes));
     // Summaries to the owners.
     let mut msgs: Vec<Vec<u8>> = vec![Vec::new(); p];
@@ -471,10 +472,10 @@ pub fn inspect<C: Communicator>(
     }
     // This rank's own figures, and its rows whose key is NULL (they never move; an outer
     // join keeps them where they are).
-    let keyed = |t: &Table, k: &Keys, bytes: &[u64]| {
+    let keyed = |t: &Table, k: &Keys, bytes: &RowSizes| {
         (0..t.rows())
             .filter(|&i| k.get(i).is_some())
-            .fold((0u64, 0u64), |(n, b), i| (n + 1, b + bytes[i]))
+            .fold((0u64, 0u64), |(n, b), i| (n + 1, b + bytes.get(i)))
     };
     let (ln, lb) = keyed(l, lk, &lbytes);
     let (rn, rb) = keyed(r, rk, &rbytes);
@@ -525,12 +526,12 @@ pub fn inspect<C: Communicator>(
         let mut b = 0u64;
         if shape.kind.keeps_left() {
             for i in (0..l.rows()).filter(|&i| lk.get(i).is_none()) {
-                b += lbytes[i] + shape.rrest.len() as u64;
+                b += lbytes.get(i) + shape.rrest.len() as u64;
             }
         }
         if shape.kind.keeps_right() {
             for i in (0..r.rows()).filter(|&i| rk.get(i).is_none()) {
-                b += rbytes[i] + shape.lrest.len() as u64;
+                b += rbytes.get(i) + shape.lrest.len() as u64;
             }
         }
         b

@@ -48,15 +48,201 @@ impl DataType {
     }
 }
 
+/// A fixed-width column's cells as Arrow keeps them: the values back to back (a NULL's slot
+/// holds the type's default) and, only when some cell is NULL, a flag a cell. Half the bytes of
+/// a `Vec<Option<i64>>`, and a gather of rows without NULLs is a plain copy of words.
+#[derive(Clone, Debug, Default)]
+pub struct Cells<T> {
+    values: Vec<T>,
+    /// `nulls[i]`: cell `i` is NULL (`None`: no cell is).
+    nulls: Option<Vec<bool>>,
+}
+
+impl<T: Copy + Default> Cells<T> {
+    /// No cells, room for `n`.
+    pub fn with_capacity(n: usize) -> Cells<T> {
+        Cells {
+            values: Vec::with_capacity(n),
+            nulls: None,
+        }
+    }
+
+    /// The cells `values`, none NULL.
+    pub fn from_values(values: Vec<T>) -> Cells<T> {
+        Cells {
+            values,
+            nulls: None,
+        }
+    }
+
+    /// `n` NULLs.
+    pub fn nulls(n: usize) -> Cells<T> {
+        Cells {
+            values: vec![T::default(); n],
+            nulls: Some(vec![true; n]),
+        }
+    }
+
+    /// Number of cells.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Whether there are no cells.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// The values (a NULL's slot holds the default).
+    pub fn values(&self) -> &[T] {
+        &self.values
+    }
+
+    /// Whether some cell is NULL (else every value is one).
+    pub fn has_nulls(&self) -> bool {
+        self.nulls.as_ref().is_some_and(|n| n.contains(&true))
+    }
+
+    /// Whether cell `i` is NULL.
+    #[inline]
+    pub fn is_null(&self, i: usize) -> bool {
+        self.nulls.as_ref().is_some_and(|n| n[i])
+    }
+
+    /// Cell `i`, `None` when NULL.
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<T> {
+        (!self.is_null(i)).then(|| self.values[i])
+    }
+
+    /// The cells in order.
+    pub fn iter(&self) -> impl Iterator<Item = Option<T>> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// Room for `n` more cells.
+    pub fn reserve(&mut self, n: usize) {
+        self.values.reserve(n);
+        if let Some(f) = &mut self.nulls {
+            f.reserve(n);
+        }
+    }
+
+    /// Appends a value.
+    #[inline]
+    pub fn push_value(&mut self, x: T) {
+        self.values.push(x);
+        if let Some(f) = &mut self.nulls {
+            f.push(false);
+        }
+    }
+
+    /// Appends a cell.
+    #[inline]
+    pub fn push(&mut self, x: Option<T>) {
+        match x {
+            Some(x) => self.push_value(x),
+            None => {
+                let n = self.values.len();
+                self.nulls.get_or_insert_with(|| vec![false; n]).push(true);
+                self.values.push(T::default());
+            }
+        }
+    }
+
+    /// Appends `other`'s cells.
+    pub fn extend(&mut self, other: &Cells<T>) {
+        let n = self.values.len();
+        match (&mut self.nulls, &other.nulls) {
+            (Some(a), Some(b)) => a.extend_from_slice(b),
+            (Some(a), None) => a.resize(n + other.len(), false),
+            (None, Some(b)) => {
+                let mut a = vec![false; n];
+                a.extend_from_slice(b);
+                self.nulls = Some(a);
+            }
+            (None, None) => {}
+        }
+        self.values.extend_from_slice(&other.values);
+    }
+
+    /// The cells at `rows` (all present), in that order: a gather of the values.
+    pub fn take(&self, rows: &[usize]) -> Cells<T> {
+        Cells {
+            values: rows.iter().map(|&i| self.values[i]).collect(),
+            nulls: self
+                .nulls
+                .as_ref()
+                .map(|f| rows.iter().map(|&i| f[i]).collect()),
+        }
+    }
+
+    /// `n` cells, the `x`-th the cell at `row(x)`, NULL where that is `None`.
+    pub fn take_by(&self, n: usize, row: impl Fn(usize) -> Option<usize>) -> Cells<T> {
+        let mut values = Vec::with_capacity(n);
+        let mut nulls: Option<Vec<bool>> = None;
+        for x in 0..n {
+            match row(x) {
+                Some(i) if !self.is_null(i) => {
+                    values.push(self.values[i]);
+                    if let Some(f) = &mut nulls {
+                        f.push(false);
+                    }
+                }
+                _ => {
+                    nulls.get_or_insert_with(|| vec![false; x]).push(true);
+                    values.push(T::default());
+                }
+            }
+        }
+        Cells { values, nulls }
+    }
+
+    /// Cell by cell, this cell where it has a value, else `other`'s (SQL COALESCE).
+    pub fn coalesce(&self, other: &Cells<T>) -> Cells<T> {
+        if self.nulls.is_none() {
+            return self.clone();
+        }
+        self.iter()
+            .zip(other.iter())
+            .map(|(a, b)| a.or(b))
+            .collect()
+    }
+}
+
+impl<T: Copy + Default + PartialEq> PartialEq for Cells<T> {
+    /// Cells equal cell by cell (a NULL slot's value does not count).
+    fn eq(&self, other: &Cells<T>) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl<T: Copy + Default> FromIterator<Option<T>> for Cells<T> {
+    fn from_iter<I: IntoIterator<Item = Option<T>>>(it: I) -> Cells<T> {
+        let it = it.into_iter();
+        let mut c = Cells::with_capacity(it.size_hint().0);
+        for x in it {
+            c.push(x);
+        }
+        c
+    }
+}
+
+impl<T: Copy + Default> From<Vec<Option<T>>> for Cells<T> {
+    fn from(v: Vec<Option<T>>) -> Cells<T> {
+        v.into_iter().collect()
+    }
+}
+
 /// One column's cells.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Column {
     /// `n` NULLs of no type.
     Null(usize),
     /// int64 cells.
-    Int64(Vec<Option<i64>>),
+    Int64(Cells<i64>),
     /// float64 cells.
-    Float64(Vec<Option<f64>>),
+    Float64(Cells<f64>),
     /// string cells.
     Utf8(Vec<Option<String>>),
     /// bool cells.
@@ -76,8 +262,8 @@ impl Column {
     pub fn nulls(t: DataType, n: usize) -> Column {
         match t {
             DataType::Null => Column::Null(n),
-            DataType::Int64 => Column::Int64(vec![None; n]),
-            DataType::Float64 => Column::Float64(vec![None; n]),
+            DataType::Int64 => Column::Int64(Cells::nulls(n)),
+            DataType::Float64 => Column::Float64(Cells::nulls(n)),
             DataType::Utf8 => Column::Utf8(vec![None; n]),
             DataType::Bool => Column::Bool(vec![None; n]),
         }
@@ -125,8 +311,8 @@ impl Column {
     pub fn is_null(&self, i: usize) -> bool {
         match self {
             Column::Null(_) => true,
-            Column::Int64(v) => v[i].is_none(),
-            Column::Float64(v) => v[i].is_none(),
+            Column::Int64(v) => v.is_null(i),
+            Column::Float64(v) => v.is_null(i),
             Column::Utf8(v) => v[i].is_none(),
             Column::Bool(v) => v[i].is_none(),
         }
@@ -136,8 +322,8 @@ impl Column {
     pub fn cell_bytes(&self, i: usize) -> usize {
         match self {
             Column::Null(_) => NULL_CELL,
-            Column::Int64(v) => v[i].map_or(NULL_CELL, |_| 9),
-            Column::Float64(v) => v[i].map_or(NULL_CELL, |_| 9),
+            Column::Int64(v) => v.get(i).map_or(NULL_CELL, |_| 9),
+            Column::Float64(v) => v.get(i).map_or(NULL_CELL, |_| 9),
             Column::Bool(v) => v[i].map_or(NULL_CELL, |_| 2),
             Column::Utf8(v) => v[i].as_ref().map_or(NULL_CELL, |s| 5 + s.len()),
         }
@@ -147,8 +333,8 @@ impl Column {
     pub fn encode_cell(&self, i: usize, out: &mut Vec<u8>) {
         match self {
             Column::Null(_) => out.push(0),
-            Column::Int64(v) => put(out, v[i].map(i64::to_le_bytes).as_ref().map(|b| &b[..])),
-            Column::Float64(v) => put(out, v[i].map(f64::to_le_bytes).as_ref().map(|b| &b[..])),
+            Column::Int64(v) => put(out, v.get(i).map(i64::to_le_bytes).as_ref().map(|b| &b[..])),
+            Column::Float64(v) => put(out, v.get(i).map(f64::to_le_bytes).as_ref().map(|b| &b[..])),
             Column::Bool(v) => put(out, v[i].map(|b| [b as u8]).as_ref().map(|b| &b[..])),
             Column::Utf8(v) => match &v[i] {
                 None => out.push(0),
@@ -167,11 +353,11 @@ impl Column {
     pub fn key_value(&self, i: usize, out: &mut Vec<u8>) -> bool {
         match self {
             Column::Null(_) => false,
-            Column::Int64(v) => v[i].is_some_and(|x| {
+            Column::Int64(v) => v.get(i).is_some_and(|x| {
                 out.extend_from_slice(&x.to_le_bytes());
                 true
             }),
-            Column::Float64(v) => v[i].is_some_and(|x| {
+            Column::Float64(v) => v.get(i).is_some_and(|x| {
                 let x = if x == 0.0 {
                     0.0
                 } else if x.is_nan() {
@@ -238,8 +424,8 @@ impl Column {
         }
         match self {
             Column::Null(_) => Column::Null(rows.len()),
-            Column::Int64(v) => Column::Int64(pick(v, rows)),
-            Column::Float64(v) => Column::Float64(pick(v, rows)),
+            Column::Int64(v) => Column::Int64(v.take_by(rows.len(), |x| rows[x])),
+            Column::Float64(v) => Column::Float64(v.take_by(rows.len(), |x| rows[x])),
             Column::Utf8(v) => Column::Utf8(pick(v, rows)),
             Column::Bool(v) => Column::Bool(pick(v, rows)),
         }
@@ -257,8 +443,8 @@ impl Column {
         }
         match self {
             Column::Null(_) => Column::Null(n),
-            Column::Int64(v) => Column::Int64(pick(v, n, row)),
-            Column::Float64(v) => Column::Float64(pick(v, n, row)),
+            Column::Int64(v) => Column::Int64(v.take_by(n, row)),
+            Column::Float64(v) => Column::Float64(v.take_by(n, row)),
             Column::Bool(v) => Column::Bool(pick(v, n, row)),
             Column::Utf8(v) => {
                 Column::Utf8((0..n).map(|x| row(x).and_then(|i| v[i].clone())).collect())
@@ -268,8 +454,14 @@ impl Column {
 
     /// The cells at `rows` (all present).
     pub fn take_rows(&self, rows: &[usize]) -> Column {
-        let r: Vec<Option<usize>> = rows.iter().map(|&i| Some(i)).collect();
-        self.take(&r)
+        match self {
+            Column::Int64(v) => Column::Int64(v.take(rows)),
+            Column::Float64(v) => Column::Float64(v.take(rows)),
+            _ => {
+                let r: Vec<Option<usize>> = rows.iter().map(|&i| Some(i)).collect();
+                self.take(&r)
+            }
+        }
     }
 
     /// This column with `other`'s cells appended (types must agree; a NULL column takes the
@@ -284,8 +476,8 @@ impl Column {
                 let extra = Column::nulls(s.dtype(), *b);
                 s.append(&extra)?;
             }
-            (Column::Int64(a), Column::Int64(b)) => a.extend_from_slice(b),
-            (Column::Float64(a), Column::Float64(b)) => a.extend_from_slice(b),
+            (Column::Int64(a), Column::Int64(b)) => a.extend(b),
+            (Column::Float64(a), Column::Float64(b)) => a.extend(b),
             (Column::Utf8(a), Column::Utf8(b)) => a.extend_from_slice(b),
             (Column::Bool(a), Column::Bool(b)) => a.extend_from_slice(b),
             (s, o) => {
@@ -311,8 +503,8 @@ impl Column {
         match (self, other) {
             (Column::Null(_), o) => o.clone(),
             (s, Column::Null(_)) => s.clone(),
-            (Column::Int64(a), Column::Int64(b)) => Column::Int64(co(a, b)),
-            (Column::Float64(a), Column::Float64(b)) => Column::Float64(co(a, b)),
+            (Column::Int64(a), Column::Int64(b)) => Column::Int64(a.coalesce(b)),
+            (Column::Float64(a), Column::Float64(b)) => Column::Float64(a.coalesce(b)),
             (Column::Utf8(a), Column::Utf8(b)) => Column::Utf8(co(a, b)),
             (Column::Bool(a), Column::Bool(b)) => Column::Bool(co(a, b)),
             (s, _) => s.clone(),
@@ -323,8 +515,8 @@ impl Column {
     pub fn text(&self, i: usize) -> String {
         match self {
             Column::Null(_) => String::new(),
-            Column::Int64(v) => v[i].map(|x| x.to_string()).unwrap_or_default(),
-            Column::Float64(v) => v[i].map(|x| x.to_string()).unwrap_or_default(),
+            Column::Int64(v) => v.get(i).map(|x| x.to_string()).unwrap_or_default(),
+            Column::Float64(v) => v.get(i).map(|x| x.to_string()).unwrap_or_default(),
             Column::Bool(v) => v[i].map(|x| x.to_string()).unwrap_or_default(),
             Column::Utf8(v) => v[i].clone().unwrap_or_default(),
         }
@@ -359,6 +551,26 @@ fn take<'a>(buf: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
     let (a, b) = buf.split_at(n);
     *buf = b;
     Ok(a)
+}
+
+/// Every row's encoded bytes ([`Table::row_sizes`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum RowSizes {
+    /// Every row has these.
+    Same(u64),
+    /// Row by row.
+    PerRow(Vec<u64>),
+}
+
+impl RowSizes {
+    /// Row `i`'s bytes.
+    #[inline]
+    pub fn get(&self, i: usize) -> u64 {
+        match self {
+            RowSizes::Same(b) => *b,
+            RowSizes::PerRow(v) => v[i],
+        }
+    }
 }
 
 /// A table: named columns of one length.
@@ -443,17 +655,43 @@ impl Table {
                 *b += x.as_ref().map_or(NULL_CELL as u64, &size);
             }
         }
+        fn fixed(out: &mut [u64], nulls: Option<&[bool]>, size: u64) {
+            match nulls {
+                None => out.iter_mut().for_each(|b| *b += size),
+                Some(f) => {
+                    for (b, &n) in out.iter_mut().zip(f) {
+                        *b += if n { NULL_CELL as u64 } else { size };
+                    }
+                }
+            }
+        }
         let mut out = vec![0u64; self.rows()];
         for &c in cols {
             match &self.columns[c] {
                 Column::Null(_) => out.iter_mut().for_each(|b| *b += NULL_CELL as u64),
-                Column::Int64(v) => add(&mut out, v, |_| 9),
-                Column::Float64(v) => add(&mut out, v, |_| 9),
+                Column::Int64(v) => fixed(&mut out, v.nulls.as_deref(), 9),
+                Column::Float64(v) => fixed(&mut out, v.nulls.as_deref(), 9),
                 Column::Bool(v) => add(&mut out, v, |_| 2),
                 Column::Utf8(v) => add(&mut out, v, |s| 5 + s.len() as u64),
             }
         }
         out
+    }
+
+    /// Encoded bytes of every row over the columns `cols`, as [`Table::rows_bytes`] but one
+    /// figure for all rows when every row has the same (fixed-width columns without NULLs:
+    /// no vector of a word a row made and read on a big table).
+    pub fn row_sizes(&self, cols: &[usize]) -> RowSizes {
+        let mut same = 0u64;
+        for &c in cols {
+            same += match &self.columns[c] {
+                Column::Null(_) => NULL_CELL as u64,
+                Column::Int64(v) if !v.has_nulls() => 9,
+                Column::Float64(v) if !v.has_nulls() => 9,
+                _ => return RowSizes::PerRow(self.rows_bytes(cols)),
+            };
+        }
+        RowSizes::Same(same)
     }
 
     /// Appends the encoding of row `i` over the columns `cols` to `out`.
@@ -544,5 +782,42 @@ impl Table {
     /// Its parts.
     pub fn into_parts(self) -> (Vec<String>, Vec<Column>) {
         (self.names, self.columns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cells;
+
+    #[test]
+    fn cells_keep_nulls_through_push_extend_take_and_coalesce() {
+        let mut a: Cells<i64> = Cells::from_values(vec![1, 2]);
+        assert!(!a.has_nulls());
+        a.push(None);
+        a.push(Some(4));
+        assert_eq!(
+            a.iter().collect::<Vec<_>>(),
+            [Some(1), Some(2), None, Some(4)]
+        );
+        let mut b: Cells<i64> = Cells::from_values(vec![7]);
+        b.extend(&a);
+        assert_eq!(
+            b.iter().collect::<Vec<_>>(),
+            [Some(7), Some(1), Some(2), None, Some(4)]
+        );
+        assert_eq!(b.take(&[3, 0]).iter().collect::<Vec<_>>(), [None, Some(7)]);
+        let rows = [Some(4), None, Some(3), Some(0)];
+        let t = b.take_by(rows.len(), |x| rows[x]);
+        assert_eq!(t.iter().collect::<Vec<_>>(), [Some(4), None, None, Some(7)]);
+        let other: Cells<i64> = vec![Some(9), Some(8), None, Some(6)].into();
+        assert_eq!(
+            t.coalesce(&other).iter().collect::<Vec<_>>(),
+            [Some(4), Some(8), None, Some(7)]
+        );
+        // Equal cell by cell: a flag vector of no NULLs equals none at all.
+        let flagged: Cells<i64> = vec![Some(1), None].into_iter().take(1).collect();
+        let mut with_flags = Cells::nulls(1);
+        with_flags.extend(&flagged);
+        assert_eq!(with_flags.take(&[1]), Cells::from_values(vec![1]));
     }
 }

@@ -25,13 +25,13 @@ fn reference(joined: &Table, g: &str, x: Option<&str>) -> BTreeMap<String, (i64,
         if let Some(x) = x {
             match joined.column(x).unwrap() {
                 Column::Int64(v) => {
-                    if let Some(a) = v[i] {
+                    if let Some(a) = v.get(i) {
                         e.1 += a as f64;
                         e.2 = true;
                     }
                 }
                 Column::Float64(v) => {
-                    if let Some(a) = v[i] {
+                    if let Some(a) = v.get(i) {
                         e.1 += a;
                         e.2 = true;
                     }

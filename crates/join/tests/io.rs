@@ -117,14 +117,17 @@ fn not_parquet_and_missing_columns_and_key_types() {
 
     let l = Table::new(
         vec!["k".into(), "a".into()],
-        vec![Column::Int64(vec![Some(1)]), Column::Int64(vec![Some(2)])],
+        vec![
+            Column::Int64(vec![Some(1)].into()),
+            Column::Int64(vec![Some(2)].into()),
+        ],
     )
     .unwrap();
     let r = Table::new(
         vec!["k".into(), "b".into()],
         vec![
             Column::Utf8(vec![Some("1".into())]),
-            Column::Int64(vec![Some(2)]),
+            Column::Int64(vec![Some(2)].into()),
         ],
     )
     .unwrap();

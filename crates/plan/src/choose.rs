@@ -120,6 +120,21 @@ pub fn choose(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Choice, PlanE
     Ok(chosen)
 }
 
+/// The path search's tree alone, planned once from the in-place start (no candidate trees,
+/// no second round from the loaded layouts): [`crate::TreeSearch::WhenItPays`]'s first try.
+pub(crate) fn first_tree(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
+    if opts.procs == 0 {
+        return Err(PlanError::ZeroProcs);
+    }
+    let info = deinsum_path::optimize(einsum, &opts.path)?;
+    let memo = MoveMemo::default();
+    let mut plan = plan_tree_in(einsum, &info.tree, info.path.clone(), opts, (&memo, true))?;
+    if crate::predict::memory_deferrable(opts) {
+        crate::predict::complete_memory(&mut plan, opts, &memo);
+    }
+    Ok(plan)
+}
+
 /// [`choose`] over the candidate trees, each planned by [`crate::plan_tree`] (sharing `memo`).
 fn choose_trees(
     einsum: &ParsedEinsum,

@@ -257,7 +257,9 @@ pub(crate) fn plan_tree_in(
         })
     };
     let free = planned(opts);
-    if !opts.any_anywhere(operands.len()) {
+    if !opts.any_anywhere(operands.len()) || opts.tree_search == crate::TreeSearch::WhenItPays {
+        // (A quick plan keeps the in-place start: re-planning from other starts is part of
+        // the search it skips.)
         return free;
     }
     // An operand readable anywhere can also be read canonically: the planner places each

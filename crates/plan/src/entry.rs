@@ -4,7 +4,7 @@
 
 use crate::choose;
 use crate::driver::{plan_tree, with_least_budget};
-use crate::{Objective, Plan, PlanError, PlanOptions};
+use crate::{Objective, Plan, PlanError, PlanOptions, TreeSearch, SEARCH_PAYS};
 use deinsum_expr::ParsedEinsum;
 
 /// Plans `einsum` for `opts.procs` ranks: finds the contraction tree
@@ -24,8 +24,19 @@ pub fn build(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Plan, PlanErro
 
 /// [`build`] under `opts` as given (no search for the least budget).
 fn build_once(einsum: &ParsedEinsum, opts: &PlanOptions) -> Result<Plan, PlanError> {
-    match opts.objective {
-        Objective::Flops => build_flops(einsum, opts),
+    match (opts.objective, opts.tree_search) {
+        (Objective::Flops, _) => build_flops(einsum, opts),
+        (Objective::Time, TreeSearch::WhenItPays) => match choose::first_tree(einsum, opts) {
+            Ok(p) if p.prediction.seconds < SEARCH_PAYS => Ok(p),
+            // Worth the search (or refused under a budget another tree may meet).
+            _ => {
+                let full = PlanOptions {
+                    tree_search: TreeSearch::Full,
+                    ..opts.clone()
+                };
+                choose::choose(einsum, &full).map(|c| c.plan)
+            }
+        },
         _ => choose::choose(einsum, opts).map(|c| c.plan),
     }
 }

@@ -25,6 +25,26 @@ pub use machine::{Machine, MachineError};
 mod source;
 pub use source::{relabel, Source};
 
+/// How many contraction trees [`crate::build`] plans under [`Objective::Time`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TreeSearch {
+    /// Every candidate tree ([`choose::choose`]), whatever the einsum's size: what `deinsum
+    /// plan` and `deinsum run` print and run (the default).
+    #[default]
+    Full,
+    /// The path search's tree first, planned once from where its inputs are first used; when
+    /// that plan predicts at least [`SEARCH_PAYS`] seconds it is dropped and the plan is
+    /// [`TreeSearch::Full`]'s (byte-identical). Below that the search (tens of plannings of
+    /// every tree) takes longer than any plan it could find saves, so a caller that compiles
+    /// to run at once (Python's `einsum`) keeps the first.
+    WhenItPays,
+}
+
+/// Predicted seconds below which [`TreeSearch::WhenItPays`] keeps the path search's tree: the
+/// full search plans every candidate tree several times (about 20 ms for a 30-operand MPS
+/// network on one core), more than the whole run of a plan predicted under a millisecond.
+pub const SEARCH_PAYS: f64 = 1e-3;
+
 /// What [`crate::build`] minimises.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Objective {
@@ -433,6 +453,8 @@ pub struct PlanOptions {
     /// The element type the plan is for (default f64): its words' size in bytes, for the
     /// predicted seconds and memory ([`Plan::dtype`]).
     pub dtype: DType,
+    /// How many candidate trees are planned under [`Objective::Time`] (default: all).
+    pub tree_search: TreeSearch,
 }
 
 impl std::fmt::Debug for PlanOptions {
@@ -450,6 +472,7 @@ impl std::fmt::Debug for PlanOptions {
             .field("machine", &self.machine.name)
             .field("objective", &self.objective)
             .field("dtype", &self.dtype)
+            .field("tree_search", &self.tree_search)
             .finish()
     }
 }
@@ -469,6 +492,7 @@ impl Default for PlanOptions {
             machine: Machine::default(),
             objective: Objective::default(),
             dtype: DType::default(),
+            tree_search: TreeSearch::default(),
         }
     }
 }

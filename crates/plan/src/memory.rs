@@ -50,13 +50,44 @@ pub(crate) struct MemoryModel {
 /// Ranks whose blocks and buffer words [`MemoryModel::peaks`] sweeps at once.
 const PEAK_CHUNK: usize = 4096;
 
-/// The shape of tensor `id` (empty when unknown: a scalar).
-pub(crate) fn tensor_shape(tensors: &[Tensor], id: TensorId) -> Vec<usize> {
-    tensors
-        .iter()
-        .find(|t| t.id == id)
-        .map(|t| t.shape.clone())
-        .unwrap_or_default()
+/// The shape of every tensor by id, looked up in O(1) (a scan per lookup made a plan of a few
+/// hundred steps quadratic); the first tensor of an id wins. An unknown id is a scalar.
+pub(crate) struct Shapes<'a>(HashMap<TensorId, &'a [usize]>);
+
+impl<'a> Shapes<'a> {
+    pub(crate) fn new(tensors: &'a [Tensor]) -> Self {
+        let mut m = HashMap::with_capacity(tensors.len());
+        for t in tensors {
+            m.entry(t.id).or_insert(t.shape.as_slice());
+        }
+        Shapes(m)
+    }
+
+    /// The shape of tensor `id` (empty when unknown: a scalar).
+    pub(crate) fn of(&self, id: TensorId) -> Vec<usize> {
+        self.0.get(&id).map(|s| s.to_vec()).unwrap_or_default()
+    }
+}
+
+/// The moves whose message buffers sit beside step `s`'s blocks.
+fn step_moves(s: &PlanStep, shapes: &Shapes<'_>, procs: usize) -> Vec<MoveView> {
+    match s {
+        PlanStep::Redistribute {
+            tensor,
+            from,
+            to,
+            sum,
+            ..
+        } => vec![MoveView::new(&shapes.of(*tensor), from, to, *sum, procs)],
+        PlanStep::ComputePhase {
+            fetch, prefetch, ..
+        } => fetch
+            .iter()
+            .chain(prefetch)
+            .map(|f| MoveView::new(&shapes.of(f.tensor), &f.from, &f.to, false, procs))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 impl MemoryModel {
@@ -68,7 +99,8 @@ impl MemoryModel {
         tree: &ContractionTree,
         procs: usize,
     ) -> MemoryModel {
-        let shape = |id: TensorId| tensor_shape(tensors, id);
+        let shapes = Shapes::new(tensors);
+        let shape = |id: TensorId| shapes.of(id);
         let mut active = groups.iter().map(|g| g.grid.size()).max().unwrap_or(1);
         let ranks_used = active.min(procs);
         for s in steps {
@@ -79,33 +111,43 @@ impl MemoryModel {
             };
             active = active.max(m);
         }
-        let mut live: BTreeMap<TensorId, Distribution> = BTreeMap::new();
-        let blocks_of = |live: &BTreeMap<TensorId, Distribution>| -> Vec<_> {
-            live.iter()
-                .map(|(&id, d)| (d.clone(), shape(id), 1u64))
-                .collect()
-        };
         let mut held = Vec::new();
+        // A block's number: its (distribution, shape) interned once (a hash lookup; `distinct`
+        // keeps first-seen order).
         let mut index: HashMap<(Distribution, Vec<usize>), usize> = HashMap::new();
+        let mut intern = |d: Distribution, sh: Vec<usize>| -> usize {
+            let next = index.len();
+            *index.entry((d, sh)).or_insert(next)
+        };
+        // The live tensors' block numbers, interned when they become live: a step's blocks
+        // are these plus its own, not every live block hashed again at every step (which made
+        // a plan of hundreds of live tensors quadratic in hashing).
+        let mut live: BTreeMap<TensorId, usize> = BTreeMap::new();
+        let blocks_of = |live: &BTreeMap<TensorId, usize>| -> Vec<(usize, u64)> {
+            live.values().map(|&b| (b, 1u64)).collect()
+        };
         // The windows a phase prefetched for the next one: held until that phase is done.
         let mut carried: Vec<(Distribution, Vec<usize>, u64)> = Vec::new();
         for (step, s) in steps.iter().enumerate() {
             let blocks = match s {
                 PlanStep::Load { tensor, dist } => {
-                    live.insert(*tensor, dist.clone());
+                    live.insert(*tensor, intern(dist.clone(), shape(*tensor)));
                     blocks_of(&live)
                 }
                 PlanStep::Redistribute { tensor, to, .. } => {
                     let mut b = blocks_of(&live);
-                    b.push((to.clone(), shape(*tensor), 1));
-                    live.insert(*tensor, to.clone());
+                    let to_block = intern(to.clone(), shape(*tensor));
+                    b.push((to_block, 1));
+                    live.insert(*tensor, to_block);
                     b
                 }
                 PlanStep::Compute { group } => {
                     let g = &groups[*group];
                     let mut b = blocks_of(&live);
-                    compute_blocks(&mut b, g, tree, &[], None);
-                    live.insert(g.output.0, g.output.1.clone());
+                    let mut own = Vec::new();
+                    compute_blocks(&mut own, g, tree, &[], None);
+                    b.extend(own.into_iter().map(|(d, sh, n)| (intern(d, sh), n)));
+                    live.insert(g.output.0, intern(g.output.1.clone(), shape(g.output.0)));
                     b
                 }
                 PlanStep::ComputePhase {
@@ -126,9 +168,11 @@ impl MemoryModel {
                     let next: Vec<_> = prefetch.iter().map(window).collect();
                     windows.extend(next.iter().cloned());
                     carried = next;
-                    compute_blocks(&mut b, g, tree, &windows, cut);
+                    let mut own = Vec::new();
+                    compute_blocks(&mut own, g, tree, &windows, cut);
+                    b.extend(own.into_iter().map(|(d, sh, n)| (intern(d, sh), n)));
                     if cut.is_some_and(|(_, t, p)| p + 1 == t) {
-                        live.insert(g.output.0, g.output.1.clone());
+                        live.insert(g.output.0, intern(g.output.1.clone(), shape(g.output.0)));
                     }
                     b
                 }
@@ -137,31 +181,7 @@ impl MemoryModel {
                     continue;
                 }
             };
-            let moves = match s {
-                PlanStep::Redistribute {
-                    tensor,
-                    from,
-                    to,
-                    sum,
-                    ..
-                } => vec![MoveView::new(&shape(*tensor), from, to, *sum, procs)],
-                PlanStep::ComputePhase {
-                    fetch, prefetch, ..
-                } => fetch
-                    .iter()
-                    .chain(prefetch)
-                    .map(|f| MoveView::new(&shape(f.tensor), &f.from, &f.to, false, procs))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            let blocks = blocks
-                .into_iter()
-                .map(|(d, sh, n)| {
-                    // A hash index (lookup only: `distinct` keeps first-seen order).
-                    let next = index.len();
-                    (*index.entry((d, sh)).or_insert(next), n)
-                })
-                .collect();
+            let moves = step_moves(s, &shapes, procs);
             held.push(StepHolding {
                 step,
                 blocks,

@@ -1,7 +1,7 @@
 //! The plan's prediction from its moves' words and its memory peaks: one function serves the
 //! planner's `finish` and the overlap pass, which recomputes it after rewriting steps.
 
-use crate::memory::{tensor_shape, Peaks};
+use crate::memory::{Peaks, Shapes};
 use crate::moves::{Cursor, Cuts};
 use crate::{GroupPlan, PerRank, PlanOptions, Prediction, Tensor, TensorId};
 
@@ -21,7 +21,8 @@ pub(crate) fn set_bounds(groups: &mut [GroupPlan], procs: usize, s_bound: f64) -
 /// Max over ranks of the words of its blocks of every group's inputs and output, summed over
 /// the groups (ranks outside a group's grid touch nothing of it).
 pub(crate) fn touched(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> u64 {
-    let shape = |id: TensorId| tensor_shape(tensors, id);
+    let shapes = Shapes::new(tensors);
+    let shape = |id: TensorId| shapes.of(id);
     let mut per_rank: Vec<u64> = Vec::new();
     for g in groups {
         let size = g.grid.size().min(procs);

@@ -290,7 +290,7 @@ pub fn write_to<W: std::io::Write>(w: W, table: &Table) -> Result<(), csv::Error
         rec.clear();
         for c in table.columns() {
             rec.push(match c {
-                Column::Float64(v) => v[i].map(float_text).unwrap_or_default(),
+                Column::Float64(v) => v.get(i).map(float_text).unwrap_or_default(),
                 c => c.text(i),
             });
         }

@@ -2,15 +2,17 @@
 //! groups that hold them and only those rows of them (a row selection).
 
 use super::common::{io_err, share};
+use crate::table::Cells;
 use crate::{Column, DataType, JoinError, Table};
 use arrow_array::cast::AsArray;
+use arrow_array::types::ArrowPrimitiveType;
 use arrow_array::types::{
     Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type,
     UInt64Type, UInt8Type,
 };
-use arrow_array::{
-    Array, ArrayRef, BooleanArray, Float64Array, Int64Array, NullArray, RecordBatch, StringArray,
-};
+use arrow_array::PrimitiveArray;
+use arrow_array::{Array, ArrayRef, BooleanArray, NullArray, RecordBatch, StringArray};
+use arrow_buffer::{NullBuffer, ScalarBuffer};
 use arrow_schema::{DataType as ArrowType, Field, Schema as ArrowSchema};
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
 use parquet::arrow::ArrowWriter;
@@ -114,14 +116,16 @@ pub(crate) fn dtype_of(t: &ArrowType) -> Option<DataType> {
 /// An Arrow array (of a type [`dtype_of`] takes) as a column.
 pub(crate) fn from_arrow(a: &dyn Array) -> Column {
     macro_rules! ints {
-        ($t:ty) => {
-            Column::Int64(
-                a.as_primitive::<$t>()
-                    .iter()
-                    .map(|v| v.map(|x| x as i64))
-                    .collect(),
-            )
-        };
+        ($t:ty) => {{
+            let p = a.as_primitive::<$t>();
+            if p.null_count() == 0 {
+                Column::Int64(Cells::from_values(
+                    p.values().iter().map(|&x| x as i64).collect(),
+                ))
+            } else {
+                Column::Int64(p.iter().map(|v| v.map(|x| x as i64)).collect())
+            }
+        }};
     }
     match a.data_type() {
         ArrowType::Int8 => ints!(Int8Type),
@@ -138,7 +142,14 @@ pub(crate) fn from_arrow(a: &dyn Array) -> Column {
                 .map(|v| v.map(f64::from))
                 .collect(),
         ),
-        ArrowType::Float64 => Column::Float64(a.as_primitive::<Float64Type>().iter().collect()),
+        ArrowType::Float64 => {
+            let p = a.as_primitive::<Float64Type>();
+            if p.null_count() == 0 {
+                Column::Float64(Cells::from_values(p.values().to_vec()))
+            } else {
+                Column::Float64(p.iter().collect())
+            }
+        }
         ArrowType::Utf8 => Column::Utf8(
             a.as_string::<i32>()
                 .iter()
@@ -162,12 +173,23 @@ pub(crate) fn from_arrow(a: &dyn Array) -> Column {
     }
 }
 
+/// Fixed-width cells as an Arrow array: the values copied once, the NULL flags as its validity.
+fn primitive<T: ArrowPrimitiveType>(c: &Cells<T::Native>) -> PrimitiveArray<T>
+where
+    T::Native: Default,
+{
+    let nulls = c
+        .has_nulls()
+        .then(|| NullBuffer::from_iter((0..c.len()).map(|i| !c.is_null(i))));
+    PrimitiveArray::new(ScalarBuffer::from(c.values().to_vec()), nulls)
+}
+
 /// A column as an Arrow array.
 pub(crate) fn to_arrow(c: &Column) -> (ArrowType, ArrayRef) {
     match c {
         Column::Null(n) => (ArrowType::Null, Arc::new(NullArray::new(*n))),
-        Column::Int64(v) => (ArrowType::Int64, Arc::new(Int64Array::from(v.clone()))),
-        Column::Float64(v) => (ArrowType::Float64, Arc::new(Float64Array::from(v.clone()))),
+        Column::Int64(v) => (ArrowType::Int64, Arc::new(primitive::<Int64Type>(v))),
+        Column::Float64(v) => (ArrowType::Float64, Arc::new(primitive::<Float64Type>(v))),
         Column::Utf8(v) => (
             ArrowType::Utf8,
             Arc::new(v.iter().map(|s| s.as_deref()).collect::<StringArray>()),
