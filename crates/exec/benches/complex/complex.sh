@@ -17,11 +17,14 @@
 # Environment: PYTHON (a Python with numpy and opt_einsum; default: a venv in
 # $TARGET/e2e-venv, numpy and opt_einsum from PyPI added on first use), DEINSUM_BIN (a release
 # deinsum binary; default: built here with cargo build --release), REPEAT (5), ROUNDS (2),
-# CARGO_TARGET_DIR.
+# GEMMS (the `--gemm` libraries deinsum runs with, each its own rows; default `faer`; `faer blas`
+# needs a binary built with `--features blas`, whose Debian OpenBLAS 0.3.21 gets
+# OPENBLAS_CORETYPE=SkylakeX in deinsum's command only), CARGO_TARGET_DIR.
 set -eu
 cd "$(dirname "$0")/../../../.."
 REPEAT=${REPEAT:-5}
 ROUNDS=${ROUNDS:-2}
+GEMMS=${GEMMS:-faer}
 QUICK=""
 if [ "${1:-}" = "--quick" ]; then QUICK="--quick"; fi
 TARGET=${CARGO_TARGET_DIR:-target}
@@ -51,15 +54,24 @@ while IFS="$(printf '\t')" read -r name expr sizes madds; do
     t1=$(date +%s.%N)
     echo "{\"row\": \"plan\", \"case\": \"$name\", \"seconds\": $(awk "BEGIN { print $t1 - $t0 }"), \"madds\": $madds, \"sizes\": \"$sizes\"}" >>"$OUT"
 done <"$OUT.cases"
+# Debian's OpenBLAS 0.3.21 picks no AVX-512 kernel here by itself: SkylakeX for --gemm blas only.
+blas_env() {
+    g=$1
+    shift
+    if [ "$g" = blas ]; then OPENBLAS_CORETYPE=SkylakeX "$@"; else "$@"; fi
+}
 round=1
 while [ "$round" -le "$ROUNDS" ]; do
     while IFS="$(printf '\t')" read -r name expr sizes madds; do
         echo "# round $round: $name" >&2
         $NUMPY_ENV "$PYTHON" $BASE --case "$name" --repeat "$REPEAT" $QUICK </dev/null |
             sed "s/^{/{\"row\": \"baseline\", \"round\": $round, /" >>"$OUT"
-        "$DEINSUM_BIN" run "$expr" --sizes "$sizes" --dtype c128 --procs 2 --threads 1 \
-            --repeat "$REPEAT" --warmup 1 --format json </dev/null |
-            "$PYTHON" -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'row':'deinsum','case':'$name','round':$round,'min':d['contraction_seconds_min'],'median':d['contraction_seconds_median'],'exact':d['volume_exact'],'dtype':d['dtype'],'path':d['path']}))" >>"$OUT"
+        for gemm in $GEMMS; do
+            blas_env "$gemm" "$DEINSUM_BIN" run "$expr" --sizes "$sizes" --dtype c128 \
+                --procs 2 --threads 1 --gemm "$gemm" --repeat "$REPEAT" --warmup 1 --format json \
+                </dev/null |
+                "$PYTHON" -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'row':'deinsum','gemm':'$gemm','case':'$name','round':$round,'min':d['contraction_seconds_min'],'median':d['contraction_seconds_median'],'exact':d['volume_exact'],'dtype':d['dtype'],'path':d['path']}))" >>"$OUT"
+        done
     done <"$OUT.cases"
     round=$((round + 1))
 done
@@ -81,8 +93,11 @@ print(f"- processor: {cpu}, {cores} logical cores")
 v = one("versions")
 print(f"- NumPy {v['numpy']}, opt_einsum {v['opt_einsum']}: one process, 2 BLAS threads, "
       "`OPENBLAS_CORETYPE` and `OPENBLAS_L2_SIZE` unset (in that command only)")
-print(f"- deinsum: `{binary}` (release), `run --dtype c128 --procs 2 --threads 1` (2 in-process "
-      "ranks, one thread each)")
+gemms = list(dict.fromkeys(r["gemm"] for r in rows if r["row"] == "deinsum"))
+print(f"- deinsum: `{binary}` (release), `run --dtype c128 --procs 2 --threads 1 --gemm G` (2 "
+      f"in-process ranks, one thread each) for G in {', '.join(gemms)}"
+      + ("; `--gemm blas` is Debian's OpenBLAS with `OPENBLAS_CORETYPE=SkylakeX` in that command"
+         if "blas" in gemms else ""))
 print(f"- median of {reps} timed runs after one warm-up, best of {rounds} rounds per side; "
       "deinsum's times are the contraction alone (its planning is the `plan s` column, "
       "`deinsum plan` wall time including process start); NumPy's and opt_einsum's include "
@@ -94,19 +109,20 @@ if peak_load > 1.5:
           "other jobs shared the cores, so every figure is a lower bound on speed and the "
           "ratios may move between runs")
 print()
-print("| kernel | sizes | deinsum s | NumPy s | opt_einsum s | deinsum / NumPy | deinsum / opt_einsum | deinsum GFLOP/s | plan s |")
-print("|---|---|---|---|---|---|---|---|---|")
-for p in [r for r in rows if r["row"] == "plan"]:
+print("| kernel | sizes | --gemm | deinsum s | NumPy s | opt_einsum s | deinsum / NumPy | deinsum / opt_einsum | deinsum GFLOP/s | plan s |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for p, gemm in [(r, g) for r in rows if r["row"] == "plan" for g in gemms]:
     name = p["case"]
-    d = min(r["median"] for r in rows if r["row"] == "deinsum" and r["case"] == name)
-    exact = all(r["exact"] for r in rows if r["row"] == "deinsum" and r["case"] == name)
+    mine = [r for r in rows if r["row"] == "deinsum" and r["case"] == name and r["gemm"] == gemm]
+    d = min(r["median"] for r in mine)
+    exact = all(r["exact"] for r in mine)
     b = [r for r in rows if r["row"] == "baseline" and r["case"] == name]
     n = min(r["numpy_median"] for r in b)
     o = min(r["oe_median"] for r in b)
     gf = 8 * p["madds"] / d / 1e9
     sizes = p["sizes"] if len(p["sizes"]) < 40 else "15 sites, bond 32, physical 2"
     label = {"mm": "MM `ij,jk->ik`", "mps30": "MPS norm, 30 operands", "ccsd": "CCSD-like `abij,cdab->cdij`"}.get(name, name)
-    print(f"| {label}{'' if exact else ' (words NOT as planned)'} | {sizes} | {d:.4f} | {n:.4f} | {o:.4f} | "
+    print(f"| {label}{'' if exact else ' (words NOT as planned)'} | {sizes} | {gemm} | {d:.4f} | {n:.4f} | {o:.4f} | "
           f"{d / n:.2f}x | {d / o:.2f}x | {gf:.1f} | {p['seconds']:.2f} |")
 print("\nTarget (issue 38, item 6): deinsum <= 1.0x NumPy's time. GFLOP/s count 8 real flops "
       "per complex multiply-add of opt_einsum's path.")
