@@ -710,40 +710,38 @@ impl MoveView {
     /// replicas: what [`Self::receives`] lists for each target, counted without building the
     /// transfers (one box per sender and piece: its words are the overlaps' product).
     fn sent_by(&self, targets: std::ops::Range<usize>) -> Vec<u64> {
-        {
-            let mut sent = vec![0u64; self.src_size];
-            let fg = &self.from.grid;
-            let mut coords = vec![0usize; fg.dims.len()];
-            let mut lists: Vec<&[Piece]> = Vec::with_capacity(self.shape.len());
-            for d in targets {
-                let Some(tb) = ranges_of(&self.to, d, &self.shape) else {
-                    continue;
-                };
-                if tb.iter().any(|&(s, e)| s >= e) {
-                    continue;
+        let mut sent = vec![0u64; self.src_size];
+        let fg = &self.from.grid;
+        let mut coords = vec![0usize; fg.dims.len()];
+        let mut lists: Vec<&[Piece]> = Vec::with_capacity(self.shape.len());
+        for d in targets {
+            let Some(tb) = ranges_of(&self.to, d, &self.shape) else {
+                continue;
+            };
+            if tb.iter().any(|&(s, e)| s >= e) {
+                continue;
+            }
+            lists.clear();
+            lists.extend(self.src_parts.iter().zip(&tb).map(|(p, &r)| meeting(p, r)));
+            odometer(&lists, |pos| {
+                let mut words = 1u64;
+                for (v, list) in lists.iter().enumerate() {
+                    let iv = &list[pos[v]];
+                    words *= overlap((iv.start, iv.end), tb[v]);
+                    for (k, &g) in self.from.split[v].iter().enumerate() {
+                        coords[g] = iv.coords[k];
+                    }
                 }
-                lists.clear();
-                lists.extend(self.src_parts.iter().zip(&tb).map(|(p, &r)| meeting(p, r)));
-                odometer(&lists, |pos| {
-                    let mut words = 1u64;
-                    for (v, list) in lists.iter().enumerate() {
-                        let iv = &list[pos[v]];
-                        words *= overlap((iv.start, iv.end), tb[v]);
-                        for (k, &g) in self.from.split[v].iter().enumerate() {
-                            coords[g] = iv.coords[k];
+                self.partial_senders(d, &mut coords, |src| {
+                    if src != d {
+                        if let Some(s) = sent.get_mut(src) {
+                            *s += words;
                         }
                     }
-                    self.partial_senders(d, &mut coords, |src| {
-                        if src != d {
-                            if let Some(s) = sent.get_mut(src) {
-                                *s += words;
-                            }
-                        }
-                    });
                 });
-            }
-            sent
+            });
         }
+        sent
     }
 
     /// Words received per rank, sparse `(rank, words)` ascending (nonzero only): what the

@@ -148,45 +148,42 @@ impl Builder {
         let i = match self.last {
             Some((p, i)) if p == pair => i,
             _ => {
-                let next = w.palette.len();
-                // A short palette is searched in place (cheaper than hashing the pair).
-                let i = match next <= SHORT_PALETTE {
-                    true => w.palette.iter().position(|&p| p == pair).unwrap_or(next),
-                    false => *self.pos.entry(pair).or_insert(next),
-                };
-                if i == next {
-                    w.palette.push(pair);
-                    if next <= SHORT_PALETTE {
-                        self.pos.insert(pair, next);
-                    }
-                }
+                let i = self.slot(pair);
                 self.last = Some((pair, i));
                 i
             }
         };
-        w.index.push_n(i, n);
+        self.words.index.push_n(i, n);
+    }
+
+    /// `pair`'s palette position, appended to the palette when new.
+    fn slot(&mut self, pair: (u64, u64)) -> usize {
+        let w = &mut self.words;
+        let next = w.palette.len();
+        // A short palette is searched in place (cheaper than hashing the pair); `pos` still
+        // files every pair, for when the palette grows past it.
+        let i = match next <= SHORT_PALETTE {
+            true => w.palette.iter().position(|&p| p == pair).unwrap_or(next),
+            false => *self.pos.entry(pair).or_insert(next),
+        };
+        if i == next {
+            w.palette.push(pair);
+            if next <= SHORT_PALETTE {
+                self.pos.insert(pair, next);
+            }
+        }
+        i
     }
 
     /// Appends the ranks of `next` (the chunk after this builder's ranks): its palette merged
     /// into this one in first-use order (the palette a single sweep would have built).
     fn append(&mut self, next: Builder) {
         let n = next.words;
+        let map: Vec<usize> = n.palette.iter().map(|&pair| self.slot(pair)).collect();
         let w = &mut self.words;
         w.max_sent = w.max_sent.max(n.max_sent);
         w.max_received = w.max_received.max(n.max_received);
         w.total_received += n.total_received;
-        let map: Vec<usize> = n
-            .palette
-            .iter()
-            .map(|&pair| {
-                let next = w.palette.len();
-                let i = *self.pos.entry(pair).or_insert(next);
-                if i == next {
-                    w.palette.push(pair);
-                }
-                i
-            })
-            .collect();
         match (&mut w.index, &n.index) {
             // The chunk's palette is a prefix of this one in the same order (the usual case):
             // its index is copied as it is.
