@@ -251,6 +251,8 @@ pub enum Column {
 
 /// Bytes of an encoded NULL cell.
 pub const NULL_CELL: usize = 1;
+/// Bytes of an encoded int64 or float64 cell (its tag and 8 bytes).
+const NUMBER_CELL: usize = 9;
 
 impl Column {
     /// An empty column of type `t`.
@@ -322,8 +324,8 @@ impl Column {
     pub fn cell_bytes(&self, i: usize) -> usize {
         match self {
             Column::Null(_) => NULL_CELL,
-            Column::Int64(v) => v.get(i).map_or(NULL_CELL, |_| 9),
-            Column::Float64(v) => v.get(i).map_or(NULL_CELL, |_| 9),
+            Column::Int64(v) => v.get(i).map_or(NULL_CELL, |_| NUMBER_CELL),
+            Column::Float64(v) => v.get(i).map_or(NULL_CELL, |_| NUMBER_CELL),
             Column::Bool(v) => v[i].map_or(NULL_CELL, |_| 2),
             Column::Utf8(v) => v[i].as_ref().map_or(NULL_CELL, |s| 5 + s.len()),
         }
@@ -526,7 +528,7 @@ impl Column {
 /// The most bytes a cell of fixed-width type `t` takes (strings: their least, a NULL).
 fn max_cell(t: DataType) -> usize {
     match t {
-        DataType::Int64 | DataType::Float64 => 9,
+        DataType::Int64 | DataType::Float64 => NUMBER_CELL,
         DataType::Bool => 2,
         DataType::Null | DataType::Utf8 => NULL_CELL,
     }
@@ -669,8 +671,8 @@ impl Table {
         for &c in cols {
             match &self.columns[c] {
                 Column::Null(_) => out.iter_mut().for_each(|b| *b += NULL_CELL as u64),
-                Column::Int64(v) => fixed(&mut out, v.nulls.as_deref(), 9),
-                Column::Float64(v) => fixed(&mut out, v.nulls.as_deref(), 9),
+                Column::Int64(v) => fixed(&mut out, v.nulls.as_deref(), NUMBER_CELL as u64),
+                Column::Float64(v) => fixed(&mut out, v.nulls.as_deref(), NUMBER_CELL as u64),
                 Column::Bool(v) => add(&mut out, v, |_| 2),
                 Column::Utf8(v) => add(&mut out, v, |s| 5 + s.len() as u64),
             }
@@ -686,8 +688,8 @@ impl Table {
         for &c in cols {
             same += match &self.columns[c] {
                 Column::Null(_) => NULL_CELL as u64,
-                Column::Int64(v) if !v.has_nulls() => 9,
-                Column::Float64(v) if !v.has_nulls() => 9,
+                Column::Int64(v) if !v.has_nulls() => NUMBER_CELL as u64,
+                Column::Float64(v) if !v.has_nulls() => NUMBER_CELL as u64,
                 _ => return RowSizes::PerRow(self.rows_bytes(cols)),
             };
         }

@@ -113,19 +113,25 @@ pub(crate) fn dtype_of(t: &ArrowType) -> Option<DataType> {
     })
 }
 
+/// A primitive array's cells converted by `f`: its values in one pass when none is NULL.
+fn cells<T: ArrowPrimitiveType, U: Copy + Default>(
+    a: &dyn Array,
+    f: impl Fn(T::Native) -> U,
+) -> Cells<U> {
+    let p = a.as_primitive::<T>();
+    if p.null_count() == 0 {
+        Cells::from_values(p.values().iter().map(|&x| f(x)).collect())
+    } else {
+        p.iter().map(|v| v.map(&f)).collect()
+    }
+}
+
 /// An Arrow array (of a type [`dtype_of`] takes) as a column.
 pub(crate) fn from_arrow(a: &dyn Array) -> Column {
     macro_rules! ints {
-        ($t:ty) => {{
-            let p = a.as_primitive::<$t>();
-            if p.null_count() == 0 {
-                Column::Int64(Cells::from_values(
-                    p.values().iter().map(|&x| x as i64).collect(),
-                ))
-            } else {
-                Column::Int64(p.iter().map(|v| v.map(|x| x as i64)).collect())
-            }
-        }};
+        ($t:ty) => {
+            Column::Int64(cells::<$t, i64>(a, |x| x as i64))
+        };
     }
     match a.data_type() {
         ArrowType::Int8 => ints!(Int8Type),
@@ -136,20 +142,8 @@ pub(crate) fn from_arrow(a: &dyn Array) -> Column {
         ArrowType::UInt16 => ints!(UInt16Type),
         ArrowType::UInt32 => ints!(UInt32Type),
         ArrowType::UInt64 => ints!(UInt64Type),
-        ArrowType::Float32 => Column::Float64(
-            a.as_primitive::<Float32Type>()
-                .iter()
-                .map(|v| v.map(f64::from))
-                .collect(),
-        ),
-        ArrowType::Float64 => {
-            let p = a.as_primitive::<Float64Type>();
-            if p.null_count() == 0 {
-                Column::Float64(Cells::from_values(p.values().to_vec()))
-            } else {
-                Column::Float64(p.iter().collect())
-            }
-        }
+        ArrowType::Float32 => Column::Float64(cells::<Float32Type, f64>(a, f64::from)),
+        ArrowType::Float64 => Column::Float64(cells::<Float64Type, f64>(a, |x| x)),
         ArrowType::Utf8 => Column::Utf8(
             a.as_string::<i32>()
                 .iter()
