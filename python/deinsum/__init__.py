@@ -445,7 +445,6 @@ def _unbroadcast(expr, operands):
 # there too), whitespace and surrogates skipped: networks of hundreds of indices.
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _MORE = []  # labels of subscripts 52, 53, ..., made as first asked for
-_MORE_NEXT = [0xC0]  # the next code point to consider for _MORE
 
 
 def _label(n, where):
@@ -454,13 +453,13 @@ def _label(n, where):
         return _LETTERS[n]
     if n > 0x10FFFF:
         raise ValueError(f"{where}: subscript {n} is out of range")
+    code = ord(_MORE[-1]) + 1 if _MORE else 0xC0  # the next code point after the last label
     while len(_MORE) <= n - len(_LETTERS):
-        code = _MORE_NEXT[0]
         if code > 0x10FFFF:
             raise ValueError(f"{where}: subscript {n} is out of range")
-        _MORE_NEXT[0] = code + 1
         if not (0xD800 <= code <= 0xDFFF or chr(code).isspace()):
             _MORE.append(chr(code))
+        code += 1
     return _MORE[n - len(_LETTERS)]
 
 
