@@ -391,6 +391,28 @@ for n in 2 3; do
         fi
     done
 done
+# The sketch inspector under mpirun: the rows equal the exact inspector's in-process run, the
+# report says the sketch ran, and the shuffle's bytes (exact in sketch mode too) are as predicted.
+sketched='import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["inspect"]=="sketch" and r["inspection"]["sketch"] is not None else 1)'
+for n in 2 3; do
+    for strategy in shuffle auto; do
+        "$target_dir/debug/deinsum" join "$join_dir/l.csv" "$join_dir/r.csv" --on k --how full \
+            --strategy "$strategy" --inspect exact --procs "$n" --output "$join_dir/local.csv" \
+            </dev/null >/dev/null 2>&1
+        timeout "$TIMEOUT" "$MPIRUN" -n "$n" "$target_dir/debug/deinsum" join "$join_dir/l.csv" \
+            "$join_dir/r.csv" --on k --how full --strategy "$strategy" --inspect sketch \
+            --output "$join_dir/mpi.csv" --format json </dev/null >"$join_dir/rep.json" 2>"$join_dir/err"
+        st=$?
+        if [ $st -eq 0 ] && python3 -c "$sketched" "$join_dir/rep.json" \
+            && { [ "$strategy" != shuffle ] || python3 -c "$exact" "$join_dir/rep.json" rows; } \
+            && cmp -s <(sort "$join_dir/local.csv") <(sort "$join_dir/mpi.csv"); then
+            ok "join --inspect sketch --strategy $strategy under mpirun -n $n equals the exact in-process run"
+        else
+            tail -20 "$join_dir/err"
+            bad "join --inspect sketch --strategy $strategy under mpirun -n $n equals the exact in-process run (exit $st)"
+        fi
+    done
+done
 rm -rf "$join_dir"
 
 # --- Python on MPI (mpi4py) ----------------------------------------------------------------

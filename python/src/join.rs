@@ -7,7 +7,8 @@ use deinsum_join::columns::{self, ColumnPart};
 use deinsum_join::io::ipc;
 use deinsum_join::placement::part_of;
 use deinsum_join::{
-    dist, JoinError, JoinKind, JoinOptions, JoinShape, Placement, RankJoin, Strategy, Table,
+    dist, InspectMode, JoinError, JoinKind, JoinOptions, JoinShape, Placement, RankJoin,
+    Strategy, Table,
 };
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -39,6 +40,7 @@ impl Request {
         placement: &str,
         procs: usize,
         max_output_bytes: Option<u64>,
+        inspect: &str,
     ) -> Result<Request, JoinError> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let machine = deinsum::plan::Machine::default().on_host(cores, procs.max(1));
@@ -53,6 +55,11 @@ impl Request {
                 strategy: Strategy::from_name(strategy)?,
                 machine,
                 output_limit: max_output_bytes,
+                inspect: InspectMode::from_name(inspect).map_err(|_| {
+                    JoinError::Invalid(format!(
+                        "inspect must be one of \"exact\", \"sketch\", \"auto\", got {inspect:?}"
+                    ))
+                })?,
             },
         })
     }
@@ -80,6 +87,7 @@ fn report(runs: &[RankJoin], auto: bool, placement: Placement) -> String {
         "auto": auto,
         "procs": first.inspection.procs,
         "placement": placement.name(),
+        "inspect": first.inspection.mode().name(),
         "output_rows": first.inspection.output_rows,
         "measured_sent": runs.iter().map(|r| r.measured.sent).collect::<Vec<_>>(),
         "measured_received": runs.iter().map(|r| r.measured.received).collect::<Vec<_>>(),
@@ -97,7 +105,7 @@ fn report(runs: &[RankJoin], auto: bool, placement: Placement) -> String {
 /// output. Returns the output as an IPC stream and the run's figures as JSON
 /// (with `comm`, this rank's alone). The GIL is released while the ranks run.
 #[pyfunction]
-#[pyo3(signature = (left, right, on, how, strategy, procs, max_output_bytes=None, comm=None, placement="rows"))]
+#[pyo3(signature = (left, right, on, how, strategy, procs, max_output_bytes=None, comm=None, placement="rows", inspect="auto"))]
 #[allow(clippy::too_many_arguments)] // The Python signature's keywords, one each.
 pub fn join_ipc<'py>(
     py: Python<'py>,
@@ -110,13 +118,22 @@ pub fn join_ipc<'py>(
     max_output_bytes: Option<u64>,
     comm: Option<Bound<'py, PyAny>>,
     placement: &str,
+    inspect: &str,
 ) -> PyResult<(Bound<'py, PyBytes>, String)> {
     if procs == 0 {
         return Err(PyValueError::new_err("procs must be at least 1"));
     }
     let l = ipc::read("the left table", left).map_err(to_py)?;
     let r = ipc::read("the right table", right).map_err(to_py)?;
-    let req = Request::new(on, how, strategy, placement, procs, max_output_bytes).map_err(to_py)?;
+    let req = Request::new(
+        on,
+        how,
+        strategy,
+        placement,
+        procs,
+        max_output_bytes,
+        inspect,
+    ).map_err(to_py)?;
     if let Some(c) = comm {
         // Each MPI rank passes the rows it holds; which rows those are is the caller's layout.
         if req.placement != Placement::Rows {

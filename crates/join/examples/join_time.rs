@@ -4,7 +4,7 @@
 //! [STRATEGY]`. Prints each rank's join seconds, output rows and bytes sent.
 
 use deinsum_exec::{Communicator, InProcess};
-use deinsum_join::{io, join, JoinKind, JoinOptions, JoinShape, Strategy};
+use deinsum_join::{io, join, InspectMode, JoinKind, JoinOptions, JoinShape, Strategy};
 use std::path::PathBuf;
 
 #[global_allocator]
@@ -20,6 +20,9 @@ fn main() {
         strategy: strategy.flatten(),
         machine: deinsum_plan::Machine::default(),
         output_limit: None,
+        inspect: std::env::var("JOIN_INSPECT")
+            .map_or(Ok(InspectMode::Auto), |m| InspectMode::from_name(&m))
+            .expect("JOIN_INSPECT"),
     };
     let outs = InProcess::new(p)
         .expect("ranks")

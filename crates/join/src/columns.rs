@@ -429,6 +429,7 @@ fn inspect_columns<C: Communicator>(
         predictions: vec![pred],
         heavy_keys: 0,
         heavy: Vec::new(),
+        sketch: None,
     })
 }
 

@@ -94,6 +94,11 @@ pub struct Prediction {
     pub calls: usize,
     /// Predicted seconds of the busiest rank.
     pub seconds: f64,
+    /// Whether `sent` and `received` are exact (else estimated by the sketch inspector).
+    pub bytes_exact: bool,
+    /// Whether `rows_in` and `rows_out` are exact (else estimated); `seconds` is exact on
+    /// the model when both are.
+    pub rows_exact: bool,
 }
 
 impl Prediction {
@@ -134,6 +139,8 @@ impl Prediction {
             rows_out,
             calls,
             seconds: net + pack + local,
+            bytes_exact: true,
+            rows_exact: true,
         }
     }
 }

@@ -5,7 +5,7 @@
 use crate::bloom::Bloom;
 use crate::coll;
 use crate::cost::Strategy;
-use crate::inspect::{inspect, Inspection};
+use crate::inspect::{inspect, InspectMode, Inspection};
 use crate::kernel::{
     assemble, hash_join, key_hash, owner, JoinShape, KeyChains, KeyIndex, KeyMap, Keys, Pairs,
 };
@@ -21,6 +21,9 @@ pub struct JoinOptions {
     pub machine: deinsum_plan::Machine,
     /// Refuse outputs over this many (encoded) bytes, before any row moves.
     pub output_limit: Option<u64>,
+    /// How the inspector gathers its figures (`Auto` with an output limit: exact, since the
+    /// refusal needs the output's size).
+    pub inspect: InspectMode,
 }
 
 /// One rank's result of a distributed join.
@@ -69,7 +72,11 @@ pub fn join<C: Communicator>(
     let start = std::time::Instant::now();
     let (lk, rk) = (Keys::of(l, &shape.lkeys), Keys::of(r, &shape.rkeys));
     let t0 = comm.traffic();
-    let inspection = inspect(comm, shape, l, &lk, r, &rk, &opts.machine)?;
+    let mode = match (opts.inspect, opts.output_limit) {
+        (InspectMode::Auto, Some(_)) => InspectMode::Exact,
+        (m, _) => m,
+    };
+    let inspection = inspect(comm, shape, l, &lk, r, &rk, &opts.machine, mode)?;
     let t1 = comm.traffic();
     if let Some(limit) = opts.output_limit {
         if inspection.output_bytes > limit {
@@ -628,14 +635,16 @@ fn index<C: Communicator>(comm: &C, s: &Sides) -> Result<Table, JoinError> {
     concat(out)
 }
 
-/// The inspector's figures alone (collective): every strategy's prediction, no row moved.
+/// The inspector's figures alone (collective, in `mode`): every strategy's prediction, no
+/// row moved.
 pub fn explain<C: Communicator>(
     comm: &C,
     shape: &JoinShape,
     l: &Table,
     r: &Table,
     machine: &deinsum_plan::Machine,
+    mode: InspectMode,
 ) -> Result<Inspection, JoinError> {
     let (lk, rk) = (Keys::of(l, &shape.lkeys), Keys::of(r, &shape.rkeys));
-    inspect(comm, shape, l, &lk, r, &rk, machine)
+    inspect(comm, shape, l, &lk, r, &rk, machine, mode)
 }

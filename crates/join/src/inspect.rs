@@ -1,5 +1,6 @@
-//! The inspector pass: exact statistics of the keys, gathered at each key's owner, from which
-//! every strategy's bytes per rank are predicted before any row moves.
+//! The inspector pass: statistics of the keys from which every strategy's bytes per rank are
+//! predicted before any row moves, exact ([`InspectMode::Exact`], below) or from fixed-size
+//! sketches ([`InspectMode::Sketch`], [`sketched`]).
 //!
 //! Each rank summarizes its rows per distinct key (rows, encoded bytes of whole rows, encoded
 //! bytes of the non-key columns, per side) and sends each summary to the key's owner (an
@@ -14,6 +15,47 @@ use crate::table::RowSizes;
 use crate::{JoinError, Table};
 use deinsum_exec::Communicator;
 use serde::Serialize;
+
+mod sketched;
+pub use sketched::{SketchFigures, SKETCH_ROWS};
+
+/// How the inspector gathers its figures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum InspectMode {
+    /// Every distinct key's summary to its owner: every figure exact, at an all-to-all as
+    /// large as the distinct keys.
+    Exact,
+    /// Fixed-size sketches (HyperLogLog, Misra–Gries) merged over ranks: sizes, the bytes a
+    /// shuffle or broadcast moves and the heavy keys exact, the matches estimated.
+    Sketch,
+    /// Sketch when the tables hold at least [`SKETCH_ROWS`] rows in all, else exact.
+    #[default]
+    Auto,
+}
+
+impl InspectMode {
+    /// The mode of a name (`exact`, `sketch`, `auto`).
+    pub fn from_name(s: &str) -> Result<InspectMode, JoinError> {
+        match s.to_ascii_lowercase().as_str() {
+            "exact" => Ok(InspectMode::Exact),
+            "sketch" => Ok(InspectMode::Sketch),
+            "auto" => Ok(InspectMode::Auto),
+            _ => Err(JoinError::Invalid(format!(
+                "--inspect must be one of exact, sketch, auto, got `{s}`"
+            ))),
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            InspectMode::Exact => "exact",
+            InspectMode::Sketch => "sketch",
+            InspectMode::Auto => "auto",
+        }
+    }
+}
 
 /// A key's summary on one rank: left rows, left whole-row bytes, left non-key bytes, and the
 /// same on the right.
@@ -102,9 +144,22 @@ pub struct Inspection {
     /// right), in the order every rank has them.
     #[serde(skip)]
     pub heavy: Vec<(Vec<u8>, bool)>,
+    /// The sketch inspector's estimates (`None`: the exact inspector ran, every figure is
+    /// exact). With them, the output's rows and bytes are estimates, and so is every
+    /// prediction whose [`Prediction::bytes_exact`] or [`Prediction::rows_exact`] is false.
+    pub sketch: Option<SketchFigures>,
 }
 
 impl Inspection {
+    /// The mode that ran: exact or sketch.
+    pub fn mode(&self) -> InspectMode {
+        if self.sketch.is_some() {
+            InspectMode::Sketch
+        } else {
+            InspectMode::Exact
+        }
+    }
+
     /// The prediction of `s` (the first prediction when `s` has none: a layout that runs one
     /// strategy predicts that one alone).
     pub fn prediction(&self, s: Strategy) -> &Prediction {
@@ -202,7 +257,9 @@ struct Ranks {
     /// Rows above which a key is heavy in the shuffle.
     heavy: u64,
     right_holder: Vec<bool>,
-    stripes: Vec<Option<Stripe>>,
+    /// `None` in the sketch inspector, whose candidate keys pass the filters of the ranks
+    /// holding them on the left alone (false positives are estimated with the other keys).
+    stripes: Option<Vec<Option<Stripe>>>,
 }
 
 /// Adds what every strategy moves for key `k`, whose summaries by rank are `by_rank`, owned
@@ -296,9 +353,10 @@ fn add_key(
     let passes: Vec<usize> = (0..p)
         .filter(|&q| {
             rc > 0
-                && ranks.stripes[q]
-                    .as_ref()
-                    .is_some_and(|f| f.contains_hash(h))
+                && match &ranks.stripes {
+                    Some(st) => st[q].as_ref().is_some_and(|f| f.contains_hash(h)),
+                    None => by_rank.iter().any(|&(s, e)| s == q && e[0] > 0),
+                }
         })
         .collect();
     add_bloom(v, lay, by_rank, &sides, &passes);
@@ -423,8 +481,35 @@ fn add_index(v: &mut [u64], lay: &Layout, by_rank: &[(usize, Summary)], o: usize
     add(INDEX, ROWS_IN, o, lc + rc);
 }
 
-/// Runs the inspector (collective) and predicts every strategy on `machine`.
+/// Runs the inspector (collective) in `mode` and predicts every strategy on `machine`.
+#[allow(clippy::too_many_arguments)]
 pub fn inspect<C: Communicator>(
+    comm: &C,
+    shape: &JoinShape,
+    l: &Table,
+    lk: &Keys,
+    r: &Table,
+    rk: &Keys,
+    machine: &deinsum_plan::Machine,
+    mode: InspectMode,
+) -> Result<Inspection, JoinError> {
+    let sketch = match mode {
+        InspectMode::Exact => false,
+        InspectMode::Sketch => true,
+        InspectMode::Auto => {
+            let mut n = [(l.rows() + r.rows()) as u64];
+            coll::all_sum(comm, &mut n)?;
+            n[0] >= SKETCH_ROWS
+        }
+    };
+    if sketch {
+        return sketched::inspect(comm, shape, (l, lk), (r, rk), machine);
+    }
+    inspect_exact(comm, shape, l, lk, r, rk, machine)
+}
+
+/// The exact inspector (collective).
+fn inspect_exact<C: Communicator>(
     comm: &C,
     shape: &JoinShape,
     l: &Table,
@@ -522,23 +607,31 @@ pub fn inspect<C: Communicator>(
         v[lay.slot(slot, ROWS_OUT, me)] += kept_here;
         v[lay.slot(slot, ROWS_IN, me)] += kept_here;
     }
-    let null_bytes: u64 = {
-        let mut b = 0u64;
-        if shape.kind.keeps_left() {
-            for i in (0..l.rows()).filter(|&i| lk.get(i).is_none()) {
-                b += lbytes.get(i) + shape.rrest.len() as u64;
-            }
-        }
-        if shape.kind.keeps_right() {
-            for i in (0..r.rows()).filter(|&i| rk.get(i).is_none()) {
-                b += rbytes.get(i) + shape.lrest.len() as u64;
-            }
-        }
-        b
-    };
+    let null_bytes = null_key_bytes(shape, (l, lk, &lbytes), (r, rk, &rbytes));
     v[lay.global(1)] += null_bytes;
     coll::all_sum(comm, &mut v)?;
     finish(&v, &lay, shape, machine, heavy, &pre[1 + p..])
+}
+
+/// Output bytes of this rank's rows whose key is NULL, where the join kind keeps them (they
+/// never move; the other side's columns are NULL, a byte each).
+fn null_key_bytes(
+    shape: &JoinShape,
+    (l, lk, lbytes): (&Table, &Keys, &RowSizes),
+    (r, rk, rbytes): (&Table, &Keys, &RowSizes),
+) -> u64 {
+    let mut b = 0u64;
+    if shape.kind.keeps_left() {
+        for i in (0..l.rows()).filter(|&i| lk.get(i).is_none()) {
+            b += lbytes.get(i) + shape.rrest.len() as u64;
+        }
+    }
+    if shape.kind.keeps_right() {
+        for i in (0..r.rows()).filter(|&i| rk.get(i).is_none()) {
+            b += rbytes.get(i) + shape.lrest.len() as u64;
+        }
+    }
+    b
 }
 
 /// The summaries an owner received, by key: each key's (sending rank, summary) entries in the
@@ -593,7 +686,7 @@ fn owner_view(at_owner: &AtOwner, counts: &[u64], heavy: u64) -> Ranks {
     Ranks {
         heavy,
         right_holder: counts[..p].iter().map(|&n| n > 0).collect(),
-        stripes,
+        stripes: Some(stripes),
     }
 }
 
@@ -769,5 +862,6 @@ fn finish(
         predictions,
         heavy_keys: heavy.len(),
         heavy,
+        sketch: None,
     })
 }

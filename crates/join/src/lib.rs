@@ -8,8 +8,8 @@
 //! them), join index (row numbers first, other columns last). [`placement`] says where the
 //! tables are: split by rows over all ranks, each on its own group of ranks, or split by
 //! columns (keys on one group, the other columns on another: [`columns`] joins them by the
-//! join index alone, late materialization). An inspector pass ([`inspect`]) measures the keys exactly and predicts
-//! every strategy's bytes per rank; [`dist::join`] runs the chosen one and the communicator's
+//! join index alone, late materialization). An inspector pass ([`inspect`]) measures the keys, exactly or by
+//! mergeable sketches ([`sketch`]), and predicts every strategy's bytes per rank; [`dist::join`] runs the chosen one and the communicator's
 //! counts equal the prediction on every rank. [`agg`] computes a GROUP BY sum or count over
 //! the join without materializing it.
 //!
@@ -30,12 +30,13 @@ pub mod io;
 pub mod kernel;
 pub mod placement;
 pub mod report;
+pub mod sketch;
 pub mod table;
 
 pub use cost::{Prediction, Strategy};
 pub use dist::{join, JoinOptions, RankJoin};
 pub use error::JoinError;
-pub use inspect::Inspection;
+pub use inspect::{InspectMode, Inspection};
 pub use kernel::{JoinKind, JoinShape};
 pub use placement::Placement;
 pub use table::{Column, DataType, Table};

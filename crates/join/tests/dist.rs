@@ -7,7 +7,7 @@ mod common;
 use common::{multiset, part, table, Keys, Rng};
 use deinsum_exec::{Communicator, InProcess};
 use deinsum_join::kernel::nested_loop_join;
-use deinsum_join::{join, JoinKind, JoinOptions, JoinShape, Strategy, Table};
+use deinsum_join::{join, InspectMode, JoinKind, JoinOptions, JoinShape, Strategy, Table};
 
 fn on(keys: Keys) -> Vec<String> {
     match keys {
@@ -22,6 +22,7 @@ fn check(name: &str, l: &Table, r: &Table, keys: Keys, procs: usize) {
         strategy: s,
         machine: deinsum_plan::Machine::default(),
         output_limit: None,
+        inspect: InspectMode::Exact,
     };
     for kind in JoinKind::ALL {
         let shape = JoinShape::new(l, r, &on(keys), kind, ("L", "R")).unwrap();
@@ -132,6 +133,7 @@ fn heavy_keys_keep_the_shuffle_balanced() {
         strategy: Some(Strategy::Shuffle),
         machine: deinsum_plan::Machine::default(),
         output_limit: None,
+        inspect: InspectMode::Exact,
     };
     let shape = JoinShape::new(&l, &r, &on(Keys::Int), JoinKind::Inner, ("L", "R")).unwrap();
     let want = multiset(&kernel_join(&shape, &l, &r));
@@ -202,6 +204,7 @@ fn check_separate(name: &str, l: &Table, r: &Table, keys: Keys, procs: usize) {
                 strategy: s,
                 machine: deinsum_plan::Machine::default(),
                 output_limit: None,
+                inspect: InspectMode::Exact,
             };
             let outs = InProcess::new(procs)
                 .unwrap()
@@ -279,6 +282,7 @@ fn bloom_false_positives_come_back_and_match_nothing() {
             strategy: Some(Strategy::Bloom),
             machine: deinsum_plan::Machine::default(),
             output_limit: None,
+            inspect: InspectMode::Exact,
         };
         let outs = InProcess::new(procs)
             .unwrap()
@@ -335,6 +339,7 @@ fn check_columns(name: &str, l: &Table, r: &Table, on: &[String], procs: usize) 
                 strategy: s,
                 machine: deinsum_plan::Machine::default(),
                 output_limit: None,
+                inspect: InspectMode::Exact,
             };
             let outs = InProcess::new(procs)
                 .unwrap()
@@ -412,6 +417,7 @@ fn tables_split_by_columns_refuse_row_strategies() {
         strategy: Some(Strategy::Shuffle),
         machine: deinsum_plan::Machine::default(),
         output_limit: None,
+        inspect: InspectMode::Exact,
     };
     let err = InProcess::new(2)
         .unwrap()

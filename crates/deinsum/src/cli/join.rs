@@ -9,7 +9,8 @@ use deinsum_join::agg::{group_join, Aggregate, GroupBy};
 use deinsum_join::columns::{self, ColumnPart};
 use deinsum_join::io::{self, Schema};
 use deinsum_join::{
-    dist, report, JoinError, JoinKind, JoinOptions, JoinShape, Placement, Strategy, Table,
+    dist, report, InspectMode, JoinError, JoinKind, JoinOptions, JoinShape, Placement, Strategy,
+    Table,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,6 +46,12 @@ pub struct Args {
     /// with a Bloom filter of the keys).
     #[arg(long, default_value = "auto")]
     pub strategy: String,
+    /// How the inspector gathers the statistics the choice needs: exact (every distinct key's
+    /// summary to its owner), sketch (fixed-size HyperLogLog and Misra–Gries sketches; the
+    /// shuffle's and broadcast's bytes stay exact, matches are estimated) or auto (sketch from
+    /// 2,000,000 rows of both tables, exact below, or with --max-output-bytes).
+    #[arg(long, default_value = "auto")]
+    pub inspect: String,
     /// Where the tables are: rows (both split by rows over every rank), separate (the left on
     /// the first ⌈P/2⌉ ranks, the right on the others) or columns (key columns on the first
     /// ⌈P/2⌉ ranks, the other columns on the others; joined by the join index).
@@ -138,7 +145,9 @@ fn group_by(args: &Args) -> anyhow::Result<Option<GroupBy>> {
 /// Prints the strategies' predictions.
 fn print_explain(ins: &deinsum_join::Inspection, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(ins)?);
+        let mut v = serde_json::to_value(ins)?;
+        v["inspect"] = ins.mode().name().into();
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", report::explain_text(ins));
     }
@@ -197,6 +206,7 @@ fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::
         let v = serde_json::json!({
             "strategy": runs[0].strategy,
             "auto": auto,
+            "inspect": runs[0].inspection.mode().name(),
             // Checked when the run started.
             "placement": Placement::from_name(&args.placement).map_or("rows", Placement::name),
             "output_rows": table.rows(),
@@ -292,6 +302,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let kind = JoinKind::from_name(&args.how).map_err(user)?;
     let strategy = Strategy::from_name(&args.strategy).map_err(user)?;
     let placement = Placement::from_name(&args.placement).map_err(user)?;
+    let inspect = InspectMode::from_name(&args.inspect).map_err(user)?;
     let schema = match &args.schema {
         Some(s) => Schema::parse(s).map_err(user)?,
         None => Schema::default(),
@@ -315,6 +326,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             strategy,
             machine,
             output_limit: args.max_output_bytes,
+            inspect,
         },
         files: (
             args.left.display().to_string(),
