@@ -7,8 +7,8 @@ use deinsum_join::columns::{self, ColumnPart};
 use deinsum_join::io::ipc;
 use deinsum_join::placement::part_of;
 use deinsum_join::{
-    dist, InspectMode, JoinError, JoinKind, JoinOptions, JoinShape, Placement, RankJoin,
-    Strategy, Table,
+    dist, InspectMode, JoinError, JoinKind, JoinOptions, JoinShape, Placement, RankJoin, Strategy,
+    Table,
 };
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -133,7 +133,8 @@ pub fn join_ipc<'py>(
         procs,
         max_output_bytes,
         inspect,
-    ).map_err(to_py)?;
+    )
+    .map_err(to_py)?;
     if let Some(c) = comm {
         // Each MPI rank passes the rows it holds; which rows those are is the caller's layout.
         if req.placement != Placement::Rows {

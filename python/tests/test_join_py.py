@@ -175,3 +175,28 @@ def test_bad_placement():
             deinsum.join(lt, lt, on="k", procs=2, placement=bad)
     with pytest.raises(ValueError, match="join index"):
         deinsum.join(lt, lt, on="k", procs=2, placement="columns", strategy="shuffle")
+
+
+def test_inspect_sketch_gives_the_same_rows():
+    """inspect="sketch" changes the figures behind the choice, never the rows; the shuffle's
+    bytes stay exact and the report says which inspector ran."""
+    rng = random.Random(5)
+    lt = _table(rng, 60, "int", 12, 10, "l")
+    rt = _table(rng, 30, "int", 12, 10, "r")
+    for how in KINDS:
+        want = _duck(lt, rt, how)
+        for strategy in STRATEGIES:
+            out, rep = deinsum.join(lt, rt, on="k", how=how, procs=3, strategy=strategy,
+                                    inspect="sketch", report=True)
+            assert _rows(out) == want, (how, strategy)
+            assert rep["inspect"] == "sketch"
+            assert rep["inspection"]["sketch"]["counters"] > 0
+            pred = next(p for p in rep["inspection"]["predictions"]
+                        if p["strategy"] == rep["strategy"])
+            if rep["strategy"] in ("shuffle", "broadcast"):
+                assert pred["bytes_exact"]
+                assert rep["measured_sent"] == pred["sent"], (how, strategy)
+    _, rep = deinsum.join(lt, rt, on="k", procs=2, report=True)
+    assert rep["inspect"] == "exact"  # auto: 90 rows are far below the sketch threshold
+    with pytest.raises(ValueError, match="inspect"):
+        deinsum.join(lt, rt, on="k", procs=2, inspect="guess")

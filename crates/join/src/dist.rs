@@ -5,7 +5,8 @@
 use crate::bloom::Bloom;
 use crate::coll;
 use crate::cost::Strategy;
-use crate::inspect::{inspect, InspectMode, Inspection};
+use crate::inspect::{InspectMode, Inspection};
+use crate::inspector::inspect;
 use crate::kernel::{
     assemble, hash_join, key_hash, owner, JoinShape, KeyChains, KeyIndex, KeyMap, Keys, Pairs,
 };

@@ -1,6 +1,6 @@
 //! The inspector pass: statistics of the keys from which every strategy's bytes per rank are
-//! predicted before any row moves, exact ([`InspectMode::Exact`], below) or from fixed-size
-//! sketches ([`InspectMode::Sketch`], [`sketched`]).
+//! predicted before any row moves, exact ([`InspectMode::Exact`], here) or from fixed-size
+//! sketches ([`InspectMode::Sketch`], [`crate::inspector`], which runs either).
 //!
 //! Each rank summarizes its rows per distinct key (rows, encoded bytes of whole rows, encoded
 //! bytes of the non-key columns, per side) and sends each summary to the key's owner (an
@@ -16,9 +16,6 @@ use crate::{JoinError, Table};
 use deinsum_exec::Communicator;
 use serde::Serialize;
 
-mod sketched;
-pub use sketched::{SketchFigures, SKETCH_ROWS};
-
 /// How the inspector gathers its figures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -29,7 +26,8 @@ pub enum InspectMode {
     /// Fixed-size sketches (HyperLogLog, Misra–Gries) merged over ranks: sizes, the bytes a
     /// shuffle or broadcast moves and the heavy keys exact, the matches estimated.
     Sketch,
-    /// Sketch when the tables hold at least [`SKETCH_ROWS`] rows in all, else exact.
+    /// Sketch when the tables hold at least [`crate::inspector::SKETCH_ROWS`] rows in all,
+    /// else exact.
     #[default]
     Auto,
 }
@@ -59,13 +57,13 @@ impl InspectMode {
 
 /// A key's summary on one rank: left rows, left whole-row bytes, left non-key bytes, and the
 /// same on the right.
-type Summary = [u64; 6];
+pub(crate) type Summary = [u64; 6];
 
 /// The per-rank figures the sum over ranks gathers.
 const RANK_FIGS: usize = 6;
 /// Strategy slots: shuffle, broadcast of the left, broadcast of the right, semi-join, index,
 /// Bloom semi-join.
-const SLOTS: usize = 6;
+pub(crate) const SLOTS: usize = 6;
 /// Figures per slot and rank: sent, received, rows read by the local join, rows produced.
 const SLOT_FIGS: usize = 4;
 /// Global figures: matched pairs, output bytes.
@@ -101,6 +99,32 @@ pub const ROW_NUMBER: u64 = 8;
 /// Bytes of one entry of the join index sent to a right row's holder: its row, the left
 /// row's rank (u32) and row.
 pub const INDEX_ENTRY: u64 = 8 + 4 + 8;
+
+/// What the sketch inspector estimated, and the bounds of its sketches.
+#[derive(Clone, Debug, Serialize)]
+pub struct SketchFigures {
+    /// Distinct non-NULL left keys (HyperLogLog estimate).
+    pub left_distinct: u64,
+    /// Distinct non-NULL right keys.
+    pub right_distinct: u64,
+    /// Distinct keys of both tables.
+    pub union_distinct: u64,
+    /// Keys on both sides (left + right - union, within [0, min(left, right)]).
+    pub matched_distinct: u64,
+    /// The HyperLogLog estimates' relative standard error.
+    pub distinct_rel_error: f64,
+    /// Misra–Gries counters per side.
+    pub counters: usize,
+    /// Keys counted exactly (the merged summaries' counters, both sides).
+    pub candidates: usize,
+    /// The most the left summary undercounts a key (at most N_L/(counters+1)).
+    pub left_count_error: u64,
+    /// The same on the right.
+    pub right_count_error: u64,
+    /// Figures that are estimates: output rows and bytes, every strategy's rows out, and the
+    /// bytes of the strategies whose `bytes_exact` is false.
+    pub estimated: Vec<String>,
+}
 
 /// One rank's figures.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -216,56 +240,57 @@ fn summarize<'a>(
 }
 
 /// Index of a figure in the summed vector.
-struct Layout {
-    p: usize,
+pub(crate) struct Layout {
+    pub(crate) p: usize,
 }
 
 impl Layout {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         RANK_FIGS * self.p + SLOTS * SLOT_FIGS * self.p + GLOBALS + self.p * self.p
     }
     /// Right rows rank `s` sends rank `q` in the Bloom semi-join.
-    fn pair(&self, s: usize, q: usize) -> usize {
+    pub(crate) fn pair(&self, s: usize, q: usize) -> usize {
         RANK_FIGS * self.p + SLOTS * SLOT_FIGS * self.p + GLOBALS + s * self.p + q
     }
-    fn rank(&self, r: usize, f: usize) -> usize {
+    pub(crate) fn rank(&self, r: usize, f: usize) -> usize {
         r * RANK_FIGS + f
     }
-    fn slot(&self, s: usize, f: usize, r: usize) -> usize {
+    pub(crate) fn slot(&self, s: usize, f: usize, r: usize) -> usize {
         RANK_FIGS * self.p + (s * SLOT_FIGS + f) * self.p + r
     }
-    fn global(&self, g: usize) -> usize {
+    pub(crate) fn global(&self, g: usize) -> usize {
         RANK_FIGS * self.p + SLOTS * SLOT_FIGS * self.p + g
     }
 }
 
-const SENT: usize = 0;
-const RECV: usize = 1;
-const ROWS_IN: usize = 2;
-const ROWS_OUT: usize = 3;
-const SHUFFLE: usize = 0;
-const BCAST_L: usize = 1;
-const BCAST_R: usize = 2;
-const SEMI: usize = 3;
-const INDEX: usize = 4;
-const BLOOM: usize = 5;
+pub(crate) const SENT: usize = 0;
+pub(crate) const RECV: usize = 1;
+pub(crate) const ROWS_IN: usize = 2;
+pub(crate) const ROWS_OUT: usize = 3;
+pub(crate) const SHUFFLE: usize = 0;
+pub(crate) const BCAST_L: usize = 1;
+pub(crate) const BCAST_R: usize = 2;
+pub(crate) const SEMI: usize = 3;
+pub(crate) const INDEX: usize = 4;
+pub(crate) const BLOOM: usize = 5;
 
 /// What every owner knows of all ranks before it adds up its keys: which ranks hold keyed
 /// right rows (the semi-joins' key lists go to them alone) and its stripe of every rank's
 /// Bloom filter (`None` for a rank without left keys, which sends none).
-struct Ranks {
+pub(crate) struct Ranks {
     /// Rows above which a key is heavy in the shuffle.
-    heavy: u64,
-    right_holder: Vec<bool>,
+    pub(crate) heavy: u64,
+    /// Whether each rank holds keyed right rows.
+    pub(crate) right_holder: Vec<bool>,
     /// `None` in the sketch inspector, whose candidate keys pass the filters of the ranks
     /// holding them on the left alone (false positives are estimated with the other keys).
-    stripes: Option<Vec<Option<Stripe>>>,
+    pub(crate) stripes: Option<Vec<Option<Stripe>>>,
 }
 
 /// Adds what every strategy moves for key `k`, whose summaries by rank are `by_rank`, owned
 /// by rank `o`; a key of more than `ranks.heavy` rows is heavy. Returns, for a heavy key, whether
 /// the shuffle broadcasts its left side (else its right).
-fn add_key(
+pub(crate) fn add_key(
     v: &mut [u64],
     lay: &Layout,
     shape: &JoinShape,
@@ -481,35 +506,8 @@ fn add_index(v: &mut [u64], lay: &Layout, by_rank: &[(usize, Summary)], o: usize
     add(INDEX, ROWS_IN, o, lc + rc);
 }
 
-/// Runs the inspector (collective) in `mode` and predicts every strategy on `machine`.
-#[allow(clippy::too_many_arguments)]
-pub fn inspect<C: Communicator>(
-    comm: &C,
-    shape: &JoinShape,
-    l: &Table,
-    lk: &Keys,
-    r: &Table,
-    rk: &Keys,
-    machine: &deinsum_plan::Machine,
-    mode: InspectMode,
-) -> Result<Inspection, JoinError> {
-    let sketch = match mode {
-        InspectMode::Exact => false,
-        InspectMode::Sketch => true,
-        InspectMode::Auto => {
-            let mut n = [(l.rows() + r.rows()) as u64];
-            coll::all_sum(comm, &mut n)?;
-            n[0] >= SKETCH_ROWS
-        }
-    };
-    if sketch {
-        return sketched::inspect(comm, shape, (l, lk), (r, rk), machine);
-    }
-    inspect_exact(comm, shape, l, lk, r, rk, machine)
-}
-
-/// The exact inspector (collective).
-fn inspect_exact<C: Communicator>(
+/// The exact inspector (collective); [`crate::inspector::inspect`] runs it or the sketch one.
+pub(crate) fn inspect_exact<C: Communicator>(
     comm: &C,
     shape: &JoinShape,
     l: &Table,
@@ -615,7 +613,7 @@ fn inspect_exact<C: Communicator>(
 
 /// Output bytes of this rank's rows whose key is NULL, where the join kind keeps them (they
 /// never move; the other side's columns are NULL, a byte each).
-fn null_key_bytes(
+pub(crate) fn null_key_bytes(
     shape: &JoinShape,
     (l, lk, lbytes): (&Table, &Keys, &RowSizes),
     (r, rk, rbytes): (&Table, &Keys, &RowSizes),
@@ -753,7 +751,7 @@ fn add_local_passes(
 }
 
 /// The inspection from the summed figures.
-fn finish(
+pub(crate) fn finish(
     v: &[u64],
     lay: &Layout,
     shape: &JoinShape,

@@ -26,6 +26,7 @@ pub mod dist;
 pub mod error;
 pub mod gather;
 pub mod inspect;
+pub mod inspector;
 pub mod io;
 pub mod kernel;
 pub mod placement;

@@ -217,6 +217,11 @@ impl<'a> MisraGries<'a> {
         self.reduce();
     }
 
+    /// Counters kept (k).
+    pub fn capacity(&self) -> usize {
+        self.k
+    }
+
     /// Rows counted.
     pub fn rows(&self) -> u64 {
         self.rows

@@ -1,3 +1,6 @@
+//! The inspector's entry point ([`inspect`]: exact, sketch, or auto's choice of them) and the
+//! sketch inspector.
+//!
 //! The sketch inspector: each rank sketches its keys (a HyperLogLog and a Misra–Gries summary
 //! per side, [`crate::sketch`]) and every rank merges every rank's sketches (one all-gather of
 //! a few kilobytes a rank, whatever the rows); the merged heavy-hitter candidates are then
@@ -15,22 +18,21 @@
 //! Results never depend on the estimates: the strategies route rows by key alone, and the
 //! heavy keys the shuffle splits are decided from exact counts.
 
-use super::{
-    add_key, finish, heavy_threshold, key_msg_bytes, null_key_bytes, Layout, Ranks, Summary,
-    BCAST_L, BCAST_R, BLOOM, INDEX, INDEX_ENTRY, RECV, ROWS_IN, ROWS_OUT, ROW_NUMBER, SEMI, SENT,
-    SHUFFLE, SLOTS,
-};
 use crate::bloom::{BITS_PER_KEY, HASHES};
 use crate::coll;
 use crate::cost::Strategy;
+use crate::inspect::{
+    add_key, finish, heavy_threshold, inspect_exact, key_msg_bytes, null_key_bytes, InspectMode,
+    Layout, Ranks, SketchFigures, Summary, BCAST_L, BCAST_R, BLOOM, INDEX, INDEX_ENTRY, RECV,
+    ROWS_IN, ROWS_OUT, ROW_NUMBER, SEMI, SENT, SHUFFLE, SLOTS,
+};
 use crate::kernel::{key_hash, owner, JoinShape, Keys};
 use crate::sketch::{hll_std_error, HashKeyed, Hll, MisraGries, HLL_BITS};
 use crate::table::RowSizes;
 use crate::{Inspection, JoinError, Table};
 use deinsum_exec::{CommError, Communicator};
-use serde::Serialize;
 
-/// Rows of both tables over all ranks from which [`super::InspectMode::Auto`] sketches: the
+/// Rows of both tables over all ranks from which [`InspectMode::Auto`] sketches: the
 /// exact pass sends about 60 bytes a distinct key and builds a map of them at their owners,
 /// a large part of a join of this many rows (measured: 10⁷ ⋈ 10⁶ at P = 2).
 pub const SKETCH_ROWS: u64 = 2_000_000;
@@ -39,32 +41,6 @@ pub const SKETCH_ROWS: u64 = 2_000_000;
 /// shuffle (over (N_L + N_R)/(16·P) rows) has over N/(k+1) rows on one side and is found.
 pub fn counters(p: usize) -> usize {
     (32 * p).max(256)
-}
-
-/// What the sketch inspector estimated, and the bounds of its sketches.
-#[derive(Clone, Debug, Serialize)]
-pub struct SketchFigures {
-    /// Distinct non-NULL left keys (HyperLogLog estimate).
-    pub left_distinct: u64,
-    /// Distinct non-NULL right keys.
-    pub right_distinct: u64,
-    /// Distinct keys of both tables.
-    pub union_distinct: u64,
-    /// Keys on both sides (left + right - union, within [0, min(left, right)]).
-    pub matched_distinct: u64,
-    /// The HyperLogLog estimates' relative standard error.
-    pub distinct_rel_error: f64,
-    /// Misra–Gries counters per side.
-    pub counters: usize,
-    /// Keys counted exactly (the merged summaries' counters, both sides).
-    pub candidates: usize,
-    /// The most the left summary undercounts a key (at most N_L/(counters+1)).
-    pub left_count_error: u64,
-    /// The same on the right.
-    pub right_count_error: u64,
-    /// Figures that are estimates: output rows and bytes, every strategy's rows out, and the
-    /// bytes of the strategies whose `bytes_exact` is false.
-    pub estimated: Vec<String>,
 }
 
 /// One side's pass over this rank's rows.
@@ -122,11 +98,130 @@ fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8], JoinError> {
     Ok(a)
 }
 
+/// Runs the inspector (collective) in `mode` and predicts every strategy on `machine`.
+#[allow(clippy::too_many_arguments)]
+pub fn inspect<C: Communicator>(
+    comm: &C,
+    shape: &JoinShape,
+    l: &Table,
+    lk: &Keys,
+    r: &Table,
+    rk: &Keys,
+    machine: &deinsum_plan::Machine,
+    mode: InspectMode,
+) -> Result<Inspection, JoinError> {
+    let sketch = match mode {
+        InspectMode::Exact => false,
+        InspectMode::Sketch => true,
+        // Sketch when the tables are big enough that the exact summaries' all-to-all costs.
+        InspectMode::Auto => {
+            let mut n = [(l.rows() + r.rows()) as u64];
+            coll::all_sum(comm, &mut n)?;
+            n[0] >= SKETCH_ROWS
+        }
+    };
+    if sketch {
+        inspect_sketch(comm, shape, (l, lk), (r, rk), machine)
+    } else {
+        inspect_exact(comm, shape, l, lk, r, rk, machine)
+    }
+}
+
 /// Figures per rank in the second gather, before the owner vectors and the candidates.
 const FIGS: usize = 10;
 
+/// Every rank's merged sketches: HyperLogLogs and Misra–Gries summaries of both sides (the
+/// summaries' keys borrowed from the gathered bytes), and each rank's distinct left keys.
+struct Merged<'a> {
+    hl: Hll,
+    hr: Hll,
+    ml: MisraGries<'a>,
+    mr: MisraGries<'a>,
+    distinct: Vec<u64>,
+}
+
+/// Merges the sketches every rank sent (`got`, in rank order: the same result on every rank).
+fn merge(got: &[Vec<u8>], k: usize) -> Result<Merged<'_>, JoinError> {
+    let mut m = Merged {
+        hl: Hll::new(),
+        hr: Hll::new(),
+        ml: MisraGries::new(k),
+        mr: MisraGries::new(k),
+        distinct: Vec::with_capacity(got.len()),
+    };
+    for part in got {
+        let mut b = &part[..];
+        let rank_l = Hll::from_bytes(take(&mut b, 1 << HLL_BITS)?).map_err(CommError::Invalid)?;
+        let rank_r = Hll::from_bytes(take(&mut b, 1 << HLL_BITS)?).map_err(CommError::Invalid)?;
+        m.distinct.push(rank_l.estimate().round() as u64);
+        m.hl.merge(&rank_l);
+        m.hr.merge(&rank_r);
+        m.ml.merge(&MisraGries::decode(k, &mut b).map_err(CommError::Invalid)?);
+        m.mr.merge(&MisraGries::decode(k, &mut b).map_err(CommError::Invalid)?);
+    }
+    Ok(m)
+}
+
+/// The candidates, in the same order on every rank (the left's counters, then the right's not
+/// among them), and their index by hash.
+fn candidates<'a>(m: &Merged<'a>) -> (Vec<&'a [u8]>, HashKeyed<usize>) {
+    let mut cands: Vec<&[u8]> = Vec::new();
+    let mut index: HashKeyed<usize> = HashKeyed::default();
+    for (key, _) in m.ml.top().into_iter().chain(m.mr.top()) {
+        if let std::collections::hash_map::Entry::Vacant(e) = index.entry(key_hash(key)) {
+            e.insert(cands.len());
+            cands.push(key);
+        }
+    }
+    (cands, index)
+}
+
+/// The candidates' exact summaries on this rank.
+fn count(
+    cands: &[&[u8]],
+    index: &HashKeyed<usize>,
+    sides: [(&Keys, &RowSizes, &RowSizes); 2],
+) -> Vec<Summary> {
+    let mut sums: Vec<Summary> = vec![[0; 6]; cands.len()];
+    if cands.is_empty() {
+        return sums;
+    }
+    for ((k, all, rest), off) in sides.into_iter().zip([0, 3]) {
+        for i in 0..k.len() {
+            let Some(key) = k.get(i) else { continue };
+            if let Some(&c) = index.get(&key_hash(key)) {
+                if cands[c] == key {
+                    let e = &mut sums[c];
+                    e[off] += 1;
+                    e[off + 1] += all.get(i);
+                    e[off + 2] += rest.get(i);
+                }
+            }
+        }
+    }
+    sums
+}
+
+/// Every rank's `mine` (of one length everywhere), in rank order (collective).
+fn gather_words<C: Communicator>(comm: &C, mine: &[u64]) -> Result<Vec<Vec<u64>>, JoinError> {
+    let bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let all = coll::all_gather(comm, &bytes)?;
+    all.iter()
+        .map(|b| {
+            if b.len() != bytes.len() {
+                return Err(
+                    CommError::Invalid("sketch figures of different lengths".into()).into(),
+                );
+            }
+            Ok(b.chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
+                .collect())
+        })
+        .collect()
+}
+
 /// The sketch inspector (collective).
-pub(super) fn inspect<C: Communicator>(
+fn inspect_sketch<C: Communicator>(
     comm: &C,
     shape: &JoinShape,
     (l, lk): (&Table, &Keys),
@@ -147,49 +242,10 @@ pub(super) fn inspect<C: Communicator>(
     rp.mg.encode(&mut msg);
     let got = coll::all_gather(comm, &msg)?;
     drop(msg);
-    let k = counters(p);
-    let (mut hl, mut hr) = (Hll::new(), Hll::new());
-    let (mut ml, mut mr) = (MisraGries::new(k), MisraGries::new(k));
-    let mut distinct = Vec::with_capacity(p);
-    for part in &got {
-        let mut b = &part[..];
-        let rank_l = Hll::from_bytes(take(&mut b, 1 << HLL_BITS)?).map_err(CommError::Invalid)?;
-        let rank_r = Hll::from_bytes(take(&mut b, 1 << HLL_BITS)?).map_err(CommError::Invalid)?;
-        distinct.push(rank_l.estimate().round() as u64);
-        hl.merge(&rank_l);
-        hr.merge(&rank_r);
-        ml.merge(&MisraGries::decode(k, &mut b).map_err(CommError::Invalid)?);
-        mr.merge(&MisraGries::decode(k, &mut b).map_err(CommError::Invalid)?);
-    }
-    // The candidates, in the same order on every rank: the left's counters, then the right's
-    // not among them.
-    let mut cands: Vec<&[u8]> = Vec::new();
-    let mut index: HashKeyed<usize> = HashKeyed::default();
-    for (key, _) in ml.top().into_iter().chain(mr.top()) {
-        let h = key_hash(key);
-        if let std::collections::hash_map::Entry::Vacant(e) = index.entry(h) {
-            e.insert(cands.len());
-            cands.push(key);
-        }
-    }
-    // The candidates' exact summaries on this rank.
-    let mut sums: Vec<Summary> = vec![[0; 6]; cands.len()];
-    if !cands.is_empty() {
-        for (k, all, rest, off) in [(lk, &lall, &lrest, 0), (rk, &rall, &rrest, 3)] {
-            for i in 0..k.len() {
-                let Some(key) = k.get(i) else { continue };
-                if let Some(&c) = index.get(&key_hash(key)) {
-                    if cands[c] == key {
-                        let e = &mut sums[c];
-                        e[off] += 1;
-                        e[off + 1] += all.get(i);
-                        e[off + 2] += rest.get(i);
-                    }
-                }
-            }
-        }
-    }
-    // The owner vectors without the candidates (added key by key below).
+    let merged = merge(&got, counters(p))?;
+    let (cands, index) = candidates(&merged);
+    let sums = count(&cands, &index, [(lk, &lall, &lrest), (rk, &rall, &rrest)]);
+    // The owner vectors without the candidates (added key by key).
     for (c, e) in cands.iter().zip(&sums) {
         let t = &mut to[owner(c, p)];
         t[0] -= e[1] + e[4];
@@ -212,28 +268,21 @@ pub(super) fn inspect<C: Communicator>(
     ];
     mine.extend(to.iter().flatten());
     mine.extend(sums.iter().flatten());
-    let bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
-    let all = coll::all_gather(comm, &bytes)?;
-    let figs: Vec<Vec<u64>> = all
-        .iter()
-        .map(|b| {
-            if b.len() != bytes.len() {
-                return Err(CommError::Invalid(
-                    "sketch figures of different lengths".into(),
-                ));
-            }
-            Ok(b.chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
-                .collect())
-        })
-        .collect::<Result<_, _>>()?;
-    drop((all, bytes, mine));
+    let figs = gather_words(comm, &mine)?;
+    drop(mine);
+    predict(shape, machine, &figs, &cands, &merged)
+}
+
+/// Every strategy's prediction from every rank's figures `figs` (the same on every rank).
+fn predict(
+    shape: &JoinShape,
+    machine: &deinsum_plan::Machine,
+    figs: &[Vec<u64>],
+    cands: &[&[u8]],
+    merged: &Merged,
+) -> Result<Inspection, JoinError> {
+    let p = figs.len();
     let fig = |s: usize, f: usize| figs[s][f];
-    let to_of = |s: usize, o: usize, f: usize| figs[s][FIGS + 3 * o + f];
-    let sum_of = |s: usize, c: usize| -> Summary {
-        let at = FIGS + 3 * p + 6 * c;
-        figs[s][at..at + 6].try_into().expect("6")
-    };
     let lay = Layout { p };
     let mut v = vec![0u64; lay.len()];
     let keyed_total: u64 = (0..p).map(|s| fig(s, 2) + fig(s, 3)).sum();
@@ -242,38 +291,7 @@ pub(super) fn inspect<C: Communicator>(
         right_holder: (0..p).map(|s| fig(s, 3) > 0).collect(),
         stripes: None,
     };
-    // The candidates, exactly.
-    let mut heavy = Vec::new();
-    let mut cand_rows = vec![[0u64; 6]; p];
-    let (mut cl, mut cr, mut cm) = (0u64, 0u64, 0u64);
-    // Distinct candidates holding left rows on each rank.
-    let mut cand_here = vec![0u64; p];
-    let mut by_rank = Vec::with_capacity(p);
-    for (c, &key) in cands.iter().enumerate() {
-        by_rank.clear();
-        for s in 0..p {
-            let e = sum_of(s, c);
-            if e.iter().any(|&x| x > 0) {
-                by_rank.push((s, e));
-                for (a, x) in cand_rows[s].iter_mut().zip(e) {
-                    *a += x;
-                }
-                cand_here[s] += (e[0] > 0) as u64;
-            }
-        }
-        let (lc, rc): (u64, u64) = by_rank
-            .iter()
-            .fold((0, 0), |(a, b), (_, e)| (a + e[0], b + e[3]));
-        cl += (lc > 0) as u64;
-        cr += (rc > 0) as u64;
-        cm += (lc > 0 && rc > 0) as u64;
-        if by_rank.is_empty() {
-            continue;
-        }
-        if let Some(bl) = add_key(&mut v, &lay, shape, key, owner(key, p), &by_rank, &ranks) {
-            heavy.push((key.to_vec(), bl));
-        }
-    }
+    let c = add_candidates(&mut v, &lay, shape, figs, cands, &ranks);
     // Every rank's whole figures, as the exact inspector's.
     let (kl, kr) = (shape.kind.keeps_left(), shape.kind.keeps_right());
     for s in 0..p {
@@ -288,31 +306,24 @@ pub(super) fn inspect<C: Communicator>(
         }
         v[lay.global(1)] += fig(s, 9);
     }
-    let (dl, dr) = (hl.estimate(), hr.estimate());
-    let mut hu = hl.clone();
-    hu.merge(&hr);
+    let (dl, dr) = (merged.hl.estimate(), merged.hr.estimate());
+    let mut hu = merged.hl.clone();
+    hu.merge(&merged.hr);
     let du = hu.estimate();
     let dm = (dl + dr - du).clamp(0.0, dl.min(dr));
+    let less = |s: usize, f: usize, cf: usize| (fig(s, f) - c.rows[s][cf]) as f64;
     let rest = Rest {
         p,
         kl,
         kr,
-        lk: (0..p)
-            .map(|s| (fig(s, 2) - cand_rows[s][0]) as f64)
-            .collect(),
-        rk: (0..p)
-            .map(|s| (fig(s, 3) - cand_rows[s][3]) as f64)
-            .collect(),
-        lb: (0..p)
-            .map(|s| (fig(s, 4) - cand_rows[s][1]) as f64)
-            .collect(),
-        rb: (0..p)
-            .map(|s| (fig(s, 5) - cand_rows[s][4]) as f64)
-            .collect(),
-        rrest: (0..p).map(|s| fig(s, 7) - cand_rows[s][5]).sum::<u64>() as f64,
-        dl: (dl - cl as f64).max(0.0),
-        dr: (dr - cr as f64).max(0.0),
-        dm: (dm - cm as f64).max(0.0),
+        lk: (0..p).map(|s| less(s, 2, 0)).collect(),
+        rk: (0..p).map(|s| less(s, 3, 3)).collect(),
+        lb: (0..p).map(|s| less(s, 4, 1)).collect(),
+        rb: (0..p).map(|s| less(s, 5, 4)).collect(),
+        rrest: (0..p).map(|s| less(s, 7, 5)).sum(),
+        dl: (dl - c.left as f64).max(0.0),
+        dr: (dr - c.right as f64).max(0.0),
+        dm: (dm - c.both as f64).max(0.0),
         key_bytes: {
             let (n, b) = (0..p).fold((0, 0), |(n, b), s| (n + fig(s, 2), b + fig(s, 8)));
             if n > 0 {
@@ -322,18 +333,19 @@ pub(super) fn inspect<C: Communicator>(
             }
         },
         distinct_here: (0..p)
-            .map(|s| distinct[s].saturating_sub(cand_here[s]) as f64)
+            .map(|s| merged.distinct[s].saturating_sub(c.here[s]) as f64)
             .collect(),
         right_holder: ranks.right_holder.clone(),
     };
-    rest.add(&mut v, &lay, shape, &|s, o, f| to_of(s, o, f));
-    let mut ins = finish(&v, &lay, shape, machine, heavy, &distinct)?;
+    rest.add(&mut v, &lay, shape, &|s, o, f| figs[s][FIGS + 3 * o + f]);
+    let mut ins = finish(&v, &lay, shape, machine, c.heavy, &merged.distinct)?;
     for pr in &mut ins.predictions {
         pr.bytes_exact = matches!(pr.strategy, Strategy::Shuffle | Strategy::Broadcast);
         pr.rows_exact = false;
     }
-    let mut estimated = vec!["output_rows".to_string(), "output_bytes".into()];
-    estimated.extend(["rows_out", "left_distinct"].map(String::from));
+    let mut estimated: Vec<String> = ["output_rows", "output_bytes", "rows_out", "left_distinct"]
+        .map(String::from)
+        .to_vec();
     for pr in ins.predictions.iter().filter(|p| !p.bytes_exact) {
         estimated.push(format!("{}.sent", pr.strategy.name()));
         estimated.push(format!("{}.received", pr.strategy.name()));
@@ -344,13 +356,73 @@ pub(super) fn inspect<C: Communicator>(
         union_distinct: du.round() as u64,
         matched_distinct: dm.round() as u64,
         distinct_rel_error: hll_std_error(),
-        counters: k,
+        counters: merged.ml.capacity(),
         candidates: cands.len(),
-        left_count_error: ml.error(),
-        right_count_error: mr.error(),
+        left_count_error: merged.ml.error(),
+        right_count_error: merged.mr.error(),
         estimated,
     });
     Ok(ins)
+}
+
+/// What the candidates add up to: rows and bytes per rank (as a [`Summary`] summed), distinct
+/// candidates with left, right and both rows, those with left rows per rank, and the heavy
+/// keys among them.
+struct CandidateTotals {
+    rows: Vec<Summary>,
+    left: u64,
+    right: u64,
+    both: u64,
+    here: Vec<u64>,
+    heavy: Vec<(Vec<u8>, bool)>,
+}
+
+/// Adds every candidate's moves to `v` exactly (as the exact inspector adds a key's).
+fn add_candidates(
+    v: &mut [u64],
+    lay: &Layout,
+    shape: &JoinShape,
+    figs: &[Vec<u64>],
+    cands: &[&[u8]],
+    ranks: &Ranks,
+) -> CandidateTotals {
+    let p = figs.len();
+    let mut t = CandidateTotals {
+        rows: vec![[0; 6]; p],
+        left: 0,
+        right: 0,
+        both: 0,
+        here: vec![0; p],
+        heavy: Vec::new(),
+    };
+    let mut by_rank = Vec::with_capacity(p);
+    for (c, &key) in cands.iter().enumerate() {
+        by_rank.clear();
+        let at = FIGS + 3 * p + 6 * c;
+        for (s, f) in figs.iter().enumerate() {
+            let e: Summary = f[at..at + 6].try_into().expect("6");
+            if e.iter().any(|&x| x > 0) {
+                by_rank.push((s, e));
+                for (a, x) in t.rows[s].iter_mut().zip(e) {
+                    *a += x;
+                }
+                t.here[s] += (e[0] > 0) as u64;
+            }
+        }
+        let (lc, rc) = by_rank
+            .iter()
+            .fold((0, 0), |(a, b), (_, e)| (a + e[0], b + e[3]));
+        t.left += (lc > 0) as u64;
+        t.right += (rc > 0) as u64;
+        t.both += (lc > 0 && rc > 0) as u64;
+        if by_rank.is_empty() {
+            continue;
+        }
+        if let Some(bl) = add_key(v, lay, shape, key, owner(key, p), &by_rank, ranks) {
+            t.heavy.push((key.to_vec(), bl));
+        }
+    }
+    t
 }
 
 /// The keys other than the candidates ("the rest"), per rank and in all: their keyed rows
@@ -418,7 +490,6 @@ impl Rest {
         let (ml, mr) = (dm * al, dm * ar);
         let ul = if self.kl { nl - ml } else { 0.0 };
         let ur = if self.kr { nr - mr } else { 0.0 };
-        let mean = |b: f64, n: f64| if n > 0.0 { b / n } else { 0.0 };
         let lbytes = mean(self.lb.iter().sum(), nl);
         let rbytes = mean(self.rb.iter().sum(), nr);
         let rrest = mean(self.rrest, nr);
@@ -427,14 +498,6 @@ impl Rest {
             + ur * (rbytes + shape.lrest.len() as f64);
         add(v, lay.global(0), pairs);
         add(v, lay.global(1), out_bytes);
-        let share = |x: &[f64], s: usize| {
-            let t: f64 = x.iter().sum();
-            if t > 0.0 {
-                x[s] / t
-            } else {
-                0.0
-            }
-        };
         // Rows to each owner (exact), and each owner's share of them.
         let owned: Vec<f64> = (0..p)
             .map(|o| (0..p).map(|s| to(s, o, 1)).sum::<u64>() as f64)
@@ -464,34 +527,38 @@ impl Rest {
                 add(v, lay.slot(slot, ROWS_OUT, s), lo * ls + ur * rs);
             }
         }
+        let m = Matches {
+            al,
+            mr,
+            pairs,
+            rrest,
+        };
+        self.add_matched(v, lay, &owned, &m);
+    }
+
+    /// Adds the moves that follow the rest's matches (estimated): the semi-joins' key lists
+    /// and matched rows back, the Bloom filters' passes, the join index's entries and rows.
+    fn add_matched(&self, v: &mut [u64], lay: &Layout, owned: &[f64], m: &Matches) {
+        let p = self.p;
         // The chance a rank holds some left row of a matched key.
         let held: Vec<f64> = (0..p)
-            .map(|q| 1.0 - (1.0 - share(&self.lk, q)).powf(al))
+            .map(|q| 1.0 - (1.0 - share(&self.lk, q)).powf(m.al))
             .collect();
         let fp = false_positives();
         let ae = INDEX_ENTRY as f64;
         for s in 0..p {
-            let (ls, rs, os) = (share(&self.lk, s), share(&self.rk, s), share(&owned, s));
+            let (ls, rs, os) = (share(&self.lk, s), share(&self.rk, s), share(owned, s));
             // Right rows of matched keys here, and their mean bytes.
-            let matched = mr * rs;
+            let matched = m.mr * rs;
             let rbs = mean(self.rb[s], self.rk[s]);
             // Semi-join: key lists to the other right holders, matched right rows back.
-            if self.distinct_here[s] > 0.0 {
-                for q in (0..p).filter(|&q| q != s && self.right_holder[q]) {
-                    add(
-                        v,
-                        lay.slot(SEMI, SENT, s),
-                        self.distinct_here[s] * self.key_bytes,
-                    );
-                    add(
-                        v,
-                        lay.slot(SEMI, RECV, q),
-                        self.distinct_here[s] * self.key_bytes,
-                    );
-                }
+            let list = self.distinct_here[s] * self.key_bytes;
+            for q in (0..p).filter(|&q| q != s && self.right_holder[q] && list > 0.0) {
+                add(v, lay.slot(SEMI, SENT, s), list);
+                add(v, lay.slot(SEMI, RECV, q), list);
             }
             if self.lk[s] > 0.0 {
-                add(v, lay.slot(SEMI, ROWS_IN, s), self.lk[s] + mr * held[s]);
+                add(v, lay.slot(SEMI, ROWS_IN, s), self.lk[s] + m.mr * held[s]);
                 add(v, lay.slot(BLOOM, ROWS_IN, s), self.lk[s]);
             }
             for (q, &h) in held.iter().enumerate() {
@@ -513,11 +580,39 @@ impl Rest {
             }
             // Join index: entries from the owners to the right rows' holders, then the right
             // rows' other columns (with the left row number) to the left rows' holders.
-            add(v, lay.slot(INDEX, SENT, s), ae * pairs * os * (1.0 - rs));
-            add(v, lay.slot(INDEX, RECV, s), ae * pairs * rs * (1.0 - os));
-            let m = ROW_NUMBER as f64 + rrest;
-            add(v, lay.slot(INDEX, SENT, s), pairs * rs * (1.0 - ls) * m);
-            add(v, lay.slot(INDEX, RECV, s), pairs * ls * (1.0 - rs) * m);
+            add(v, lay.slot(INDEX, SENT, s), ae * m.pairs * os * (1.0 - rs));
+            add(v, lay.slot(INDEX, RECV, s), ae * m.pairs * rs * (1.0 - os));
+            let per = ROW_NUMBER as f64 + m.rrest;
+            add(v, lay.slot(INDEX, SENT, s), m.pairs * rs * (1.0 - ls) * per);
+            add(v, lay.slot(INDEX, RECV, s), m.pairs * ls * (1.0 - rs) * per);
         }
+    }
+}
+
+/// The rest's match model: mean left rows a key, matched right rows, pairs, mean non-key
+/// bytes of a right row.
+struct Matches {
+    al: f64,
+    mr: f64,
+    pairs: f64,
+    rrest: f64,
+}
+
+/// `b` over `n` (0 for none).
+fn mean(b: f64, n: f64) -> f64 {
+    if n > 0.0 {
+        b / n
+    } else {
+        0.0
+    }
+}
+
+/// `x[s]`'s share of the sum of `x` (0 for none).
+fn share(x: &[f64], s: usize) -> f64 {
+    let t: f64 = x.iter().sum();
+    if t > 0.0 {
+        x[s] / t
+    } else {
+        0.0
     }
 }
