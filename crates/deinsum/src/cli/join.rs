@@ -256,6 +256,7 @@ impl Job<'_> {
                 &l,
                 &r,
                 &self.opts.machine,
+                self.opts.inspect,
             )?));
         }
         if let Some(g) = &self.group {
