@@ -3,10 +3,11 @@
 //! merge of every rank's sketch, in rank order, is the same bytes on every rank), so a
 //! collective of a few kilobytes a rank stands in for the all-to-all of every distinct key.
 //!
-//! Our own small implementations (no crate): the HyperLogLog estimator is Ertl's improved raw
-//! estimator ("New cardinality estimation algorithms for HyperLogLog sketches", 2017), bias-free
-//! from one key to 2⁶⁴ without the empirical tables of HLL++, in 40 lines; Misra–Gries needs the
-//! keys borrowed from the table (no copy a row), which the crates we looked at do not offer.
+//! Our own small implementations, so no new dependency: the HyperLogLog estimator is Ertl's
+//! improved raw estimator ("New cardinality estimation algorithms for HyperLogLog sketches",
+//! 2017), bias-free from one key to 2⁶⁴ without the empirical tables of HLL++, in 40 lines; the
+//! Misra–Gries summary borrows its keys from the table (no copy a row) and is keyed by the
+//! hash the shuffle already computes.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
