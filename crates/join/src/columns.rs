@@ -708,7 +708,7 @@ fn run<C: Communicator>(comm: &C, shape: &JoinShape, c: &Ctx) -> Result<Table, J
     let (pairs, _, _) = hash_join(&lk, &rk, kind.keeps_left(), kind.keeps_right());
     let mut lused = vec![false; lrows.len()];
     let mut rused = vec![false; rrows.len()];
-    for &(a, b) in &pairs {
+    for (a, b) in pairs.iter() {
         if let Some(i) = a {
             lused[i] = true;
         }

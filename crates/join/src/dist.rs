@@ -127,7 +127,7 @@ impl Sides<'_> {
     /// The output rows of the rows whose key is NULL, where the join kind keeps them.
     fn null_key_rows(&self) -> Table {
         let kind = self.shape.kind;
-        let mut pairs: Pairs = Vec::new();
+        let mut pairs = Pairs::new();
         if kind.keeps_left() {
             pairs.extend(
                 (0..self.l.rows())
@@ -213,21 +213,17 @@ fn shuffle<C: Communicator>(
     let (lk, rk) = (Keys::of(&l, &s.shape.lkeys), Keys::of(&r, &s.shape.rkeys));
     let kind = s.shape.kind;
     let (pairs, _, _) = hash_join(&lk, &rk, kind.keeps_left(), kind.keeps_right());
-    let pairs: Pairs = if heavy.is_empty() {
-        pairs
-    } else {
+    let mut pairs = pairs;
+    if !heavy.is_empty() {
         let bcast = |k: Option<&[u8]>, left: bool| {
             k.and_then(|k| heavy.get(k)).is_some_and(|&bl| bl == left)
         };
-        pairs
-            .into_iter()
-            .filter(|&(a, b)| match (a, b) {
-                (Some(i), None) => !bcast(lk.get(i), true),
-                (None, Some(j)) => !bcast(rk.get(j), false),
-                _ => true,
-            })
-            .collect()
-    };
+        pairs.retain(|a, b| match (a, b) {
+            (Some(i), None) => !bcast(lk.get(i), true),
+            (None, Some(j)) => !bcast(rk.get(j), false),
+            _ => true,
+        });
+    }
     concat(vec![assemble(s.shape, &l, &r, &pairs), s.null_key_rows()])
 }
 
@@ -270,20 +266,14 @@ fn broadcast<C: Communicator>(comm: &C, s: &Sides, left: bool) -> Result<Table, 
     };
     let (mut out, matched) = if left {
         let xk = Keys::of(&x, &s.shape.lkeys);
-        let (pairs, lm, _) = hash_join(&xk, s.rk, false, y_kept);
+        let (mut pairs, lm, _) = hash_join(&xk, s.rk, false, y_kept);
         // Right rows with a NULL key are the null-key output's, not the join's.
-        let pairs: Pairs = pairs
-            .into_iter()
-            .filter(|&(a, b)| a.is_some() || b.is_some_and(|j| s.rk.get(j).is_some()))
-            .collect();
+        pairs.retain(|a, b| a.is_some() || b.is_some_and(|j| s.rk.get(j).is_some()));
         (vec![assemble(s.shape, &x, s.r, &pairs)], lm)
     } else {
         let xk = Keys::of(&x, &s.shape.rkeys);
-        let (pairs, _, rm) = hash_join(s.lk, &xk, y_kept, false);
-        let pairs: Pairs = pairs
-            .into_iter()
-            .filter(|&(a, b)| b.is_some() || a.is_some_and(|i| s.lk.get(i).is_some()))
-            .collect();
+        let (mut pairs, _, rm) = hash_join(s.lk, &xk, y_kept, false);
+        pairs.retain(|a, b| b.is_some() || a.is_some_and(|i| s.lk.get(i).is_some()));
         (vec![assemble(s.shape, s.l, &x, &pairs)], rm)
     };
     if x_kept {
@@ -323,11 +313,9 @@ fn broadcast<C: Communicator>(comm: &C, s: &Sides, left: bool) -> Result<Table, 
 
 /// The semi-joins' pairs without those of left rows whose key is NULL (those rows go with
 /// the null-key output).
-fn keyed_left(pairs: Pairs, lk: &Keys) -> Pairs {
+fn keyed_left(mut pairs: Pairs, lk: &Keys) -> Pairs {
+    pairs.retain(|a, _| a.is_some_and(|i| lk.get(i).is_some()));
     pairs
-        .into_iter()
-        .filter(|&(a, _)| a.is_some_and(|i| lk.get(i).is_some()))
-        .collect()
 }
 
 /// This rank's distinct non-NULL left keys, in first-seen order.
@@ -612,7 +600,7 @@ fn index<C: Communicator>(comm: &C, s: &Sides) -> Result<Table, JoinError> {
     cols.extend(rest);
     let mut out = vec![Table::new(s.shape.names.clone(), cols).map_err(JoinError::Invalid)?];
     let kind = s.shape.kind;
-    let mut pairs: Pairs = Vec::new();
+    let mut pairs = Pairs::new();
     if kind.keeps_left() {
         let mut lmatched = vec![false; s.l.rows()];
         for &i in lrows.iter().flatten() {

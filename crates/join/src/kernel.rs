@@ -232,6 +232,14 @@ impl Keys {
         self.null.is_empty()
     }
 
+    /// Row i's key as a word when every key is 8 bytes (one int64 or float64 column: equal
+    /// words are equal keys), `None` when NULL; `None` for every row otherwise.
+    #[inline]
+    fn word(&self, i: usize) -> Option<u64> {
+        (self.width == Some(8) && !self.null[i])
+            .then(|| u64::from_le_bytes(self.bytes[8 * i..8 * i + 8].try_into().expect("8 bytes")))
+    }
+
     /// Row i's key, `None` when NULL.
     #[inline]
     pub fn get(&self, i: usize) -> Option<&[u8]> {
@@ -280,9 +288,138 @@ impl Hasher for KeyHasher {
 /// A hash map keyed by key bytes.
 pub type KeyMap<'a, V> = HashMap<&'a [u8], V, BuildHasherDefault<KeyHasher>>;
 
+/// One pair of a [`Pairs`]: (left row, right row), `None` for an absent side.
+pub type Pair = (Option<usize>, Option<usize>);
+
+/// The row number that stands for "no row" in a [`Pairs`] (the NULL side of an outer pair).
+pub const NO_ROW: u32 = u32::MAX;
+
 /// A join index: pairs of (left row, right row), either side absent for an unmatched row of
 /// an outer join (the sparse product `kl,kr->lr` of the two relations, with its margins).
-pub type Pairs = Vec<(Option<usize>, Option<usize>)>;
+/// Kept as two columns of `u32` row numbers, [`NO_ROW`] for an absent side: 8 bytes a pair
+/// instead of the 32 of a `(Option<usize>, Option<usize>)`, and each side's column is the
+/// gather list of that side's output columns as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pairs {
+    left: Vec<u32>,
+    right: Vec<u32>,
+}
+
+/// A row number as a [`Pairs`] entry.
+#[inline]
+fn row_code(i: Option<usize>) -> u32 {
+    i.map_or(NO_ROW, |i| {
+        u32::try_from(i)
+            .ok()
+            .filter(|&x| x != NO_ROW)
+            .expect("under 2^32 - 1 rows on a rank")
+    })
+}
+
+/// A [`Pairs`] entry as a row number.
+#[inline]
+fn row_of(x: u32) -> Option<usize> {
+    (x != NO_ROW).then_some(x as usize)
+}
+
+impl Pairs {
+    /// No pairs.
+    pub fn new() -> Pairs {
+        Pairs::default()
+    }
+
+    /// No pairs, room for `n`.
+    pub fn with_capacity(n: usize) -> Pairs {
+        Pairs {
+            left: Vec::with_capacity(n),
+            right: Vec::with_capacity(n),
+        }
+    }
+
+    /// Number of pairs.
+    pub fn len(&self) -> usize {
+        self.left.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.left.is_empty()
+    }
+
+    /// Appends a pair.
+    #[inline]
+    pub fn push(&mut self, l: Option<usize>, r: Option<usize>) {
+        self.left.push(row_code(l));
+        self.right.push(row_code(r));
+    }
+
+    /// Pair `x`.
+    #[inline]
+    pub fn get(&self, x: usize) -> Pair {
+        (row_of(self.left[x]), row_of(self.right[x]))
+    }
+
+    /// The left rows, pair by pair ([`NO_ROW`]: none).
+    pub fn left(&self) -> &[u32] {
+        &self.left
+    }
+
+    /// The right rows, pair by pair ([`NO_ROW`]: none).
+    pub fn right(&self) -> &[u32] {
+        &self.right
+    }
+
+    /// The pairs in order.
+    pub fn iter(&self) -> impl Iterator<Item = Pair> + '_ {
+        self.left
+            .iter()
+            .zip(&self.right)
+            .map(|(&a, &b)| (row_of(a), row_of(b)))
+    }
+
+    /// Keeps the pairs for which `f` holds, in order.
+    pub fn retain(&mut self, mut f: impl FnMut(Option<usize>, Option<usize>) -> bool) {
+        let mut n = 0;
+        for x in 0..self.left.len() {
+            let (a, b) = (self.left[x], self.right[x]);
+            if f(row_of(a), row_of(b)) {
+                self.left[n] = a;
+                self.right[n] = b;
+                n += 1;
+            }
+        }
+        self.left.truncate(n);
+        self.right.truncate(n);
+    }
+}
+
+impl Extend<Pair> for Pairs {
+    fn extend<I: IntoIterator<Item = Pair>>(&mut self, it: I) {
+        for (a, b) in it {
+            self.push(a, b);
+        }
+    }
+}
+
+impl FromIterator<Pair> for Pairs {
+    fn from_iter<I: IntoIterator<Item = Pair>>(it: I) -> Pairs {
+        let mut p = Pairs::new();
+        p.extend(it);
+        p
+    }
+}
+
+impl IntoIterator for Pairs {
+    type Item = Pair;
+    type IntoIter = std::iter::Map<
+        std::iter::Zip<std::vec::IntoIter<u32>, std::vec::IntoIter<u32>>,
+        fn((u32, u32)) -> Pair,
+    >;
+    fn into_iter(self) -> Self::IntoIter {
+        let f: fn((u32, u32)) -> Pair = |(a, b)| (row_of(a), row_of(b));
+        self.left.into_iter().zip(self.right).map(f)
+    }
+}
 
 /// A key's tag in a [`KeyIndex`]: its bytes as a word when it has 8 (a single int64 or
 /// float64 key: equal tags of 8-byte keys are equal keys, no bytes compared), else its
@@ -497,6 +634,149 @@ fn chain_rows(k: &Keys) -> KeyChains<'_> {
     chains
 }
 
+/// One slot of a [`WordTable`]: a key, its first row plus one (0: empty) and its last row.
+#[derive(Clone, Copy, Default)]
+struct WordSlot {
+    key: u64,
+    head: u32,
+    tail: u32,
+}
+
+/// The right rows of a join on 8-byte keys by key: an open-addressing table (linear probing,
+/// at most half full) whose slot holds the key and its first and last row, so a probe of a
+/// key whose rows are one (a dimension table's) touches one slot and nothing else; the later
+/// rows of a repeated key are chained in `next` (made at the first repeat).
+struct WordTable {
+    slots: Vec<WordSlot>,
+    next: Vec<u32>,
+    shift: u32,
+}
+
+impl WordTable {
+    /// The table of the keyed rows of `r` (keys of 8 bytes).
+    fn of(r: &Keys) -> WordTable {
+        let n = r.len();
+        let bits = (2 * n.max(8)).next_power_of_two().trailing_zeros();
+        let mut t = WordTable {
+            slots: vec![WordSlot::default(); 1 << bits],
+            next: Vec::new(),
+            shift: 64 - bits,
+        };
+        let mask = t.slots.len() - 1;
+        for j in 0..n {
+            let Some(k) = r.word(j) else { continue };
+            let row = u32::try_from(j)
+                .ok()
+                .filter(|&x| x != NO_ITEM)
+                .expect("under 2^32 - 1 rows on a rank");
+            let mut i = t.home(k);
+            loop {
+                let s = &mut t.slots[i];
+                if s.head == 0 {
+                    *s = WordSlot {
+                        key: k,
+                        head: row + 1,
+                        tail: row,
+                    };
+                    break;
+                }
+                if s.key == k {
+                    let last = s.tail as usize;
+                    s.tail = row;
+                    if t.next.is_empty() {
+                        t.next = vec![NO_ITEM; n];
+                    }
+                    t.next[last] = row;
+                    break;
+                }
+                i = (i + 1) & mask;
+            }
+        }
+        t
+    }
+
+    /// The first slot to probe for `k` (Fibonacci hashing, as [`KeyIndex`]).
+    #[inline]
+    fn home(&self, k: u64) -> usize {
+        (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
+    }
+
+    /// The slot of key `k`, if some row has it.
+    #[inline]
+    fn find(&self, k: u64) -> Option<WordSlot> {
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(k);
+        loop {
+            let s = self.slots[i];
+            if s.head == 0 {
+                return None;
+            }
+            if s.key == k {
+                return Some(s);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+}
+
+/// [`hash_join`] of keys of 8 bytes on both sides, through a [`WordTable`] (the same pairs in
+/// the same order).
+fn hash_join_words(
+    l: &Keys,
+    r: &Keys,
+    keep_left: bool,
+    keep_right: bool,
+) -> (Pairs, Vec<bool>, Vec<bool>) {
+    let table = WordTable::of(r);
+    let mut rmatched = vec![false; r.len()];
+    let mut lmatched = vec![false; l.len()];
+    let mut pairs = Pairs::with_capacity(l.len());
+    let n = l.len();
+    for start in (0..n).step_by(BATCH) {
+        let end = n.min(start + BATCH);
+        // The slots of a batch read first, their cache misses in flight together.
+        for i in start..end {
+            if let Some(k) = l.word(i) {
+                std::hint::black_box(table.slots[table.home(k)].key);
+            }
+        }
+        for (i, lm) in (start..end).zip(&mut lmatched[start..end]) {
+            let row = u32::try_from(i)
+                .ok()
+                .filter(|&x| x != NO_ROW)
+                .expect("under 2^32 - 1 rows on a rank");
+            match l.word(i).and_then(|k| table.find(k)) {
+                Some(s) => {
+                    *lm = true;
+                    let mut j = s.head - 1;
+                    loop {
+                        pairs.left.push(row);
+                        pairs.right.push(j);
+                        rmatched[j as usize] = true;
+                        if j == s.tail {
+                            break;
+                        }
+                        j = table.next[j as usize];
+                    }
+                }
+                None if keep_left => {
+                    pairs.left.push(row);
+                    pairs.right.push(NO_ROW);
+                }
+                None => {}
+            }
+        }
+    }
+    if keep_right {
+        pairs.extend(
+            (0..r.len())
+                .filter(|&j| !rmatched[j])
+                .map(|j| (None, Some(j))),
+        );
+    }
+    (pairs, lmatched, rmatched)
+}
+
 /// The local hash join of `l` and `r`: every matching pair (left rows in order, each with its
 /// matches in right order), then the unmatched left rows (`keep_left`, in place among them)
 /// and the unmatched right rows (`keep_right`, at the end). Also returns which left rows and
@@ -507,13 +787,16 @@ pub fn hash_join(
     keep_left: bool,
     keep_right: bool,
 ) -> (Pairs, Vec<bool>, Vec<bool>) {
+    if l.width == Some(8) && r.width == Some(8) {
+        return hash_join_words(l, r, keep_left, keep_right);
+    }
     let chains = chain_rows(r);
     let index = chains.index();
     let mut rmatched = vec![false; r.len()];
     let mut lmatched = vec![false; l.len()];
     // A left row has one match or none when the right's keys are distinct (a dimension table):
     // then this is the output's size or more.
-    let mut pairs = Vec::with_capacity(l.len());
+    let mut pairs = Pairs::with_capacity(l.len());
     for (i, lm) in lmatched.iter_mut().enumerate() {
         if i % BATCH == 0 {
             for k in (i..l.len().min(i + BATCH)).filter_map(|x| l.get(x)) {
@@ -524,11 +807,11 @@ pub fn hash_join(
             Some(id) => {
                 *lm = true;
                 for j in chains.items(id) {
-                    pairs.push((Some(i), Some(j)));
+                    pairs.push(Some(i), Some(j));
                     rmatched[j] = true;
                 }
             }
-            None if keep_left => pairs.push((Some(i), None)),
+            None if keep_left => pairs.push(Some(i), None),
             None => {}
         }
     }
@@ -544,26 +827,33 @@ pub fn hash_join(
 
 /// The output rows of `pairs` over the left table `l` and the right table `r` (both with all
 /// their columns): keys coalesced, then the left's other columns, then the right's.
-pub fn assemble(
-    shape: &JoinShape,
-    l: &Table,
-    r: &Table,
-    pairs: &[(Option<usize>, Option<usize>)],
-) -> Table {
+pub fn assemble(shape: &JoinShape, l: &Table, r: &Table, pairs: &Pairs) -> Table {
     let mut cols: Vec<Column> = Vec::with_capacity(shape.names.len());
-    let any_right_only = pairs.iter().any(|p| p.0.is_none() && p.1.is_some());
-    let lt = |c: &Column| c.take_by(pairs.len(), |x| pairs[x].0);
-    let rt = |c: &Column| c.take_by(pairs.len(), |x| pairs[x].1);
+    let any_right_only = pairs
+        .left()
+        .iter()
+        .zip(pairs.right())
+        .any(|(&a, &b)| a == NO_ROW && b != NO_ROW);
     for (&a, &b) in shape.lkeys.iter().zip(&shape.rkeys) {
-        let lk = lt(&l.columns()[a]);
+        let lk = l.columns()[a].gather(pairs.left());
         cols.push(if any_right_only {
-            lk.coalesce(&rt(&r.columns()[b]))
+            lk.coalesce(&r.columns()[b].gather(pairs.right()))
         } else {
             lk
         });
     }
-    cols.extend(shape.lrest.iter().map(|&c| lt(&l.columns()[c])));
-    cols.extend(shape.rrest.iter().map(|&c| rt(&r.columns()[c])));
+    cols.extend(
+        shape
+            .lrest
+            .iter()
+            .map(|&c| l.columns()[c].gather(pairs.left())),
+    );
+    cols.extend(
+        shape
+            .rrest
+            .iter()
+            .map(|&c| r.columns()[c].gather(pairs.right())),
+    );
     Table::new(shape.names.clone(), cols).expect("columns of one length")
 }
 
@@ -571,21 +861,21 @@ pub fn assemble(
 /// distributed strategies are tested against).
 pub fn nested_loop_join(shape: &JoinShape, l: &Table, r: &Table) -> Table {
     let (lk, rk) = (Keys::of(l, &shape.lkeys), Keys::of(r, &shape.rkeys));
-    let mut pairs = Vec::new();
+    let mut pairs = Pairs::new();
     let mut rmatched = vec![false; r.rows()];
     for i in 0..l.rows() {
         let mut any = false;
         for (j, m) in rmatched.iter_mut().enumerate() {
             if let (Some(a), Some(b)) = (lk.get(i), rk.get(j)) {
                 if a == b {
-                    pairs.push((Some(i), Some(j)));
+                    pairs.push(Some(i), Some(j));
                     *m = true;
                     any = true;
                 }
             }
         }
         if !any && shape.kind.keeps_left() {
-            pairs.push((Some(i), None));
+            pairs.push(Some(i), None);
         }
     }
     if shape.kind.keeps_right() {
@@ -600,7 +890,39 @@ pub fn nested_loop_join(shape: &JoinShape, l: &Table, r: &Table) -> Table {
 
 #[cfg(test)]
 mod tests {
-    use super::KeyIndex;
+    use super::{hash_join, KeyIndex, Keys};
+    use crate::table::Cells;
+    use crate::{Column, Table};
+
+    #[test]
+    fn word_keys_join_as_byte_keys_do_with_nulls_repeats_and_misses() {
+        // Keys with repeats on both sides, NULLs on both, keys only one side has; the word
+        // table's pairs must equal the byte-key chains' pair for pair, in order.
+        let col = |n: i64, m: i64| -> Column {
+            Column::Int64(
+                (0..n)
+                    .map(|i| (i % 7 != 3).then_some((i * 31 + 5) % m))
+                    .collect::<Cells<i64>>(),
+            )
+        };
+        let l = Table::new(vec!["k".into()], vec![col(500, 90)]).unwrap();
+        let r = Table::new(vec!["k".into()], vec![col(200, 120)]).unwrap();
+        let (lk, rk) = (Keys::of(&l, &[0]), Keys::of(&r, &[0]));
+        assert_eq!(lk.width, Some(8));
+        let bytes = |k: &Keys| Keys {
+            offs: (0..=k.len()).map(|i| 8 * i).collect(),
+            width: None,
+            ..k.clone()
+        };
+        let (lb, rb) = (bytes(&lk), bytes(&rk));
+        for (kl, kr) in [(false, false), (true, false), (false, true), (true, true)] {
+            let words = hash_join(&lk, &rk, kl, kr);
+            let chains = hash_join(&lb, &rb, kl, kr);
+            assert!(words.0.len() > 200, "repeats give more pairs than rows");
+            assert_eq!(words.0, chains.0, "keep_left {kl} keep_right {kr}");
+            assert_eq!((words.1, words.2), (chains.1, chains.2));
+        }
+    }
 
     #[test]
     fn key_index_numbers_distinct_keys_in_first_sight_order_across_growth() {

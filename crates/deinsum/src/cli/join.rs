@@ -193,7 +193,7 @@ fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::
         .collect();
     // The text report counts the ranks' rows, so it is written before they move out.
     let text = (!json).then(|| report::run_text(&runs, auto));
-    // The ranks' outputs move into one table (a copy of every row, twice, before).
+    // The ranks' outputs move out of the runs (a copy of every row, twice, before).
     let parts: Vec<Table> = runs
         .iter_mut()
         .map(|r| {
@@ -201,7 +201,7 @@ fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::
             std::mem::replace(&mut r.table, empty)
         })
         .collect();
-    let table = Table::concat_owned(parts).map_err(|e| anyhow::anyhow!(e))?;
+    let output_rows: usize = parts.iter().map(Table::rows).sum();
     if json {
         let v = serde_json::json!({
             "strategy": runs[0].strategy,
@@ -209,7 +209,7 @@ fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::
             "inspect": runs[0].inspection.mode().name(),
             // Checked when the run started.
             "placement": Placement::from_name(&args.placement).map_or("rows", Placement::name),
-            "output_rows": table.rows(),
+            "output_rows": output_rows,
             "measured_sent": runs.iter().map(|r| r.measured.sent).collect::<Vec<_>>(),
             "measured_received": runs.iter().map(|r| r.measured.received).collect::<Vec<_>>(),
             "inspector_sent": runs.iter().map(|r| r.inspector.sent).collect::<Vec<_>>(),
@@ -221,6 +221,11 @@ fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::
     } else {
         eprint!("{}", text.unwrap_or_default());
     }
+    // A file is written from the ranks' parts as they are (no copy into one table first).
+    if let Some(out) = &args.output {
+        return io::write_parts(out, parts).map_err(user);
+    }
+    let table = Table::concat_owned(parts).map_err(|e| anyhow::anyhow!(e))?;
     emit(args, &table, json)
 }
 

@@ -60,3 +60,16 @@ pub fn write(path: &Path, table: &Table) -> Result<(), JoinError> {
         csv::write(path, table)
     }
 }
+
+/// Writes the rows of `parts` (tables of one schema) back to back to `path`, as [`write`]
+/// writes their concatenation: Parquet straight from the parts (no copy into one table first).
+pub fn write_parts(path: &Path, parts: Vec<Table>) -> Result<(), JoinError> {
+    if is_parquet(path) {
+        parquet::write_parts(path, parts)
+    } else {
+        csv::write(
+            path,
+            &Table::concat_owned(parts).map_err(JoinError::Invalid)?,
+        )
+    }
+}

@@ -15,11 +15,15 @@ use arrow_array::{Array, ArrayRef, BooleanArray, NullArray, RecordBatch, StringA
 use arrow_buffer::{NullBuffer, ScalarBuffer};
 use arrow_schema::{DataType as ArrowType, Field, Schema as ArrowSchema};
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
+use parquet::arrow::arrow_writer::{
+    compute_leaves, ArrowColumnChunk, ArrowColumnWriter, ArrowLeafColumn,
+};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Rank `rank` of `procs`'s rows of the Parquet file `path`.
 pub fn read_part(rank: usize, procs: usize, path: &Path) -> Result<Table, JoinError> {
@@ -84,6 +88,10 @@ pub fn read_slice(slice: Option<(usize, usize)>, path: &Path) -> Result<Table, J
         .with_row_selection(RowSelection::from(selectors))
         .build()
         .map_err(|e| io_err(path, e))?;
+    // Room for every selected row at once, not a doubling (and a copy) batch after batch.
+    for col in &mut columns {
+        col.reserve((hi - lo) as usize);
+    }
     for batch in reader {
         let batch = batch.map_err(|e| io_err(path, e))?;
         for (c, col) in columns.iter_mut().enumerate() {
@@ -192,6 +200,48 @@ pub(crate) fn to_arrow(c: &Column) -> (ArrowType, ArrayRef) {
     }
 }
 
+/// Fixed-width cells as an Arrow array, the values moved (not copied) into its buffer.
+fn primitive_owned<T: ArrowPrimitiveType>(c: Cells<T::Native>) -> PrimitiveArray<T>
+where
+    T::Native: Default,
+{
+    let (values, nulls) = c.into_parts();
+    let nulls = nulls
+        .filter(|f| f.contains(&true))
+        .map(|f| NullBuffer::from_iter(f.iter().map(|&n| !n)));
+    PrimitiveArray::new(ScalarBuffer::from(values), nulls)
+}
+
+/// `table` as one Arrow record batch and its schema, as [`to_batch`] but taking the table:
+/// the int64 and float64 columns' values become the arrays' buffers as they are.
+pub(crate) fn into_batch(
+    table: Table,
+) -> Result<(Arc<ArrowSchema>, RecordBatch), arrow_schema::ArrowError> {
+    let (names, columns) = table.into_parts();
+    let (fields, arrays): (Vec<Field>, Vec<ArrayRef>) = names
+        .iter()
+        .zip(columns)
+        .map(|(n, c)| {
+            let (t, a): (ArrowType, ArrayRef) = match c {
+                Column::Int64(v) => (ArrowType::Int64, Arc::new(primitive_owned::<Int64Type>(v))),
+                Column::Float64(v) => (
+                    ArrowType::Float64,
+                    Arc::new(primitive_owned::<Float64Type>(v)),
+                ),
+                c => to_arrow(&c),
+            };
+            (Field::new(n, t, true), a)
+        })
+        .unzip();
+    let schema = Arc::new(ArrowSchema::new(fields));
+    let batch = if arrays.is_empty() {
+        RecordBatch::new_empty(schema.clone())
+    } else {
+        RecordBatch::try_new(schema.clone(), arrays)?
+    };
+    Ok((schema, batch))
+}
+
 /// `table` as one Arrow record batch and its schema (every field nullable).
 pub(crate) fn to_batch(
     table: &Table,
@@ -214,15 +264,123 @@ pub(crate) fn to_batch(
     Ok((schema, batch))
 }
 
-/// Writes `table` as Parquet (Snappy-compressed, the writer's row groups).
+/// Writes `table` as Parquet (Snappy-compressed, row groups of the writer's default rows).
 pub fn write(path: &Path, table: &Table) -> Result<(), JoinError> {
-    let (schema, batch) = to_batch(table).map_err(|e| io_err(path, e))?;
+    write_parts(path, vec![table.clone()])
+}
+
+/// A column chunk to encode: its writer and the pieces of the parts it holds.
+type Chunk = (ArrowColumnWriter, Vec<ArrowLeafColumn>);
+
+/// Writes the rows of `parts` (tables of one schema), back to back, as one Parquet file
+/// (Snappy-compressed, row groups of the writer's default rows, across the parts' bounds),
+/// without first copying them into one table. The column chunks of all row groups are
+/// encoded on as many threads as the machine has cores (the writer alone encodes one chunk
+/// after another on one), then appended in order.
+pub fn write_parts(path: &Path, parts: Vec<Table>) -> Result<(), JoinError> {
+    let err = |e: parquet::errors::ParquetError| io_err(path, e);
+    let types = parts.first().map(Table::dtypes);
+    let parts = if parts.iter().any(|t| Some(t.dtypes()) != types) {
+        // A part's NULL column takes the others' type when the parts are joined first.
+        vec![Table::concat_owned(parts).map_err(JoinError::Invalid)?]
+    } else if parts.is_empty() {
+        return Err(JoinError::Invalid("no table to write".into()));
+    } else {
+        parts
+    };
+    let mut batches = Vec::with_capacity(parts.len());
+    let mut schema = None;
+    for t in parts {
+        let (s, b) = into_batch(t).map_err(|e| io_err(path, e))?;
+        schema.get_or_insert(s);
+        batches.push(b);
+    }
+    let schema = schema.expect("a part");
     let file = std::fs::File::create(path).map_err(|e| io_err(path, e))?;
     let props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .build();
-    let mut w = ArrowWriter::try_new(file, schema, Some(props)).map_err(|e| io_err(path, e))?;
-    w.write(&batch).map_err(|e| io_err(path, e))?;
-    w.close().map_err(|e| io_err(path, e))?;
+    let group_rows = props.max_row_group_row_count().unwrap_or(1 << 20).max(1);
+    let w = ArrowWriter::try_new(file, schema.clone(), Some(props)).map_err(err)?;
+    let (mut file_writer, factory) = w.into_serialized_writer().map_err(err)?;
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    // Every (row group, leaf column) chunk to encode, with its writer and its pieces (the
+    // slices of the parts the row group covers).
+    let mut tasks: Vec<Chunk> = Vec::new();
+    let mut groups = 0;
+    for (g, at) in (0..rows).step_by(group_rows).enumerate() {
+        let end = rows.min(at + group_rows);
+        let first = tasks.len();
+        tasks.extend(
+            factory
+                .create_column_writers(g)
+                .map_err(err)?
+                .into_iter()
+                .map(|w| (w, Vec::new())),
+        );
+        let mut start = 0;
+        for b in &batches {
+            let (lo, hi) = (at.max(start), end.min(start + b.num_rows()));
+            if lo < hi {
+                let mut leaves = Vec::new();
+                for (field, array) in schema.fields().iter().zip(b.columns()) {
+                    leaves.extend(
+                        compute_leaves(field, &array.slice(lo - start, hi - lo)).map_err(err)?,
+                    );
+                }
+                for (t, leaf) in tasks[first..].iter_mut().zip(leaves) {
+                    t.1.push(leaf);
+                }
+            }
+            start += b.num_rows();
+        }
+        groups += 1;
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(tasks.len())
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let per_group = tasks.len() / groups.max(1);
+    let slots: Vec<Mutex<Option<Chunk>>> = tasks.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    let encoded: Vec<Mutex<Option<ArrowColumnChunk>>> =
+        (0..slots.len()).map(|_| Mutex::new(None)).collect();
+    let failed = std::thread::scope(|s| {
+        let work = || -> Result<(), parquet::errors::ParquetError> {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(slot) = slots.get(i) else {
+                    return Ok(());
+                };
+                let (mut w, leaves) = slot.lock().expect("unpoisoned").take().expect("once");
+                for leaf in &leaves {
+                    w.write(leaf)?;
+                }
+                *encoded[i].lock().expect("unpoisoned") = Some(w.close()?);
+            }
+        };
+        let handles: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+        let mine = work();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("an encoding thread panicked"))
+            .chain([mine])
+            .find_map(Result::err)
+    });
+    if let Some(e) = failed {
+        return Err(err(e));
+    }
+    drop(batches);
+    let mut chunks = encoded
+        .into_iter()
+        .map(|c| c.into_inner().expect("unpoisoned").expect("encoded"));
+    for _ in 0..groups {
+        let mut rg = file_writer.next_row_group().map_err(err)?;
+        for chunk in chunks.by_ref().take(per_group) {
+            chunk.append_to_row_group(&mut rg).map_err(err)?;
+        }
+        rg.close().map_err(err)?;
+    }
+    file_writer.close().map_err(err)?;
     Ok(())
 }
