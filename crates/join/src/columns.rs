@@ -583,6 +583,7 @@ pub fn join_columns<C: Communicator>(
     r: &ColumnPart,
     opts: &JoinOptions,
 ) -> Result<RankJoin, JoinError> {
+    exact_only(opts.inspect)?;
     if let Some(s) = opts.strategy.filter(|&s| s != Strategy::Index) {
         return Err(JoinError::Invalid(format!(
             "tables split by columns (--placement columns) are joined by the join index; \
@@ -617,6 +618,19 @@ pub fn join_columns<C: Communicator>(
         inspector: diff(t0, t1),
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// Refuses a forced sketch inspector on tables split by columns: that layout's inspector is
+/// exact only (its key lists are the small part already), and a mode asked for is never ignored.
+pub fn exact_only(mode: crate::InspectMode) -> Result<(), JoinError> {
+    if mode == crate::InspectMode::Sketch {
+        return Err(JoinError::Invalid(
+            "--inspect sketch is not built for tables split by columns (--placement columns), \
+             whose inspector is exact; use --inspect exact or auto"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The inspection alone (collective): the join index's predicted bytes per rank.

@@ -428,3 +428,32 @@ fn tables_split_by_columns_refuse_row_strategies() {
         .unwrap_err();
     assert!(err.to_string().contains("join index"), "{err}");
 }
+
+/// A forced sketch inspector is refused on tables split by columns (whose inspector is exact
+/// only) rather than ignored; auto runs there, exact.
+#[test]
+fn tables_split_by_columns_refuse_a_forced_sketch() {
+    use deinsum_join::columns::{join_columns, ColumnPart};
+    let mut rng = Rng(4);
+    let l = table(&mut rng, 7, Keys::Int, 3, 0, "l");
+    let shape = JoinShape::new(&l, &l, &on(Keys::Int), JoinKind::Inner, ("L", "R")).unwrap();
+    let run = |inspect| {
+        let opts = JoinOptions {
+            strategy: None,
+            machine: deinsum_plan::Machine::default(),
+            output_limit: None,
+            inspect,
+        };
+        InProcess::new(2)
+            .unwrap()
+            .run(|comm| {
+                let p = ColumnPart::split(&l, &shape.lkeys, &shape.lrest, comm.rank(), 2);
+                join_columns(comm, &shape, &p, &p, &opts).map(|j| j.inspection.mode())
+            })
+            .map_err(|e| e.to_string())
+    };
+    let err = run(InspectMode::Sketch).unwrap_err();
+    assert!(err.contains("--inspect sketch"), "{err}");
+    let modes = run(InspectMode::Auto).expect("auto joins");
+    assert!(modes.iter().all(|&m| m == InspectMode::Exact), "{modes:?}");
+}

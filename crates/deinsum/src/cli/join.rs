@@ -292,6 +292,7 @@ impl Job<'_> {
         let lp = ColumnPart::split(l, &shape.lkeys, &shape.lrest, me, p);
         let rp = ColumnPart::split(r, &shape.rkeys, &shape.rrest, me, p);
         if self.args.explain {
+            columns::exact_only(self.opts.inspect)?;
             let ins = columns::explain_columns(comm, shape, &lp, &rp, &self.opts.machine)?;
             return Ok(Done::Explain(ins));
         }
