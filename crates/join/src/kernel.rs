@@ -768,13 +768,19 @@ fn hash_join_words(
         }
     }
     if keep_right {
-        pairs.extend(
-            (0..r.len())
-                .filter(|&j| !rmatched[j])
-                .map(|j| (None, Some(j))),
-        );
+        push_unmatched_right(&mut pairs, &rmatched);
     }
     (pairs, lmatched, rmatched)
+}
+
+/// Appends a pair with no left row for every right row `rmatched` marks unmatched, in order
+/// (the right margin of an outer join).
+fn push_unmatched_right(pairs: &mut Pairs, rmatched: &[bool]) {
+    pairs.extend(
+        (0..rmatched.len())
+            .filter(|&j| !rmatched[j])
+            .map(|j| (None, Some(j))),
+    );
 }
 
 /// The local hash join of `l` and `r`: every matching pair (left rows in order, each with its
@@ -816,11 +822,7 @@ pub fn hash_join(
         }
     }
     if keep_right {
-        pairs.extend(
-            (0..r.len())
-                .filter(|&j| !rmatched[j])
-                .map(|j| (None, Some(j))),
-        );
+        push_unmatched_right(&mut pairs, &rmatched);
     }
     (pairs, lmatched, rmatched)
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{multiset, part, table, Keys, Rng};
+use common::{multiset, part, table, Keys, Rng, CASES};
 use deinsum_exec::{Communicator, InProcess};
 use deinsum_join::dist::explain;
 use deinsum_join::kernel::{key_hash, nested_loop_join};
@@ -296,14 +296,7 @@ fn joins_in_sketch_mode_equal_the_serial_join() {
             Keys::Multi => vec!["k".into(), "k2".into()],
             _ => vec!["k".into()],
         };
-        let cases = [
-            ("dups", 40, 25, 8, 10),
-            ("sparse matches", 30, 30, 60, 0),
-            ("empty left", 0, 12, 5, 10),
-            ("one row each", 1, 1, 1, 0),
-            ("all null keys", 6, 5, 3, 100),
-        ];
-        for (name, nl, nr, distinct, nulls) in cases {
+        for (name, nl, nr, distinct, nulls) in CASES {
             let l = table(&mut rng, nl, keys, distinct, nulls, "l");
             let r = table(&mut rng, nr, keys, distinct, nulls, "r");
             for procs in [1, 2, 3, 5, 8] {

@@ -212,6 +212,20 @@ where
     PrimitiveArray::new(ScalarBuffer::from(values), nulls)
 }
 
+/// The record batch of `arrays` under `fields`, and its schema (no columns: an empty batch).
+fn batch_of(
+    fields: Vec<Field>,
+    arrays: Vec<ArrayRef>,
+) -> Result<(Arc<ArrowSchema>, RecordBatch), arrow_schema::ArrowError> {
+    let schema = Arc::new(ArrowSchema::new(fields));
+    let batch = if arrays.is_empty() {
+        RecordBatch::new_empty(schema.clone())
+    } else {
+        RecordBatch::try_new(schema.clone(), arrays)?
+    };
+    Ok((schema, batch))
+}
+
 /// `table` as one Arrow record batch and its schema, as [`to_batch`] but taking the table:
 /// the int64 and float64 columns' values become the arrays' buffers as they are.
 pub(crate) fn into_batch(
@@ -233,13 +247,7 @@ pub(crate) fn into_batch(
             (Field::new(n, t, true), a)
         })
         .unzip();
-    let schema = Arc::new(ArrowSchema::new(fields));
-    let batch = if arrays.is_empty() {
-        RecordBatch::new_empty(schema.clone())
-    } else {
-        RecordBatch::try_new(schema.clone(), arrays)?
-    };
-    Ok((schema, batch))
+    batch_of(fields, arrays)
 }
 
 /// `table` as one Arrow record batch and its schema (every field nullable).
@@ -255,13 +263,7 @@ pub(crate) fn to_batch(
             (Field::new(n, t, true), a)
         })
         .unzip();
-    let schema = Arc::new(ArrowSchema::new(fields));
-    let batch = if arrays.is_empty() {
-        RecordBatch::new_empty(schema.clone())
-    } else {
-        RecordBatch::try_new(schema.clone(), arrays)?
-    };
-    Ok((schema, batch))
+    batch_of(fields, arrays)
 }
 
 /// Writes `table` as Parquet (Snappy-compressed, row groups of the writer's default rows).

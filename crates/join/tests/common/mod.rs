@@ -31,6 +31,17 @@ pub enum Keys {
     Multi,
 }
 
+/// The table pairs every distributed join test runs: (name, left rows, right rows, distinct
+/// keys, NULL-key percent): duplicates, few matches, empty sides, one row, only NULL keys.
+pub const CASES: [(&str, usize, usize, u64, u64); 6] = [
+    ("dups", 40, 25, 8, 10),
+    ("sparse matches", 30, 30, 60, 0),
+    ("empty left", 0, 12, 5, 10),
+    ("empty right", 9, 0, 5, 10),
+    ("one row each", 1, 1, 1, 0),
+    ("all null keys", 6, 5, 3, 100),
+];
+
 /// A random table of `rows` rows: key column(s) `k` (and `k2`) drawn from `distinct` values
 /// with `null_pct` percent NULL, and payload columns named with `prefix`.
 pub fn table(
