@@ -291,8 +291,7 @@ pub type KeyMap<'a, V> = HashMap<&'a [u8], V, BuildHasherDefault<KeyHasher>>;
 /// One pair of a [`Pairs`]: (left row, right row), `None` for an absent side.
 pub type Pair = (Option<usize>, Option<usize>);
 
-/// The row number that stands for "no row" in a [`Pairs`] (the NULL side of an outer pair).
-pub const NO_ROW: u32 = u32::MAX;
+pub use crate::table::NO_ROW;
 
 /// A join index: pairs of (left row, right row), either side absent for an unmatched row of
 /// an outer join (the sparse product `kl,kr->lr` of the two relations, with its margins).

@@ -5,8 +5,11 @@
 //! string. Every figure the planner predicts is a sum of these sizes, so the encoding is
 //! fixed here and nowhere else.
 
-use crate::kernel::NO_ROW;
 use serde::Serialize;
+
+/// The row number that stands for "no row" in a join index ([`crate::kernel::Pairs`]: the
+/// NULL side of an outer pair); defined here, below the kernel, as the gathers read it.
+pub const NO_ROW: u32 = u32::MAX;
 
 /// A column's type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
