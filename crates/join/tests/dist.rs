@@ -366,15 +366,7 @@ fn check_columns(name: &str, l: &Table, r: &Table, on: &[String], procs: usize) 
 fn the_join_index_on_tables_split_by_columns_matches_the_serial_join() {
     let mut rng = Rng(23);
     for keys in [Keys::Int, Keys::Str, Keys::Multi] {
-        let cases = [
-            ("dups", 40, 25, 8, 10),
-            ("sparse matches", 30, 30, 60, 0),
-            ("empty left", 0, 12, 5, 10),
-            ("empty right", 9, 0, 5, 10),
-            ("one row each", 1, 1, 1, 0),
-            ("all null keys", 6, 5, 3, 100),
-        ];
-        for (name, nl, nr, distinct, nulls) in cases {
+        for (name, nl, nr, distinct, nulls) in CASES {
             let l = table(&mut rng, nl, keys, distinct, nulls, "l");
             let r = table(&mut rng, nr, keys, distinct, nulls, "r");
             for procs in [1, 2, 3, 5, 8] {
