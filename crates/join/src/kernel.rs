@@ -483,7 +483,7 @@ impl<'a> KeyIndex<'a> {
     /// The first slot to probe for `tag` (Fibonacci hashing: the top bits of a multiple).
     #[inline]
     fn home(&self, tag: u64) -> usize {
-        (tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
+        fib_slot(tag, self.shift)
     }
 
     /// The slot holding `k` (`Ok`) or the empty slot where it would go (`Err`).
@@ -633,6 +633,13 @@ fn chain_rows(k: &Keys) -> KeyChains<'_> {
     chains
 }
 
+/// The home slot of `x` in a table of `2^(64 - shift)` slots: Fibonacci hashing (the top
+/// bits of `x` times 2^64/φ), which spreads consecutive integer keys over the whole table.
+#[inline]
+fn fib_slot(x: u64, shift: u32) -> usize {
+    (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> shift) as usize
+}
+
 /// One slot of a [`WordTable`]: a key, its first row plus one (0: empty) and its last row.
 #[derive(Clone, Copy, Default)]
 struct WordSlot {
@@ -694,10 +701,10 @@ impl WordTable {
         t
     }
 
-    /// The first slot to probe for `k` (Fibonacci hashing, as [`KeyIndex`]).
+    /// The first slot to probe for `k`.
     #[inline]
     fn home(&self, k: u64) -> usize {
-        (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
+        fib_slot(k, self.shift)
     }
 
     /// The slot of key `k`, if some row has it.
