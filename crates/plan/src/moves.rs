@@ -130,8 +130,16 @@ type Range = (usize, usize);
 /// Largest per-index table [`Cuts`] builds (entries); beyond, the ranges are cut per rank.
 const MAX_CUT_TABLE: usize = 1 << 12;
 
+/// Largest per-index table a [`Kernel`] builds (once per move, not per sweep).
+const MAX_KERNEL_TABLE: usize = 1 << 16;
+
 impl Cuts {
     pub(crate) fn new(dist: &Distribution, shape: &[usize]) -> Cuts {
+        Self::capped(dist, shape, MAX_CUT_TABLE)
+    }
+
+    /// [`Self::new`] with per-index tables of up to `cap` entries.
+    fn capped(dist: &Distribution, shape: &[usize], cap: usize) -> Cuts {
         let sizes: Vec<usize> = dist.grid.dims.iter().map(|d| d.size).collect();
         let per_index = shape
             .iter()
@@ -141,7 +149,7 @@ impl Cuts {
                 let count = dims
                     .iter()
                     .try_fold(1usize, |a, &g| a.checked_mul(sizes[g]))
-                    .filter(|&c| c <= MAX_CUT_TABLE);
+                    .filter(|&c| c <= cap);
                 let table = count.map(|count| {
                     let mut coords = vec![0usize; sizes.len()];
                     (0..count)
@@ -584,7 +592,12 @@ impl MoveView {
         if !self.sweeps_by_runs() {
             if self.one_holder {
                 if let Some(k) = self.kernel.get_or_init(|| Kernel::new(self)) {
-                    return k.sweep(self, ranks, |s, w| f(1, s, w));
+                    return match &k.blocks {
+                        Some(b) => {
+                            b.sweep(&k.src, &k.dst, self.counts(), ranks, &mut blocks::FnSink(f))
+                        }
+                        None => k.sweep(self, ranks, |s, w| f(1, s, w)),
+                    };
                 }
             }
             return self.words_in(ranks, |_, s, w| f(1, s, w));
@@ -594,6 +607,19 @@ impl MoveView {
             let (s, w) = self.words_with(r, sb, tb, &mut memo);
             f(len, s, w)
         });
+    }
+
+    /// [`Self::words_by_runs`] into `sink`, which may replay whole blocks of ranks that the
+    /// sweep per class of coordinates finds alike ([`blocks::WordSink`]).
+    pub(crate) fn words_into(&self, ranks: std::ops::Range<usize>, sink: &mut impl WordSink) {
+        if !self.sweeps_by_runs() && self.one_holder {
+            if let Some(k) = self.kernel.get_or_init(|| Kernel::new(self)) {
+                if let Some(b) = &k.blocks {
+                    return b.sweep(&k.src, &k.dst, self.counts(), ranks, sink);
+                }
+            }
+        }
+        self.words_by_runs(ranks, |n, s, w| sink.run(n, s, w))
     }
 
     /// Calls `f(len, received)` for consecutive runs of the ranks of `ranks` (within the
@@ -607,6 +633,16 @@ impl MoveView {
             return self.received_in(ranks, |w| f(1, w));
         }
         self.runs(ranks, |_, len, sb, tb| f(len, self.received_with(sb, tb)));
+    }
+
+    /// What a block sweep needs of the move beside its tables.
+    fn counts(&self) -> blocks::Counts {
+        blocks::Counts {
+            partial: self.partial_count as u64,
+            rep_to: self.rep_to,
+            src_size: self.src_size,
+            dst_size: self.dst_size,
+        }
     }
 
     /// Ranks that can send or receive anything (the larger of the two grids, at most P):
@@ -711,37 +747,66 @@ impl MoveView {
     /// transfers (one box per sender and piece: its words are the overlaps' product).
     fn sent_by(&self, targets: std::ops::Range<usize>) -> Vec<u64> {
         let mut sent = vec![0u64; self.src_size];
-        let fg = &self.from.grid;
-        let mut coords = vec![0usize; fg.dims.len()];
+        let nf = self.from.grid.dims.len();
+        let mut coords = vec![0usize; nf];
         let mut lists: Vec<&[Piece]> = Vec::with_capacity(self.shape.len());
+        // The targets' blocks by a cursor (no per-rank divisions); the pieces that meet a
+        // block are looked up again only when it changed.
+        let cuts = Cuts::new(&self.to, &self.shape);
+        let mut cur = Cursor::new(&cuts, targets.start);
+        let mut empty = true;
+        let mut picker = Picker::new(self);
         for d in targets {
-            let Some(tb) = ranges_of(&self.to, d, &self.shape) else {
-                continue;
-            };
-            if tb.iter().any(|&(s, e)| s >= e) {
-                continue;
+            if cur.sync() {
+                let tb = cur.ranges();
+                empty = tb.iter().any(|&(s, e)| s >= e);
+                lists.clear();
+                lists.extend(self.src_parts.iter().zip(tb).map(|(p, &r)| meeting(p, r)));
             }
-            lists.clear();
-            lists.extend(self.src_parts.iter().zip(&tb).map(|(p, &r)| meeting(p, r)));
-            odometer(&lists, |pos| {
-                let mut words = 1u64;
-                for (v, list) in lists.iter().enumerate() {
-                    let iv = &list[pos[v]];
-                    words *= overlap((iv.start, iv.end), tb[v]);
-                    for (k, &g) in self.from.split[v].iter().enumerate() {
-                        coords[g] = iv.coords[k];
-                    }
-                }
-                self.partial_senders(d, &mut coords, |src| {
-                    if src != d {
-                        if let Some(s) = sent.get_mut(src) {
-                            *s += words;
-                        }
-                    }
-                });
-            });
+            if !empty {
+                self.sent_to(d, cur.ranges(), &lists, &mut picker, &mut coords, &mut sent);
+            }
+            cur.advance();
         }
         sent
+    }
+
+    /// Adds to `sent` the words each source rank sends target `d` (block `tb`, met by the
+    /// source pieces of `lists`), itself excluded.
+    fn sent_to(
+        &self,
+        d: usize,
+        tb: &[Range],
+        lists: &[&[Piece]],
+        picker: &mut Picker,
+        coords: &mut [usize],
+        sent: &mut [u64],
+    ) {
+        picker.at(self, d);
+        odometer(lists, |pos| {
+            let mut words = 1u64;
+            for (v, list) in lists.iter().enumerate() {
+                let iv = &list[pos[v]];
+                words *= overlap((iv.start, iv.end), tb[v]);
+                for (k, &g) in self.from.split[v].iter().enumerate() {
+                    coords[g] = iv.coords[k];
+                }
+            }
+            let fg = &self.from.grid;
+            for q in 0..self.partial_count {
+                let mut r = q;
+                for &g in self.partial_dims.iter().rev() {
+                    coords[g] = r % fg.dims[g].size;
+                    r /= fg.dims[g].size;
+                }
+                let src = picker.pick(self, d, coords);
+                if src != d {
+                    if let Some(s) = sent.get_mut(src) {
+                        *s += words;
+                    }
+                }
+            }
+        });
     }
 
     /// Words received per rank, sparse `(rank, words)` ascending (nonzero only): what the
@@ -1047,6 +1112,63 @@ impl MoveView {
     }
 }
 
+/// [`MoveView::pick`] for one target at a time: the target's own source coordinates and the
+/// replica coordinates its pieces come from are taken once per target, not per piece.
+struct Picker {
+    own: Vec<usize>,
+    rep: Vec<usize>,
+    in_src: bool,
+    /// Source grid dims that are not replica dims (those a holder must match).
+    held: Vec<usize>,
+}
+
+impl Picker {
+    fn new(v: &MoveView) -> Picker {
+        let nf = v.from.grid.dims.len();
+        Picker {
+            own: vec![0; nf],
+            rep: vec![0; v.replica_dims.len()],
+            in_src: false,
+            held: (0..nf).filter(|g| !v.replica_dims.contains(g)).collect(),
+        }
+    }
+
+    /// Takes target `d`'s coordinates.
+    fn at(&mut self, v: &MoveView, d: usize) {
+        let fg = &v.from.grid;
+        self.in_src = d < v.src_size;
+        if self.in_src {
+            let mut r = d;
+            for (g, dim) in fg.dims.iter().enumerate().rev() {
+                self.own[g] = r % dim.size;
+                r /= dim.size;
+            }
+            for (i, &g) in v.replica_dims.iter().enumerate() {
+                self.rep[i] = self.own[g];
+            }
+        } else {
+            let mut r = d % v.replicas.max(1);
+            for (i, &g) in v.replica_dims.iter().enumerate().rev() {
+                self.rep[i] = r % fg.dims[g].size;
+                r /= fg.dims[g].size;
+            }
+        }
+    }
+
+    /// [`MoveView::pick`] for the target of the last [`Self::at`].
+    #[inline]
+    fn pick(&self, v: &MoveView, d: usize, coords: &mut [usize]) -> usize {
+        let holds = self.in_src && self.held.iter().all(|&g| coords[g] == self.own[g]);
+        for (&g, &c) in v.replica_dims.iter().zip(&self.rep) {
+            coords[g] = c;
+        }
+        match holds {
+            true => d,
+            false => v.from.grid.rank_of(coords),
+        }
+    }
+}
+
 /// Calls `f(pos)` for every combination of one entry per list (last list fastest); nothing
 /// when a list is empty.
 fn odometer(lists: &[&[Piece]], mut f: impl FnMut(&[usize])) {
@@ -1180,17 +1302,6 @@ fn classify(from: &Distribution, to: &Distribution, sum: bool) -> MoveKind {
 // a source range's sent words tabled with it; `MoveView::words_by_runs` takes it for moves
 // whose grids step a block every rank, where runs do not help.
 
-/// One grid's blocks by table offset.
-#[derive(Clone, Debug)]
-struct Side {
-    sizes: Vec<usize>,
-    /// Per grid dim, the indices it splits and the step of each one's table offset.
-    by_dim: Vec<Vec<(usize, usize)>>,
-    /// Per index, its range per offset and what the move counts of it (the range's length on
-    /// the target side; on the source side the words of it that target blocks take).
-    table: Vec<Vec<(Range, u64)>>,
-}
-
 impl Side {
     /// The side of `cuts`' distribution, `words` counting each tabled range of index `v`;
     /// `None` when an index has no table (too many blocks).
@@ -1214,8 +1325,13 @@ impl Side {
     }
 
     /// The coordinates and per-index offsets of `rank` (modulo the grid's size).
-    fn start(&self, cuts: &Cuts, rank: usize) -> (Vec<usize>, Vec<usize>) {
-        let coords = cuts.start_at(rank);
+    fn start(&self, rank: usize) -> (Vec<usize>, Vec<usize>) {
+        let mut coords = vec![0; self.sizes.len()];
+        let mut r = rank;
+        for (k, &n) in self.sizes.iter().enumerate().rev() {
+            coords[k] = r % n.max(1);
+            r /= n.max(1);
+        }
         let mut off = vec![0; self.table.len()];
         for (g, list) in self.by_dim.iter().enumerate() {
             for &(v, step) in list {
@@ -1246,14 +1362,16 @@ impl Side {
 struct Kernel {
     src: Side,
     dst: Side,
+    /// The sweep per class of coordinates, when both grids allow blocks.
+    blocks: Option<blocks::Blocks>,
 }
 
 impl Kernel {
     /// The kernel of `view` (one holder per piece), `None` when a block table would be large.
     fn new(view: &MoveView) -> Option<Kernel> {
         let (from, to) = (
-            Cuts::new(&view.from, &view.shape),
-            Cuts::new(&view.to, &view.shape),
+            Cuts::capped(&view.from, &view.shape, MAX_KERNEL_TABLE),
+            Cuts::capped(&view.to, &view.shape, MAX_KERNEL_TABLE),
         );
         // What a source range sends: its length where the target pieces tile the index, else
         // what the target pieces meeting it take (as `MoveView::sent_from` counts it).
@@ -1265,18 +1383,20 @@ impl Kernel {
                 .sum(),
         })?;
         let dst = Side::new(&to, |_, r| r.1.saturating_sub(r.0) as u64)?;
-        Some(Kernel { src, dst })
+        let mut k = Kernel {
+            src,
+            dst,
+            blocks: None,
+        };
+        k.blocks = blocks::Blocks::new(&k.src, &k.dst);
+        Some(k)
     }
 
     /// Calls `f(sent, received)` for each rank of `ranks` in order: the words
     /// `MoveView::words_with` gives a one-holder move's rank.
     fn sweep(&self, view: &MoveView, ranks: std::ops::Range<usize>, mut f: impl FnMut(u64, u64)) {
-        let (from, to) = (
-            Cuts::new(&view.from, &view.shape),
-            Cuts::new(&view.to, &view.shape),
-        );
-        let (mut sc, mut so) = self.src.start(&from, ranks.start);
-        let (mut tc, mut to_off) = self.dst.start(&to, ranks.start);
+        let (mut sc, mut so) = self.src.start(ranks.start);
+        let (mut tc, mut to_off) = self.dst.start(ranks.start);
         let (partial, rep_to) = (view.partial_count as u64, view.rep_to);
         let (st, dt) = (&self.src.table, &self.dst.table);
         for r in ranks {
@@ -1306,6 +1426,10 @@ impl Kernel {
         }
     }
 }
+
+mod blocks;
+use blocks::Side;
+pub(crate) use blocks::{BlockKey, WordSink};
 
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,7 @@
 //! scoring, the emission and the memory model of each) that meet the same move share one
 //! O(P) sweep instead of repeating it: at a million ranks the sweeps are the planning time.
 
-use crate::moves::MoveView;
+use crate::moves::{BlockKey, MoveView, WordSink};
 use crate::Distribution;
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -83,6 +83,35 @@ impl PaletteIndex {
         }
     }
 
+    /// Appends the positions `pos` (none above `max`).
+    fn extend(&mut self, pos: &[u32], max: u32) {
+        match self {
+            PaletteIndex::U8(v) if max <= u8::MAX as u32 => v.extend(pos.iter().map(|&i| i as u8)),
+            PaletteIndex::U16(v) if max <= u16::MAX as u32 => {
+                v.extend(pos.iter().map(|&i| i as u16))
+            }
+            PaletteIndex::U32(v) => v.extend_from_slice(pos),
+            _ => pos.iter().for_each(|&i| self.push(i as usize)),
+        }
+    }
+
+    /// The positions from rank `start` on.
+    fn tail(&self, start: usize) -> Vec<u32> {
+        match self {
+            PaletteIndex::U8(v) => v[start..].iter().map(|&i| i as u32).collect(),
+            PaletteIndex::U16(v) => v[start..].iter().map(|&i| i as u32).collect(),
+            PaletteIndex::U32(v) => v[start..].to_vec(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            PaletteIndex::U8(v) => v.len(),
+            PaletteIndex::U16(v) => v.len(),
+            PaletteIndex::U32(v) => v.len(),
+        }
+    }
+
     fn bytes(&self) -> usize {
         match self {
             PaletteIndex::U8(v) => v.len(),
@@ -112,12 +141,70 @@ pub(crate) struct RankWords {
 /// Palette length up to which [`Builder`] finds a pair by scanning the palette.
 const SHORT_PALETTE: usize = 16;
 
+/// Most distinct blocks one [`Builder`] keeps for replay.
+const MAX_BLOCKS: usize = 1 << 10;
+
+/// A block of ranks a [`Builder`] took once: its palette positions, the largest of them,
+/// and its maxima (sent, received) and total received.
+struct Recorded {
+    pos: Vec<u32>,
+    top: u32,
+    max: (u64, u64),
+    total: u64,
+}
+
 /// Builds a [`RankWords`] rank by rank.
 struct Builder {
     words: RankWords,
     /// Palette position of each pair (beyond the last one, which is checked first).
     pos: HashMap<(u64, u64), usize>,
     last: Option<((u64, u64), usize)>,
+    /// The blocks taken so far by key, replayed when a sweep meets the key again.
+    blocks: HashMap<BlockKey, Recorded>,
+    /// The key of the block being taken and the rank it starts at.
+    recording: Option<(BlockKey, usize)>,
+}
+
+impl WordSink for Builder {
+    fn run(&mut self, n: usize, sent: u64, received: u64) {
+        self.push_run((sent, received), n)
+    }
+
+    fn begin_block(&mut self, key: &BlockKey) -> bool {
+        if let Some(b) = self.blocks.get(key) {
+            let w = &mut self.words;
+            w.index.extend(&b.pos, b.top);
+            w.max_sent = w.max_sent.max(b.max.0);
+            w.max_received = w.max_received.max(b.max.1);
+            w.total_received += b.total;
+            return true;
+        }
+        if self.blocks.len() < MAX_BLOCKS {
+            self.recording = Some((key.clone(), self.words.index.len()));
+        }
+        false
+    }
+
+    fn end_block(&mut self) {
+        let Some((key, start)) = self.recording.take() else {
+            return;
+        };
+        let pos = self.words.index.tail(start);
+        let p = &self.words.palette;
+        let mut b = Recorded {
+            top: pos.iter().copied().max().unwrap_or(0),
+            max: (0, 0),
+            total: 0,
+            pos: Vec::new(),
+        };
+        for &i in &pos {
+            let (s, w) = p[i as usize];
+            b.max = (b.max.0.max(s), b.max.1.max(w));
+            b.total += w;
+        }
+        b.pos = pos;
+        self.blocks.insert(key, b);
+    }
 }
 
 impl Builder {
@@ -133,6 +220,8 @@ impl Builder {
             },
             pos: HashMap::new(),
             last: None,
+            blocks: HashMap::new(),
+            recording: None,
         }
     }
 
@@ -211,9 +300,7 @@ impl RankWords {
     /// The sent and received words of every rank that takes part in `view`.
     pub(crate) fn words_of(view: &MoveView) -> RankWords {
         let n = view.ranks();
-        let parts = swept(n, true, |r, b| {
-            view.words_by_runs(r, |n, s, w| b.push_run((s, w), n))
-        });
+        let parts = swept(n, true, |r, b| view.words_into(r, b));
         Self::joined(parts, true, n)
     }
 
@@ -232,11 +319,7 @@ impl RankWords {
 
     /// Ranks counted (every rank past them moves nothing).
     pub(crate) fn len(&self) -> usize {
-        match &self.index {
-            PaletteIndex::U8(v) => v.len(),
-            PaletteIndex::U16(v) => v.len(),
-            PaletteIndex::U32(v) => v.len(),
-        }
+        self.index.len()
     }
 
     /// Calls `f(rank, sent, received)` for each counted rank in order.

@@ -283,3 +283,117 @@ proptest! {
         prop_assert_eq!(&got, &want);
     }
 }
+
+/// A sink that replays whole blocks by key (as the per-rank words' builder does), flat.
+#[derive(Default)]
+struct Replay {
+    out: Vec<(u64, u64)>,
+    seen: std::collections::HashMap<super::BlockKey, Vec<(u64, u64)>>,
+    taking: Option<(super::BlockKey, usize)>,
+}
+
+impl super::WordSink for Replay {
+    fn run(&mut self, n: usize, sent: u64, received: u64) {
+        self.out.extend(std::iter::repeat_n((sent, received), n));
+    }
+    fn begin_block(&mut self, key: &super::BlockKey) -> bool {
+        if let Some(b) = self.seen.get(key) {
+            self.out.extend_from_slice(b);
+            return true;
+        }
+        self.taking = Some((key.clone(), self.out.len()));
+        false
+    }
+    fn end_block(&mut self) {
+        let (key, start) = self.taking.take().expect("a block begun");
+        self.seen.insert(key, self.out[start..].to_vec());
+    }
+}
+
+/// Distributions on grids that often share a suffix of dims (so that blocks apply): sizes
+/// include primes, extents that no grid divides, dims of size 1, unsplit (replica) target
+/// dims and indices split by two dims.
+fn block_case(seed: u64) -> (Vec<usize>, Distribution, Distribution, usize) {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut next = |n: usize| {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((s >> 33) % n as u64) as usize
+    };
+    let nd = 1 + next(3);
+    let extents = [1, 5, 7, 12, 13, 31, 64];
+    let shape: Vec<usize> = (0..nd).map(|_| extents[next(extents.len())]).collect();
+    let sizes = [1, 2, 3, 4, 5, 7, 8, 9];
+    let common: Vec<usize> = (0..next(3)).map(|_| sizes[next(sizes.len())]).collect();
+    let grid = |replicas: bool, next: &mut dyn FnMut(usize) -> usize| {
+        let mut dims: Vec<usize> = (0..next(3)).map(|_| sizes[next(sizes.len())]).collect();
+        dims.extend(&common);
+        let mut split = vec![Vec::new(); nd];
+        for g in 0..dims.len() {
+            // Without replicas every dim splits an index (one holder per piece).
+            if replicas && next(3) == 0 {
+                continue;
+            }
+            split[next(nd)].push(g);
+        }
+        Distribution {
+            grid: Grid {
+                dims: dims
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &size)| GridDim {
+                        index: (b'p' + k as u8) as char,
+                        size,
+                    })
+                    .collect(),
+            },
+            split,
+            partial: vec![],
+            window: vec![],
+            balanced: next(2) == 0,
+        }
+    };
+    let from = grid(false, &mut next);
+    let to = grid(true, &mut next);
+    let procs = from.grid.size().max(to.grid.size()) + next(3);
+    (shape, from, to, procs)
+}
+
+/// The sweep per class of coordinates gives every rank of any part of the ranks the words of
+/// the rank-by-rank sweep, whether or not the sink replays blocks, and the per-rank words
+/// built from it (palette, maxima, total) are those of the rank sweep.
+#[test]
+fn block_sweeps_equal_the_rank_sweep() {
+    let mut used = 0;
+    for seed in 0..3000 {
+        let (shape, from, to, procs) = block_case(seed);
+        let view = MoveView::new(&shape, &from, &to, false, procs);
+        let n = view.ranks();
+        let mut want = Vec::new();
+        view.words_in(0..n, |_, s, w| want.push((s, w)));
+        let blocked = view.one_holder
+            && view
+                .kernel
+                .get_or_init(|| super::Kernel::new(&view))
+                .as_ref()
+                .is_some_and(|k| k.blocks.is_some());
+        used += blocked as usize;
+        for lo in [0, n / 3, n.saturating_sub(1)] {
+            let mut sink = Replay::default();
+            view.words_into(lo..n, &mut sink);
+            assert_eq!(sink.out, want[lo..], "seed {seed} from rank {lo}");
+        }
+        let words = crate::rank_words::RankWords::words_of(&view);
+        let mut got = Vec::new();
+        words.for_each(|_, s, w| got.push((s, w)));
+        assert_eq!(got, want, "seed {seed}");
+        let recv = want.iter().map(|p| p.1);
+        assert_eq!(words.max_received, recv.clone().max().unwrap_or(0));
+        assert_eq!(words.total_received, recv.sum::<u64>());
+        assert_eq!(words.max_sent, want.iter().map(|p| p.0).max().unwrap_or(0));
+    }
+    assert!(used > 300, "blocks used in {used} of 3000 cases");
+}
