@@ -127,6 +127,12 @@ pub struct Machine {
     /// loss; below 1, time-sliced products evict each other's cached panels. The file's
     /// optional `oversubscribed` object (`{"medium": 0.8}`); a class it omits counts as 1.
     pub oversubscribed: Vec<(RateClass, f64)>,
+    /// Per class, flop/s per thread of `cores_per_node` 1-thread ranks each computing its own
+    /// product side by side (the file's optional `side_by_side` object): independent products
+    /// share no work and no barriers, so this is not the rate of one product split over the
+    /// same threads (a 16384 x 128 x 16 product ran at 23 GFLOP/s a thread split over two
+    /// threads, 37 as two 1-thread ranks). A class it omits takes the split rate.
+    pub side_by_side: Vec<(RateClass, f64)>,
 }
 
 /// A machine file that cannot be used, naming the field.
@@ -181,6 +187,7 @@ impl Default for Machine {
                 beta: 1.0 / 1.0e10,
             },
             oversubscribed: Vec::new(),
+            side_by_side: Vec::new(),
         }
     }
 }
@@ -275,6 +282,21 @@ fn rates(g: &Value, class: RateClass) -> Result<Vec<GemmRate>, MachineError> {
     Ok(out)
 }
 
+/// The optional per-class object `key` (`{"medium": 0.8}`): positive numbers, classes left
+/// out absent from the list.
+fn per_class(v: &Value, key: &str) -> Result<Vec<(RateClass, f64)>, MachineError> {
+    let mut out = Vec::new();
+    if v.get(key).is_some() {
+        let o = object(v, key)?;
+        for c in RateClass::MEASURED {
+            if o.get(c.key()).is_some() {
+                out.push((c, positive(o, &format!("{key}.{}", c.key()))?));
+            }
+        }
+    }
+    Ok(out)
+}
+
 impl Machine {
     /// Whether a transfer can progress while every rank of a `procs`-rank job computes: a
     /// node keeps a core no rank uses (ranks placed per node below its cores), or the job
@@ -333,16 +355,8 @@ impl Machine {
         }
         let mem = object(&v, "memory")?;
         let net = object(&v, "network")?;
-        let mut oversubscribed = Vec::new();
-        if v.get("oversubscribed").is_some() {
-            let o = object(&v, "oversubscribed")?;
-            for c in RateClass::MEASURED {
-                if o.get(c.key()).is_some() {
-                    let f = positive(o, &format!("oversubscribed.{}", c.key()))?;
-                    oversubscribed.push((c, f));
-                }
-            }
-        }
+        let oversubscribed = per_class(&v, "oversubscribed")?;
+        let side_by_side = per_class(&v, "side_by_side")?;
         Ok(Machine {
             name,
             cores_per_node: count(&v, "cores_per_node")?,
@@ -356,6 +370,7 @@ impl Machine {
             intra_node: link(net, "network.intra_node")?,
             inter_node: link(net, "network.inter_node")?,
             oversubscribed,
+            side_by_side,
         })
     }
 
@@ -371,11 +386,13 @@ impl Machine {
                 )
             })
             .collect();
-        let over: serde_json::Map<String, Value> = self
-            .oversubscribed
-            .iter()
-            .map(|(c, f)| (c.key().to_string(), Value::from(*f)))
-            .collect();
+        let map = |list: &[(RateClass, f64)]| -> serde_json::Map<String, Value> {
+            list.iter()
+                .map(|(c, f)| (c.key().to_string(), Value::from(*f)))
+                .collect()
+        };
+        let over = map(&self.oversubscribed);
+        let side = map(&self.side_by_side);
         let mut v = serde_json::json!({
             "name": self.name,
             "cores_per_node": self.cores_per_node,
@@ -387,6 +404,9 @@ impl Machine {
         });
         if !over.is_empty() {
             v["oversubscribed"] = Value::Object(over);
+        }
+        if !side.is_empty() {
+            v["side_by_side"] = Value::Object(side);
         }
         serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
     }
@@ -412,16 +432,27 @@ impl Machine {
     }
 
     /// Flop/s of one rank of a `procs`-rank job computing with `threads` threads while the
-    /// node's other ranks compute too: the per-thread rate measured at the number of threads
-    /// busy on the node (at most its cores), since GEMMs running side by side share caches,
-    /// memory bandwidth and clock (two 1-thread ranks on two cores each ran at the 2-thread
-    /// per-thread rate here, 61 against 80 GFLOP/s alone), times `threads`; times the class's
-    /// [`Machine::oversubscribed_share`] when the node's threads outnumber its cores.
+    /// node's other ranks compute too, since GEMMs running side by side share caches, memory
+    /// bandwidth and clock. 1-thread ranks take the class's [`Machine::side_by_side`] rate
+    /// where the file has one (interpolated by the cores busy); otherwise the per-thread rate
+    /// measured at the number of threads busy on the node (at most its cores), times
+    /// `threads`. Times the class's [`Machine::oversubscribed_share`] when the node's threads
+    /// outnumber its cores.
     pub fn gemm_rate_on_node(&self, class: RateClass, threads: usize, procs: usize) -> f64 {
         let t = threads.max(1);
         let want = self.ranks_on_node(procs) * t;
-        let busy = want.min(self.cores_per_node.max(1)).max(t);
-        let rate = self.gemm_rate(class, busy) / busy as f64 * t as f64;
+        let cores = self.cores_per_node.max(1);
+        let busy = want.min(cores).max(t);
+        let side = self.side_by_side.iter().find(|(c, _)| *c == class);
+        let rate = match side {
+            // 1-thread ranks side by side: between the lone rate and the one measured with
+            // every core busy, by the share of the cores busy.
+            Some(&(_, all)) if t == 1 && busy > 1 => {
+                let lone = self.gemm_rate(class, 1);
+                lone + (all - lone) * (busy - 1) as f64 / (cores - 1).max(1) as f64
+            }
+            _ => self.gemm_rate(class, busy) / busy as f64 * t as f64,
+        };
         if want > self.cores_per_node.max(1) {
             rate * self.oversubscribed_share(class)
         } else {

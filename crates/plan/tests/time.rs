@@ -20,6 +20,40 @@ fn machine_file_round_trips() {
     assert_eq!(Machine::from_json(&m.to_json()).unwrap(), m);
     m.oversubscribed = vec![(RateClass::Medium, 0.8)];
     assert_eq!(Machine::from_json(&m.to_json()).unwrap(), m);
+    m.side_by_side = vec![(RateClass::Large, 3.0e10), (RateClass::Medium, 1.5e10)];
+    assert_eq!(Machine::from_json(&m.to_json()).unwrap(), m);
+    assert!(m.to_json().contains("\"side_by_side\""));
+}
+
+/// 1-thread ranks computing side by side take the class's measured side-by-side rate when
+/// every core is busy, the lone rate when one is, a rate between for the cores between, and
+/// the oversubscribed share on top beyond the cores; a class without one keeps the split rate.
+#[test]
+fn side_by_side_rates_price_one_thread_ranks() {
+    let mut m = Machine {
+        cores_per_node: 4,
+        ranks_per_node: 8,
+        ..Machine::default()
+    };
+    let split = m.gemm_rate_on_node(RateClass::Medium, 1, 4);
+    m.side_by_side = vec![(RateClass::Medium, 2.0e10)];
+    m.oversubscribed = vec![(RateClass::Medium, 0.5)];
+    let lone = m.gemm_rate(RateClass::Medium, 1);
+    assert_eq!(m.gemm_rate_on_node(RateClass::Medium, 1, 1), lone);
+    assert_eq!(m.gemm_rate_on_node(RateClass::Medium, 1, 4), 2.0e10);
+    let mid = m.gemm_rate_on_node(RateClass::Medium, 1, 2);
+    assert!((mid - (lone + (2.0e10 - lone) / 3.0)).abs() < 1.0, "{mid}");
+    assert_eq!(m.gemm_rate_on_node(RateClass::Medium, 1, 8), 1.0e10);
+    assert_ne!(split, 2.0e10);
+    // Ranks of several threads, and classes the file leaves out, keep the split rates.
+    assert_eq!(
+        m.gemm_rate_on_node(RateClass::Large, 1, 4),
+        m.gemm_rate(RateClass::Large, 4) / 4.0
+    );
+    assert_eq!(
+        m.gemm_rate_on_node(RateClass::Medium, 2, 2),
+        m.gemm_rate(RateClass::Medium, 4) / 2.0
+    );
 }
 
 /// A narrow product takes the file's narrow rate where it has one, else the mean of the large
@@ -80,11 +114,16 @@ fn oversubscribed_share_applies_beyond_the_cores() {
 fn machine_file_errors_name_the_field() {
     let good: serde_json::Value = serde_json::from_str(&Machine::default().to_json()).unwrap();
     type Edit = fn(&mut serde_json::Value);
-    let cases: [(&str, Edit, &str); 6] = [
+    let cases: [(&str, Edit, &str); 7] = [
         (
             "negative oversubscribed share",
             |v| v["oversubscribed"] = serde_json::json!({"medium": -0.5}),
             "oversubscribed.medium",
+        ),
+        (
+            "string side-by-side rate",
+            |v| v["side_by_side"] = serde_json::json!({"large": "fast"}),
+            "side_by_side.large",
         ),
         (
             "missing alpha",

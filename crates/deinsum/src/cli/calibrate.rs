@@ -268,7 +268,9 @@ fn complex_rates(
 
 /// Per class, the node's throughput with two 1-thread ranks per core computing side by side
 /// over its throughput with one per core: each rank its own product on its own thread, all
-/// started together (the median of `rounds` sweeps). `gemm` sizes the runs: each rank
+/// started together (the median of `rounds` sweeps); and the flop/s per thread of the one-per-
+/// core runs, from the slowest rank's median product (the machine's `side_by_side`; the median
+/// over sweeps). `gemm` sizes the runs: each rank
 /// computes for about `window` seconds, so that compiling, loading and waking the threads
 /// stay small beside it (with three runs of a quarter-millisecond product, `--quick` gave
 /// shares anywhere between 0.001 and 268).
@@ -276,44 +278,52 @@ fn oversubscription(
     cores: usize,
     quick: bool,
     gemm: &[(RateClass, Vec<GemmRate>)],
-) -> anyhow::Result<Vec<(RateClass, f64)>> {
+) -> anyhow::Result<Rates> {
     let window = if quick { 0.1 } else { 0.15 };
     let rounds = if quick { 1 } else { 3 };
     // The node's flop/s with `n` ranks side by side: their flops over the wall time from
     // their common start to the last one's end (a rank's own step times miss the time it
-    // waits descheduled between steps, and gave shares above 1).
-    let side_by_side =
-        |expr: &str, sizes: &str, madds: f64, n: usize, reps: usize| -> anyhow::Result<f64> {
-            settle();
-            let start = std::sync::Barrier::new(n + 1);
-            let (results, wall) = std::thread::scope(|s| {
-                let handles: Vec<_> = (0..n)
-                    .map(|_| {
-                        s.spawn(|| {
-                            start.wait();
-                            compute_seconds::<f64>(expr, sizes, 1, reps)
-                        })
+    // waits descheduled between steps, and gave shares above 1); and the slowest rank's median
+    // product seconds.
+    let side_by_side = |expr: &str,
+                        sizes: &str,
+                        madds: f64,
+                        n: usize,
+                        reps: usize|
+     -> anyhow::Result<(f64, f64)> {
+        settle();
+        let start = std::sync::Barrier::new(n + 1);
+        let (results, wall) = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|_| {
+                    s.spawn(|| {
+                        start.wait();
+                        compute_seconds::<f64>(expr, sizes, 1, reps)
                     })
-                    .collect();
-                start.wait();
-                let t0 = Instant::now();
-                let results: Vec<anyhow::Result<f64>> = handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            Err(anyhow::anyhow!("a calibration thread panicked"))
-                        })
-                    })
-                    .collect();
-                (results, t0.elapsed().as_secs_f64())
-            });
-            for r in results {
-                r?;
-            }
-            // Each rank runs its product reps + 1 times (one warm-up).
-            Ok(n as f64 * (reps + 1) as f64 * 2.0 * madds / wall.max(1e-9))
-        };
-    let mut out = Vec::new();
+                })
+                .collect();
+            start.wait();
+            let t0 = Instant::now();
+            let results: Vec<anyhow::Result<f64>> = handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a calibration thread panicked")))
+                })
+                .collect();
+            (results, t0.elapsed().as_secs_f64())
+        });
+        let mut slowest = 0.0f64;
+        for r in results {
+            slowest = slowest.max(r?);
+        }
+        // Each rank runs its product reps + 1 times (one warm-up).
+        Ok((
+            n as f64 * (reps + 1) as f64 * 2.0 * madds / wall.max(1e-9),
+            slowest,
+        ))
+    };
+    let mut out = Rates::default();
     for class in RateClass::MEASURED {
         let (expr, sizes, madds) = class_kernel(class);
         let one = gemm
@@ -324,22 +334,36 @@ fn oversubscription(
         // Each rank's product at two ranks per core takes about twice its time alone.
         let reps = ((window * one / (2.0 * madds)).ceil() as usize).clamp(3, 5000);
         let mut shares = Vec::with_capacity(rounds);
+        let mut sides = Vec::with_capacity(rounds);
         for _ in 0..rounds {
-            let full = side_by_side(expr, &sizes, madds, cores, reps)?;
-            let over = side_by_side(expr, &sizes, madds, 2 * cores, reps)?;
+            let (full, slowest) = side_by_side(expr, &sizes, madds, cores, reps)?;
+            let (over, _) = side_by_side(expr, &sizes, madds, 2 * cores, reps)?;
             shares.push(over / full);
+            sides.push(2.0 * madds / slowest.max(1e-9));
         }
         shares.sort_by(f64::total_cmp);
+        sides.sort_by(f64::total_cmp);
         let share = shares[shares.len() / 2];
+        let side = sides[sides.len() / 2];
         eprintln!(
-            "gemm {:<6} {expr} {sizes}, {} 1-thread ranks against {cores}, {reps} runs each: \
-             {share:.2} of the throughput",
+            "gemm {:<6} {expr} {sizes}, {cores} 1-thread ranks side by side: {:.2} GFLOP/s per \
+             thread; {} against {cores}, {reps} runs each: {share:.2} of the throughput",
             class.key(),
+            side / 1e9,
             2 * cores,
         );
-        out.push((class, share));
+        out.oversubscribed.push((class, share));
+        out.side_by_side.push((class, side));
     }
     Ok(out)
+}
+
+/// What [`oversubscription`] measures: per class, the machine's `oversubscribed` shares and
+/// `side_by_side` rates.
+#[derive(Default)]
+struct Rates {
+    oversubscribed: Vec<(RateClass, f64)>,
+    side_by_side: Vec<(RateClass, f64)>,
 }
 
 /// Stream-copy bandwidth (bytes read plus written per second) of one thread and of `cores`
@@ -512,10 +536,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let gemm = gemm_rates(usable, args.quick)?;
     complex_rates(usable, args.quick, &gemm)?;
-    let oversubscribed = if usable > 1 {
+    let sharing = if usable > 1 {
         oversubscription(usable, args.quick, &gemm)?
     } else {
-        Vec::new()
+        Rates::default()
     };
     let memory = stream_copy(usable, args.quick);
     // Under MPI the ranks the launcher placed on this node, else one per core.
@@ -538,7 +562,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // One node was measured: between nodes the same figures stand until measured.
         inter_node: link.clone(),
         intra_node: link,
-        oversubscribed,
+        oversubscribed: sharing.oversubscribed,
+        side_by_side: sharing.side_by_side,
     };
     std::fs::write(&args.output, m.to_json())
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", args.output.display()))?;
