@@ -4,6 +4,7 @@ one-row tables; CSV and Parquet outputs; rows compared as multisets. Also GROUP 
 count, and the exit status of bad input."""
 
 import csv
+import json
 import os
 import random
 import subprocess
@@ -191,3 +192,27 @@ def test_bad_input_exits_2(tmp_path):
     else:
         assert r.returncode == 0, r.stderr
         assert r.stdout.splitlines() == ["k,a,a_1", "1,2,2"]
+
+
+def test_repeat_runs_the_same_join_again(tmp_path):
+    """--repeat N: the last run's rows equal DuckDB's, the JSON lists N runs' seconds and
+    reports their median; 0, or with --explain/--group-by, exits 2."""
+    rng = random.Random(7)
+    lp, rp = tmp_path / "l.csv", tmp_path / "r.csv"
+    _write(lp, 70, "int", 9, 10, "l", rng)
+    _write(rp, 40, "int", 9, 10, "r", rng)
+    want = _duck(f"SELECT * FROM '{lp}' LEFT JOIN '{rp}' USING (k)")
+    for strategy, procs in [("shuffle", 3), ("broadcast", 2), ("auto", 5), ("semi", 1)]:
+        out = tmp_path / "o.csv"
+        r = _run("join", str(lp), str(rp), "--on", "k", "--how", "left", "--strategy", strategy,
+                 "--procs", str(procs), "--repeat", "3", "--format", "json", "--output", str(out))
+        assert r.returncode == 0, r.stderr
+        rep = json.loads(r.stdout)
+        runs = rep["join_seconds_runs"]
+        assert len(runs) == 3 and all(t > 0 for t in runs), runs
+        assert rep["join_seconds"] == sorted(runs)[1]
+        assert _ours(out) == want, f"{strategy} P={procs}"
+    for bad in (["--repeat", "0"], ["--repeat", "2", "--explain"],
+                ["--repeat", "2", "--group-by", "ls", "--count"]):
+        r = _run("join", str(lp), str(rp), "--on", "k", *bad)
+        assert r.returncode == 2 and "--repeat" in r.stderr, (bad, r.stderr)

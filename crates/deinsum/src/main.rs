@@ -55,10 +55,28 @@ fn main() -> ExitCode {
         Command::Plan(a) => cli::plan::run(a),
         Command::Run(a) => cli::run::run(a),
         Command::Calibrate(a) => cli::calibrate::run(a),
-        Command::Join(a) => cli::join::run(a),
+        Command::Join(a) => {
+            keep_freed_memory();
+            cli::join::run(a)
+        }
     };
     match result {
         Ok(code) => code,
         Err(e) => cli::report(&e),
+    }
+}
+
+/// mimalloc.h's (v2) `mi_option_purge_delay`: milliseconds before freed memory goes back to the
+/// OS (-1: never).
+const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Keeps the memory a join frees mapped for the rest of the process, so that the next phase's
+/// buffers (the exchange after the reading, the output after the exchange, the next run of
+/// `--repeat`) reuse it instead of faulting in fresh zeroed pages; a join process is short and
+/// its peak is what it keeps. Left as it is when the user set `MIMALLOC_PURGE_DELAY`.
+fn keep_freed_memory() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: FFI call with plain integers; mimalloc allows setting options at any time.
+        unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, -1) }
     }
 }

@@ -9,7 +9,9 @@ join.sh's). Arguments: the deinsum binary, a scratch folder, RESULTS.md.
 
 Environment: GRID_SIZES (left rows, default "10000,100000,1000000"), GRID_PROCS (default
 "2,4,8"), GRID_REPEAT (runs per strategy and case, default 3), GRID_FIT=1 also prints the least-squares fit of measured seconds on the predicted
-figures (the calibration of cost.rs's constants)."""
+figures (the calibration of cost.rs's constants); GRID_DUMP=FILE writes every case's measured
+runs and predicted figures per strategy to FILE as JSON (to fit a cost model without rerunning
+the grid)."""
 
 import json
 import os
@@ -84,7 +86,7 @@ def case(lp, rp, p):
     pick = min(STRATEGIES, key=lambda s: predicted[s])
     best_of = {s: min(v) for s, v in measured.items()}
     best = min(STRATEGIES, key=lambda s: best_of[s])
-    return best_of, predicted, figures, pick, best
+    return best_of, predicted, figures, pick, best, measured
 
 
 def fit(cases):
@@ -107,7 +109,7 @@ def fit(cases):
 def main():
     load0 = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    rows, samples = [], []
+    rows, samples, dump = [], [], []
     hits = total = 0
     seed = 0
     for n in SIZES:
@@ -117,7 +119,9 @@ def main():
                     seed += 1
                     lp, rp, m = tables(n, ratio, sel, dist, seed)
                     for p in PROCS:
-                        t, pred, figs, pick, best = case(lp, rp, p)
+                        t, pred, figs, pick, best, runs = case(lp, rp, p)
+                        dump.append({"n": n, "right_rows": m, "sel": sel, "keys": dist, "p": p,
+                                     "runs": runs, "predictions": figs})
                         ok = t[pick] <= 1.1 * t[best]
                         hits += ok
                         total += 1
@@ -163,6 +167,9 @@ def main():
         *rows,
         END,
     ]
+    if os.environ.get("GRID_DUMP"):
+        with open(os.environ["GRID_DUMP"], "w") as f:
+            json.dump({"cores": os.cpu_count(), "load": [load0[0], load1[0]], "cases": dump}, f)
     if os.environ.get("GRID_FIT"):
         c = fit(samples)
         print(f"fit: {c[0]:.3e} s/byte, {c[1]:.3e} s/row, {c[2]:.3e} s/(call*(P-1))")

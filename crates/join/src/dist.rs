@@ -114,6 +114,39 @@ pub fn join<C: Communicator>(
     })
 }
 
+/// [`join`] `runs` times (at least once) on the same tables, as a database times a query it
+/// runs again: each run starts together on every rank (a barrier) and the previous run's output
+/// is dropped first, so later runs reuse its memory. Returns the last run and every run's
+/// slowest-rank seconds (the same list on every rank; collective).
+pub fn join_repeated<C: Communicator>(
+    comm: &C,
+    shape: &JoinShape,
+    l: &Table,
+    r: &Table,
+    opts: &JoinOptions,
+    runs: usize,
+) -> Result<(RankJoin, Vec<f64>), JoinError> {
+    let mut last: Option<RankJoin> = None;
+    let mut mine = Vec::with_capacity(runs.max(1) * 8);
+    for _ in 0..runs.max(1) {
+        drop(last.take());
+        comm.barrier()?;
+        let run = join(comm, shape, l, r, opts)?;
+        mine.extend_from_slice(&run.seconds.to_le_bytes());
+        last = Some(run);
+    }
+    let mut slowest = vec![0.0f64; runs.max(1)];
+    for theirs in crate::coll::all_gather(comm, &mine)? {
+        for (s, b) in slowest.iter_mut().zip(theirs.chunks_exact(8)) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(b);
+            *s = s.max(f64::from_le_bytes(w));
+        }
+    }
+    let run = last.ok_or_else(|| JoinError::Invalid("a join ran no time".into()))?;
+    Ok((run, slowest))
+}
+
 /// This rank's two tables and their keys.
 struct Sides<'a> {
     shape: &'a JoinShape,

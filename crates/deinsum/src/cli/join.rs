@@ -93,6 +93,11 @@ pub struct Args {
     /// Backend [default: local].
     #[arg(long, value_enum)]
     pub backend: Option<Backend>,
+    /// Run the join this many times on the tables read once, each run reusing the last one's
+    /// memory (as a database runs a query again); `join_seconds` is the median run's, and the
+    /// JSON lists every run's. The output is the last run's.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub repeat: usize,
 }
 
 /// A join error as the CLI reports it: the user's (exit 2) unless it is a communication one.
@@ -115,7 +120,8 @@ fn failed(e: RankFailure<JoinError>) -> anyhow::Error {
 /// What each rank returns.
 enum Done {
     Explain(deinsum_join::Inspection),
-    Join(Box<deinsum_join::RankJoin>),
+    /// The last run, and every run's slowest-rank seconds.
+    Join(Box<deinsum_join::RankJoin>, Vec<f64>),
     Group(Table, deinsum_exec::Traffic),
 }
 
@@ -184,13 +190,20 @@ fn finish_group(args: &Args, outs: Vec<Done>, json: bool) -> anyhow::Result<()> 
 
 /// Reports a join's ranks (`auto`: the strategy was chosen by cost) and writes its rows.
 fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::Result<()> {
+    let mut times = Vec::new();
     let mut runs: Vec<deinsum_join::RankJoin> = outs
         .into_iter()
         .filter_map(|o| match o {
-            Done::Join(r) => Some(*r),
+            Done::Join(r, t) => {
+                times = t;
+                Some(*r)
+            }
             _ => None,
         })
         .collect();
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
     // The text report counts the ranks' rows, so it is written before they move out.
     let text = (!json).then(|| report::run_text(&runs, auto));
     // The ranks' outputs move out of the runs (a copy of every row, twice, before).
@@ -213,8 +226,10 @@ fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::
             "measured_sent": runs.iter().map(|r| r.measured.sent).collect::<Vec<_>>(),
             "measured_received": runs.iter().map(|r| r.measured.received).collect::<Vec<_>>(),
             "inspector_sent": runs.iter().map(|r| r.inspector.sent).collect::<Vec<_>>(),
-            // The slowest rank's join (tables in memory; reading and writing excluded).
-            "join_seconds": runs.iter().map(|r| r.seconds).fold(0.0, f64::max),
+            // The slowest rank's join (tables in memory; reading and writing excluded), the
+            // median of --repeat runs.
+            "join_seconds": median,
+            "join_seconds_runs": times,
             "inspection": runs[0].inspection,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -268,9 +283,8 @@ impl Job<'_> {
             let (t, traffic) = group_join(comm, &shape, &l, &r, g, files)?;
             return Ok(Done::Group(t, traffic));
         }
-        Ok(Done::Join(Box::new(dist::join(
-            comm, &shape, &l, &r, &self.opts,
-        )?)))
+        let (run, runs) = dist::join_repeated(comm, &shape, &l, &r, &self.opts, args.repeat)?;
+        Ok(Done::Join(Box::new(run), runs))
     }
 }
 
@@ -297,7 +311,8 @@ impl Job<'_> {
             return Ok(Done::Explain(ins));
         }
         let run = columns::join_columns(comm, shape, &lp, &rp, &self.opts)?;
-        Ok(Done::Join(Box::new(run)))
+        let seconds = vec![run.seconds];
+        Ok(Done::Join(Box::new(run), seconds))
     }
 }
 
@@ -315,6 +330,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => Schema::default(),
     };
     let group = group_by(&args)?;
+    if args.repeat == 0 {
+        return Err(InputError("--repeat must be at least 1".into()).into());
+    }
+    if args.repeat > 1 && (args.explain || group.is_some() || placement == Placement::Columns) {
+        return Err(InputError(
+            "--repeat times the join of tables split by rows or placed apart; it does not apply \
+             to --explain, --group-by or --placement columns"
+                .into(),
+        )
+        .into());
+    }
     let mpi = wants_mpi(&args);
     // The machine model is for the ranks that run: under MPI, the launcher's.
     let procs = args
@@ -356,7 +382,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match &outs[0] {
         Done::Explain(ins) => print_explain(ins, json)?,
         Done::Group(..) => finish_group(&args, outs, json)?,
-        Done::Join(_) => finish_join(&args, outs, strategy.is_none(), json)?,
+        Done::Join(..) => finish_join(&args, outs, strategy.is_none(), json)?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -386,9 +412,11 @@ fn run_mpi(job: &Job) -> anyhow::Result<Option<Vec<Done>>> {
         Done::Group(t, traffic) => comm
             .or_abort(gather::gather_tables(&comm, &t, traffic))
             .map(|all| all.into_iter().map(|(t, b)| Done::Group(t, b)).collect()),
-        Done::Join(run) => comm
-            .or_abort(gather::gather_runs(&comm, *run))
-            .map(|all| all.into_iter().map(|r| Done::Join(Box::new(r))).collect()),
+        Done::Join(run, times) => comm.or_abort(gather::gather_runs(&comm, *run)).map(|all| {
+            all.into_iter()
+                .map(|r| Done::Join(Box::new(r), times.clone()))
+                .collect()
+        }),
     };
     Ok(outs)
 }
