@@ -702,6 +702,7 @@ impl Plan {
 mod builder;
 mod driver;
 mod entry;
+mod fasthash;
 mod grids;
 mod memory;
 mod moves;

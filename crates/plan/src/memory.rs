@@ -2,10 +2,11 @@
 //! message buffers of the step's moves. Built once per plan (rank-independent), queried per
 //! rank, so one rank's peak costs O(steps) and all ranks' O(P · steps).
 
+use crate::fasthash::FastMap;
 use crate::moves::{ranges_of, Cursor, Cuts, MoveView};
 use crate::{Distribution, GroupPlan, PlanStep, Tensor, TensorId, Window};
 use deinsum_path::ContractionTree;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// What ranks hold during one step: blocks (distribution, tensor shape, how many copies) and
 /// the moves whose buffers sit beside them.
@@ -52,11 +53,11 @@ const PEAK_CHUNK: usize = 4096;
 
 /// The shape of every tensor by id, looked up in O(1) (a scan per lookup made a plan of a few
 /// hundred steps quadratic); the first tensor of an id wins. An unknown id is a scalar.
-pub(crate) struct Shapes<'a>(HashMap<TensorId, &'a [usize]>);
+pub(crate) struct Shapes<'a>(FastMap<TensorId, &'a [usize]>);
 
 impl<'a> Shapes<'a> {
     pub(crate) fn new(tensors: &'a [Tensor]) -> Self {
-        let mut m = HashMap::with_capacity(tensors.len());
+        let mut m = FastMap::with_capacity_and_hasher(tensors.len(), Default::default());
         for t in tensors {
             m.entry(t.id).or_insert(t.shape.as_slice());
         }
@@ -114,7 +115,7 @@ impl MemoryModel {
         let mut held = Vec::new();
         // A block's number: its (distribution, shape) interned once (a hash lookup; `distinct`
         // keeps first-seen order).
-        let mut index: HashMap<(Distribution, Vec<usize>), usize> = HashMap::new();
+        let mut index: FastMap<(Distribution, Vec<usize>), usize> = FastMap::default();
         let mut intern = |d: Distribution, sh: Vec<usize>| -> usize {
             let next = index.len();
             *index.entry((d, sh)).or_insert(next)
@@ -362,13 +363,13 @@ impl MemoryModel {
 /// distributions without windows and the windows cut from them.
 #[allow(clippy::type_complexity)]
 fn split_windows(
-    index: HashMap<(Distribution, Vec<usize>), usize>,
+    index: FastMap<(Distribution, Vec<usize>), usize>,
 ) -> (Vec<(Distribution, Vec<usize>)>, Vec<(usize, Vec<Window>)>) {
     let mut keys = vec![None; index.len()];
     for (key, i) in index {
         keys[i] = Some(key);
     }
-    let mut base_index: HashMap<(Distribution, Vec<usize>), usize> = HashMap::new();
+    let mut base_index: FastMap<(Distribution, Vec<usize>), usize> = FastMap::default();
     let mut bases = Vec::new();
     let mut blocks = Vec::new();
     for (mut d, sh) in keys.into_iter().flatten() {

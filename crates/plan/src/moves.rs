@@ -724,15 +724,11 @@ impl MoveView {
             let n = self.dst_size;
             let parts = (2 * rayon::current_num_threads()).clamp(1, n.div_ceil(1 << 14).max(1));
             let step = n.div_ceil(parts).max(1);
-            let tables: Vec<Vec<u64>> = deinsum_runtime::install(|| {
-                use rayon::prelude::*;
-                (0..n)
-                    .step_by(step)
-                    .collect::<Vec<_>>()
-                    .into_par_iter()
-                    .map(|lo| self.sent_by(lo..(lo + step).min(n)))
-                    .collect()
-            });
+            let starts: Vec<usize> = (0..n).step_by(step).collect();
+            let tables: Vec<Vec<u64>> =
+                deinsum_runtime::map_in_order(&starts, starts.len() > 1, |&lo| {
+                    self.sent_by(lo..(lo + step).min(n))
+                });
             let mut tables = tables.into_iter();
             let mut sent = tables.next().unwrap_or_else(|| vec![0; self.src_size]);
             for t in tables {

@@ -20,8 +20,11 @@ use crate::{
 use deinsum_expr::{Index, ParsedEinsum};
 use deinsum_path::ContractionTree;
 use deinsum_soap::FusedGroup;
-use rayon::prelude::*;
 use std::collections::BTreeMap;
+
+/// Ranks that a group's scheduled grids must hold together for them to be scheduled on the
+/// process's pool: below it each schedule takes microseconds, less than handing it over.
+const PAR_MIN_GRID_RANKS: usize = 256;
 
 /// The exact schedule of one candidate grid: what the busiest rank receives, the words in
 /// total, which candidate, and the moves that bring each input in.
@@ -657,24 +660,24 @@ impl<'a> Planner<'a> {
     /// The exact schedules of the first [`EXACT_CANDIDATES`] candidates, in their order,
     /// leaving out those past the first on more than [`EXACT_MAX_GRID`] ranks (scoring is
     /// O(P) each). They are independent: scheduled on all cores (the trees of a choice
-    /// already share them, but the last tree planned would otherwise finish alone).
+    /// already share them, but the last tree planned would otherwise finish alone), unless
+    /// their grids hold fewer than [`PAR_MIN_GRID_RANKS`] ranks together.
     fn scheduled(&self, g: &GroupCtx, cands: &[Candidate]) -> Vec<Scheduled> {
         let mut picked = Vec::new();
+        let mut ranks = 0usize;
         for (ci, c) in cands.iter().enumerate().take(EXACT_CANDIDATES) {
             let size: usize = c.sizes.iter().product();
             if ci > 0 && size > EXACT_MAX_GRID {
                 continue;
             }
             picked.push((ci, c));
+            ranks = ranks.saturating_add(size);
             if size > EXACT_MAX_GRID {
                 break;
             }
         }
-        deinsum_runtime::install(|| {
-            picked
-                .par_iter()
-                .map(|&(ci, c)| self.schedule(g, c, ci))
-                .collect()
+        deinsum_runtime::map_in_order(&picked, ranks >= PAR_MIN_GRID_RANKS, |&(ci, c)| {
+            self.schedule(g, c, ci)
         })
     }
 

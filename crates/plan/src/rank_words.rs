@@ -4,10 +4,9 @@
 //! scoring, the emission and the memory model of each) that meet the same move share one
 //! O(P) sweep instead of repeating it: at a million ranks the sweeps are the planning time.
 
+use crate::fasthash::FastMap;
 use crate::moves::{BlockKey, MoveView, WordSink};
 use crate::Distribution;
-use rayon::prelude::*;
-use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
@@ -27,15 +26,11 @@ fn swept(
         .step_by(CHUNK)
         .map(|lo| lo..(lo + CHUNK).min(n))
         .collect();
-    deinsum_runtime::install(|| {
-        chunks
-            .into_par_iter()
-            .map(|r| {
-                let mut b = Builder::new(has_sent, r.len());
-                sweep(r, &mut b);
-                b
-            })
-            .collect()
+    // One chunk (up to CHUNK ranks) is swept on the calling thread: no pool for it.
+    deinsum_runtime::map_in_order(&chunks, chunks.len() > 1, |r| {
+        let mut b = Builder::new(has_sent, r.len());
+        sweep(r.clone(), &mut b);
+        b
     })
 }
 
@@ -157,10 +152,10 @@ struct Recorded {
 struct Builder {
     words: RankWords,
     /// Palette position of each pair (beyond the last one, which is checked first).
-    pos: HashMap<(u64, u64), usize>,
+    pos: FastMap<(u64, u64), usize>,
     last: Option<((u64, u64), usize)>,
     /// The blocks taken so far by key, replayed when a sweep meets the key again.
-    blocks: HashMap<BlockKey, Recorded>,
+    blocks: FastMap<BlockKey, Recorded>,
     /// The key of the block being taken and the rank it starts at.
     recording: Option<(BlockKey, usize)>,
 }
@@ -218,9 +213,9 @@ impl Builder {
                 max_sent: 0,
                 total_received: 0,
             },
-            pos: HashMap::new(),
+            pos: FastMap::default(),
             last: None,
-            blocks: HashMap::new(),
+            blocks: FastMap::default(),
             recording: None,
         }
     }
@@ -366,7 +361,7 @@ const MEMO_BYTES: usize = 96 << 20;
 /// so a second use takes them from here.
 #[derive(Default)]
 pub(crate) struct MoveMemo {
-    entries: Mutex<(HashMap<MoveKey, Arc<RankWords>>, usize)>,
+    entries: Mutex<(FastMap<MoveKey, Arc<RankWords>>, usize)>,
     /// Per-rank buffers [`Self::max_of_sum`] reuses (a fresh one each scoring paid its
     /// zeroed pages again); dropped with the memo, when the choice is planned.
     sums: Mutex<Vec<Vec<u64>>>,

@@ -22,5 +22,5 @@ mod sync;
 
 pub use carrier::{in_worker_pool, mark_carrier, on_carrier};
 pub use cores::{cores, node_cores};
-pub use pool::{install, Pool, PoolBuilder, ProcessPool};
+pub use pool::{install, map_in_order, Pool, PoolBuilder, ProcessPool};
 pub use sync::lock;
