@@ -788,13 +788,8 @@ impl MoveView {
                     coords[g] = iv.coords[k];
                 }
             }
-            let fg = &self.from.grid;
             for q in 0..self.partial_count {
-                let mut r = q;
-                for &g in self.partial_dims.iter().rev() {
-                    coords[g] = r % fg.dims[g].size;
-                    r /= fg.dims[g].size;
-                }
+                self.partial_coords(q, coords);
                 let src = picker.pick(self, d, coords);
                 if src != d {
                     if let Some(s) = sent.get_mut(src) {
@@ -943,14 +938,20 @@ impl MoveView {
     /// Calls `f` with the sender [`Self::pick`]s for `d` of each partial block at the split
     /// coordinates already in `coords` (one per combination of the partial dims' coordinates).
     fn partial_senders(&self, d: usize, coords: &mut [usize], mut f: impl FnMut(usize)) {
-        let fg = &self.from.grid;
         for q in 0..self.partial_count {
-            let mut r = q;
-            for &g in self.partial_dims.iter().rev() {
-                coords[g] = r % fg.dims[g].size;
-                r /= fg.dims[g].size;
-            }
+            self.partial_coords(q, coords);
             f(self.pick(d, coords));
+        }
+    }
+
+    /// Writes the `q`-th combination of the partial dims' coordinates into `coords` (the last
+    /// partial dim fastest).
+    fn partial_coords(&self, q: usize, coords: &mut [usize]) {
+        let fg = &self.from.grid;
+        let mut r = q;
+        for &g in self.partial_dims.iter().rev() {
+            coords[g] = r % fg.dims[g].size;
+            r /= fg.dims[g].size;
         }
     }
 
