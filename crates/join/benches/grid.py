@@ -19,6 +19,16 @@ import subprocess
 import sys
 import time
 
+# NumPy runs as its users get it: grid.sh starts this process without this workplace's OpenBLAS
+# overrides (dropped again here, before NumPy loads OpenBLAS, for a direct start); deinsum gets
+# them back as they were given (grid.sh passes them as *_GIVEN).
+DEINSUM_ENV = dict(os.environ)
+for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+    _given = DEINSUM_ENV.pop(_var + "_GIVEN", None)
+    if _given:
+        DEINSUM_ENV[_var] = _given
+    os.environ.pop(_var, None)
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -64,7 +74,7 @@ def run(lp, rp, p, strategy):
     """One run: (the slowest rank's join seconds, the report)."""
     r = subprocess.run([EXE, "join", lp, rp, "--on", "k", "--procs", str(p), "--strategy",
                         strategy, "--format", "json"], capture_output=True, text=True,
-                       stdin=subprocess.DEVNULL)
+                       stdin=subprocess.DEVNULL, env=DEINSUM_ENV)
     if r.returncode != 0:
         raise SystemExit(f"deinsum join --strategy {strategy} -P {p} failed: {r.stderr}")
     rep = json.loads(r.stdout)

@@ -21,5 +21,8 @@ if [ ! -x "$exe" ]; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$venv/bin/python" "$root/crates/join/benches/grid.py" "$exe" "$work" \
-    "$root/crates/join/benches/RESULTS.md"
+# NumPy (the tables' generator) runs without this workplace's OpenBLAS overrides; grid.py hands
+# deinsum the environment as given.
+env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE_GIVEN="${OPENBLAS_CORETYPE-}" \
+    OPENBLAS_L2_SIZE_GIVEN="${OPENBLAS_L2_SIZE-}" "$venv/bin/python" \
+    "$root/crates/join/benches/grid.py" "$exe" "$work" "$root/crates/join/benches/RESULTS.md"
