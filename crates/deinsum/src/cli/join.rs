@@ -120,7 +120,8 @@ fn failed(e: RankFailure<JoinError>) -> anyhow::Error {
 /// What each rank returns.
 enum Done {
     Explain(deinsum_join::Inspection),
-    /// The last run, and every run's slowest-rank seconds.
+    /// The last run, and every run's slowest-rank seconds (empty: one run, timed by its
+    /// `seconds`).
     Join(Box<deinsum_join::RankJoin>, Vec<f64>),
     Group(Table, deinsum_exec::Traffic),
 }
@@ -190,17 +191,25 @@ fn finish_group(args: &Args, outs: Vec<Done>, json: bool) -> anyhow::Result<()> 
 
 /// Reports a join's ranks (`auto`: the strategy was chosen by cost) and writes its rows.
 fn finish_join(args: &Args, outs: Vec<Done>, auto: bool, json: bool) -> anyhow::Result<()> {
-    let mut times = Vec::new();
+    // Each run's slowest rank: the lists are the same on every rank after `join_repeated`;
+    // a join without them (split by columns) ran once, timed by each rank's own seconds.
+    let mut times: Vec<f64> = Vec::new();
     let mut runs: Vec<deinsum_join::RankJoin> = outs
         .into_iter()
         .filter_map(|o| match o {
             Done::Join(r, t) => {
-                times = t;
+                times.resize(times.len().max(t.len()), 0.0);
+                for (a, b) in times.iter_mut().zip(t) {
+                    *a = a.max(b);
+                }
                 Some(*r)
             }
             _ => None,
         })
         .collect();
+    if times.is_empty() {
+        times.push(runs.iter().map(|r| r.seconds).fold(0.0, f64::max));
+    }
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
@@ -311,8 +320,7 @@ impl Job<'_> {
             return Ok(Done::Explain(ins));
         }
         let run = columns::join_columns(comm, shape, &lp, &rp, &self.opts)?;
-        let seconds = vec![run.seconds];
-        Ok(Done::Join(Box::new(run), seconds))
+        Ok(Done::Join(Box::new(run), Vec::new()))
     }
 }
 
