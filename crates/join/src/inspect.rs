@@ -117,7 +117,9 @@ pub struct SketchFigures {
     pub counters: usize,
     /// Keys counted exactly (the merged summaries' counters, both sides).
     pub candidates: usize,
-    /// The most the left summary undercounts a key (at most N_L/(counters+1)).
+    /// The most the left summary undercounts a key's sampled count (at most N_L/(counters+1);
+    /// on large tables the summary counts every s-th row s times,
+    /// [`crate::inspector::summary_stride`]).
     pub left_count_error: u64,
     /// The same on the right.
     pub right_count_error: u64,

@@ -43,6 +43,20 @@ pub fn counters(p: usize) -> usize {
     (32 * p).max(256)
 }
 
+/// Rows a rank's Misra–Gries summary of one side counts at least, on `p` ranks: a key at the
+/// heavy threshold (1/(16·P) of the rows) then has over 512 expected rows among them, twice
+/// the summary's bound, so sampling misses it with a probability under 10⁻¹⁰ (Chernoff).
+pub fn summary_rows(p: usize) -> usize {
+    (1 << 16).max(p << 13)
+}
+
+/// The summary counts every `stride`-th row of a side of `rows` rows, `stride` times: the
+/// summary only names candidates (counted exactly afterwards), and on large tables its map
+/// updates were a quarter of the inspector's time.
+pub fn summary_stride(rows: usize, p: usize) -> usize {
+    (rows / summary_rows(p)).max(1)
+}
+
 /// One side's pass over this rank's rows.
 struct Pass<'a> {
     hll: Hll,
@@ -70,11 +84,18 @@ fn pass<'a>(
         rest: 0,
         keymsg: 0,
     };
+    let stride = summary_stride(k.len(), p);
+    // Rows until the next sampled one (a countdown: no division a row).
+    let mut skip = 0usize;
     for i in 0..k.len() {
+        let sampled = skip == 0;
+        skip = if sampled { stride - 1 } else { skip - 1 };
         let Some(key) = k.get(i) else { continue };
         let h = key_hash(key);
         s.hll.add_hash(h);
-        s.mg.add(h, key, 1);
+        if sampled {
+            s.mg.add(h, key, stride as u64);
+        }
         let (b, km) = (all.get(i), key_msg_bytes(key));
         let e = &mut to[(h % p as u64) as usize];
         e[0] += b;
@@ -84,6 +105,11 @@ fn pass<'a>(
         s.bytes += b;
         s.rest += rest.get(i);
         s.keymsg += km;
+    }
+    // A counter of at most two samples' weight is no heavy key's (one expects over 512
+    // samples): dropped, so that a table without heavy keys names no candidates to count.
+    if stride > 1 {
+        s.mg.drop_under(3 * stride as u64);
     }
     s
 }
@@ -186,10 +212,22 @@ fn count(
     if cands.is_empty() {
         return sums;
     }
+    // A bit per hash bucket of the candidates (8 KiB, in L1): most rows are no candidate's
+    // and skip the map lookup.
+    const BUCKET_BITS: u32 = 16;
+    let bucket = |h: u64| (h >> (64 - BUCKET_BITS)) as usize;
+    let mut seen = vec![0u64; (1 << BUCKET_BITS) / 64];
+    for &h in index.keys() {
+        seen[bucket(h) / 64] |= 1 << (bucket(h) % 64);
+    }
     for ((k, all, rest), off) in sides.into_iter().zip([0, 3]) {
         for i in 0..k.len() {
             let Some(key) = k.get(i) else { continue };
-            if let Some(&c) = index.get(&key_hash(key)) {
+            let h = key_hash(key);
+            if seen[bucket(h) / 64] & (1 << (bucket(h) % 64)) == 0 {
+                continue;
+            }
+            if let Some(&c) = index.get(&h) {
                 if cands[c] == key {
                     let e = &mut sums[c];
                     e[off] += 1;

@@ -208,6 +208,19 @@ impl<'a> MisraGries<'a> {
         self.taken += cut;
     }
 
+    /// Drops the counters under `min` rows; the bound of [`MisraGries::error`] grows by
+    /// `min - 1` (a dropped key's count is now 0).
+    pub fn drop_under(&mut self, min: u64) {
+        if min <= 1 {
+            return;
+        }
+        let before = self.counts.len();
+        self.counts.retain(|_, e| e.0 >= min);
+        if self.counts.len() < before {
+            self.taken += min - 1;
+        }
+    }
+
     /// Merges `other` in: counters added, then reduced to `k`.
     pub fn merge(&mut self, other: &MisraGries<'a>) {
         self.rows += other.rows;

@@ -190,6 +190,62 @@ fn fact_and_dimension(n: usize, distinct: usize, seed: u64) -> (Table, Table) {
 }
 
 #[test]
+fn sampled_summaries_find_the_exact_inspectors_heavy_keys() {
+    // Enough rows a rank that the summaries count every s-th row (s >= 3): the heavy keys
+    // must still be the exact inspector's, for a uniform key order and for a sorted one.
+    let n = 9 * deinsum_join::inspector::summary_rows(2) + 17;
+    let (l, r) = fact_and_dimension(n, 40_000, 11);
+    let sorted_l = {
+        let mut keys: Vec<i64> = match &l.columns()[0] {
+            Column::Int64(c) => c.iter().map(|x| x.unwrap()).collect(),
+            _ => unreachable!("int keys"),
+        };
+        keys.sort_unstable();
+        Table::new(
+            vec!["k".into(), "lx".into()],
+            vec![
+                Column::Int64(keys.into_iter().map(Some).collect()),
+                Column::Int64((0..n as i64).map(Some).collect()),
+            ],
+        )
+        .unwrap()
+    };
+    for left in [&l, &sorted_l] {
+        for procs in [2, 3] {
+            let rows = n / procs;
+            assert!(
+                deinsum_join::inspector::summary_stride(rows, procs) >= 3,
+                "P={procs}"
+            );
+            let ins = inspections(left, &r, procs, InspectMode::Sketch);
+            let exact = inspections(left, &r, procs, InspectMode::Exact);
+            let sorted = |h: &[(Vec<u8>, bool)]| {
+                let mut h = h.to_vec();
+                h.sort();
+                h
+            };
+            assert!(!exact[0].heavy.is_empty(), "P={procs}: no heavy key");
+            assert_eq!(sorted(&ins[0].heavy), sorted(&exact[0].heavy), "P={procs}");
+        }
+    }
+    // Uniform keys: no heavy key, and the sampled summaries name no candidate to count.
+    let mut rng = Rng(5);
+    let uniform = Table::new(
+        vec!["k".into(), "lx".into()],
+        vec![
+            Column::Int64((0..n).map(|_| Some((rng.next() % 40_000) as i64)).collect()),
+            Column::Int64((0..n as i64).map(Some).collect()),
+        ],
+    )
+    .unwrap();
+    for procs in [2, 3] {
+        let ins = inspections(&uniform, &r, procs, InspectMode::Sketch);
+        assert!(ins[0].heavy.is_empty(), "P={procs}");
+        assert_eq!(ins[0].sketch.as_ref().unwrap().candidates, 0, "P={procs}");
+    }
+}
+
+#[test]
 fn merged_sketches_are_identical_on_every_rank() {
     let (l, r) = fact_and_dimension(30_000, 5_000, 3);
     for procs in [1, 2, 3, 5, 8] {
