@@ -300,13 +300,18 @@ fn broadcast<C: Communicator>(comm: &C, s: &Sides, left: bool) -> Result<Table, 
     let (mut out, matched) = if left {
         let xk = Keys::of(&x, &s.shape.lkeys);
         let (mut pairs, lm, _) = hash_join(&xk, s.rk, false, y_kept);
-        // Right rows with a NULL key are the null-key output's, not the join's.
-        pairs.retain(|a, b| a.is_some() || b.is_some_and(|j| s.rk.get(j).is_some()));
+        // Right rows with a NULL key are the null-key output's, not the join's (only a kept
+        // right side has pairs without a left row).
+        if y_kept {
+            pairs.retain(|a, b| a.is_some() || b.is_some_and(|j| s.rk.get(j).is_some()));
+        }
         (vec![assemble(s.shape, &x, s.r, &pairs)], lm)
     } else {
         let xk = Keys::of(&x, &s.shape.rkeys);
         let (mut pairs, _, rm) = hash_join(s.lk, &xk, y_kept, false);
-        pairs.retain(|a, b| b.is_some() || a.is_some_and(|i| s.lk.get(i).is_some()));
+        if y_kept {
+            pairs.retain(|a, b| b.is_some() || a.is_some_and(|i| s.lk.get(i).is_some()));
+        }
         (vec![assemble(s.shape, s.l, &x, &pairs)], rm)
     };
     if x_kept {
