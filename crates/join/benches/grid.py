@@ -2,13 +2,15 @@
 fraction of N, selectivity, uniform or Zipf(1.2) keys, P ranks) every strategy runs once with
 `deinsum join --format json`; `auto` is the strategy of least predicted time (the inspection's
 predictions, as `deinsum join --strategy auto` picks it). auto is "within 10%" when the measured
-time of its pick is at most 1.1x the best strategy's. Every strategy runs GRID_REPEAT times, the
-strategies taking turns, and its time is the least of its runs (the one least disturbed by other
-work on a shared machine). Writes its table into RESULTS.md between the grid markers (the rest of the file is
+time of its pick is at most 1.1x the best strategy's. Every strategy runs in 1 + GRID_REPEAT
+processes, the strategies taking turns, the later ones joining as often as takes about
+GRID_RUN_SECONDS (at most 20 times, `--repeat`), and its time is the least of its runs (the one
+least disturbed by other work on a shared machine). Writes its table into RESULTS.md between the grid markers (the rest of the file is
 join.sh's). Arguments: the deinsum binary, a scratch folder, RESULTS.md.
 
 Environment: GRID_SIZES (left rows, default "10000,100000,1000000"), GRID_PROCS (default
-"2,4,8"), GRID_REPEAT (runs per strategy and case, default 3), GRID_FIT=1 also prints the least-squares fit of measured seconds on the predicted
+"2,4,8"), GRID_REPEAT (timed processes per strategy and case after the first, default 3),
+GRID_RUN_SECONDS (default 0.05), GRID_FIT=1 also prints the least-squares fit of measured seconds on the predicted
 figures (the calibration of cost.rs's constants); GRID_DUMP=FILE writes every case's measured
 runs and predicted figures per strategy to FILE as JSON (to fit a cost model without rerunning
 the grid)."""
@@ -37,6 +39,9 @@ EXE, WORK, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
 SIZES = [int(float(x)) for x in os.environ.get("GRID_SIZES", "10000,100000,1000000").split(",")]
 PROCS = [int(x) for x in os.environ.get("GRID_PROCS", "2,4,8").split(",")]
 REPEAT = max(1, int(os.environ.get("GRID_REPEAT", "3")))
+# Seconds of joins a timed process runs (`--repeat`), so that a case of a millisecond is the
+# least of tens of runs and not of three.
+RUN_SECONDS = float(os.environ.get("GRID_RUN_SECONDS", "0.05"))
 RATIOS = [0.01, 0.1, 1.0]
 SELECTIVITIES = [0.001, 0.1, 1.0]
 DISTS = ["uniform", "zipf"]
@@ -70,29 +75,35 @@ def tables(n, ratio, sel, dist, seed):
     return lp, rp, m
 
 
-def run(lp, rp, p, strategy):
-    """One run: (the slowest rank's join seconds, the report)."""
+def run(lp, rp, p, strategy, repeat=1):
+    """One process joining `repeat` times: (every run's slowest-rank join seconds, the report)."""
     r = subprocess.run([EXE, "join", lp, rp, "--on", "k", "--procs", str(p), "--strategy",
-                        strategy, "--format", "json"], capture_output=True, text=True,
-                       stdin=subprocess.DEVNULL, env=DEINSUM_ENV)
+                        strategy, "--format", "json", "--repeat", str(repeat)],
+                       capture_output=True, text=True, stdin=subprocess.DEVNULL, env=DEINSUM_ENV)
     if r.returncode != 0:
         raise SystemExit(f"deinsum join --strategy {strategy} -P {p} failed: {r.stderr}")
     rep = json.loads(r.stdout)
-    return rep["join_seconds"], rep
+    return rep["join_seconds_runs"], rep
 
 
 def case(lp, rp, p):
-    """Every strategy's measured seconds (the least of REPEAT runs, the strategies taking turns
-    so that a change of the machine's load hits them alike), its predicted seconds and
-    figures, and auto's pick."""
+    """Every strategy's measured seconds (the least of its runs: REPEAT processes, the
+    strategies taking turns so that a change of the machine's load hits them alike, each
+    joining as many times as take about RUN_SECONDS, at most 20, after a first process that
+    times one run), its predicted seconds and figures, and auto's pick."""
     measured, predicted, figures = {s: [] for s in STRATEGIES}, {}, {}
+    joins = {}
+    for s in STRATEGIES:
+        t, rep = run(lp, rp, p, s)
+        measured[s].extend(t)
+        joins[s] = max(1, min(20, round(RUN_SECONDS / max(t[0], 1e-6))))
+        pred = next(x for x in rep["inspection"]["predictions"] if x["strategy"] == s)
+        predicted[s] = pred["seconds"]
+        figures[s] = pred
     for _ in range(REPEAT):
         for s in STRATEGIES:
-            t, rep = run(lp, rp, p, s)
-            measured[s].append(t)
-            pred = next(x for x in rep["inspection"]["predictions"] if x["strategy"] == s)
-            predicted[s] = pred["seconds"]
-            figures[s] = pred
+            t, _ = run(lp, rp, p, s, joins[s])
+            measured[s].extend(t)
     pick = min(STRATEGIES, key=lambda s: predicted[s])
     best_of = {s: min(v) for s, v in measured.items()}
     best = min(STRATEGIES, key=lambda s: best_of[s])
@@ -160,8 +171,9 @@ def main():
         "the right's with probability *sel* (uniform, or Zipf(1.2) over them), else a key the "
         "right lacks; inner join, in-process ranks, the release binary; a strategy's time is "
         "its slowest rank's join (inspector included, reading excluded). auto = the strategy "
-        f"of least predicted time. Each strategy ran {REPEAT} times per case, the strategies "
-        "taking turns; its time is the least of its runs. "
+        f"of least predicted time. Each strategy ran in 1 + {REPEAT} processes per case, the "
+        "strategies taking turns, the later ones joining as often as takes about "
+        f"{RUN_SECONDS:g} s (at most 20 times); its time is the least of its runs. "
         f"Sizes {', '.join(f'{s:,}' for s in SIZES)} (larger sizes left "
         "out: they would not fit the session's time on this shared machine).",
         "",
