@@ -53,7 +53,7 @@ def join(left, right, on, how="inner", procs=1, strategy="auto", comm=None,
 
     ``inspect``: how the statistics behind ``strategy="auto"`` are gathered, as the CLI's
     ``--inspect``: ``exact``, ``sketch`` (fixed-size sketches; matches estimated) or ``auto``
-    (sketch from 2,000,000 rows of both tables). The rows joined never depend on it.
+    (sketch from 50,000 rows of both tables). The rows joined never depend on it.
 
     ``comm``: an mpi4py communicator (extension built with the ``mpi`` feature); each rank
     passes its own rows and gets its own rows of the output, and ``procs`` is the

@@ -33,9 +33,12 @@ use crate::{Inspection, JoinError, Table};
 use deinsum_exec::{CommError, Communicator};
 
 /// Rows of both tables over all ranks from which [`InspectMode::Auto`] sketches: the
-/// exact pass sends about 60 bytes a distinct key and builds a map of them at their owners,
-/// a large part of a join of this many rows (measured: 10⁷ ⋈ 10⁶ at P = 2).
-pub const SKETCH_ROWS: u64 = 2_000_000;
+/// exact pass sends about 60 bytes a distinct key and builds a map of them at their owners.
+/// Measured (`--strategy shuffle --repeat 7`, least run, load ~12): 2·10⁴ rows, exact 4.1 ms
+/// and sketch 2.1 ms at P = 2, 5.9 and 6.9 ms at P = 8; 2·10⁵ rows, exact 116 and 76 ms,
+/// sketch 47 and 18 ms; 1.1·10⁶ rows, exact 615 and 651 ms, sketch 132 and 145 ms (the
+/// sketch's predictions within 3% of the exact ones there).
+pub const SKETCH_ROWS: u64 = 50_000;
 
 /// Misra–Gries counters per side on `p` ranks: at least 16·P, so that every key heavy in a
 /// shuffle (over (N_L + N_R)/(16·P) rows) has over N/(k+1) rows on one side and is found.

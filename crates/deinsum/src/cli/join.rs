@@ -49,7 +49,7 @@ pub struct Args {
     /// How the inspector gathers the statistics the choice needs: exact (every distinct key's
     /// summary to its owner), sketch (fixed-size HyperLogLog and Misra–Gries sketches; the
     /// shuffle's and broadcast's bytes stay exact, matches are estimated) or auto (sketch from
-    /// 2,000,000 rows of both tables, exact below, or with --max-output-bytes).
+    /// 50,000 rows of both tables, exact below, or with --max-output-bytes).
     #[arg(long, default_value = "auto")]
     pub inspect: String,
     /// Where the tables are: rows (both split by rows over every rank), separate (the left on
