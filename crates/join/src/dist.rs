@@ -8,7 +8,7 @@ use crate::cost::Strategy;
 use crate::inspect::{InspectMode, Inspection};
 use crate::inspector::inspect;
 use crate::kernel::{
-    assemble, hash_join, key_hash, owner, JoinShape, KeyChains, KeyIndex, KeyMap, Keys, Pairs,
+    assemble, hash_join, key_hash, owner, JoinShape, KeyIndex, KeyMap, Keys, Pairs,
 };
 use crate::{Column, JoinError, Table};
 use deinsum_exec::{Communicator, Traffic};
@@ -404,27 +404,50 @@ fn semi<C: Communicator>(comm: &C, s: &Sides, ins: &Inspection) -> Result<Table,
     let all: Vec<usize> = (0..s.r.names().len()).collect();
     let mut msgs = vec![Vec::new(); p];
     let mut wanted_anywhere = vec![false; s.r.rows()];
-    // The ranks that want each key (chained in rank order), so the right rows are scanned once.
-    let mut wanted_by = KeyChains::with_capacity(1024, 1024);
-    let mut ranks = Vec::new();
+    // This rank's right keys numbered; each received key looked up there (a key no right row
+    // has is dropped at once: filing every key of every list cost most of this strategy's
+    // time), the wanting ranks grouped by key in rank order; the right rows scanned once.
+    let mut rindex = KeyIndex::with_capacity(s.r.rows());
+    let rid: Vec<u32> = (0..s.r.rows())
+        .map(|j| s.rk.get(j).map_or(u32::MAX, |k| rindex.insert(k).0 as u32))
+        .collect();
+    let mut wants: Vec<(u32, u32)> = Vec::new();
     for (q, b) in lists.iter().enumerate() {
         let mut b = &b[..];
         while !b.is_empty() {
             let n = u32::from_le_bytes(b[..4].try_into().expect("4")) as usize;
-            wanted_by.push(&b[4..4 + n], ranks.len());
-            ranks.push(q);
+            if let Some(id) = rindex.get(&b[4..4 + n]) {
+                wants.push((id as u32, q as u32));
+            }
             b = &b[4 + n..];
         }
     }
-    for (j, wanted) in wanted_anywhere.iter_mut().enumerate() {
-        if let Some(id) = s.rk.get(j).and_then(|k| wanted_by.index().get(k)) {
-            for e in wanted_by.items(id) {
-                s.r.encode_row(j, &all, &mut msgs[ranks[e]]);
-            }
-            *wanted = true;
-        }
+    let mut start = vec![0usize; rindex.len() + 1];
+    for &(id, _) in &wants {
+        start[id as usize + 1] += 1;
     }
-    drop(wanted_by);
+    for x in 1..start.len() {
+        start[x] += start[x - 1];
+    }
+    let mut fill = start.clone();
+    let mut wanting = vec![0u32; wants.len()];
+    for &(id, q) in &wants {
+        wanting[fill[id as usize]] = q;
+        fill[id as usize] += 1;
+    }
+    drop((wants, fill, rindex));
+    for (j, wanted) in wanted_anywhere.iter_mut().enumerate() {
+        let id = rid[j];
+        if id == u32::MAX {
+            continue;
+        }
+        let ranks = &wanting[start[id as usize]..start[id as usize + 1]];
+        for &q in ranks {
+            s.r.encode_row(j, &all, &mut msgs[q as usize]);
+        }
+        *wanted = !ranks.is_empty();
+    }
+    drop((wanting, start, rid));
     let got = coll::all_to_all(comm, msgs)?.concat();
     let rr = s.decode_right(&got)?;
     let rrk = Keys::of(&rr, &s.shape.rkeys);

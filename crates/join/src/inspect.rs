@@ -89,10 +89,10 @@ pub fn heavy_threshold(total: u64, p: usize) -> u64 {
     }
 }
 
-/// A key of a semi-join key list costs its receiver as many rows of the local join: a map
-/// insert and the list of the ranks wanting it (measured on the auto-choice grid, where the
-/// key-list semi-join took 3-5x its predicted time at 10⁵ rows when counted as one).
-pub const SEMI_KEY_ROWS: u64 = 2;
+/// A key of a semi-join key list costs its receiver as many rows of the local join: a look-up
+/// in the index of its right keys, as a probe row (filing every listed key in a map with the
+/// list of the ranks wanting it, as before, cost two rows and more).
+pub const SEMI_KEY_ROWS: u64 = 1;
 
 /// Bytes of a row number in a message.
 pub const ROW_NUMBER: u64 = 8;
@@ -723,11 +723,11 @@ fn bloom_whole(
 }
 
 /// Adds to `rows_in` the semi-joins' local passes besides the join. The right holders scan
-/// their keyed rows: once against the key lists (one hash look-up a row), against every
-/// filter that came (a test of each row a filter). Both semi-joins first find each rank's
-/// distinct left keys (a hash insert per keyed left row), and the key-list semi-join files
-/// every key list a rank receives (its own included) in a map of the ranks wanting each
-/// key: an insert and a list per key, counted as [`SEMI_KEY_ROWS`] rows.
+/// their keyed rows: once to index their keys (one hash insert a row), against every filter
+/// that came (a test of each row a filter). Both semi-joins first find each rank's distinct
+/// left keys (a hash insert per keyed left row), and the key-list semi-join looks up every
+/// key of every list a rank receives (its own included) in its right keys' index, counted
+/// as [`SEMI_KEY_ROWS`] rows a key.
 fn add_local_passes(
     strategy: Strategy,
     ranks: &[RankFigures],
