@@ -72,3 +72,35 @@ fn mttkrp_within_bound() {
     check("ijk,ja,ka->ia", "i=24,j=24,k=24,a=24");
     check("ijk,ja,ka->ia", "i=20,j=20,k=20,a=12");
 }
+
+/// Groups that repeat one statement under other index names (a chain's steps) share one SOAP
+/// solve in the planner: each group's bounds equal its own solve, to the bit, and the plan's
+/// bound is their sum.
+#[test]
+fn repeated_groups_keep_their_own_bounds() {
+    // An 8-site MPS norm: its middle steps are one statement renamed; sizes that differ per
+    // site (c=3) keep some apart.
+    let expr = "ia,iAb,bBc,cCd,dDe,eEf,fFg,gG,ja,jAk,kBl,lCm,mDn,nEo,oFp,pG->";
+    let mut sizes: Vec<String> = "bcdefgklmnop"
+        .chars()
+        .map(|c| format!("{c}={}", if c == 'c' { 3 } else { 8 }))
+        .collect();
+    sizes.extend("iaABCDEFGj".chars().map(|c| format!("{c}=2")));
+    let sizes = sizes.join(",");
+    for p in [1, 2, 3, 4] {
+        let pl = plan_sizes(expr, &sizes, p, true);
+        let s = (pl.prediction.max_peak_memory as f64).max(1.0);
+        let mut sum = 0.0;
+        for g in &pl.groups {
+            let b = deinsum_soap::parallel_bound(&g.group, p, s);
+            assert_eq!(
+                (g.bound_memory_independent, g.bound_memory_dependent),
+                (b.memory_independent, b.memory_dependent),
+                "P={p} group {}",
+                g.group.einsum_string()
+            );
+            sum += b.binding();
+        }
+        assert_eq!(pl.prediction.bound_per_rank, sum, "P={p}");
+    }
+}
