@@ -51,6 +51,9 @@ pub(crate) struct MemoryModel {
 /// Ranks whose blocks and buffer words [`MemoryModel::peaks`] sweeps at once.
 const PEAK_CHUNK: usize = 4096;
 
+/// Largest per-index table of ranges a test of equal block lengths builds.
+pub(crate) const UNIFORM_TABLE: usize = 1 << 16;
+
 /// The shape of every tensor by id, looked up in O(1) (a scan per lookup made a plan of a few
 /// hundred steps quadratic); the first tensor of an id wins. An unknown id is a scalar.
 pub(crate) struct Shapes<'a>(FastMap<TensorId, &'a [usize]>);
@@ -203,6 +206,11 @@ impl MemoryModel {
     /// The peaks over every rank that can hold data (`0..active`): the maxima always, the
     /// per-rank lists (indexed by rank) only with `per_rank`.
     pub(crate) fn peaks(&self, per_rank: bool) -> Peaks {
+        if !per_rank {
+            if let Some(p) = self.peaks_by_segments() {
+                return p;
+            }
+        }
         let mut p = Peaks::default();
         // Ranks in chunks: each move's buffer words are swept over a chunk at once, in memory
         // bounded by the chunk; each base's block is walked by a cursor (no per-rank
@@ -259,6 +267,56 @@ impl MemoryModel {
             }
         }
         p
+    }
+
+    /// [`Self::peaks`]' maxima when every block has one length on every rank of its grid
+    /// (and every step that moves has its buffers set): what a rank holds at a step is then
+    /// the same on each segment of ranks between two grids' ends, so the maxima are taken
+    /// per segment (the largest buffers of its ranks beside its held words) instead of per
+    /// rank. `None` otherwise.
+    fn peaks_by_segments(&self) -> Option<Peaks> {
+        let set = self.buffers_set();
+        if self
+            .held
+            .iter()
+            .zip(&set)
+            .any(|(h, b)| b.is_none() && !h.moves.is_empty())
+        {
+            return None;
+        }
+        let cuts: Vec<Cuts> = self
+            .bases
+            .iter()
+            .map(|(d, sh)| Cuts::capped(d, sh, UNIFORM_TABLE))
+            .collect();
+        let uniform: Vec<u64> = self
+            .blocks
+            .iter()
+            .map(|(bi, window)| cuts[*bi].uniform_len(window))
+            .collect::<Option<_>>()?;
+        let sizes: Vec<usize> = self.bases.iter().map(|(d, _)| d.grid.size()).collect();
+        let mut ends: Vec<usize> = sizes.iter().copied().filter(|&n| n < self.active).collect();
+        ends.extend([0, self.active]);
+        ends.sort_unstable();
+        ends.dedup();
+        let mut p = Peaks::default();
+        let (mut lens, mut held) = (vec![0u64; self.blocks.len()], Vec::new());
+        for seg in ends.windows(2) {
+            let (lo, hi) = (seg[0], seg[1]);
+            for ((bi, _), (len, &u)) in self.blocks.iter().zip(lens.iter_mut().zip(&uniform)) {
+                *len = if lo < sizes[*bi] { u } else { 0 };
+            }
+            self.held_words(&lens, &mut held);
+            for (&x, b) in held.iter().zip(&set) {
+                let bufs = b.map_or(0, |b| {
+                    let part = b.get(lo..hi.min(b.len())).unwrap_or(&[]);
+                    part.iter().copied().max().unwrap_or(0)
+                });
+                p.max = p.max.max(x);
+                p.max_with_buffers = p.max_with_buffers.max(x + bufs);
+            }
+        }
+        Some(p)
     }
 
     /// Peak words of `rank` over the steps: the data, and the data with message buffers (a

@@ -139,7 +139,7 @@ impl Cuts {
     }
 
     /// [`Self::new`] with per-index tables of up to `cap` entries.
-    fn capped(dist: &Distribution, shape: &[usize], cap: usize) -> Cuts {
+    pub(crate) fn capped(dist: &Distribution, shape: &[usize], cap: usize) -> Cuts {
         let sizes: Vec<usize> = dist.grid.dims.iter().map(|d| d.size).collect();
         let per_index = shape
             .iter()
@@ -173,6 +173,23 @@ impl Cuts {
             shape: shape.to_vec(),
             dist: dist.clone(),
         }
+    }
+
+    /// The length every rank of the grid holds of the blocks cut to `window`, when they all
+    /// hold the same (each index's tabled ranges, narrowed, of one length); `None` when they
+    /// differ or an index has no table.
+    pub(crate) fn uniform_len(&self, window: &[crate::Window]) -> Option<u64> {
+        let mut len = 1u64;
+        for (v, (_, table)) in self.per_index.iter().enumerate() {
+            let t = table.as_ref()?;
+            let of = |r: &Range| crate::Window::narrow(window, v, (*r).into()).len() as u64;
+            let first = of(t.first()?);
+            if t.iter().any(|r| of(r) != first) {
+                return None;
+            }
+            len *= first;
+        }
+        Some(len)
     }
 
     /// The coordinates of `rank` (taken modulo the grid's size: a rank past the grid's end
@@ -719,6 +736,9 @@ impl MoveView {
     /// for all ranks where asking each sender ([`Self::sends`]) costs O(P) per rank.
     fn sent_table(&self) -> &[u64] {
         self.sent_table.get_or_init(|| {
+            if let Some(sent) = self.sent_from_whole() {
+                return sent;
+            }
             // The targets in a few contiguous parts on the pool (the sweep that asked waits
             // here with the others), each part's sends summed into its own table.
             let n = self.dst_size;
@@ -736,6 +756,30 @@ impl MoveView {
             }
             sent
         })
+    }
+
+    /// [`Self::sent_table`] when every source rank holds the whole tensor (no grid dim of
+    /// more than one rank splits an index, no partial sums): a target inside the source grid
+    /// copies from itself, one past it takes its block from rank `d mod replicas` (the
+    /// sender [`Self::pick`] names), so only the targets past the source grid are walked.
+    fn sent_from_whole(&self) -> Option<Vec<u64>> {
+        let fg = &self.from.grid;
+        let whole = self.partial_count <= 1
+            && self.from.split.iter().flatten().all(|&g| fg.dims[g].size == 1)
+            && self.src_parts.iter().all(|p| p.len() == 1);
+        if !whole {
+            return None;
+        }
+        let mut sent = vec![0u64; self.src_size];
+        for d in self.src_size..self.dst_size {
+            if let Some(tb) = ranges_of(&self.to, d, &self.shape) {
+                let words: u64 = tb.iter().map(|&(s, e)| e.saturating_sub(s) as u64).product();
+                if let Some(s) = sent.get_mut(d % self.replicas.max(1)) {
+                    *s += words;
+                }
+            }
+        }
+        Some(sent)
     }
 
     /// Words each source rank sends to the targets of `targets` (others than itself), with

@@ -21,6 +21,34 @@ pub(crate) fn set_bounds(groups: &mut [GroupPlan], procs: usize, s_bound: f64) -
 /// Max over ranks of the words of its blocks of every group's inputs and output, summed over
 /// the groups (ranks outside a group's grid touch nothing of it).
 pub(crate) fn touched(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> u64 {
+    touched_by_segments(groups, tensors, procs)
+        .unwrap_or_else(|| touched_by_ranks(groups, tensors, procs))
+}
+
+/// [`touched`] when every block has one length on every rank of its grid: each rank's words
+/// are then the same on each segment of ranks between two grids' ends, so the maximum is
+/// taken per segment. `None` otherwise.
+fn touched_by_segments(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> Option<u64> {
+    let shapes = Shapes::new(tensors);
+    // Per block, the ranks that hold it (a prefix) and its length.
+    let mut held: Vec<(usize, u64)> = Vec::new();
+    let mut n = 0;
+    for g in groups {
+        let size = g.grid.size().min(procs);
+        n = n.max(size);
+        for (id, d) in g.inputs.iter().chain(std::iter::once(&g.output)) {
+            let cuts = Cuts::capped(d, &shapes.of(*id), crate::memory::UNIFORM_TABLE);
+            held.push((size.min(d.grid.size()), cuts.uniform_len(&[])?));
+        }
+    }
+    let mut starts: Vec<usize> = held.iter().map(|&(end, _)| end).filter(|&e| e < n).collect();
+    starts.push(0);
+    let words = |r: usize| held.iter().filter(|&&(end, _)| r < end).map(|&(_, l)| l).sum();
+    Some(starts.into_iter().filter(|&r| r < n).map(words).max().unwrap_or(0))
+}
+
+/// [`touched`] rank by rank.
+fn touched_by_ranks(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> u64 {
     let shapes = Shapes::new(tensors);
     let shape = |id: TensorId| shapes.of(id);
     let mut per_rank: Vec<u64> = Vec::new();
