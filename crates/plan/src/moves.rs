@@ -175,21 +175,28 @@ impl Cuts {
         }
     }
 
-    /// The length every rank of the grid holds of the blocks cut to `window`, when they all
-    /// hold the same (each index's tabled ranges, narrowed, of one length); `None` when they
-    /// differ or an index has no table.
-    pub(crate) fn uniform_len(&self, window: &[crate::Window]) -> Option<u64> {
-        let mut len = 1u64;
-        for (v, (_, table)) in self.per_index.iter().enumerate() {
-            let t = table.as_ref()?;
-            let of = |r: &Range| crate::Window::narrow(window, v, (*r).into()).len() as u64;
-            let first = of(t.first()?);
-            if t.iter().any(|r| of(r) != first) {
-                return None;
-            }
-            len *= first;
+    /// Ranks (aligned) over which the length of the block cut to `window` stays the same:
+    /// the stride of the innermost grid dim (over more than one rank) that splits an index
+    /// whose tabled ranges, narrowed, differ in length; the grid's size when none does.
+    /// `None` when an index has no table.
+    pub(crate) fn length_run(&self, window: &[crate::Window]) -> Option<usize> {
+        let mut stride = vec![1usize; self.sizes.len() + 1];
+        for k in (0..self.sizes.len()).rev() {
+            stride[k] = stride[k + 1].saturating_mul(self.sizes[k]);
         }
-        Some(len)
+        let mut run = stride[0].max(1);
+        for (v, (dims, table)) in self.per_index.iter().enumerate() {
+            let t = table.as_ref()?;
+            let of = |r: &Range| crate::Window::narrow(window, v, (*r).into()).len();
+            let first = t.first().map_or(0, of);
+            if t.iter().all(|r| of(r) == first) {
+                continue;
+            }
+            for &g in dims.iter().filter(|&&g| self.sizes[g] > 1) {
+                run = run.min(stride[g + 1]);
+            }
+        }
+        Some(run)
     }
 
     /// The coordinates of `rank` (taken modulo the grid's size: a rank past the grid's end
@@ -765,7 +772,12 @@ impl MoveView {
     fn sent_from_whole(&self) -> Option<Vec<u64>> {
         let fg = &self.from.grid;
         let whole = self.partial_count <= 1
-            && self.from.split.iter().flatten().all(|&g| fg.dims[g].size == 1)
+            && self
+                .from
+                .split
+                .iter()
+                .flatten()
+                .all(|&g| fg.dims[g].size == 1)
             && self.src_parts.iter().all(|p| p.len() == 1);
         if !whole {
             return None;
@@ -773,7 +785,10 @@ impl MoveView {
         let mut sent = vec![0u64; self.src_size];
         for d in self.src_size..self.dst_size {
             if let Some(tb) = ranges_of(&self.to, d, &self.shape) {
-                let words: u64 = tb.iter().map(|&(s, e)| e.saturating_sub(s) as u64).product();
+                let words: u64 = tb
+                    .iter()
+                    .map(|&(s, e)| e.saturating_sub(s) as u64)
+                    .product();
                 if let Some(s) = sent.get_mut(d % self.replicas.max(1)) {
                     *s += words;
                 }

@@ -25,26 +25,41 @@ pub(crate) fn touched(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) ->
         .unwrap_or_else(|| touched_by_ranks(groups, tensors, procs))
 }
 
-/// [`touched`] when every block has one length on every rank of its grid: each rank's words
-/// are then the same on each segment of ranks between two grids' ends, so the maximum is
-/// taken per segment. `None` otherwise.
+/// [`touched`] by segments of ranks over which every block keeps its length (a block's
+/// length changes only where a grid dim that splits an index of unequal cuts moves): the
+/// maximum over ranks is the maximum over segments. `None` when the segments would be many.
 fn touched_by_segments(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> Option<u64> {
     let shapes = Shapes::new(tensors);
-    // Per block, the ranks that hold it (a prefix) and its length.
-    let mut held: Vec<(usize, u64)> = Vec::new();
+    // Per block: its distribution and shape, the ranks that hold it (a prefix) and the
+    // ranks (aligned) over which its length stays the same.
+    let mut held = Vec::new();
     let mut n = 0;
     for g in groups {
         let size = g.grid.size().min(procs);
         n = n.max(size);
         for (id, d) in g.inputs.iter().chain(std::iter::once(&g.output)) {
-            let cuts = Cuts::capped(d, &shapes.of(*id), crate::memory::UNIFORM_TABLE);
-            held.push((size.min(d.grid.size()), cuts.uniform_len(&[])?));
+            let sh = shapes.of(*id);
+            let run = Cuts::capped(d, &sh, crate::memory::UNIFORM_TABLE).length_run(&[])?;
+            held.push((d, sh, size.min(d.grid.size()), run.max(1)));
         }
     }
-    let mut starts: Vec<usize> = held.iter().map(|&(end, _)| end).filter(|&e| e < n).collect();
-    starts.push(0);
-    let words = |r: usize| held.iter().filter(|&&(end, _)| r < end).map(|&(_, l)| l).sum();
-    Some(starts.into_iter().filter(|&r| r < n).map(words).max().unwrap_or(0))
+    let segments: usize = held.iter().map(|h| h.2 / h.3 + 1).sum();
+    if segments.saturating_mul(8) > n {
+        return None;
+    }
+    let (mut lo, mut max) = (0, 0);
+    while lo < n {
+        let (mut hi, mut words) = (n, 0u64);
+        for (d, sh, end, run) in &held {
+            if lo < *end {
+                hi = hi.min(*end).min((lo / run + 1) * run);
+                words += crate::moves::block_len(d, lo, sh);
+            }
+        }
+        max = max.max(words);
+        lo = hi;
+    }
+    Some(max)
 }
 
 /// [`touched`] rank by rank.

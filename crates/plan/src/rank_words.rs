@@ -336,6 +336,30 @@ impl RankWords {
         }
     }
 
+    /// Words `rank` sends plus receives (0 past the counted ranks).
+    pub(crate) fn buffer_of(&self, rank: usize) -> u64 {
+        let i = match &self.index {
+            PaletteIndex::U8(v) => v.get(rank).map(|&i| i as usize),
+            PaletteIndex::U16(v) => v.get(rank).map(|&i| i as usize),
+            PaletteIndex::U32(v) => v.get(rank).map(|&i| i as usize),
+        };
+        i.map_or(0, |i| self.palette[i].0 + self.palette[i].1)
+    }
+
+    /// The largest words sent plus received by one rank of `ranks` (0 for none counted).
+    pub(crate) fn max_buffer_in(&self, ranks: Range<usize>) -> u64 {
+        let n = self.len();
+        let r = ranks.start.min(n)..ranks.end.min(n);
+        let p = &self.palette;
+        let words = |i: usize| p[i].0 + p[i].1;
+        match &self.index {
+            PaletteIndex::U8(v) => v[r].iter().map(|&i| words(i as usize)).max(),
+            PaletteIndex::U16(v) => v[r].iter().map(|&i| words(i as usize)).max(),
+            PaletteIndex::U32(v) => v[r].iter().map(|&i| words(i as usize)).max(),
+        }
+        .unwrap_or(0)
+    }
+
     /// Adds each rank's received words into the dense per-rank `acc` (grown as needed).
     pub(crate) fn add_received_to(&self, acc: &mut Vec<u64>) {
         if acc.len() < self.len() {
