@@ -95,15 +95,6 @@ fn touched_by_ranks(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> u
     per_rank.into_iter().max().unwrap_or(0)
 }
 
-/// Sparse per-rank words from dense counts, or nothing unless `wanted`.
-pub(crate) fn per_rank(dense: &[u64], wanted: bool) -> PerRank {
-    if wanted {
-        PerRank::from_dense(dense.iter().copied())
-    } else {
-        PerRank::new()
-    }
-}
-
 /// Fills `pr` from each rank's words `received` and `sent` over the plan's steps and the memory
 /// `peaks` on `procs` ranks: the word totals, the peaks, every group's SOAP bound (for the budget S, or without
 /// one the plan's own peak) and the ratio of `pr.touched_per_rank` to the bound. The planner's
@@ -111,13 +102,48 @@ pub(crate) fn per_rank(dense: &[u64], wanted: bool) -> PerRank {
 pub(crate) fn set_prediction(
     pr: &mut Prediction,
     groups: &mut [GroupPlan],
-    words: (&[u64], &[u64]),
+    words: WordSums,
     peaks: Peaks,
     procs: usize,
     opts: &PlanOptions,
 ) {
-    set_words(pr, words, opts);
+    set_sums(pr, words);
     set_memory(pr, groups, peaks, procs, opts);
+}
+
+/// Every rank's words received and sent summed over a plan's moves: the maxima, the total
+/// received and (when asked) the sparse per-rank lists, gathered chunk by chunk of ranks.
+#[derive(Default)]
+pub(crate) struct WordSums {
+    max_received: u64,
+    total: u64,
+    max_sent: u64,
+    received: PerRank,
+    sent: PerRank,
+}
+
+impl WordSums {
+    /// The sums of dense per-rank `received` and `sent`.
+    pub(crate) fn of(received: &[u64], sent: &[u64], per_rank: bool) -> WordSums {
+        let mut w = WordSums::default();
+        w.add(0, received, sent, per_rank);
+        w
+    }
+
+    /// Adds the ranks from `lo` on with these words (after every rank before `lo`).
+    pub(crate) fn add(&mut self, lo: usize, received: &[u64], sent: &[u64], per_rank: bool) {
+        self.max_received = self.max_received.max(max_of(received));
+        self.total += received.iter().sum::<u64>();
+        self.max_sent = self.max_sent.max(max_of(sent));
+        if per_rank {
+            let nonzero = |v: &[u64], out: &mut PerRank| {
+                let ranks = v.iter().enumerate().filter(|&(_, &x)| x != 0);
+                ranks.for_each(|(r, &x)| out.push(lo + r, x));
+            };
+            nonzero(received, &mut self.received);
+            nonzero(sent, &mut self.sent);
+        }
+    }
 }
 
 /// The words part of [`set_prediction`]: totals and maxima of `received` and `sent` per rank.
@@ -126,11 +152,16 @@ pub(crate) fn set_words(
     (received, sent): (&[u64], &[u64]),
     opts: &PlanOptions,
 ) {
-    pr.max_per_rank = max_of(received);
-    pr.total = received.iter().sum();
-    pr.max_sent_per_rank = max_of(sent);
-    pr.received = per_rank(received, opts.per_rank);
-    pr.sent = per_rank(sent, opts.per_rank);
+    set_sums(pr, WordSums::of(received, sent, opts.per_rank));
+}
+
+/// [`set_words`] from the sums.
+pub(crate) fn set_sums(pr: &mut Prediction, w: WordSums) {
+    pr.max_per_rank = w.max_received;
+    pr.total = w.total;
+    pr.max_sent_per_rank = w.max_sent;
+    pr.received = w.received;
+    pr.sent = w.sent;
 }
 
 /// The memory part of [`set_prediction`]: the peaks, the groups' SOAP bounds and the ratio

@@ -336,6 +336,27 @@ impl RankWords {
         }
     }
 
+    /// Calls `f(rank, sent, received)` for each counted rank of `ranks` in order.
+    pub(crate) fn for_each_in(&self, ranks: Range<usize>, mut f: impl FnMut(usize, u64, u64)) {
+        let n = self.len();
+        let r = ranks.start.min(n)..ranks.end.min(n);
+        let (lo, p) = (r.start, &self.palette);
+        match &self.index {
+            PaletteIndex::U8(v) => v[r].iter().enumerate().for_each(|(k, &i)| {
+                let (s, w) = p[i as usize];
+                f(lo + k, s, w)
+            }),
+            PaletteIndex::U16(v) => v[r].iter().enumerate().for_each(|(k, &i)| {
+                let (s, w) = p[i as usize];
+                f(lo + k, s, w)
+            }),
+            PaletteIndex::U32(v) => v[r].iter().enumerate().for_each(|(k, &i)| {
+                let (s, w) = p[i as usize];
+                f(lo + k, s, w)
+            }),
+        }
+    }
+
     /// Words `rank` sends plus receives (0 past the counted ranks).
     pub(crate) fn buffer_of(&self, rank: usize) -> u64 {
         let i = match &self.index {
