@@ -193,12 +193,23 @@ impl Move {
     }
 }
 
-/// Running per-rank totals of the emitted moves (dense, indexed by rank).
+/// The emitted moves' words per rank, kept per step (no dense per-rank vector per tree):
+/// their sums over the steps are taken chunk by chunk when the plan is finished
+/// ([`Totals::sums`]).
 #[derive(Default)]
 pub(crate) struct Totals {
-    pub(crate) received: Vec<u64>,
-    pub(crate) sent: Vec<u64>,
+    steps: Vec<StepWords>,
 }
+
+/// One step's words per rank: its one move's as the memo holds them, or several moves'
+/// `(sent, received)` added up.
+enum StepWords {
+    One(std::sync::Arc<RankWords>),
+    Many(Vec<(u64, u64)>),
+}
+
+/// Ranks [`Totals::sums`] adds up at once.
+const SUM_CHUNK: usize = 1 << 14;
 
 impl Totals {
     /// The volume of `views` moved together in one step (per-rank lists when `per_rank`),
@@ -211,6 +222,39 @@ impl Totals {
         memo: &MoveMemo,
     ) -> Volume {
         self.tally_each(views, n, per_rank, memo).1
+    }
+
+    /// The maxima, total and (when `per_rank`) sparse lists of every rank's words received
+    /// and sent summed over the steps.
+    pub(crate) fn sums(&self, per_rank: bool) -> crate::predict::WordSums {
+        let mut out = crate::predict::WordSums::default();
+        let len = |s: &StepWords| match s {
+            StepWords::One(w) => w.len(),
+            StepWords::Many(v) => v.len(),
+        };
+        let n = self.steps.iter().map(len).max().unwrap_or(0);
+        let (mut received, mut sent) = (vec![0u64; SUM_CHUNK], vec![0u64; SUM_CHUNK]);
+        for lo in (0..n).step_by(SUM_CHUNK) {
+            let hi = (lo + SUM_CHUNK).min(n);
+            received.fill(0);
+            sent.fill(0);
+            for s in &self.steps {
+                match s {
+                    StepWords::One(w) => w.for_each_in(lo..hi, |r, s, x| {
+                        sent[r - lo] += s;
+                        received[r - lo] += x;
+                    }),
+                    StepWords::Many(v) => {
+                        for (r, &(s, x)) in v.iter().enumerate().take(hi).skip(lo) {
+                            sent[r - lo] += s;
+                            received[r - lo] += x;
+                        }
+                    }
+                }
+            }
+            out.add(lo, &received[..hi - lo], &sent[..hi - lo], per_rank);
+        }
+        out
     }
 
     /// [`Self::tally`], with each view's own volume too (every rank's words taken once, from
@@ -226,32 +270,20 @@ impl Totals {
         // Ranks past every view's grids move nothing: their zero words change no total, no
         // maximum and no sparse list.
         let n = views.iter().map(MoveView::ranks).max().unwrap_or(0).min(n);
-        if self.received.len() < n {
-            self.received.resize(n, 0);
-            self.sent.resize(n, 0);
-        }
         let mut each = vec![Volume::default(); views.len()];
         let mut v = Volume::default();
         if let [view] = views {
             // One move (the usual step): its words go straight into the totals, its maxima
             // and total are the move's own.
             let words = memo.words(view);
-            let (sent, received) = (&mut self.sent, &mut self.received);
             if per_rank {
-                words.for_each(|r, s, w| {
-                    v.add_rank(r, s, w, true);
-                    sent[r] += s;
-                    received[r] += w;
-                });
+                words.for_each(|r, s, w| v.add_rank(r, s, w, true));
             } else {
                 v.max_per_rank = words.max_received;
                 v.max_sent = words.max_sent;
                 v.total = words.total_received;
-                words.for_each(|r, s, w| {
-                    sent[r] += s;
-                    received[r] += w;
-                });
             }
+            self.steps.push(StepWords::One(words));
             each[0] = v.clone();
             return (each, v);
         }
@@ -262,6 +294,7 @@ impl Totals {
             dense.resize(n, (0, 0));
             words.push(dense);
         }
+        let mut sums = Vec::with_capacity(n);
         for r in 0..n {
             let (mut s, mut w) = (0, 0);
             for (mw, e) in words.iter().zip(&mut each) {
@@ -269,10 +302,10 @@ impl Totals {
                 e.add_rank(r, ms, mw, per_rank);
                 (s, w) = (s + ms, w + mw);
             }
-            self.sent[r] += s;
-            self.received[r] += w;
+            sums.push((s, w));
             v.add_rank(r, s, w, per_rank);
         }
+        self.steps.push(StepWords::Many(sums));
         (each, v)
     }
 }

@@ -41,15 +41,46 @@ pub(crate) struct MemoryModel {
     /// cut from: a rank's ranges of each are taken once.
     bases: Vec<(Distribution, Vec<usize>)>,
     /// Message buffer words per rank of some steps, already counted by the planner.
-    buffers: BTreeMap<usize, Vec<u64>>,
+    buffers: BTreeMap<usize, Buffers>,
     /// Ranks that can hold anything (the largest grid, at most P).
     pub(crate) active: usize,
     /// Ranks that compute in at least one group.
     pub(crate) ranks_used: usize,
 }
 
+/// A step's message buffer words per rank: its one move's words as the planner counted
+/// them (no dense copy), or several moves' added up.
+enum Buffers {
+    One(std::sync::Arc<crate::rank_words::RankWords>),
+    Dense(Vec<u64>),
+}
+
+impl Buffers {
+    /// `rank`'s words (0 past the counted ranks).
+    fn get(&self, rank: usize) -> u64 {
+        match self {
+            Buffers::One(w) => w.buffer_of(rank),
+            Buffers::Dense(v) => v.get(rank).copied().unwrap_or(0),
+        }
+    }
+
+    /// The largest words of one rank of `ranks` (0 for none counted).
+    fn max_in(&self, ranks: std::ops::Range<usize>) -> u64 {
+        match self {
+            Buffers::One(w) => w.max_buffer_in(ranks),
+            Buffers::Dense(v) => {
+                let r = ranks.start.min(v.len())..ranks.end.min(v.len());
+                v[r].iter().copied().max().unwrap_or(0)
+            }
+        }
+    }
+}
+
 /// Ranks whose blocks and buffer words [`MemoryModel::peaks`] sweeps at once.
 const PEAK_CHUNK: usize = 4096;
+
+/// Largest per-index table of ranges a test of equal block lengths builds.
+pub(crate) const UNIFORM_TABLE: usize = 1 << 16;
 
 /// The shape of every tensor by id, looked up in O(1) (a scan per lookup made a plan of a few
 /// hundred steps quadratic); the first tensor of an id wins. An unknown id is a scalar.
@@ -203,6 +234,11 @@ impl MemoryModel {
     /// The peaks over every rank that can hold data (`0..active`): the maxima always, the
     /// per-rank lists (indexed by rank) only with `per_rank`.
     pub(crate) fn peaks(&self, per_rank: bool) -> Peaks {
+        if !per_rank {
+            if let Some(p) = self.peaks_by_segments() {
+                return p;
+            }
+        }
         let mut p = Peaks::default();
         // Ranks in chunks: each move's buffer words are swept over a chunk at once, in memory
         // bounded by the chunk; each base's block is walked by a cursor (no per-rank
@@ -261,6 +297,71 @@ impl MemoryModel {
         p
     }
 
+    /// [`Self::peaks`]' maxima when every block has one length on every rank of its grid
+    /// (and every step that moves has its buffers set): what a rank holds at a step is then
+    /// the same on each segment of ranks between two grids' ends, so the maxima are taken
+    /// per segment (the largest buffers of its ranks beside its held words) instead of per
+    /// rank. `None` otherwise.
+    fn peaks_by_segments(&self) -> Option<Peaks> {
+        let set = self.buffers_set();
+        if self
+            .held
+            .iter()
+            .zip(&set)
+            .any(|(h, b)| b.is_none() && !h.moves.is_empty())
+        {
+            return None;
+        }
+        let cuts: Vec<Cuts> = self
+            .bases
+            .iter()
+            .map(|(d, sh)| Cuts::capped(d, sh, UNIFORM_TABLE))
+            .collect();
+        // Per block, the ranks over which its length stays the same (aligned).
+        let runs: Vec<usize> = self
+            .blocks
+            .iter()
+            .map(|(bi, window)| cuts[*bi].length_run(window))
+            .collect::<Option<_>>()?;
+        let sizes: Vec<usize> = self.bases.iter().map(|(d, _)| d.grid.size()).collect();
+        // Segments cost a block length each: beside a sweep rank by rank they pay only when
+        // few.
+        let segments: usize = self
+            .blocks
+            .iter()
+            .zip(&runs)
+            .map(|((bi, _), &run)| sizes[*bi].min(self.active) / run.max(1) + 1)
+            .sum();
+        if segments.saturating_mul(8) > self.active {
+            return None;
+        }
+        let mut p = Peaks::default();
+        let (mut lens, mut held) = (vec![0u64; self.blocks.len()], Vec::new());
+        let mut lo = 0;
+        while lo < self.active {
+            let mut hi = self.active;
+            for ((bi, window), (len, &run)) in self.blocks.iter().zip(lens.iter_mut().zip(&runs)) {
+                let size = sizes[*bi];
+                *len = match lo < size {
+                    true => {
+                        hi = hi.min(size).min((lo / run + 1) * run);
+                        let (d, sh) = &self.bases[*bi];
+                        ranges_of(d, lo, sh).map_or(0, |r| block_len(&r, window))
+                    }
+                    false => 0,
+                };
+            }
+            self.held_words(&lens, &mut held);
+            for (&x, b) in held.iter().zip(&set) {
+                let bufs = b.map_or(0, |b| b.max_in(lo..hi));
+                p.max = p.max.max(x);
+                p.max_with_buffers = p.max_with_buffers.max(x + bufs);
+            }
+            lo = hi;
+        }
+        Some(p)
+    }
+
     /// Peak words of `rank` over the steps: the data, and the data with message buffers (a
     /// rank's packed sends and its receives exist at once).
     pub(crate) fn of_rank(&self, rank: usize) -> (u64, u64) {
@@ -299,7 +400,7 @@ impl MemoryModel {
     }
 
     /// Per held step, the buffer words per rank set by the planner (if any).
-    fn buffers_set(&self) -> Vec<Option<&Vec<u64>>> {
+    fn buffers_set(&self) -> Vec<Option<&Buffers>> {
         self.held
             .iter()
             .map(|h| self.buffers.get(&h.step))
@@ -313,13 +414,13 @@ impl MemoryModel {
         &self,
         rank: usize,
         held: &[u64],
-        set: &[Option<&Vec<u64>>],
+        set: &[Option<&Buffers>],
         move_words: impl Fn(usize) -> u64,
     ) -> (u64, u64) {
         let (mut peak, mut peak_buf) = (0u64, 0u64);
         for (hi, (&x, b)) in held.iter().zip(set).enumerate() {
             let bufs: u64 = match b {
-                Some(b) => b.get(rank).copied().unwrap_or(0),
+                Some(b) => b.get(rank),
                 None => move_words(hi),
             };
             peak = peak.max(x);
@@ -346,6 +447,10 @@ impl MemoryModel {
             if h.moves.is_empty() || self.buffers.contains_key(&h.step) {
                 continue;
             }
+            if let [m] = &h.moves[..] {
+                self.buffers.insert(h.step, Buffers::One(memo.words(m)));
+                continue;
+            }
             let mut words: Vec<u64> = Vec::new();
             for m in &h.moves {
                 let w = memo.words(m);
@@ -354,7 +459,7 @@ impl MemoryModel {
                 }
                 w.for_each(|r, s, x| words[r] += s + x);
             }
-            self.buffers.insert(h.step, words);
+            self.buffers.insert(h.step, Buffers::Dense(words));
         }
     }
 }

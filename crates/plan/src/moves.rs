@@ -139,7 +139,7 @@ impl Cuts {
     }
 
     /// [`Self::new`] with per-index tables of up to `cap` entries.
-    fn capped(dist: &Distribution, shape: &[usize], cap: usize) -> Cuts {
+    pub(crate) fn capped(dist: &Distribution, shape: &[usize], cap: usize) -> Cuts {
         let sizes: Vec<usize> = dist.grid.dims.iter().map(|d| d.size).collect();
         let per_index = shape
             .iter()
@@ -173,6 +173,30 @@ impl Cuts {
             shape: shape.to_vec(),
             dist: dist.clone(),
         }
+    }
+
+    /// Ranks (aligned) over which the length of the block cut to `window` stays the same:
+    /// the stride of the innermost grid dim (over more than one rank) that splits an index
+    /// whose tabled ranges, narrowed, differ in length; the grid's size when none does.
+    /// `None` when an index has no table.
+    pub(crate) fn length_run(&self, window: &[crate::Window]) -> Option<usize> {
+        let mut stride = vec![1usize; self.sizes.len() + 1];
+        for k in (0..self.sizes.len()).rev() {
+            stride[k] = stride[k + 1].saturating_mul(self.sizes[k]);
+        }
+        let mut run = stride[0].max(1);
+        for (v, (dims, table)) in self.per_index.iter().enumerate() {
+            let t = table.as_ref()?;
+            let of = |r: &Range| crate::Window::narrow(window, v, (*r).into()).len();
+            let first = t.first().map_or(0, of);
+            if t.iter().all(|r| of(r) == first) {
+                continue;
+            }
+            for &g in dims.iter().filter(|&&g| self.sizes[g] > 1) {
+                run = run.min(stride[g + 1]);
+            }
+        }
+        Some(run)
     }
 
     /// The coordinates of `rank` (taken modulo the grid's size: a rank past the grid's end
@@ -719,6 +743,9 @@ impl MoveView {
     /// for all ranks where asking each sender ([`Self::sends`]) costs O(P) per rank.
     fn sent_table(&self) -> &[u64] {
         self.sent_table.get_or_init(|| {
+            if let Some(sent) = self.sent_from_whole() {
+                return sent;
+            }
             // The targets in a few contiguous parts on the pool (the sweep that asked waits
             // here with the others), each part's sends summed into its own table.
             let n = self.dst_size;
@@ -736,6 +763,38 @@ impl MoveView {
             }
             sent
         })
+    }
+
+    /// [`Self::sent_table`] when every source rank holds the whole tensor (no grid dim of
+    /// more than one rank splits an index, no partial sums): a target inside the source grid
+    /// copies from itself, one past it takes its block from rank `d mod replicas` (the
+    /// sender [`Self::pick`] names), so only the targets past the source grid are walked.
+    fn sent_from_whole(&self) -> Option<Vec<u64>> {
+        let fg = &self.from.grid;
+        let whole = self.partial_count <= 1
+            && self
+                .from
+                .split
+                .iter()
+                .flatten()
+                .all(|&g| fg.dims[g].size == 1)
+            && self.src_parts.iter().all(|p| p.len() == 1);
+        if !whole {
+            return None;
+        }
+        let mut sent = vec![0u64; self.src_size];
+        for d in self.src_size..self.dst_size {
+            if let Some(tb) = ranges_of(&self.to, d, &self.shape) {
+                let words: u64 = tb
+                    .iter()
+                    .map(|&(s, e)| e.saturating_sub(s) as u64)
+                    .product();
+                if let Some(s) = sent.get_mut(d % self.replicas.max(1)) {
+                    *s += words;
+                }
+            }
+        }
+        Some(sent)
     }
 
     /// Words each source rank sends to the targets of `targets` (others than itself), with

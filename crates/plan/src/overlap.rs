@@ -440,7 +440,7 @@ fn refresh_prediction(plan: &mut Plan, opts: &PlanOptions, defer_memory: bool) {
     set_prediction(
         &mut plan.prediction,
         &mut plan.groups,
-        words,
+        crate::predict::WordSums::of(&received, &sent, opts.per_rank),
         peaks,
         procs,
         opts,

@@ -11,7 +11,7 @@ use crate::grids;
 use crate::memory::MemoryModel;
 use crate::memory::Peaks;
 use crate::moves::{block_len, ranges_of, MoveView};
-use crate::predict::{set_prediction, set_words, touched};
+use crate::predict::{set_prediction, set_sums, touched};
 use crate::rank_words::MoveMemo;
 use crate::{
     Distribution, Fetch, Grid, GridDim, GroupPlan, Phases, Plan, PlanError, PlanOptions, PlanStep,
@@ -1052,9 +1052,9 @@ impl<'a> Planner<'a> {
             // Seconds are predicted after planning (crate::time::annotate).
             ..Prediction::default()
         };
-        let words = (&self.totals.received[..], &self.totals.sent[..]);
+        let words = self.totals.sums(opts.per_rank);
         match defer {
-            true => set_words(&mut prediction, words, opts),
+            true => set_sums(&mut prediction, words),
             false => set_prediction(&mut prediction, &mut self.groups, words, peaks, procs, opts),
         }
         Ok(Plan {

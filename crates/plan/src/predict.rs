@@ -51,6 +51,49 @@ fn statement_key(g: &deinsum_soap::FusedGroup) -> Vec<u64> {
 /// Max over ranks of the words of its blocks of every group's inputs and output, summed over
 /// the groups (ranks outside a group's grid touch nothing of it).
 pub(crate) fn touched(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> u64 {
+    touched_by_segments(groups, tensors, procs)
+        .unwrap_or_else(|| touched_by_ranks(groups, tensors, procs))
+}
+
+/// [`touched`] by segments of ranks over which every block keeps its length (a block's
+/// length changes only where a grid dim that splits an index of unequal cuts moves): the
+/// maximum over ranks is the maximum over segments. `None` when the segments would be many.
+fn touched_by_segments(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> Option<u64> {
+    let shapes = Shapes::new(tensors);
+    // Per block: its distribution and shape, the ranks that hold it (a prefix) and the
+    // ranks (aligned) over which its length stays the same.
+    let mut held = Vec::new();
+    let mut n = 0;
+    for g in groups {
+        let size = g.grid.size().min(procs);
+        n = n.max(size);
+        for (id, d) in g.inputs.iter().chain(std::iter::once(&g.output)) {
+            let sh = shapes.of(*id);
+            let run = Cuts::capped(d, &sh, crate::memory::UNIFORM_TABLE).length_run(&[])?;
+            held.push((d, sh, size.min(d.grid.size()), run.max(1)));
+        }
+    }
+    let segments: usize = held.iter().map(|h| h.2 / h.3 + 1).sum();
+    if segments.saturating_mul(8) > n {
+        return None;
+    }
+    let (mut lo, mut max) = (0, 0);
+    while lo < n {
+        let (mut hi, mut words) = (n, 0u64);
+        for (d, sh, end, run) in &held {
+            if lo < *end {
+                hi = hi.min(*end).min((lo / run + 1) * run);
+                words += crate::moves::block_len(d, lo, sh);
+            }
+        }
+        max = max.max(words);
+        lo = hi;
+    }
+    Some(max)
+}
+
+/// [`touched`] rank by rank.
+fn touched_by_ranks(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) -> u64 {
     let shapes = Shapes::new(tensors);
     let shape = |id: TensorId| shapes.of(id);
     let mut per_rank: Vec<u64> = Vec::new();
@@ -82,15 +125,6 @@ pub(crate) fn touched(groups: &[GroupPlan], tensors: &[Tensor], procs: usize) ->
     per_rank.into_iter().max().unwrap_or(0)
 }
 
-/// Sparse per-rank words from dense counts, or nothing unless `wanted`.
-pub(crate) fn per_rank(dense: &[u64], wanted: bool) -> PerRank {
-    if wanted {
-        PerRank::from_dense(dense.iter().copied())
-    } else {
-        PerRank::new()
-    }
-}
-
 /// Fills `pr` from each rank's words `received` and `sent` over the plan's steps and the memory
 /// `peaks` on `procs` ranks: the word totals, the peaks, every group's SOAP bound (for the budget S, or without
 /// one the plan's own peak) and the ratio of `pr.touched_per_rank` to the bound. The planner's
@@ -98,13 +132,48 @@ pub(crate) fn per_rank(dense: &[u64], wanted: bool) -> PerRank {
 pub(crate) fn set_prediction(
     pr: &mut Prediction,
     groups: &mut [GroupPlan],
-    words: (&[u64], &[u64]),
+    words: WordSums,
     peaks: Peaks,
     procs: usize,
     opts: &PlanOptions,
 ) {
-    set_words(pr, words, opts);
+    set_sums(pr, words);
     set_memory(pr, groups, peaks, procs, opts);
+}
+
+/// Every rank's words received and sent summed over a plan's moves: the maxima, the total
+/// received and (when asked) the sparse per-rank lists, gathered chunk by chunk of ranks.
+#[derive(Default)]
+pub(crate) struct WordSums {
+    max_received: u64,
+    total: u64,
+    max_sent: u64,
+    received: PerRank,
+    sent: PerRank,
+}
+
+impl WordSums {
+    /// The sums of dense per-rank `received` and `sent`.
+    pub(crate) fn of(received: &[u64], sent: &[u64], per_rank: bool) -> WordSums {
+        let mut w = WordSums::default();
+        w.add(0, received, sent, per_rank);
+        w
+    }
+
+    /// Adds the ranks from `lo` on with these words (after every rank before `lo`).
+    pub(crate) fn add(&mut self, lo: usize, received: &[u64], sent: &[u64], per_rank: bool) {
+        self.max_received = self.max_received.max(max_of(received));
+        self.total += received.iter().sum::<u64>();
+        self.max_sent = self.max_sent.max(max_of(sent));
+        if per_rank {
+            let nonzero = |v: &[u64], out: &mut PerRank| {
+                let ranks = v.iter().enumerate().filter(|&(_, &x)| x != 0);
+                ranks.for_each(|(r, &x)| out.push(lo + r, x));
+            };
+            nonzero(received, &mut self.received);
+            nonzero(sent, &mut self.sent);
+        }
+    }
 }
 
 /// The words part of [`set_prediction`]: totals and maxima of `received` and `sent` per rank.
@@ -113,11 +182,16 @@ pub(crate) fn set_words(
     (received, sent): (&[u64], &[u64]),
     opts: &PlanOptions,
 ) {
-    pr.max_per_rank = max_of(received);
-    pr.total = received.iter().sum();
-    pr.max_sent_per_rank = max_of(sent);
-    pr.received = per_rank(received, opts.per_rank);
-    pr.sent = per_rank(sent, opts.per_rank);
+    set_sums(pr, WordSums::of(received, sent, opts.per_rank));
+}
+
+/// [`set_words`] from the sums.
+pub(crate) fn set_sums(pr: &mut Prediction, w: WordSums) {
+    pr.max_per_rank = w.max_received;
+    pr.total = w.total;
+    pr.max_sent_per_rank = w.max_sent;
+    pr.received = w.received;
+    pr.sent = w.sent;
 }
 
 /// The memory part of [`set_prediction`]: the peaks, the groups' SOAP bounds and the ratio

@@ -336,6 +336,51 @@ impl RankWords {
         }
     }
 
+    /// Calls `f(rank, sent, received)` for each counted rank of `ranks` in order.
+    pub(crate) fn for_each_in(&self, ranks: Range<usize>, mut f: impl FnMut(usize, u64, u64)) {
+        let n = self.len();
+        let r = ranks.start.min(n)..ranks.end.min(n);
+        let (lo, p) = (r.start, &self.palette);
+        match &self.index {
+            PaletteIndex::U8(v) => v[r].iter().enumerate().for_each(|(k, &i)| {
+                let (s, w) = p[i as usize];
+                f(lo + k, s, w)
+            }),
+            PaletteIndex::U16(v) => v[r].iter().enumerate().for_each(|(k, &i)| {
+                let (s, w) = p[i as usize];
+                f(lo + k, s, w)
+            }),
+            PaletteIndex::U32(v) => v[r].iter().enumerate().for_each(|(k, &i)| {
+                let (s, w) = p[i as usize];
+                f(lo + k, s, w)
+            }),
+        }
+    }
+
+    /// Words `rank` sends plus receives (0 past the counted ranks).
+    pub(crate) fn buffer_of(&self, rank: usize) -> u64 {
+        let i = match &self.index {
+            PaletteIndex::U8(v) => v.get(rank).map(|&i| i as usize),
+            PaletteIndex::U16(v) => v.get(rank).map(|&i| i as usize),
+            PaletteIndex::U32(v) => v.get(rank).map(|&i| i as usize),
+        };
+        i.map_or(0, |i| self.palette[i].0 + self.palette[i].1)
+    }
+
+    /// The largest words sent plus received by one rank of `ranks` (0 for none counted).
+    pub(crate) fn max_buffer_in(&self, ranks: Range<usize>) -> u64 {
+        let n = self.len();
+        let r = ranks.start.min(n)..ranks.end.min(n);
+        let p = &self.palette;
+        let words = |i: usize| p[i].0 + p[i].1;
+        match &self.index {
+            PaletteIndex::U8(v) => v[r].iter().map(|&i| words(i as usize)).max(),
+            PaletteIndex::U16(v) => v[r].iter().map(|&i| words(i as usize)).max(),
+            PaletteIndex::U32(v) => v[r].iter().map(|&i| words(i as usize)).max(),
+        }
+        .unwrap_or(0)
+    }
+
     /// Adds each rank's received words into the dense per-rank `acc` (grown as needed).
     pub(crate) fn add_received_to(&self, acc: &mut Vec<u64>) {
         if acc.len() < self.len() {
