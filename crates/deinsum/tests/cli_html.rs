@@ -38,8 +38,11 @@ fn assert_self_contained(page: &str) {
 }
 
 fn plan_page(args: &[&str]) -> (String, serde_json::Value) {
-    let html = temp("plan.html");
-    let json = temp("plan.json");
+    // Files of their own per call: the tests run in parallel threads of one process.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let html = temp(&format!("plan{n}.html"));
+    let json = temp(&format!("plan{n}.json"));
     let mut all = vec!["plan"];
     all.extend_from_slice(args);
     all.extend_from_slice(&[
