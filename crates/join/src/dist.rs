@@ -422,20 +422,8 @@ fn semi<C: Communicator>(comm: &C, s: &Sides, ins: &Inspection) -> Result<Table,
             b = &b[4 + n..];
         }
     }
-    let mut start = vec![0usize; rindex.len() + 1];
-    for &(id, _) in &wants {
-        start[id as usize + 1] += 1;
-    }
-    for x in 1..start.len() {
-        start[x] += start[x - 1];
-    }
-    let mut fill = start.clone();
-    let mut wanting = vec![0u32; wants.len()];
-    for &(id, q) in &wants {
-        wanting[fill[id as usize]] = q;
-        fill[id as usize] += 1;
-    }
-    drop((wants, fill, rindex));
+    let (start, wanting) = group_by_id(rindex.len(), &wants);
+    drop((wants, rindex));
     for (j, wanted) in wanted_anywhere.iter_mut().enumerate() {
         let id = rid[j];
         if id == u32::MAX {
@@ -563,7 +551,26 @@ fn match_flags_back<C: Communicator>(
     Ok(matched)
 }
 
-/// (rank, row number) pairs of one key's rows on one side.
+/// The items of `(id, item)` pairs grouped by id (ids below `ids`), each group in the order
+/// given, and where each id's group starts (`start[id]..start[id + 1]`): a counting sort, no
+/// vector per id.
+fn group_by_id<T: Copy + Default>(ids: usize, pairs: &[(u32, T)]) -> (Vec<usize>, Vec<T>) {
+    let mut start = vec![0usize; ids + 1];
+    for &(id, _) in pairs {
+        start[id as usize + 1] += 1;
+    }
+    for x in 1..start.len() {
+        start[x] += start[x - 1];
+    }
+    let mut fill = start.clone();
+    let mut grouped = vec![T::default(); pairs.len()];
+    for &(id, item) in pairs {
+        grouped[fill[id as usize]] = item;
+        fill[id as usize] += 1;
+    }
+    (start, grouped)
+}
+
 /// (key, row number) of each keyed row to its key's owner.
 fn key_rows_to_owners(k: &Keys, p: usize) -> Vec<Vec<u8>> {
     let mut msgs = vec![Vec::new(); p];
@@ -605,24 +612,12 @@ fn index<C: Communicator>(comm: &C, s: &Sides) -> Result<Table, JoinError> {
     // and a rehash per key: most of this strategy's time on 10⁶ rows.)
     let lrows = read_key_rows(&lgot);
     let mut ids = KeyIndex::with_capacity(lrows.len());
-    let lid: Vec<u32> = lrows
+    let entries: Vec<(u32, (usize, u64))> = lrows
         .iter()
-        .map(|&(_, k, _)| ids.insert(k).0 as u32)
+        .map(|&(q, k, i)| (ids.insert(k).0 as u32, (q, i)))
         .collect();
-    let mut start = vec![0usize; ids.len() + 1];
-    for &id in &lid {
-        start[id as usize + 1] += 1;
-    }
-    for x in 1..start.len() {
-        start[x] += start[x - 1];
-    }
-    let mut fill = start.clone();
-    let mut grouped = vec![(0usize, 0u64); lrows.len()];
-    for (&id, &(q, _, i)) in lid.iter().zip(&lrows) {
-        grouped[fill[id as usize]] = (q, i);
-        fill[id as usize] += 1;
-    }
-    drop((lid, fill));
+    let (start, grouped) = group_by_id(ids.len(), &entries);
+    drop(entries);
     // The index entries, to the right rows' holders: (right row, left rank, left row).
     let mut msgs = vec![Vec::new(); p];
     for (q2, k, j) in read_key_rows(&rgot) {

@@ -225,22 +225,10 @@ fn count(
     if cands.is_empty() {
         return sums;
     }
-    // A bit per hash bucket of the candidates (8 KiB, in L1): most rows are no candidate's
-    // and skip the map lookup.
-    const BUCKET_BITS: u32 = 16;
-    let bucket = |h: u64| (h >> (64 - BUCKET_BITS)) as usize;
-    let mut seen = vec![0u64; (1 << BUCKET_BITS) / 64];
-    for &h in index.keys() {
-        seen[bucket(h) / 64] |= 1 << (bucket(h) % 64);
-    }
     for ((k, all, rest), off) in sides.into_iter().zip([0, 3]) {
         for i in 0..k.len() {
             let Some(key) = k.get(i) else { continue };
-            let h = key_hash(key);
-            if seen[bucket(h) / 64] & (1 << (bucket(h) % 64)) == 0 {
-                continue;
-            }
-            if let Some(&c) = index.get(&h) {
+            if let Some(&c) = index.get(&key_hash(key)) {
                 if same_key(cands[c], key) {
                     let e = &mut sums[c];
                     e[off] += 1;

@@ -582,8 +582,8 @@ const NO_ITEM: u32 = u32::MAX;
 
 /// Items (rows, entries) filed by key and chained per key in the order filed: a [`KeyIndex`]
 /// of the keys, each key's first and last item, and each item's next of the same key. One flat
-/// list, not a `Vec` per key (the local join's right rows, the
-/// inspector's received summaries).
+/// list, not a `Vec` per key (the local join's right rows, the inspector's received
+/// summaries).
 pub struct KeyChains<'a> {
     index: KeyIndex<'a>,
     head: Vec<u32>,
