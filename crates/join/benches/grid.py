@@ -24,12 +24,9 @@ import time
 # NumPy runs as its users get it: grid.sh starts this process without this workplace's OpenBLAS
 # overrides (dropped again here, before NumPy loads OpenBLAS, for a direct start); deinsum gets
 # them back as they were given (grid.sh passes them as *_GIVEN).
-DEINSUM_ENV = dict(os.environ)
-for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
-    _given = DEINSUM_ENV.pop(_var + "_GIVEN", None)
-    if _given:
-        DEINSUM_ENV[_var] = _given
-    os.environ.pop(_var, None)
+from openblas_env import deinsum_env  # noqa: E402 (before NumPy)
+
+DEINSUM_ENV = deinsum_env()
 
 import numpy as np
 import pyarrow as pa

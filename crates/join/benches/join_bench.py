@@ -8,12 +8,9 @@ import sys
 # join.sh starts it without this workplace's OpenBLAS overrides (dropped again here, before NumPy
 # loads OpenBLAS, for a direct start), and deinsum gets them back as they were given
 # (join.sh passes them as *_GIVEN).
-DEINSUM_ENV = dict(os.environ)
-for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
-    _given = DEINSUM_ENV.pop(_var + "_GIVEN", None)
-    if _given:
-        DEINSUM_ENV[_var] = _given
-    os.environ.pop(_var, None)
+from openblas_env import deinsum_env  # noqa: E402 (before NumPy)
+
+DEINSUM_ENV = deinsum_env()
 # Polars reads its thread count once, at import.
 os.environ["POLARS_MAX_THREADS"] = "2"
 
